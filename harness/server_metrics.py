@@ -1,0 +1,156 @@
+"""Read the few /metrics figures that explain a serving run, whatever vLLM version exported them.
+
+vLLM renamed several metrics across releases and labels every sample with an `engine` index (one per
+data-parallel engine), so the snapshot keeps one value per figure: summed over engines, looked up
+under the current name first and the pre-0.9.2 name second, and None when the server does not export it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+import httpx
+import pydantic
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from harness.errors import HarnessError
+
+METRICS_SCHEMA_VERSION = 1
+
+# Each figure, in lookup order: the current sample name, then the name older releases used.
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+KV_CACHE_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+PREEMPTIONS = ("vllm:num_preemptions_total",)
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
+GENERATION_TOKENS = ("vllm:generation_tokens_total",)
+QUEUE_TIME = "vllm:request_queue_time_seconds"
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
+
+class HistogramBucket(pydantic.BaseModel):
+    """One cumulative bucket: how many observations were at most `le` (in the histogram's unit)."""
+
+    model_config = pydantic.ConfigDict(ser_json_inf_nan="strings")
+
+    le: float
+    count: float
+
+
+class Histogram(pydantic.BaseModel):
+    """A Prometheus histogram summed over engines; its unit is the one its field name carries."""
+
+    model_config = pydantic.ConfigDict(ser_json_inf_nan="strings")
+
+    buckets: list[HistogramBucket]
+    sum: float
+    count: float
+
+
+class MetricsSnapshot(pydantic.BaseModel):
+    """One scrape of /metrics reduced to the figures the harness records and compares."""
+
+    schema_version: int = METRICS_SCHEMA_VERSION
+    num_requests_running: int | None = None
+    num_requests_waiting: int | None = None
+    kv_cache_usage_fraction: float | None = None
+    num_preemptions_total: int | None = None
+    prefix_cache_queries_total: int | None = None
+    prefix_cache_hits_total: int | None = None
+    prompt_tokens_total: int | None = None
+    generation_tokens_total: int | None = None
+    request_queue_time_seconds: Histogram | None = None
+    cache_config: dict[str, str] | None = None
+
+
+def parse_metrics(text: str) -> MetricsSnapshot:
+    """Parse a Prometheus text exposition; a malformed text is bad input, a missing metric is None."""
+    samples = _samples(text)
+    by_name: dict[str, list[Sample]] = defaultdict(list)
+    for sample in samples:
+        by_name[sample.name].append(sample)
+
+    def summed(names: tuple[str, ...]) -> float | None:
+        for name in names:
+            if name in by_name:
+                return sum(sample.value for sample in by_name[name])
+        return None
+
+    def counted(names: tuple[str, ...]) -> int | None:
+        value = summed(names)
+        return None if value is None else round(value)
+
+    return MetricsSnapshot(
+        num_requests_running=counted(RUNNING),
+        num_requests_waiting=counted(WAITING),
+        kv_cache_usage_fraction=_mean_over_engines(by_name, KV_CACHE_USAGE),
+        num_preemptions_total=counted(PREEMPTIONS),
+        prefix_cache_queries_total=counted(PREFIX_QUERIES),
+        prefix_cache_hits_total=counted(PREFIX_HITS),
+        prompt_tokens_total=counted(PROMPT_TOKENS),
+        generation_tokens_total=counted(GENERATION_TOKENS),
+        request_queue_time_seconds=_histogram(by_name, QUEUE_TIME),
+        cache_config=_cache_config(by_name.get(CACHE_CONFIG_INFO, [])),
+    )
+
+
+def fetch_metrics_text(url: str, timeout_seconds: float = 10.0) -> str:
+    """GET a /metrics page; an unreachable server or an error status is one line of bad input."""
+    try:
+        response = httpx.get(url, timeout=timeout_seconds)
+        response.raise_for_status()
+    except httpx.HTTPError as error:
+        raise HarnessError(f"{url}: could not read metrics: {error}") from None
+    return response.text
+
+
+def _samples(text: str) -> list[Sample]:
+    try:
+        return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+    except (ValueError, IndexError, KeyError, TypeError) as error:
+        raise HarnessError(f"metrics text is not in Prometheus exposition format: {error}") from None
+
+
+def _mean_over_engines(by_name: dict[str, list[Sample]], names: tuple[str, ...]) -> float | None:
+    """A usage fraction does not add up across engines (each is 0-1), so engines are averaged."""
+    for name in names:
+        if name in by_name:
+            values = [sample.value for sample in by_name[name]]
+            return sum(values) / len(values)
+    return None
+
+
+def _histogram(by_name: dict[str, list[Sample]], name: str) -> Histogram | None:
+    bucket_samples = by_name.get(f"{name}_bucket")
+    if not bucket_samples:
+        return None
+    counts_by_bound: dict[float, float] = defaultdict(float)
+    for sample in bucket_samples:
+        counts_by_bound[float(sample.labels["le"])] += sample.value
+    buckets = [HistogramBucket(le=bound, count=counts_by_bound[bound]) for bound in sorted(counts_by_bound)]
+    return Histogram(
+        buckets=buckets,
+        sum=_total(by_name.get(f"{name}_sum", [])),
+        count=_total(by_name.get(f"{name}_count", [])),
+    )
+
+
+def _total(samples: Iterable[Sample]) -> float:
+    return sum(sample.value for sample in samples)
+
+
+def _cache_config(samples: list[Sample]) -> dict[str, str] | None:
+    """The first engine's labels: vLLM already sums num_gpu_blocks over data-parallel engines."""
+    if not samples:
+        return None
+    first = min(samples, key=lambda sample: _engine_order(sample.labels.get("engine", "")))
+    return {key: value for key, value in first.labels.items() if key != "engine"}
+
+
+def _engine_order(engine: str) -> float:
+    return float(engine) if engine.isdigit() else math.inf
