@@ -1,0 +1,67 @@
+"""`harness budget` as a user runs it: offline, readable, and one clear line on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HARNESS = str(Path(sys.executable).parent / "harness")
+OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
+
+
+def harness(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([HARNESS, *args], capture_output=True, text=True, env=OFFLINE, timeout=120)
+
+
+def test_pinned_model_works_offline_and_states_its_caveat():
+    result = harness("budget", "--model", "Qwen/Qwen3-4B", "--tokens", "4096", "--sequences", "8")
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "147,456 B (144 KiB)" in out
+    assert "4,831,838,208 B (4.5 GiB)" in out
+    assert "8,044,936,192 B (7.49 GiB)" in out
+    assert "12,876,774,400 B (11.99 GiB)" in out
+    assert "not evidence that the workload fits" in out
+    assert "head_dim 128 from the config" in out
+
+
+def test_json_is_versioned_and_carries_the_capacity():
+    result = harness("budget", "--tokens", "4096", "--sequences", "8", "--available-kv-gib", "100", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["schema_version"] == 1
+    assert data["capacity"]["num_blocks"] == 45_511
+    assert data["capacity"]["kv_cache_tokens"] == 728_176
+    assert round(data["capacity"]["max_concurrency"], 2) == 17.78
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "args", "named"),
+    [
+        ("missing field", ["--model", "{dir}/missing.json", "--tokens", "10"], "field 'num_hidden_layers'"),
+        ("not JSON", ["--model", "{dir}/binary.json", "--tokens", "10"], "binary.json: not a JSON file"),
+        ("zero tokens", ["--tokens", "0"], "tokens per sequence must be positive, got 0"),
+        ("negative tokens", ["--tokens", "-5"], "tokens per sequence must be positive, got -5"),
+        ("zero sequences", ["--tokens", "5", "--sequences", "0"], "sequences must be a positive count"),
+        ("unknown dtype", ["--tokens", "5", "--kv-cache-dtype", "int3"], "unknown kv cache dtype 'int3'"),
+        ("unknown model", ["--model", "nobody/no-such-model", "--tokens", "5"], "'nobody/no-such-model'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named):
+    write(tmp_path / "missing.json", json.dumps({"num_attention_heads": 4, "hidden_size": 64}))
+    write(tmp_path / "binary.json", bytes(range(256)))
+    result = harness("budget", *[arg.format(dir=tmp_path) for arg in args])
+    assert result.returncode == 2, case
+    assert named in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
