@@ -1,0 +1,237 @@
+"""One streamed request against an OpenAI-compatible server, timed chunk by chunk.
+
+httpx's API over aiohttp's transport: the default httpx transport costs several times the CPU per
+streamed chunk and would make the client the bottleneck at a few hundred streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+import aiohttp
+import httpx
+from httpx_aiohttp import AiohttpTransport
+from pydantic import BaseModel
+
+CONTEXT_OVERFLOW = re.compile(r"context length|max_model_len|cannot be greater than", re.IGNORECASE)
+
+
+class ErrorClass(StrEnum):
+    context_overflow_400 = "context_overflow_400"
+    http_4xx = "http_4xx"
+    http_5xx = "http_5xx"
+    timeout = "timeout"
+    connection_reset = "connection_reset"
+    cancelled = "cancelled"
+
+
+class RequestRecord(BaseModel):
+    """Everything observed about one request; times are seconds on the run's monotonic clock."""
+
+    index: int
+    prompt_id: str
+    warmup: bool
+    max_tokens: int
+    scheduled_s: float
+    dispatch_s: float
+    first_token_s: float | None = None
+    end_s: float
+    chunk_times_s: list[float] = []
+    chunk_tokens: list[int] = []
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    http_status: int | None = None
+    error_class: ErrorClass | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRequest:
+    """What to send: token ids go to /v1/completions as-is; text goes to chat or completions."""
+
+    index: int
+    prompt_id: str
+    warmup: bool
+    max_tokens: int
+    token_ids: list[int] | None
+    text: str | None
+    chat: bool
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    base_url: str
+    model: str
+    temperature: float = 0.0
+    pool_size: int = 256
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 300.0
+    api_key_env: str = "OPENAI_API_KEY"
+
+
+def request_body(model: str, prompt: PromptRequest, temperature: float) -> tuple[str, dict]:
+    """The endpoint and JSON body: exactly max_tokens output (ignore_eos) with usage on every chunk."""
+    body: dict = {
+        "model": model,
+        "max_tokens": prompt.max_tokens,
+        "temperature": temperature,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    if prompt.token_ids is not None:
+        return "/v1/completions", {**body, "prompt": prompt.token_ids}
+    if prompt.chat:
+        return "/v1/chat/completions", {**body, "messages": [{"role": "user", "content": prompt.text}]}
+    return "/v1/completions", {**body, "prompt": prompt.text}
+
+
+def classify_exception(error: BaseException) -> ErrorClass:
+    """httpx_aiohttp maps some aiohttp disconnects to httpx timeouts, so look at the cause first."""
+    cause = error.__cause__ or error
+    if isinstance(cause, (TimeoutError, asyncio.TimeoutError)) or (
+        cause is error and isinstance(error, httpx.TimeoutException)
+    ):
+        return ErrorClass.timeout
+    return ErrorClass.connection_reset
+
+
+def classify_status(status: int, message: str) -> ErrorClass:
+    if status == 400 and CONTEXT_OVERFLOW.search(message):
+        return ErrorClass.context_overflow_400
+    return ErrorClass.http_4xx if status < 500 else ErrorClass.http_5xx
+
+
+class StreamingClient:
+    """A keep-alive pool sized to the load; `send` never raises, it returns a record."""
+
+    def __init__(self, settings: ClientSettings, clock_zero: float) -> None:
+        self.settings = settings
+        self.clock_zero = clock_zero
+        headers = {}
+        api_key = os.environ.get(settings.api_key_env)
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        limits = httpx.Limits(max_connections=settings.pool_size, max_keepalive_connections=settings.pool_size)
+        timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s, pool=None)
+        self.http = httpx.AsyncClient(
+            base_url=settings.base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=AiohttpTransport(limits=limits),
+        )
+
+    async def __aenter__(self) -> StreamingClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.http.aclose()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.clock_zero
+
+    async def send(self, prompt: PromptRequest, scheduled_s: float) -> RequestRecord:
+        path, body = request_body(self.settings.model, prompt, self.settings.temperature)
+        stream = StreamState()
+        dispatch_s = self.now()
+        status: int | None = None
+        error_class: ErrorClass | None = None
+        error: str | None = None
+        try:
+            async with self.http.stream("POST", path, content=json.dumps(body).encode(), headers=JSON) as response:
+                status = response.status_code
+                if status >= 400:
+                    message = (await response.aread()).decode(errors="replace")
+                    error_class, error = classify_status(status, message), message[:500]
+                else:
+                    await stream.consume(response, self.clock_zero)
+                    if stream.error is not None:
+                        error_class, error = stream.error
+                    elif not stream.done:
+                        error_class, error = ErrorClass.connection_reset, "stream ended before [DONE]"
+        except asyncio.CancelledError:
+            error_class, error = ErrorClass.cancelled, "run stopped while the request was in flight"
+        except (httpx.HTTPError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            error_class, error = classify_exception(exc), f"{type(exc).__name__}: {exc}"[:500]
+        return RequestRecord(
+            index=prompt.index,
+            prompt_id=prompt.prompt_id,
+            warmup=prompt.warmup,
+            max_tokens=prompt.max_tokens,
+            scheduled_s=scheduled_s,
+            dispatch_s=dispatch_s,
+            first_token_s=stream.chunk_times_s[0] if stream.chunk_times_s else None,
+            end_s=self.now(),
+            chunk_times_s=stream.chunk_times_s,
+            chunk_tokens=stream.chunk_tokens,
+            prompt_tokens=stream.prompt_tokens,
+            output_tokens=stream.output_tokens,
+            finish_reason=stream.finish_reason,
+            http_status=status,
+            error_class=error_class,
+            error=error,
+        )
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+class StreamState:
+    """Server-sent events parsed as they arrive; a chunk's token count comes from continuous usage."""
+
+    def __init__(self) -> None:
+        self.chunk_times_s: list[float] = []
+        self.chunk_tokens: list[int] = []
+        self.prompt_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.error: tuple[ErrorClass, str] | None = None
+        self.done = False
+        self.completion_tokens_seen = 0
+
+    async def consume(self, response: httpx.Response, clock_zero: float) -> None:
+        pending = b""
+        async for raw in response.aiter_raw():
+            arrived_s = time.perf_counter() - clock_zero
+            events = (pending + raw).split(b"\n\n")
+            pending = events.pop()
+            for event in events:
+                if event.startswith(b"data: "):
+                    self.on_event(event[6:], arrived_s)
+
+    def on_event(self, data: bytes, arrived_s: float) -> None:
+        if data == b"[DONE]":
+            self.done = True
+            return
+        message = json.loads(data)
+        if "error" in message:
+            detail = message["error"]
+            code = detail.get("code") if isinstance(detail, dict) else None
+            status = code if isinstance(code, int) else 500
+            self.error = (classify_status(status, str(detail)), str(detail)[:500])
+            return
+        usage = message.get("usage")
+        choices = message.get("choices")
+        if choices:
+            choice = choices[0]
+            if usage is not None:
+                tokens = usage["completion_tokens"] - self.completion_tokens_seen
+                self.completion_tokens_seen = usage["completion_tokens"]
+            else:
+                delta = choice.get("delta")
+                tokens = 1 if (choice.get("text") or (delta and delta.get("content"))) else 0
+            if tokens > 0:
+                self.chunk_times_s.append(arrived_s)
+                self.chunk_tokens.append(tokens)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        if usage is not None:
+            self.prompt_tokens = usage["prompt_tokens"]
+            self.output_tokens = usage["completion_tokens"]
