@@ -1,0 +1,327 @@
+"""`harness run`: send an inventory at a set load, record every request and the server's state.
+
+Schedule, client, sampler and record meet here and nowhere else. SIGINT/SIGTERM stop the load: requests
+in flight are recorded as cancelled and the summary is still written, marked invalid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import platform
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import httpx
+from httpx_aiohttp import AiohttpTransport
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import Progress
+
+from harness.client import ClientSettings, PromptRequest, RequestRecord, StreamingClient
+from harness.errors import HarnessError, describe_validation_error
+from harness.inventory import Inventory, InventoryPrompt, check_fits, load_inventory, prompt_token_mismatches
+from harness.record import Environment, RunConfig, RunWriter, ServerSample, Slo
+from harness.sampler import MetricsSampler
+from harness.schedule import LoadShape, Slot, plan
+from harness.stats import RunSummary, summarize
+
+UNCAPPED_POOL_SIZE = 4096
+
+
+def build_run_config(
+    *,
+    inventory: Path,
+    base_url: str | None,
+    service_uuid: str | None,
+    service_port: int,
+    concurrency: int | None,
+    rate: float | None,
+    burstiness: float,
+    max_concurrency: int | None,
+    max_tokens: int | None,
+    requests: int | None,
+    duration_s: float | None,
+    warmup: int,
+    seed: int,
+    order: str,
+    temperature: float,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    cold: bool,
+    sample_interval_s: float,
+    max_dispatch_lag_ms: float,
+) -> tuple[RunConfig, Inventory]:
+    """Command-line values checked and assembled; every problem is one line naming the option."""
+    if (base_url is None) == (service_uuid is None):
+        raise HarnessError("give exactly one of --base-url or --service-uuid")
+    if service_uuid is not None:
+        namespace = os.environ.get("POLYAXON_K8S_NAMESPACE", "polyaxon")
+        base_url = f"http://plx-operation-{service_uuid}.{namespace}.svc:{service_port}"
+    try:
+        load = LoadShape(
+            concurrency=concurrency, rate_per_s=rate, burstiness=burstiness, max_concurrency=max_concurrency,
+            requests=requests, duration_s=duration_s, warmup_requests=warmup, seed=seed, order=order,
+        )
+    except ValidationError as error:
+        raise HarnessError(describe_validation_error(error, "command line")) from None
+    if max_tokens is not None and max_tokens < 1:
+        raise HarnessError(f"--max-tokens must be at least 1, not {max_tokens}")
+    if sample_interval_s <= 0:
+        raise HarnessError(f"--sample-interval-s must be positive, not {sample_interval_s}")
+    prompts = load_inventory(inventory)
+    config = RunConfig(
+        run_id=uuid.uuid4().hex,
+        base_url=base_url.rstrip("/"),
+        service_uuid=service_uuid,
+        inventory_path=str(inventory),
+        inventory_digest=prompts.digest,
+        load=load,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        slo=Slo(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms),
+        cold=cold,
+        max_dispatch_lag_ms=max_dispatch_lag_ms,
+        sample_interval_s=sample_interval_s,
+    )
+    return config, prompts
+
+
+def run_load(
+    config: RunConfig,
+    inventory: Inventory,
+    run_dir: Path,
+    *,
+    ready_timeout_s: float = 600.0,
+) -> RunSummary:
+    """Blocking entry point for the CLI and tests."""
+    return asyncio.run(_run(config, inventory, run_dir, ready_timeout_s))
+
+
+async def _run(
+    config: RunConfig,
+    inventory: Inventory,
+    run_dir: Path,
+    ready_timeout_s: float,
+) -> RunSummary:
+    served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s)
+    if max_model_len is not None:
+        check_fits(inventory, max_model_len)
+    writer = RunWriter(run_dir)
+    writer.write_model(
+        "environment.json",
+        Environment(
+            harness_version=_harness_version(),
+            python_version=platform.python_version(),
+            engine_version=engine_version,
+            served_model=served_model,
+            max_model_len=max_model_len,
+            image_reference=os.environ.get("HARNESS_IMAGE_REFERENCE"),
+            model_revision=os.environ.get("HARNESS_MODEL_REVISION"),
+        ),
+    )
+    clock_zero = time.perf_counter()
+    config = config.model_copy(update={"clock_zero_unix_s": time.time()})
+    writer.write_model("config.json", config)
+    records: list[RequestRecord] = []
+    samples: list[ServerSample] = []
+
+    def keep_sample(sample: ServerSample) -> None:
+        samples.append(sample)
+        writer.add_sample(sample)
+
+    limit = config.load.in_flight_limit
+    settings = ClientSettings(
+        base_url=config.base_url,
+        model=served_model,
+        temperature=config.temperature,
+        pool_size=limit or UNCAPPED_POOL_SIZE,
+    )
+    sampler = MetricsSampler(config.base_url, config.sample_interval_s, clock_zero, keep_sample)
+    sampling = asyncio.create_task(sampler.run())
+    interrupted: list[str] = []
+    total = _planned_count(config, inventory)
+    with RunProgress(total) as progress:
+
+        def finished(record: RequestRecord) -> None:
+            records.append(record)
+            writer.add_request(record)
+            progress.advance(record.error_class is not None)
+
+        async with StreamingClient(settings, clock_zero) as client:
+            load = asyncio.create_task(send_all(config, inventory, client, finished))
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, _stop, load, interrupted, signal.Signals(signum).name)
+            try:
+                await load
+            except asyncio.CancelledError:
+                if not interrupted:
+                    raise
+            finally:
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(signum)
+    sampling.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sampling
+    keep_sample(await sampler.scrape())
+    await sampler.aclose()
+
+    usage = {r.prompt_id: r.prompt_tokens for r in records if r.prompt_tokens is not None}
+    summary = summarize(
+        records,
+        samples,
+        slo=config.slo,
+        offered_requests_per_s=config.load.rate_per_s,
+        offered_concurrency=config.load.concurrency,
+        cold=config.cold,
+        max_dispatch_lag_ms=config.max_dispatch_lag_ms,
+        prompt_token_mismatches=len(prompt_token_mismatches(inventory, usage)),
+        interrupted_by=interrupted[0] if interrupted else None,
+    )
+    writer.finish(summary)
+    return summary
+
+
+def _stop(load: asyncio.Task, interrupted: list[str], name: str) -> None:
+    interrupted.append(name)
+    load.cancel()
+
+
+async def send_all(
+    config: RunConfig, inventory: Inventory, client: StreamingClient, finished: Callable[[RequestRecord], None]
+) -> None:
+    """Dispatch every planned slot; on cancellation, in-flight requests finish as 'cancelled' records."""
+    limit = config.load.in_flight_limit
+    free_slots = asyncio.Semaphore(limit) if limit else None
+    in_flight: set[asyncio.Task] = set()
+    duration_s = config.load.duration_s
+
+    async def one(slot: Slot, scheduled_s: float) -> None:
+        try:
+            finished(await client.send(_request(slot, inventory.prompts[slot.prompt_index], config), scheduled_s))
+        finally:
+            if free_slots is not None:
+                free_slots.release()
+
+    try:
+        for slot in plan(config.load, len(inventory.prompts)):
+            if slot.send_at_s is not None:
+                delay = slot.send_at_s - client.now()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                scheduled_s = slot.send_at_s
+                if free_slots is not None:
+                    await free_slots.acquire()
+            else:
+                assert free_slots is not None
+                await free_slots.acquire()
+                scheduled_s = client.now()
+                if duration_s is not None and scheduled_s > duration_s:
+                    free_slots.release()
+                    break
+            task = asyncio.create_task(one(slot, scheduled_s))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        await asyncio.gather(*in_flight)
+    except asyncio.CancelledError:
+        for task in in_flight:
+            task.cancel()
+        await asyncio.gather(*in_flight, return_exceptions=True)
+        raise
+
+
+def _request(slot: Slot, prompt: InventoryPrompt, config: RunConfig) -> PromptRequest:
+    return PromptRequest(
+        index=slot.index,
+        prompt_id=prompt.prompt_id,
+        warmup=slot.warmup,
+        max_tokens=config.max_tokens or prompt.output_cap_tokens,
+        token_ids=prompt.token_ids,
+        text=prompt.text,
+        chat=prompt.chat,
+    )
+
+
+def _planned_count(config: RunConfig, inventory: Inventory) -> int | None:
+    load = config.load
+    if load.requests is not None:
+        return load.warmup_requests + load.requests
+    return None if load.duration_s is not None else load.warmup_requests + len(inventory.prompts)
+
+
+async def discover_server(base_url: str, ready_timeout_s: float) -> tuple[str, int | None, str | None]:
+    """Wait for /health, then read the served model, its context length and the engine version."""
+    transport = AiohttpTransport(limits=httpx.Limits(max_connections=1))
+    async with httpx.AsyncClient(base_url=base_url, timeout=10.0, transport=transport) as http:
+        deadline = time.monotonic() + ready_timeout_s
+        while True:
+            try:
+                if (await http.get("/health")).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise HarnessError(f"server {base_url} not ready (GET /health) within {ready_timeout_s:g} s")
+            await asyncio.sleep(1.0)
+        try:
+            card = (await http.get("/v1/models")).json()["data"][0]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError) as error:
+            raise HarnessError(f"server {base_url}: GET /v1/models gave no model: {error}") from None
+        engine_version = None
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+            engine_version = (await http.get("/version")).json()["version"]
+    return card["id"], card.get("max_model_len"), engine_version
+
+
+def _harness_version() -> str:
+    try:
+        return version("vllm-serving-harness")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class RunProgress:
+    """A rich bar on a terminal; elsewhere (Polyaxon logs, CI) one plain line every few seconds."""
+
+    PLAIN_EVERY_S = 5.0
+
+    def __init__(self, total: int | None) -> None:
+        self.total = total
+        self.done = 0
+        self.errors = 0
+        self.started = time.monotonic()
+        self.last_line = self.started
+        self.bar: Progress | None = Progress(console=Console(stderr=True)) if sys.stderr.isatty() else None
+
+    def __enter__(self) -> RunProgress:
+        if self.bar is not None:
+            self.bar.start()
+            self.task = self.bar.add_task("requests", total=self.total)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        else:
+            self._line()
+
+    def advance(self, failed: bool) -> None:
+        self.done += 1
+        self.errors += failed
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=f"requests ({self.errors} errors)")
+        elif time.monotonic() - self.last_line >= self.PLAIN_EVERY_S:
+            self._line()
+
+    def _line(self) -> None:
+        self.last_line = time.monotonic()
+        of_total = f"/{self.total}" if self.total is not None else ""
+        elapsed_s = self.last_line - self.started
+        print(f"requests {self.done}{of_total}, errors {self.errors}, {elapsed_s:.0f} s", file=sys.stderr, flush=True)

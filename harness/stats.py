@@ -1,0 +1,190 @@
+"""Pure statistics over request records and server samples: the run's summary and its validity.
+
+Latencies are measured from the *scheduled* send time, so a client that queued a request (for a free
+slot or because it fell behind) shows that wait in TTFT and E2E instead of hiding it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from harness.client import RequestRecord
+from harness.record import ServerSample, Slo
+
+SUMMARY_SCHEMA_VERSION = 1
+PERCENTILES = (50, 90, 95, 99)
+
+
+class RunSummary(BaseModel):
+    """Every figure names its unit; `latency` keys read like `ttft_ms_p99`."""
+
+    schema_version: int = SUMMARY_SCHEMA_VERSION
+    requests_sent: int
+    requests_measured: int
+    requests_ok: int
+    errors_by_class: dict[str, int]
+    window_s: float
+    latency: dict[str, float | None]
+    requests_per_s: float
+    output_tokens_per_s: float
+    prompt_tokens_per_s: float
+    chunks_per_s: float
+    goodput_requests_per_s: float | None
+    offered_requests_per_s: float | None
+    achieved_dispatch_per_s: float
+    offered_concurrency: int | None
+    achieved_concurrency_mean: float
+    peak_waiting_requests: int | None
+    peak_kv_cache_usage_fraction: float | None
+    preemptions_during_run: int | None
+    prefix_cache_hits_during_run_tokens: int | None
+    failed_scrapes: int
+    prompt_token_mismatches: int
+    captured_capacity: dict[str, object] | None = None
+    valid: bool
+    invalid_reasons: list[str]
+
+
+def distribution(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
+    """mean, p50, p90, p95, p99 and max of one latency, keyed `<name>_ms_<stat>`; None when empty."""
+    keys = [f"{name}_ms_mean", *(f"{name}_ms_p{p}" for p in PERCENTILES), f"{name}_ms_max"]
+    if len(values_ms) == 0:
+        return dict.fromkeys(keys)
+    array = np.asarray(values_ms, dtype=float)
+    figures = [array.mean(), *np.percentile(array, PERCENTILES), array.max()]
+    return {key: float(value) for key, value in zip(keys, figures, strict=True)}
+
+
+def ttft_ms(record: RequestRecord) -> float:
+    assert record.first_token_s is not None
+    return (record.first_token_s - record.scheduled_s) * 1000
+
+
+def tpot_ms(record: RequestRecord) -> float | None:
+    """Decode time per output token after the first; None with fewer than two tokens."""
+    tokens = sum(record.chunk_tokens)
+    if tokens < 2:
+        return None
+    return (record.chunk_times_s[-1] - record.chunk_times_s[0]) * 1000 / (tokens - 1)
+
+
+def itl_ms(record: RequestRecord) -> list[float]:
+    """Per-token gaps: a chunk carrying k tokens after a gap g contributes k gaps of g/k."""
+    gaps: list[float] = []
+    times, tokens = record.chunk_times_s, record.chunk_tokens
+    for i in range(1, len(times)):
+        gaps.extend([(times[i] - times[i - 1]) * 1000 / tokens[i]] * tokens[i])
+    return gaps
+
+
+def meets_slo(record: RequestRecord, slo: Slo) -> bool:
+    if slo.ttft_ms is not None and ttft_ms(record) > slo.ttft_ms:
+        return False
+    tpot = tpot_ms(record)
+    return slo.tpot_ms is None or tpot is None or tpot <= slo.tpot_ms
+
+
+def server_figures(samples: Sequence[ServerSample]) -> dict[str, int | float | None]:
+    """Peaks of gauges and growth of counters between the first and last successful scrape."""
+    snapshots = [sample.snapshot for sample in samples if sample.snapshot is not None]
+
+    def peak(values: list[float | int | None]) -> float | int | None:
+        present = [value for value in values if value is not None]
+        return max(present) if present else None
+
+    def growth(values: list[int | None]) -> int | None:
+        present = [value for value in values if value is not None]
+        return present[-1] - present[0] if present else None
+
+    return {
+        "peak_waiting_requests": peak([s.num_requests_waiting for s in snapshots]),
+        "peak_kv_cache_usage_fraction": peak([s.kv_cache_usage_fraction for s in snapshots]),
+        "preemptions_during_run": growth([s.num_preemptions_total for s in snapshots]),
+        "prefix_cache_hits_during_run_tokens": growth([s.prefix_cache_hits_total for s in snapshots]),
+    }
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    samples: Sequence[ServerSample],
+    *,
+    slo: Slo,
+    offered_requests_per_s: float | None,
+    offered_concurrency: int | None,
+    cold: bool,
+    max_dispatch_lag_ms: float,
+    prompt_token_mismatches: int = 0,
+    captured_capacity: dict[str, object] | None = None,
+    interrupted_by: str | None = None,
+) -> RunSummary:
+    measured = [record for record in records if not record.warmup]
+    ok = [record for record in measured if record.error_class is None and record.first_token_s is not None]
+    window_s = (
+        max(record.end_s for record in measured) - min(record.scheduled_s for record in measured)
+        if measured
+        else 0.0
+    )
+    per_s = (lambda count: count / window_s) if window_s > 0 else (lambda count: 0.0)
+    dispatches = sorted(record.dispatch_s for record in measured)
+    dispatch_span_s = dispatches[-1] - dispatches[0] if len(dispatches) > 1 else 0.0
+
+    latency = {
+        **distribution("ttft", [ttft_ms(r) for r in ok]),
+        **distribution("tpot", [t for r in ok if (t := tpot_ms(r)) is not None]),
+        **distribution("itl", [gap for r in ok for gap in itl_ms(r)]),
+        **distribution("e2e", [(r.end_s - r.scheduled_s) * 1000 for r in ok]),
+        **distribution("dispatch_lag", [(r.dispatch_s - r.scheduled_s) * 1000 for r in measured]),
+    }
+    server = server_figures(samples)
+    reasons = validity_problems(latency, server, ok, cold=cold, max_dispatch_lag_ms=max_dispatch_lag_ms)
+    if interrupted_by is not None:
+        reasons.append(f"run stopped early by {interrupted_by}")
+    has_slo = slo.ttft_ms is not None or slo.tpot_ms is not None
+    return RunSummary(
+        requests_sent=len(records),
+        requests_measured=len(measured),
+        requests_ok=len(ok),
+        errors_by_class=dict(Counter(str(r.error_class) for r in measured if r.error_class is not None)),
+        window_s=window_s,
+        latency=latency,
+        requests_per_s=per_s(len(ok)),
+        output_tokens_per_s=per_s(sum(sum(r.chunk_tokens) for r in ok)),
+        prompt_tokens_per_s=per_s(sum(r.prompt_tokens or 0 for r in ok)),
+        chunks_per_s=per_s(sum(len(r.chunk_times_s) for r in ok)),
+        goodput_requests_per_s=per_s(sum(meets_slo(r, slo) for r in ok)) if has_slo else None,
+        offered_requests_per_s=offered_requests_per_s,
+        achieved_dispatch_per_s=(len(dispatches) - 1) / dispatch_span_s if dispatch_span_s > 0 else 0.0,
+        offered_concurrency=offered_concurrency,
+        achieved_concurrency_mean=per_s(sum(r.end_s - r.dispatch_s for r in measured)),
+        failed_scrapes=sum(sample.snapshot is None for sample in samples),
+        prompt_token_mismatches=prompt_token_mismatches,
+        captured_capacity=captured_capacity,
+        valid=not reasons,
+        invalid_reasons=reasons,
+        **server,
+    )
+
+
+def validity_problems(
+    latency: dict[str, float | None],
+    server: dict[str, int | float | None],
+    ok: Sequence[RequestRecord],
+    *,
+    cold: bool,
+    max_dispatch_lag_ms: float,
+) -> list[str]:
+    """Why the run does not measure what it claims: the client fell behind, or a cold run hit the cache."""
+    reasons = []
+    if not ok:
+        reasons.append("no measured request succeeded")
+    lag = latency["dispatch_lag_ms_p99"]
+    if lag is not None and lag > max_dispatch_lag_ms:
+        reasons.append(f"client fell behind its schedule: dispatch_lag_ms_p99 {lag:.1f} > {max_dispatch_lag_ms:g}")
+    hits = server["prefix_cache_hits_during_run_tokens"]
+    if cold and hits:
+        reasons.append(f"run declared cold but the prefix cache hit {hits} tokens")
+    return reasons
