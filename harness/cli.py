@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -26,6 +27,39 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+@app.command()
+@one_line_errors
+def emulate(
+    host: str = typer.Option("127.0.0.1", help="address to listen on"),
+    port: int = typer.Option(8000, help="port to listen on"),
+    model: str = typer.Option("emulated", help="model name served"),
+    ttft_ms: float = typer.Option(20.0, help="time to first token after admission, ms"),
+    itl_ms: float = typer.Option(5.0, help="time between tokens, ms"),
+    tokens_per_chunk: int = typer.Option(1, help="tokens carried by each streamed chunk after the first"),
+    max_num_seqs: int = typer.Option(256, help="sequences running at once; the rest wait"),
+    kv_capacity_tokens: int = typer.Option(1_048_576, help="live prompt+output tokens admitted at once"),
+    max_model_len: int = typer.Option(4096, help="prompt+max_tokens above this is rejected with HTTP 400"),
+    drop_every: int | None = typer.Option(None, help="abort every Nth stream's connection after 2 chunks"),
+) -> None:
+    """Serve a vLLM-shaped API with scripted timing, for dry runs and client benchmarks."""
+    from harness.emulator import EmulatorConfig, serve
+
+    serve(
+        EmulatorConfig(
+            host=host,
+            port=port,
+            model=model,
+            ttft_ms=ttft_ms,
+            itl_ms=itl_ms,
+            tokens_per_chunk=tokens_per_chunk,
+            max_num_seqs=max_num_seqs,
+            kv_capacity_tokens=kv_capacity_tokens,
+            max_model_len=max_model_len,
+            drop_every=drop_every,
+        )
+    )
 
 
 @app.command()
@@ -64,3 +98,43 @@ def budget(
         print(result.model_dump_json(indent=2))
     else:
         Console().print(budget_renderable(result))
+
+
+@app.command("run")
+@one_line_errors
+def run_command(
+    inventory: Path = typer.Option(..., help="prompt inventory directory"),
+    out: Path = typer.Option(..., help="run record directory to write"),
+    base_url: str | None = typer.Option(None, help="server base URL, e.g. http://127.0.0.1:8000"),
+    service_uuid: str | None = typer.Option(None, help="Polyaxon service run to send to (in-cluster address)"),
+    service_port: int = typer.Option(8000, help="port of the Polyaxon service"),
+    concurrency: int | None = typer.Option(None, help="closed loop: requests kept in flight"),
+    rate: float | None = typer.Option(None, help="open loop: mean arrivals per second"),
+    burstiness: float = typer.Option(1.0, help="gamma shape of inter-arrival times (1 = Poisson)"),
+    max_concurrency: int | None = typer.Option(None, help="cap on in-flight requests under --rate"),
+    max_tokens: int | None = typer.Option(None, help="output cap for every request (default: the inventory's)"),
+    requests: int | None = typer.Option(None, help="measured requests (default: one pass over the inventory)"),
+    duration_s: float | None = typer.Option(None, help="stop scheduling after this many seconds"),
+    warmup: int = typer.Option(0, help="requests sent first and left out of the results"),
+    seed: int = typer.Option(0, help="seed for arrivals and shuffling"),
+    order: str = typer.Option("inventory", help="prompt order per pass: inventory or shuffled"),
+    temperature: float = typer.Option(0.0, help="sampling temperature sent with every request"),
+    slo_ttft_ms: float | None = typer.Option(None, help="goodput SLO on time to first token, ms"),
+    slo_tpot_ms: float | None = typer.Option(None, help="goodput SLO on time per output token, ms"),
+    cold: bool = typer.Option(False, help="declare the run cold: prefix-cache hits make it invalid"),
+    sample_interval_s: float = typer.Option(1.0, help="seconds between /metrics scrapes"),
+    max_dispatch_lag_ms: float = typer.Option(10.0, help="p99 dispatch lag above which the run is invalid"),
+    ready_timeout_s: float = typer.Option(600.0, help="seconds to wait for the server's /health"),
+) -> None:
+    """Send an inventory at a set load; record every request, the server's metrics and a summary."""
+    from harness.runner import build_run_config, run_load
+
+    config, prompts = build_run_config(
+        inventory=inventory, base_url=base_url, service_uuid=service_uuid, service_port=service_port,
+        concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency,
+        max_tokens=max_tokens, requests=requests, duration_s=duration_s, warmup=warmup, seed=seed, order=order,
+        temperature=temperature, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, cold=cold,
+        sample_interval_s=sample_interval_s, max_dispatch_lag_ms=max_dispatch_lag_ms,
+    )
+    summary = run_load(config, prompts, out, ready_timeout_s=ready_timeout_s)
+    print(summary.model_dump_json(indent=2))
