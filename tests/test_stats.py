@@ -1,0 +1,134 @@
+"""Summary statistics on hand-built records; every expected figure is worked out in the comments."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.client import ErrorClass, RequestRecord
+from harness.record import ServerSample, Slo
+from harness.server_metrics import MetricsSnapshot
+from harness.stats import distribution, itl_ms, summarize, tpot_ms
+
+
+def record(index: int, scheduled_s: float, dispatch_s: float, chunks: list[tuple[float, int]], end_s: float,
+           *, warmup: bool = False, error: ErrorClass | None = None) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        prompt_id=f"p{index}",
+        warmup=warmup,
+        max_tokens=8,
+        scheduled_s=scheduled_s,
+        dispatch_s=dispatch_s,
+        first_token_s=chunks[0][0] if chunks else None,
+        end_s=end_s,
+        chunk_times_s=[t for t, _ in chunks],
+        chunk_tokens=[n for _, n in chunks],
+        prompt_tokens=16 if not error else None,
+        output_tokens=sum(n for _, n in chunks) if not error else None,
+        finish_reason="length" if not error else None,
+        http_status=200,
+        error_class=error,
+    )
+
+
+# r1: on time; first token at 100 ms; then chunks of 1 and 2 tokens -> TTFT 100, TPOT 30/3 = 10,
+#     ITL 10 | 10, 10 (a 20 ms gap carrying 2 tokens is two 10 ms gaps), E2E 135.
+R1 = record(1, 0.0, 0.0, [(0.100, 1), (0.110, 1), (0.130, 2)], 0.135)
+# r2: scheduled at 1.0 s but dispatched 50 ms late -> TTFT 250 from the schedule, TPOT 20, ITL 20, E2E 280.
+R2 = record(2, 1.0, 1.050, [(1.250, 1), (1.270, 1)], 1.280)
+WARMUP = record(0, -1.0, -1.0, [(-0.5, 1), (-0.4, 1)], -0.3, warmup=True)
+TIMED_OUT = record(3, 0.5, 0.5, [], 0.9, error=ErrorClass.timeout)
+
+
+def snapshot(waiting: int, kv: float, preemptions: int, hits: int) -> MetricsSnapshot:
+    return MetricsSnapshot(
+        num_requests_waiting=waiting,
+        kv_cache_usage_fraction=kv,
+        num_preemptions_total=preemptions,
+        prefix_cache_hits_total=hits,
+    )
+
+
+SAMPLES = [
+    ServerSample(t_s=0.0, snapshot=snapshot(0, 0.1, 2, 10)),
+    ServerSample(t_s=0.5, error="ReadTimeout: timed out"),
+    ServerSample(t_s=1.0, snapshot=snapshot(3, 0.7, 2, 10)),
+    ServerSample(t_s=1.5, snapshot=snapshot(1, 0.2, 5, 14)),
+]
+
+
+def summary(**overrides):
+    arguments = dict(
+        slo=Slo(ttft_ms=200.0),
+        offered_requests_per_s=2.0,
+        offered_concurrency=None,
+        cold=True,
+        max_dispatch_lag_ms=10.0,
+    )
+    return summarize([WARMUP, R1, TIMED_OUT, R2], SAMPLES, **(arguments | overrides))
+
+
+def test_per_request_figures_count_every_token_of_a_multi_token_chunk() -> None:
+    assert tpot_ms(R1) == pytest.approx(10.0)
+    assert itl_ms(R1) == pytest.approx([10.0, 10.0, 10.0])
+    assert tpot_ms(record(9, 0, 0, [(0.1, 1)], 0.1)) is None
+
+
+def test_latencies_are_measured_from_the_schedule_over_successful_measured_requests() -> None:
+    latency = summary().latency
+    # TTFT [100, 250]: mean 175, p99 by linear interpolation 100 + 0.99 * 150 = 248.5.
+    assert latency["ttft_ms_mean"] == pytest.approx(175.0)
+    assert latency["ttft_ms_p99"] == pytest.approx(248.5)
+    assert latency["ttft_ms_max"] == pytest.approx(250.0)
+    # ITL [10, 10, 10, 20]: mean 12.5, median 10.
+    assert latency["itl_ms_mean"] == pytest.approx(12.5)
+    assert latency["itl_ms_p50"] == pytest.approx(10.0)
+    assert latency["e2e_ms_max"] == pytest.approx(280.0)
+    assert latency["tpot_ms_mean"] == pytest.approx(15.0)
+
+
+def test_throughput_goodput_errors_and_achieved_load() -> None:
+    result = summary()
+    # Window: first measured schedule 0.0 s to last measured end 1.28 s.
+    assert result.window_s == pytest.approx(1.28)
+    assert result.requests_measured == 3 and result.requests_ok == 2 and result.requests_sent == 4
+    assert result.requests_per_s == pytest.approx(2 / 1.28)
+    assert result.output_tokens_per_s == pytest.approx(6 / 1.28)
+    assert result.goodput_requests_per_s == pytest.approx(1 / 1.28)  # only r1 has TTFT <= 200 ms
+    assert result.errors_by_class == {"timeout": 1}
+    # Busy time 0.135 + 0.230 + 0.400 s over 1.28 s.
+    assert result.achieved_concurrency_mean == pytest.approx(0.765 / 1.28)
+    # Dispatches at 0.0, 0.5, 1.05 s: 2 intervals over 1.05 s.
+    assert result.achieved_dispatch_per_s == pytest.approx(2 / 1.05)
+
+
+def test_server_samples_give_peaks_and_counter_growth_and_count_failed_scrapes() -> None:
+    result = summary()
+    assert result.peak_waiting_requests == 3
+    assert result.peak_kv_cache_usage_fraction == pytest.approx(0.7)
+    assert result.preemptions_during_run == 3
+    assert result.prefix_cache_hits_during_run_tokens == 4
+    assert result.failed_scrapes == 1
+
+
+def test_a_late_client_and_cache_hits_in_a_cold_run_make_the_run_invalid() -> None:
+    result = summary()
+    assert not result.valid
+    # Dispatch lag [0, 50, 0] ms: p99 = 0 + 0.98 * 50 = 49 ms > 10 ms.
+    assert result.latency["dispatch_lag_ms_p99"] == pytest.approx(49.0)
+    assert any("fell behind" in reason and "49.0" in reason for reason in result.invalid_reasons)
+    assert any("cold" in reason for reason in result.invalid_reasons)
+
+
+def test_the_same_records_pass_with_a_tolerant_threshold_in_a_warm_run() -> None:
+    result = summary(cold=False, max_dispatch_lag_ms=60.0)
+    assert result.valid and result.invalid_reasons == []
+    interrupted = summary(cold=False, max_dispatch_lag_ms=60.0, interrupted_by="SIGTERM")
+    assert not interrupted.valid and interrupted.invalid_reasons == ["run stopped early by SIGTERM"]
+
+
+def test_no_goodput_without_slos_and_no_figures_without_values() -> None:
+    assert summary(slo=Slo()).goodput_requests_per_s is None
+    assert distribution("ttft", []) == dict.fromkeys(
+        ["ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p95", "ttft_ms_p99", "ttft_ms_max"]
+    )
