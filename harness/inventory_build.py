@@ -7,9 +7,12 @@ same recipe gives byte-identical files and a committed inventory can be rebuilt 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
+import jinja2
+import jinja2.sandbox
 import numpy as np
 import pydantic
 
@@ -133,8 +136,10 @@ class _TokenCounter:
 
         self.tokenizer: Any = AutoTokenizer.from_pretrained(directory)
         self.chat = chat
-        if chat and not self.tokenizer.chat_template:
-            raise HarnessError(f"tokenizer {directory}: has no chat template, so a chat inventory is impossible")
+        if chat:
+            if not isinstance(self.tokenizer.chat_template, str):
+                raise HarnessError(f"tokenizer {directory}: has no single chat template, so a chat inventory is impossible")
+            self.template = _chat_template(self.tokenizer.chat_template)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -142,8 +147,10 @@ class _TokenCounter:
     def count(self, text: str) -> int:
         if not self.chat:
             return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
-        rendered = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        rendered = self.template.render(
+            messages=[{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            **self.tokenizer.special_tokens_map,
         )
         return len(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
@@ -169,6 +176,24 @@ class _TokenCounter:
         raise HarnessError(f"no text from the corpus counts exactly {length} tokens near offset {start}")
 
 
+def _chat_template(source: str) -> jinja2.Template:
+    """The template compiled as transformers and vLLM compile it.
+
+    transformers' own renderer demands jinja2>=3.1.6, which polyaxon's pin (<3.1.5) rules out, so the
+    same sandboxed environment is set up here; `harness prompts verify --server` checks the counts.
+    """
+
+    def raise_exception(message: str) -> None:
+        raise HarnessError(f"chat template refused the prompt: {message}")
+
+    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    environment.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+    environment.globals["raise_exception"] = raise_exception
+    return environment.from_string(source)
+
+
 def _wrapped(ids: list[int], start: int, size: int) -> list[int]:
     repeats = (start % len(ids) + size) // len(ids) + 1
     return (ids * repeats)[start % len(ids) : start % len(ids) + size]
@@ -183,8 +208,8 @@ def rebuild(manifest: InventoryManifest) -> Inventory:
 
 def token_shapes(prompt_tokens: str, output_cap_tokens: str, count: int) -> tuple[list[int], list[int]]:
     """Parse '512,1024' style lists; one output cap applies to all; every length repeats `count` times."""
-    lengths = _positive_list(prompt_tokens, "--prompt-tokens")
-    caps = _positive_list(output_cap_tokens, "--output-cap-tokens")
+    lengths = int_list(prompt_tokens, "--prompt-tokens", minimum=1)
+    caps = int_list(output_cap_tokens, "--output-cap-tokens", minimum=1)
     if len(caps) == 1:
         caps = caps * len(lengths)
     if len(caps) != len(lengths):
@@ -197,14 +222,28 @@ def token_shapes(prompt_tokens: str, output_cap_tokens: str, count: int) -> tupl
     )
 
 
-def _positive_list(value: str, option: str) -> list[int]:
+def int_list(value: str, option: str, *, minimum: int) -> list[int]:
+    """A comma-separated command-line list of integers; empty means none."""
+    if not value.strip():
+        return []
     try:
         numbers = [int(part) for part in value.split(",")]
     except ValueError:
         raise HarnessError(f"{option}: {value!r} is not a comma-separated list of integers") from None
-    if any(n < 1 for n in numbers):
-        raise HarnessError(f"{option}: {value!r} holds a value below 1")
+    if any(n < minimum for n in numbers):
+        raise HarnessError(f"{option}: {value!r} holds a value below {minimum}")
     return numbers
+
+
+def check_rebuilds(inventory: Inventory) -> None:
+    """Refuse an inventory that its own recipe no longer reproduces (data and recipe have drifted)."""
+    again = rebuild(inventory.manifest)
+    if again.digest != inventory.digest:
+        differing = [a.prompt_id for a, b in zip(inventory.prompts, again.prompts) if a.sha256 != b.sha256]
+        raise HarnessError(
+            f"inventory {inventory.manifest.name}: its recipe rebuilds a different inventory "
+            f"(prompts differing: {', '.join(differing[:10]) or 'none; the manifest differs'})"
+        )
 
 
 def token_id_recipe(**fields: Any) -> TokenIdRecipe:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from harness.inventory import (
     MANIFEST_FILE,
     PROMPTS_FILE,
     SALT_TOKENS,
+    Inventory,
     TokenIdRecipe,
     VocabularyRange,
     assemble_inventory,
@@ -22,7 +26,15 @@ from harness.inventory import (
     prompt_token_mismatches,
     write_inventory,
 )
-from harness.inventory_build import build_token_id_inventory, token_id_recipe, token_shapes
+from harness.inventory_build import (
+    build_text_inventory,
+    build_token_id_inventory,
+    check_rebuilds,
+    rebuild,
+    text_recipe,
+    token_id_recipe,
+    token_shapes,
+)
 
 SMALL_VOCABULARY = VocabularyRange(low=3, high=50, excluded_ids=[10, 11, 12])
 
@@ -200,3 +212,192 @@ def test_token_shapes_repeat_and_broadcast() -> None:
         token_shapes("512,x", "64", 1)
     with pytest.raises(HarnessError, match="--output-cap-tokens: 2 values for 3"):
         token_shapes("1,2,3", "4,5", 1)
+
+
+# --- text inventories -------------------------------------------------------------------------------
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|user|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+WORDS = "the cache holds keys and values for every live sequence café naïve — long contexts grow".split()
+
+
+def corpus_text() -> str:
+    """Varied prose with multi-byte characters, so token cuts can land inside a character."""
+    return " ".join(
+        " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(5 + i % 9)) + "." for i in range(400)
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        special_tokens=["<|user|>", "<|end|>", "<|assistant|>"],
+    )
+    tokenizer.train_from_iterator([corpus_text()], trainer=trainer)
+    directory = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHAT_TEMPLATE}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    file = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    file.write_text(corpus_text(), encoding="utf-8")
+    return file
+
+
+def build_text(corpus: Path, tokenizer: Path, chat: bool, lengths: list[int]) -> Inventory:
+    recipe = text_recipe(
+        corpus, tokenizer=str(tokenizer), chat=chat, prompt_tokens=lengths,
+        output_cap_tokens=[16] * len(lengths), seed=3,
+    )
+    return build_text_inventory("text", recipe)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_text_prompts_count_exactly_as_the_raw_tokenizer_counts(
+    tokenizer_dir: Path, corpus_file: Path, chat: bool
+) -> None:
+    from tokenizers import Tokenizer
+
+    raw = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    lengths = [5, 17, 64, 333, 1500]  # 1500 is longer than the corpus: the cut wraps around
+    inventory = build_text(corpus_file, tokenizer_dir, chat, lengths)
+    for prompt, length in zip(inventory.prompts, lengths):
+        assert prompt.text and prompt.chat is chat and prompt.token_ids is None
+        sent = f"<|user|>{prompt.text}<|end|><|assistant|>" if chat else prompt.text
+        assert len(raw.encode(sent).ids) == length == prompt.prompt_tokens
+    assert len({p.text for p in inventory.prompts}) == len(lengths)
+
+
+def test_text_builds_are_byte_identical_and_pin_the_tokenizer(
+    tokenizer_dir: Path, corpus_file: Path, tmp_path: Path
+) -> None:
+    first = write_inventory(build_text(corpus_file, tokenizer_dir, True, [40, 80]), tmp_path / "a")
+    second = write_inventory(build_text(corpus_file, tokenizer_dir, True, [40, 80]), tmp_path / "b")
+    for file in (PROMPTS_FILE, MANIFEST_FILE):
+        assert (first / file).read_bytes() == (second / file).read_bytes()
+    inventory = load_inventory(first)
+    check_rebuilds(inventory)
+    assert inventory.manifest.tokenizer is not None
+    assert inventory.manifest.tokenizer.name == str(tokenizer_dir)
+
+    changed = tmp_path / "changed-tokenizer"
+    shutil.copytree(tokenizer_dir, changed)
+    config = json.loads((changed / "tokenizer_config.json").read_text())
+    (changed / "tokenizer_config.json").write_text(json.dumps(config | {"chat_template": "{{ messages[0]['content'] }}"}))
+    other = build_text(corpus_file, changed, True, [40, 80])
+    assert other.manifest.tokenizer is not None
+    assert other.manifest.tokenizer.files_sha256 != inventory.manifest.tokenizer.files_sha256
+
+
+def test_text_rebuild_refuses_a_changed_corpus(tokenizer_dir: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(corpus_text(), encoding="utf-8")
+    inventory = build_text(corpus, tokenizer_dir, False, [30])
+    corpus.write_text(corpus_text() + " more", encoding="utf-8")
+    with pytest.raises(HarnessError, match=r"corpus .*corpus\.txt: its sha256 differs"):
+        check_rebuilds(inventory)
+
+
+def test_hub_tokenizer_needs_a_pinned_revision(corpus_file: Path) -> None:
+    recipe = text_recipe(
+        corpus_file, tokenizer="Qwen/Qwen3-4B", chat=False, prompt_tokens=[8], output_cap_tokens=[8], seed=0
+    )
+    with pytest.raises(HarnessError, match="Qwen/Qwen3-4B: not a local directory, and a hub id needs --revision"):
+        build_text_inventory("hub", recipe)
+
+
+# --- bundled inventories for the pinned model ------------------------------------------------------------
+
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+QWEN3_4B_VOCABULARY = VocabularyRange(low=0, high=151_643)  # ids >= 151,643 are Qwen's special tokens
+
+
+@pytest.mark.parametrize(
+    "name", ["qwen3-4b-fixed-4096x8", "qwen3-4b-length-ladder", "qwen3-4b-shared-prefix"]
+)
+def test_bundled_inventories_rebuild_byte_identically(name: str, tmp_path: Path) -> None:
+    committed = PROMPTS_DIR / name
+    inventory = load_inventory(committed)
+    assert inventory.manifest.vocabulary == QWEN3_4B_VOCABULARY
+    again = write_inventory(rebuild(inventory.manifest), tmp_path / name)
+    for file in (PROMPTS_FILE, MANIFEST_FILE):
+        assert (again / file).read_bytes() == (committed / file).read_bytes()
+
+
+def test_bundled_shapes_are_the_documented_ones() -> None:
+    fixed = load_inventory(PROMPTS_DIR / "qwen3-4b-fixed-4096x8")
+    assert [p.prompt_tokens + p.output_cap_tokens for p in fixed.prompts] == [4096] * 8
+    ladder = load_inventory(PROMPTS_DIR / "qwen3-4b-length-ladder")
+    assert [p.prompt_tokens for p in ladder.prompts] == [512 * 2**i for i in range(7)]
+    check_fits(ladder, 40_960)  # Qwen3-4B's default max_model_len
+    shared = load_inventory(PROMPTS_DIR / "qwen3-4b-shared-prefix")
+    assert len({tuple((p.token_ids or [])[:1536]) for p in shared.prompts}) == 1
+    assert len({(p.token_ids or [])[1536] for p in shared.prompts}) == 8
+    digests = {fixed.digest, ladder.digest, shared.digest}
+    assert len(digests) == 3
+
+
+# --- the command line ------------------------------------------------------------------------------------
+
+HARNESS = str(Path(sys.executable).parent / "harness")
+
+
+def harness(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([HARNESS, *args], capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_cli_builds_then_verifies_and_refuses_an_edit(tmp_path: Path) -> None:
+    out = tmp_path / "cli-built"
+    built = harness(
+        "prompts", "build", "token-ids", str(out), "--vocab-high", "64", "--exclude-ids", "5,6",
+        "--prompt-tokens", "12,24", "--output-cap-tokens", "4", "--count", "2", "--seed", "9",
+    )
+    assert built.returncode == 0, built.stderr
+    inventory = load_inventory(out)
+    assert [p.prompt_tokens for p in inventory.prompts] == [12, 12, 24, 24]
+    assert inventory.digest in built.stdout
+
+    verified = harness("prompts", "verify", str(out), "--rebuild", "--max-model-len", "28")
+    assert verified.returncode == 0, verified.stderr
+    assert "intact, 4 prompts" in verified.stdout
+
+    assert_one_line_error(
+        harness("prompts", "verify", str(out), "--max-model-len", "27"), "p0002 (24+4=28)", "p0003 (24+4=28)"
+    )
+    edit_line(out, 4, '"output_cap_tokens":4', '"output_cap_tokens":5')
+    assert_one_line_error(harness("prompts", "verify", str(out)), "line 4 (prompt p0003)")
+
+
+def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
+    assert_one_line_error(harness("prompts", "verify", str(tmp_path)), "manifest.json: no such file")
+    assert_one_line_error(
+        harness("prompts", "build", "token-ids", str(tmp_path / "x"), "--vocab-high", "10",
+                "--prompt-tokens", "4", "--output-cap-tokens", "1", "--exclude-ids", "99"),
+        "token-id recipe: field 'vocabulary'", "excluded_ids outside [0, 10)",
+    )
+    assert_one_line_error(
+        harness("prompts", "build", "text", str(tmp_path / "y"), "--corpus", str(tmp_path / "missing.txt"),
+                "--tokenizer", "t", "--prompt-tokens", "4", "--output-cap-tokens", "1"),
+        "missing.txt: unreadable",
+    )
