@@ -189,10 +189,7 @@ def prompts_verify(
         return
     mismatches = verify_with_server(inventory, server)
     for mismatch in mismatches:
-        print(
-            f"mismatch {mismatch.prompt_id}: manifest {mismatch.manifest_prompt_tokens} tokens, "
-            f"server {mismatch.server_prompt_tokens}: {mismatch.detail}"
-        )
+        print(f"mismatch {mismatch.describe()}")
     if mismatches:
         raise typer.Exit(1)
     print(f"{server}: all {inventory.manifest.prompt_count} prompt token counts match")

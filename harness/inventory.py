@@ -401,6 +401,10 @@ class PromptTokenMismatch(BaseModel):
     server_prompt_tokens: int | None
     detail: str
 
+    def describe(self) -> str:
+        counted = "no count" if self.server_prompt_tokens is None else f"{self.server_prompt_tokens} tokens"
+        return f"{self.prompt_id}: manifest {self.manifest_prompt_tokens} tokens, server {counted}: {self.detail}"
+
 
 def prompt_token_mismatches(
     inventory: Inventory, usage_by_prompt_id: Mapping[str, int]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def build_text_inventory(name: str, recipe: TextRecipe) -> Inventory:
     prompts: list[InventoryPrompt] = []
     for index, (length, cap) in enumerate(zip(recipe.prompt_tokens, recipe.output_cap_tokens)):
         start = int(rng.integers(0, len(corpus_ids)))
-        text = counter.cut(corpus_ids, start, length)
+        text = counter.cut(corpus_ids, start, length, prompt_id(index))
         prompts.append(make_prompt(prompt_id(index), length, cap, text=text, chat=recipe.chat))
     return assemble_inventory(name, recipe, identity, prompts)
 
@@ -132,6 +133,8 @@ class _TokenCounter:
     to text and tokenizes it without adding any."""
 
     def __init__(self, directory: Path, chat: bool) -> None:
+        # Only tokenizers are used here, so transformers' advice that PyTorch is missing is noise.
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
         from transformers import AutoTokenizer
 
         self.tokenizer: Any = AutoTokenizer.from_pretrained(directory)
@@ -154,7 +157,7 @@ class _TokenCounter:
         )
         return len(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
-    def cut(self, corpus_ids: list[int], start: int, length: int) -> str:
+    def cut(self, corpus_ids: list[int], start: int, length: int, prompt: str) -> str:
         """Text whose count is exactly `length`, from corpus tokens at `start` (wrapping around).
 
         Decoding a token window and re-encoding it does not always give the same tokens back, so the
@@ -162,7 +165,9 @@ class _TokenCounter:
         """
         overhead = self.count("")
         if length <= overhead:
-            raise HarnessError(f"prompt length {length} leaves no room: the empty prompt already counts {overhead}")
+            raise HarnessError(
+                f"prompt {prompt}: {length} tokens leave no room for text: an empty prompt already counts {overhead}"
+            )
         for shift in range(64):
             size = length - overhead
             tried: set[int] = set()
@@ -173,7 +178,7 @@ class _TokenCounter:
                 if counted == length:
                     return text
                 size += length - counted
-        raise HarnessError(f"no text from the corpus counts exactly {length} tokens near offset {start}")
+        raise HarnessError(f"prompt {prompt}: no corpus text counts exactly {length} tokens near token {start}")
 
 
 def _chat_template(source: str) -> jinja2.Template:

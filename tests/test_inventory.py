@@ -401,3 +401,9 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
                 "--tokenizer", "t", "--prompt-tokens", "4", "--output-cap-tokens", "1"),
         "missing.txt: unreadable",
     )
+
+
+def test_chat_prompt_shorter_than_its_template_is_refused_naming_it(tokenizer_dir: Path, corpus_file: Path) -> None:
+    # "<|user|>" + "<|end|>" + "<|assistant|>" alone are 3 tokens, so 3 leaves no room for any text.
+    with pytest.raises(HarnessError, match=r"prompt p0001: 3 tokens leave no room for text: an empty prompt already counts 3"):
+        build_text(corpus_file, tokenizer_dir, True, [10, 3])
