@@ -233,3 +233,31 @@ def run_command(
     )
     summary = run_load(config, prompts, out, ready_timeout_s=ready_timeout_s)
     print(summary.model_dump_json(indent=2))
+
+
+@app.command()
+@one_line_errors
+def capacity(
+    log: str | None = typer.Option(None, "--log", help="engine start-up log file, or - for stdin"),
+    run: Path | None = typer.Option(None, "--run", help="local run directory holding the captured engine.log"),
+    polyaxon_run: str | None = typer.Option(None, "--polyaxon-run", help="Polyaxon run UUID whose logs to read"),
+    project: str | None = typer.Option(None, "--project", help="OWNER/NAME of the Polyaxon run"),
+    metrics: str | None = typer.Option(None, "--metrics", help="/metrics URL (or a saved scrape) to cross-check"),
+    model: str | None = typer.Option(None, help="model for the prediction (default: the one the log names)"),
+    revision: str | None = typer.Option(None, help="hub revision of --model"),
+    json_output: bool = typer.Option(False, "--json", help="print the versioned JSON report"),
+) -> None:
+    """The KV capacity the engine logged, /metrics beside it, and the calculator's prediction; exit 1 if none."""
+    from rich.console import Console
+
+    from harness.capacity import capacity_from_sources, capacity_renderable
+
+    report = capacity_from_sources(
+        log=log, run_dir=run, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model, revision=revision
+    )
+    if json_output:
+        print(report.model_dump_json(indent=2))
+    else:
+        Console().print(capacity_renderable(report))
+    if report.log is not None and not report.log.capacity_found:
+        raise typer.Exit(1)

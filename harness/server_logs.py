@@ -91,6 +91,8 @@ FAILURE_MARKERS = (
 # Wrappers that only point at the root cause printed earlier.
 GENERIC_FAILURES = ("See root cause above", "Engine core initialization failed", "Engine process failed to start")
 MAX_EVIDENCE_LINES = 8
+RUN_ENGINE_LOG = "engine.log"
+MAX_LOG_PAGES = 500
 
 Stage = Literal["starting", "loading_weights", "sizing_kv_cache", "after_kv_cache"]
 
@@ -196,6 +198,50 @@ def decode_log_bytes(data: bytes, name: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise HarnessError(f"{name}: not a UTF-8 text log (undecodable byte at offset {error.start})") from None
+
+
+def read_run_log(run_dir: Path) -> str:
+    """The engine log a local run captured beside its record (`engine.log`)."""
+    path = Path(run_dir) / RUN_ENGINE_LOG
+    if not Path(run_dir).is_dir():
+        raise HarnessError(f"{run_dir}: not a run directory")
+    if not path.is_file():
+        raise HarnessError(f"{run_dir}: no {RUN_ENGINE_LOG} in this run directory")
+    return read_log_text(path)
+
+
+def fetch_polyaxon_run_log(run_uuid: str, project: str, client: Any = None) -> str:
+    """A Polyaxon run's logs joined into one text, page by page (the API returns up to 2,000 lines a call).
+
+    `client` is a polyaxon `RunClient` for that run; by default one is made from the CLI's configuration.
+    """
+    owner, _, name = project.partition("/")
+    if not owner or not name or "/" in name:
+        raise HarnessError(f"--project must be OWNER/NAME, got '{project}'")
+    if client is None:
+        from polyaxon.client import RunClient
+
+        client = RunClient(owner=owner, project=name, run_uuid=run_uuid, manual_exceptions_handling=True)
+    lines: list[str] = []
+    last_file = last_time = None
+    for _ in range(MAX_LOG_PAGES):
+        try:
+            page = client.get_logs(last_file=last_file, last_time=last_time)
+        except Exception as error:  # the API client raises several unrelated types; all mean "not readable"
+            raise HarnessError(f"Polyaxon run {run_uuid} in {project}: could not read its logs ({_first_line(error)})") from None
+        entries = (page.logs if page is not None else None) or []
+        if not entries:
+            break
+        lines.extend(entry.value for entry in entries if entry.value)
+        if (page.last_file, page.last_time) == (last_file, last_time):
+            break
+        last_file, last_time = page.last_file, page.last_time
+    return "\n".join(lines)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def split_log_lines(text: str) -> list[LogLine]:
