@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from harness.tiny_model import ensure_tiny_model
@@ -16,3 +23,49 @@ os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
 def tiny_model_dir() -> Path:
     """The seed-0 tiny Qwen3 model, generated once into the harness cache and reused."""
     return ensure_tiny_model(seed=0)
+
+
+@pytest.fixture(scope="session")
+def polyaxon_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Polyaxon API (`haupt sandbox`, SQLite): it stores, compiles and expands runs, never executes them."""
+    home = tmp_path_factory.mktemp("polyaxon-sandbox")
+    port = free_port()
+    env = {**os.environ, "HOME": str(home), "POLYAXON_DISABLE_ERRORS_REPORTING": "true"}
+    haupt = str(Path(sys.executable).with_name("haupt"))
+    log = open(home / "sandbox.log", "wb")  # noqa: SIM115 - closed at teardown
+    process = subprocess.Popen(
+        [haupt, "sandbox", "start", "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--path", str(home)],
+        cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    host = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{host}/api/v1/installation", timeout=2).json().get("mode") == "sandbox":
+                    break
+            except (httpx.HTTPError, ValueError):
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"haupt sandbox did not start: {(home / 'sandbox.log').read_text()[-2000:]}")
+            time.sleep(0.25)
+        from polyaxon import settings
+
+        previous = settings.CLIENT_CONFIG.host
+        settings.CLIENT_CONFIG.host = os.environ["POLYAXON_HOST"] = host  # this process and its children
+        yield host
+        settings.CLIENT_CONFIG.host = previous
+        os.environ.pop("POLYAXON_HOST")
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

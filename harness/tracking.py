@@ -1,0 +1,139 @@
+"""A finished run record, as a Polyaxon run: the limits and the workload as inputs, the figures as outputs.
+
+Inputs and outputs are what the Polyaxon dashboard compares runs by, so their names are stable and carry
+their units. Inside a managed run the identity comes from Polyaxon; outside, the run record's own id
+becomes the Polyaxon run UUID, so one id joins the record, the tracked run and the report. The UUID is
+written back into the record (`tracking.json`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness.errors import HarnessError
+from harness.record import RunConfig, read_samples
+from harness.stats import RunSummary
+
+TRACKING_JSON = "tracking.json"
+DEFAULT_OWNER = "local"
+RECORD_FILES = ("config.json", "environment.json", "summary.json", "capacity.json", "requests.parquet",
+                "samples.jsonl", "engine.log")
+SERIES = {  # metric series name → MetricsSnapshot field
+    "waiting_requests": "num_requests_waiting",
+    "running_requests": "num_requests_running",
+    "kv_cache_usage_fraction": "kv_cache_usage_fraction",
+}
+
+
+class TrackedRun(BaseModel):
+    run_uuid: str
+    owner: str
+    project: str
+    offline_root: str | None
+
+
+def track_run(
+    run_dir: Path,
+    *,
+    limits: dict[str, Any],
+    project: str,
+    offline_root: Path | None = None,
+    name: str | None = None,
+    extra_outputs: dict[str, Any] | None = None,
+) -> TrackedRun:
+    """Log one run record to Polyaxon (the API, or an offline root that `polyaxon ops push` accepts)."""
+    config = RunConfig.model_validate_json(_read(run_dir / "config.json"))
+    summary = RunSummary.model_validate_json(_read(run_dir / "summary.json"))
+    owner, project_name = _split_project(project)
+    run = _init(owner, project_name, config.run_id, offline_root, name)
+    run.log_inputs(**run_inputs(config, limits))
+    run.log_outputs(**run_outputs(summary), **(extra_outputs or {}))
+    anchor = config.clock_zero_unix_s
+    for step, sample in enumerate(s for s in read_samples(run_dir) if s.snapshot is not None):
+        values = {name: getattr(sample.snapshot, field) for name, field in SERIES.items()}
+        values = {name: value for name, value in values.items() if value is not None}
+        when = None if anchor is None else datetime.datetime.fromtimestamp(anchor + sample.t_s, datetime.UTC)
+        if values:
+            run.log_metrics(step=step, timestamp=when, **values)
+    for file_name in RECORD_FILES:
+        if (run_dir / file_name).exists():
+            run.log_artifact(path=str(run_dir / file_name), name=file_name.split(".")[0], kind="file")
+    run.end()
+    tracked = TrackedRun(run_uuid=run.run_uuid, owner=run.owner or owner, project=run.project or project_name,
+                         offline_root=None if offline_root is None else str(offline_root))
+    (run_dir / TRACKING_JSON).write_text(tracked.model_dump_json(indent=2), encoding="utf-8")
+    return tracked
+
+
+def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:
+    """The engine's limits and the workload: what a one-limit comparison holds fixed or varies."""
+    load = config.load
+    workload = {
+        "inventory_digest": config.inventory_digest,
+        "concurrency": load.concurrency,
+        "rate_per_s": load.rate_per_s,
+        "burstiness": load.burstiness,
+        "max_concurrency": load.max_concurrency,
+        "requests": load.requests,
+        "duration_s": load.duration_s,
+        "warmup_requests": load.warmup_requests,
+        "seed": load.seed,
+        "max_tokens": config.max_tokens,
+        "temperature": config.temperature,
+        "cold": config.cold,
+        "service_uuid": config.service_uuid,
+    }
+    return {name: value for name, value in {**limits, **workload}.items() if value is not None}
+
+
+def run_outputs(summary: RunSummary) -> dict[str, Any]:
+    """Every scalar of the summary, latency percentiles flattened to `ttft_ms_p99`-style names."""
+    outputs: dict[str, Any] = {}
+    for name, value in summary.model_dump(exclude={"latency", "errors_by_class", "invalid_reasons",
+                                                   "captured_capacity", "schema_version"}).items():
+        if value is not None:
+            outputs[name] = value
+    outputs.update({name: value for name, value in summary.latency.items() if value is not None})
+    outputs.update({f"errors_{name}": count for name, count in summary.errors_by_class.items()})
+    outputs["invalid_reasons"] = "; ".join(summary.invalid_reasons)
+    return outputs
+
+
+def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, name: str | None) -> Any:
+    os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
+    from polyaxon import tracking
+
+    quiet = dict(track_code=False, track_env=False, track_logs=False, collect_resources=False)
+    if os.environ.get("POLYAXON_RUN_INSTANCE"):  # a managed run: Polyaxon already knows who we are
+        return tracking.init(**quiet)
+    offline_path = None if offline_root is None else str(offline_root.resolve() / "runs" / run_uuid)
+    logging.disable(logging.CRITICAL)  # the client logs API errors with stack traces; we report one line
+    try:
+        return tracking.init(owner=owner, project=project, run_uuid=run_uuid, is_new=True, name=name,
+                             is_offline=offline_root is not None, artifacts_path=offline_path, **quiet)
+    except Exception as error:  # an unreachable API or an unknown project
+        reason = str(error).splitlines()[0][:160] if str(error) else ""
+        raise HarnessError(f"cannot create a Polyaxon run in project '{owner}/{project}': "
+                           f"{type(error).__name__} {reason}".rstrip()) from None
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _split_project(project: str) -> tuple[str, str]:
+    owner, _, name = project.rpartition("/")
+    if not name:
+        raise HarnessError(f"Polyaxon project '{project}' must be 'owner/name' or 'name'")
+    return owner or DEFAULT_OWNER, name
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        raise HarnessError(f"{path}: missing from the run record") from None

@@ -1,0 +1,122 @@
+"""Run records tracked as Polyaxon runs: offline roots the CLI lists and pushes, and a real API (haupt sandbox)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from polyaxon.client import ProjectClient, RunClient
+
+from harness.errors import HarnessError
+from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
+from harness.inventory_build import build_token_id_inventory
+from harness.runner import build_run_config, run_load
+from harness.stats import RunSummary
+from harness.tracking import TRACKING_JSON, track_run
+
+from conftest import free_port
+
+POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
+HARNESS = str(Path(sys.executable).with_name("harness"))
+LIMITS = {"max_num_seqs": 4, "max_model_len": 1024, "kv_cache_memory_bytes": 4_194_304}
+
+
+@pytest.fixture(scope="module")
+def run_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run record: `harness run` against the emulated server (the subject here is tracking)."""
+    root = tmp_path_factory.mktemp("tracked")
+    recipe = TokenIdRecipe(vocabulary=VocabularyRange(low=10, high=1000), prompt_tokens=[20, 40] * 4,
+                           output_cap_tokens=[8] * 8, seed=1)
+    inventory_dir = write_inventory(build_token_id_inventory("tracked-8", recipe), root / "inventory")
+    port = free_port()
+    emulator = subprocess.Popen([HARNESS, "emulate", "--port", str(port), "--max-num-seqs", "2"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base_url = f"http://127.0.0.1:{port}"
+        config, inventory = build_run_config(
+            inventory=inventory_dir, base_url=base_url, service_uuid=None, service_port=8000, concurrency=4,
+            rate=None, burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None, duration_s=None,
+            warmup=0, seed=0, order="inventory", temperature=0.0, slo_ttft_ms=None, slo_tpot_ms=None,
+            cold=False, sample_interval_s=0.1, max_dispatch_lag_ms=50.0)
+        run_load(config, inventory, root / "run", ready_timeout_s=20)
+    finally:
+        emulator.terminate()
+        emulator.wait(timeout=10)
+    return root / "run"
+
+
+def summary_of(run_dir: Path) -> RunSummary:
+    return RunSummary.model_validate_json((run_dir / "summary.json").read_text())
+
+
+def assert_figures_match(inputs: dict, outputs: dict, run_dir: Path) -> None:
+    summary = summary_of(run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    assert inputs["max_num_seqs"] == 4 and inputs["kv_cache_memory_bytes"] == 4_194_304
+    assert inputs["concurrency"] == 4 and inputs["inventory_digest"] == config["inventory_digest"]
+    assert outputs["requests_ok"] == summary.requests_ok == 8
+    assert outputs["ttft_ms_p99"] == pytest.approx(summary.latency["ttft_ms_p99"])
+    assert outputs["e2e_ms_p50"] == pytest.approx(summary.latency["e2e_ms_p50"])
+    assert outputs["valid"] is summary.valid
+
+
+def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tmp_path: Path, polyaxon_api: str):
+    offline = tmp_path / "offline"
+    tracked = track_run(run_record, limits=LIMITS, project="local/harness-tests", offline_root=offline)
+    assert tracked.run_uuid == json.loads((run_record / "config.json").read_text())["run_id"]
+    assert json.loads((run_record / TRACKING_JSON).read_text())["run_uuid"] == tracked.run_uuid
+
+    stored = json.loads((offline / "runs" / tracked.run_uuid / "run.plx.json").read_text())
+    assert_figures_match(stored["inputs"], stored["outputs"], run_record)
+    assert (offline / "runs" / tracked.run_uuid / "events" / "metric" / "waiting_requests.plx").exists()
+    listed = subprocess.run([POLYAXON, "ops", "ls", "--offline", "--path", str(offline), "-io"],
+                            capture_output=True, text=True, timeout=60)
+    assert tracked.run_uuid in listed.stdout
+
+    ProjectClient(owner="default").create({"name": "harness-tests"})
+    pushed = subprocess.run([POLYAXON, "ops", "push", "-p", "harness-tests", "--path", str(offline),
+                             "-uid", tracked.run_uuid], capture_output=True, text=True, timeout=120)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    client = RunClient(owner="default", project="harness-tests", run_uuid=tracked.run_uuid)
+    client.refresh_data()
+    assert_figures_match(client.get_inputs(), client.get_outputs(), run_record)
+
+
+def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, polyaxon_api: str):
+    ProjectClient(owner="default").create({"name": "harness-online"})
+    fresh = run_record.parent / "online-run"
+    subprocess.run(["cp", "-r", str(run_record), str(fresh)], check=True)
+    config = json.loads((fresh / "config.json").read_text())
+    config["run_id"] = uuid.uuid4().hex  # a second Polyaxon run of the same record
+    (fresh / "config.json").write_text(json.dumps(config))
+
+    tracked = track_run(fresh, limits=LIMITS, project="default/harness-online", name="online")
+    client = RunClient(owner="default", project="harness-online", run_uuid=tracked.run_uuid)
+    client.refresh_data()
+    assert client.run_data.status == "succeeded"
+    assert_figures_match(client.get_inputs(), client.get_outputs(), fresh)
+    series = client.get_metrics(names=["running_requests"])["running_requests"]["data"]["metric"]
+    assert max(series) <= 2  # the emulator runs at most two sequences at once
+    listed = subprocess.run([POLYAXON, "ops", "ls", "-p", "harness-online", "-io"], capture_output=True,
+                            text=True, timeout=60)
+    assert tracked.run_uuid in listed.stdout
+
+
+def test_unknown_project_and_unreachable_api_are_one_line(run_record: Path, polyaxon_api: str, monkeypatch):
+    with pytest.raises(HarnessError, match="'default/no-such-project'.*404"):
+        track_run(run_record, limits={}, project="default/no-such-project")
+    from polyaxon import settings
+
+    monkeypatch.setattr(settings.CLIENT_CONFIG, "host", f"http://127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    with pytest.raises(HarnessError, match="cannot create a Polyaxon run"):
+        track_run(run_record, limits={}, project="default/harness-online")
+    assert time.monotonic() - started < 60
+    with pytest.raises(httpx.ConnectError):  # and nothing is left listening there
+        httpx.get(settings.CLIENT_CONFIG.host)
