@@ -54,10 +54,11 @@ class Admission:
         self.reserved_tokens = 0
         self.waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
 
-    async def enter(self, tokens: int) -> None:
+    async def enter(self, tokens: int) -> bool:
+        """Returns whether the request had to wait."""
         if not self.waiting and self._fits(tokens):
             self._take(tokens)
-            return
+            return False
         ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiting.append((tokens, ticket))
         try:
@@ -68,6 +69,7 @@ class Admission:
             else:
                 self.waiting.remove((tokens, ticket))
             raise
+        return True
 
     def leave(self, tokens: int) -> None:
         self.running -= 1
@@ -196,9 +198,9 @@ class Emulator:
         drop = self.config.drop_every is not None and arrival % self.config.drop_every == 0
 
         live_tokens = prompt_tokens + max_tokens
-        await self.admission.enter(live_tokens)
+        waited = await self.admission.enter(live_tokens)
         try:
-            admitted = time.perf_counter()
+            admitted = time.perf_counter() if waited else arrived
             self.metrics.queue_time_seconds.observe(admitted - arrived)
             self.metrics.prompt_tokens.inc(prompt_tokens)
             self.metrics.prefix_queries.inc(prompt_tokens)
@@ -226,7 +228,7 @@ class Emulator:
         max_tokens: int,
         drop: bool,
     ) -> bool:
-        """First token at admission + TTFT, then `tokens_per_chunk` tokens per chunk, on absolute deadlines.
+        """First token at arrival (or admission, after a wait) + TTFT, then `tokens_per_chunk` tokens per chunk, on absolute deadlines.
 
         Returns False when the connection was dropped on purpose.
         """

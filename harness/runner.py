@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress
 
-from harness.client import ClientSettings, PromptRequest, RequestRecord, StreamingClient
+from harness.client import ClientSettings, ErrorClass, PromptRequest, RequestRecord, StreamingClient
 from harness.errors import HarnessError, describe_validation_error
 from harness.inventory import Inventory, InventoryPrompt, check_fits, load_inventory, prompt_token_mismatches
 from harness.record import Environment, RunConfig, RunWriter, ServerSample, Slo
@@ -197,36 +197,49 @@ def _stop(load: asyncio.Task, interrupted: list[str], name: str) -> None:
 async def send_all(
     config: RunConfig, inventory: Inventory, client: StreamingClient, finished: Callable[[RequestRecord], None]
 ) -> None:
-    """Dispatch every planned slot; on cancellation, in-flight requests finish as 'cancelled' records."""
-    limit = config.load.in_flight_limit
-    free_slots = asyncio.Semaphore(limit) if limit else None
+    """Closed loop: N workers, each sending its next request the moment its last one ends.
+    Open loop: a dispatcher that sends at the scheduled times, waiting for a free slot under a cap.
+    On cancellation, requests in flight end as 'cancelled' records."""
+    slots = plan(config.load, len(inventory.prompts))
+
+    def request(slot: Slot) -> PromptRequest:
+        return _request(slot, inventory.prompts[slot.prompt_index], config)
+
+    if config.load.concurrency is not None:
+        duration_s = config.load.duration_s
+
+        async def worker() -> None:
+            for slot in slots:
+                scheduled_s = client.now()
+                if duration_s is not None and scheduled_s > duration_s:
+                    return
+                record = await client.send(request(slot), scheduled_s)
+                finished(record)
+                if record.error_class == ErrorClass.cancelled:
+                    return
+
+        await asyncio.gather(*(worker() for _ in range(config.load.concurrency)))
+        return
+
+    free_slots = asyncio.Semaphore(config.load.max_concurrency) if config.load.max_concurrency else None
     in_flight: set[asyncio.Task] = set()
-    duration_s = config.load.duration_s
 
     async def one(slot: Slot, scheduled_s: float) -> None:
         try:
-            finished(await client.send(_request(slot, inventory.prompts[slot.prompt_index], config), scheduled_s))
+            finished(await client.send(request(slot), scheduled_s))
         finally:
             if free_slots is not None:
                 free_slots.release()
 
     try:
-        for slot in plan(config.load, len(inventory.prompts)):
-            if slot.send_at_s is not None:
-                delay = slot.send_at_s - client.now()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                scheduled_s = slot.send_at_s
-                if free_slots is not None:
-                    await free_slots.acquire()
-            else:
-                assert free_slots is not None
+        for slot in slots:
+            assert slot.send_at_s is not None
+            delay = slot.send_at_s - client.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if free_slots is not None:
                 await free_slots.acquire()
-                scheduled_s = client.now()
-                if duration_s is not None and scheduled_s > duration_s:
-                    free_slots.release()
-                    break
-            task = asyncio.create_task(one(slot, scheduled_s))
+            task = asyncio.create_task(one(slot, slot.send_at_s))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
         await asyncio.gather(*in_flight)

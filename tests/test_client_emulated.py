@@ -1,0 +1,219 @@
+"""The client, runner and record against the emulated server, whose every delay is known.
+
+The emulator runs in its own process (as a real server would), so its timing is not disturbed by the
+client's event loop. These tests are about the client side only; engine behaviour is tested on the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness.client import ClientSettings, ErrorClass, PromptRequest, StreamingClient
+from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
+from harness.inventory_build import build_token_id_inventory
+from harness.record import read_requests, read_samples
+from harness.runner import build_run_config, run_load
+from harness.stats import RunSummary
+
+HARNESS = str(Path(sys.executable).with_name("harness"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def emulator(**options: object) -> Iterator[str]:
+    """`harness emulate` in a subprocess; yields its base URL once /health answers."""
+    port = free_port()
+    args = [HARNESS, "emulate", "--port", str(port)]
+    for name, value in options.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"emulator did not start: {process.stderr.read().decode() if process.stderr else ''}")
+            time.sleep(0.05)
+        yield base_url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def inventory_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    recipe = TokenIdRecipe(
+        vocabulary=VocabularyRange(low=10, high=1900),
+        prompt_tokens=[16, 24, 32, 40] * 5,
+        output_cap_tokens=[11] * 20,
+        seed=0,
+    )
+    return write_inventory(build_token_id_inventory("emulated-20", recipe), tmp_path_factory.mktemp("inventory"))
+
+
+def run(inventory_dir: Path, base_url: str, out: Path, **load: object) -> RunSummary:
+    options: dict = dict(
+        base_url=base_url, service_uuid=None, service_port=8000, concurrency=None, rate=None, burstiness=1.0,
+        max_concurrency=None, max_tokens=None, requests=None, duration_s=None, warmup=0, seed=0,
+        order="inventory", temperature=0.0, slo_ttft_ms=None, slo_tpot_ms=None, cold=False,
+        sample_interval_s=0.2, max_dispatch_lag_ms=10.0,
+    )
+    config, inventory = build_run_config(inventory=inventory_dir, **(options | load))
+    return run_load(config, inventory, out, ready_timeout_s=20)
+
+
+def test_injected_ttft_and_itl_are_recovered(inventory_dir: Path, tmp_path: Path) -> None:
+    """Delays large enough that a busy machine's scheduling jitter stays inside a 5 % tolerance."""
+    with emulator(ttft_ms=200, itl_ms=20, tokens_per_chunk=2) as base_url:
+        summary = run(inventory_dir, base_url, tmp_path, concurrency=8, requests=40, warmup=4)
+    assert summary.requests_ok == 40 and summary.errors_by_class == {}
+    assert 200.0 <= summary.latency["ttft_ms_p50"] <= 210.0
+    # 2 tokens per chunk every 40 ms is 20 ms per token, not 40.
+    assert summary.latency["itl_ms_p50"] == pytest.approx(20.0, abs=1.0)
+    assert summary.latency["tpot_ms_mean"] == pytest.approx(20.0, abs=1.0)
+    records = [r for r in read_requests(tmp_path) if not r.warmup]
+    assert len(records) == 40
+    for record in records:
+        assert record.output_tokens == 11 and sum(record.chunk_tokens) == 11
+        assert record.chunk_tokens == [1, 2, 2, 2, 2, 2]
+        assert record.finish_reason == "length" and record.http_status == 200
+    assert summary.valid
+
+
+def test_client_queueing_under_a_rate_shows_in_latency_and_flags_the_run(inventory_dir: Path, tmp_path: Path) -> None:
+    """40 req/s offered; 2 slots of ~220 ms each serve about 9 req/s, so requests wait on the client."""
+    with emulator(ttft_ms=20, itl_ms=20) as base_url:
+        summary = run(inventory_dir, base_url, tmp_path, rate=40.0, max_concurrency=2, requests=30, max_tokens=10)
+    records = read_requests(tmp_path)
+    queued = [r for r in records if r.dispatch_s - r.scheduled_s > 0.1]
+    assert len(queued) > 15
+    from_dispatch_ms = sorted((r.first_token_s - r.dispatch_s) * 1000 for r in records)
+    assert from_dispatch_ms[len(records) // 2] < 30.0  # the server itself answers in ~20 ms
+    assert summary.latency["ttft_ms_p50"] > 500.0  # but the user waited for a slot first
+    assert summary.latency["dispatch_lag_ms_p99"] > 1000.0
+    assert not summary.valid
+    assert any("fell behind its schedule" in reason for reason in summary.invalid_reasons)
+    assert summary.achieved_dispatch_per_s < 0.5 * 40.0
+
+
+def test_server_side_waiting_appears_in_the_samples(inventory_dir: Path, tmp_path: Path) -> None:
+    with emulator(ttft_ms=20, itl_ms=50, max_num_seqs=2) as base_url:
+        summary = run(inventory_dir, base_url, tmp_path, concurrency=8, requests=16, max_tokens=10)
+    assert summary.peak_waiting_requests is not None and summary.peak_waiting_requests >= 4
+    assert summary.failed_scrapes == 0
+    assert len(read_samples(tmp_path)) >= 5
+    assert summary.valid  # the client kept up; the server made requests wait
+
+
+def test_dropped_connections_become_error_records(inventory_dir: Path, tmp_path: Path) -> None:
+    with emulator(ttft_ms=5, itl_ms=5, drop_every=3) as base_url:
+        summary = run(inventory_dir, base_url, tmp_path, concurrency=4, requests=30)
+    assert summary.requests_sent == 30
+    assert summary.errors_by_class == {"connection_reset": 10}
+    assert summary.requests_ok == 20
+    broken = [r for r in read_requests(tmp_path) if r.error_class is not None]
+    assert all(len(r.chunk_times_s) == 2 and r.finish_reason is None for r in broken)
+
+
+def test_a_context_overflow_is_classified_from_the_servers_400(inventory_dir: Path) -> None:
+    async def send_too_long(base_url: str) -> tuple[int | None, ErrorClass | None]:
+        settings = ClientSettings(base_url=base_url, model="emulated")
+        async with StreamingClient(settings, time.perf_counter()) as client:
+            prompt = PromptRequest(0, "long", False, 100, list(range(60)), None, False)
+            record = await client.send(prompt, client.now())
+        return record.http_status, record.error_class
+
+    with emulator(max_model_len=128) as base_url:
+        assert asyncio.run(send_too_long(base_url)) == (400, ErrorClass.context_overflow_400)
+
+
+def test_a_thousand_concurrent_streams_complete_without_error(tmp_path: Path) -> None:
+    recipe = TokenIdRecipe(
+        vocabulary=VocabularyRange(low=10, high=1900),
+        prompt_tokens=[8] * 1000,
+        output_cap_tokens=[4] * 1000,
+        seed=1,
+    )
+    inventory_dir = write_inventory(build_token_id_inventory("thousand", recipe), tmp_path / "inventory")
+    with emulator(ttft_ms=200, itl_ms=20, max_num_seqs=1024) as base_url:
+        summary = run(inventory_dir, base_url, tmp_path / "run", concurrency=1000)
+    assert summary.requests_ok == 1000
+    assert summary.errors_by_class == {}
+    assert summary.peak_waiting_requests == 0
+
+
+def harness_run_process(inventory_dir: Path, base_url: str, out: Path) -> subprocess.Popen:
+    args = [
+        HARNESS, "run", "--inventory", str(inventory_dir), "--out", str(out), "--base-url", base_url,
+        "--concurrency", "4", "--requests", "400", "--max-tokens", "10", "--sample-interval-s", "0.2",
+    ]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finished_lines(out: Path, at_least: int, timeout_s: float = 30.0) -> int:
+    """Wait until the run has appended `at_least` requests; returns how many it had then."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        path = out / "requests.jsonl"
+        count = path.read_text().count("\n") if path.exists() else 0
+        if count >= at_least:
+            return count
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {at_least} requests recorded in {timeout_s} s")
+
+
+def test_sigterm_records_in_flight_requests_as_cancelled_and_writes_the_summary(
+    inventory_dir: Path, tmp_path: Path
+) -> None:
+    with emulator(ttft_ms=20, itl_ms=20) as base_url:
+        process = harness_run_process(inventory_dir, base_url, tmp_path)
+        seen = finished_lines(tmp_path, 12)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr.decode()
+    records = read_requests(tmp_path)  # from the Parquet table the finished run wrote
+    cancelled = [r for r in records if r.error_class == ErrorClass.cancelled]
+    finished = [r for r in records if r.error_class is None]
+    assert 1 <= len(cancelled) <= 4
+    assert len(finished) >= seen and len(finished) + len(cancelled) == len(records) < 400
+    assert all(r.output_tokens == 10 for r in finished)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["valid"] is False
+    assert "run stopped early by SIGTERM" in summary["invalid_reasons"]
+    assert summary["errors_by_class"] == {"cancelled": len(cancelled)}
+
+
+def test_sigkill_leaves_every_finished_request_readable(inventory_dir: Path, tmp_path: Path) -> None:
+    with emulator(ttft_ms=20, itl_ms=20) as base_url:
+        process = harness_run_process(inventory_dir, base_url, tmp_path)
+        seen = finished_lines(tmp_path, 12)
+        process.kill()
+        process.wait(timeout=10)
+    assert not (tmp_path / "summary.json").exists()
+    records = read_requests(tmp_path)  # from the JSONL the run appended while it lived
+    assert len(records) >= seen
+    assert len({r.index for r in records}) == len(records)
+    assert all(r.error_class is None and r.output_tokens == 10 for r in records)
+    assert json.loads((tmp_path / "config.json").read_text())["load"]["concurrency"] == 4
