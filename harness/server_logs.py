@@ -32,7 +32,6 @@ HEADER = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
     r"\[?(?P<source>[\w./-]+\.py:\d+)\]\s?(?P<message>.*)$"
 )
-TP_RANK = re.compile(r"TP(\d+)")
 
 NUMBER = r"-?[\d.]+"
 KV_CACHE_SIZE = re.compile(r"^(?P<device>[\w +]+?) KV cache size: (?P<tokens>[\d,]+) tokens")

