@@ -63,13 +63,13 @@ def test_real_cpu_logs_equal_the_prediction_exactly(
 def test_auto_sized_cpu_log_is_predicted_within_the_logs_rounding(tiny_model_dir: Path) -> None:
     report = report_for("auto-util0.1-len2048", tiny_model_dir)
 
-    # The CPU build prints only "Auto set (0.31/…) GiB", so the KV bytes are known to ±0.005 GiB.
+    # The CPU build prints only "Auto set (0.41/…) GiB", so the KV bytes are known to ±0.005 GiB.
     assert report.prediction_inputs is not None
     assert not report.prediction_inputs.available_kv_exact
-    assert report.prediction_inputs.available_kv_bytes == round(0.31 * 2**30)
+    assert report.prediction_inputs.available_kv_bytes == round(0.41 * 2**30)
     by_name = {figure.name: figure for figure in report.comparison}
-    assert by_name["num_blocks"].logged == 2517  # /metrics' num_gpu_blocks
-    assert by_name["kv_cache_tokens"].residual == 322_176 - round(0.31 * 2**30) // 1024 // 128 * 128
+    assert by_name["num_blocks"].logged == 3325  # /metrics' num_gpu_blocks
+    assert by_name["kv_cache_tokens"].residual == 425_600 - round(0.41 * 2**30) // 1024 // 128 * 128
     assert all(not figure.exact and figure.within_log_rounding for figure in report.comparison)
     assert report.prediction_matches_log is False
     assert report.disagreements == []
@@ -238,3 +238,4 @@ def test_cli_json_report_and_exit_codes(tiny_model_dir: Path, tmp_path: Path) ->
                           input=(LOGS / "vllm-0.33.0" / "single-line-qwen3-4b.log").read_text())
     assert piped.exit_code == 0, piped.output
     assert "54608" in piped.output
+
