@@ -151,14 +151,17 @@ def build_capacity_report(
     comparison: list[ComparedFigure] = []
     if inputs is not None and log is not None:
         try:
-            shape = load_model_shape(inputs.model, revision)
+            shape = load_model_shape(inputs.model, revision if model is not None else log.model_revision)
         except HarnessError as error:
             if model is not None:
                 raise
             note = f"no prediction: the model the log names could not be read here ({error})"
         else:
-            prediction = _predict(shape, inputs)
-            comparison = _compare(log, cache_config, prediction, inputs, shape)
+            try:
+                prediction = _predict(shape, inputs)
+                comparison = _compare(log, cache_config, prediction, inputs, shape)
+            except HarnessError as error:  # a layout the calculator does not model, not bad input
+                note = f"no prediction: {error}"
     disagreements = [
         f"{check.name}: log says {check.log_value}, /metrics says {check.metrics_value}"
         for check in cross_checks

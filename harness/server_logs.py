@@ -136,6 +136,7 @@ class StartupCapacity(pydantic.BaseModel):
     engine_version: str | None = None
     engine_generation: str | None = None
     model: str | None = None
+    model_revision: str | None = None
     dtype: str | None = None
     kv_cache_dtype: str | None = None
     tensor_parallel_size: int | None = None
@@ -424,6 +425,8 @@ def _engine_config_fields(config: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if match := re.search(r"(?:^|, )model='(?P<value>[^']*)'", config):
         fields["model"] = match.group("value")
+    if match := re.search(r"(?:^|, )revision=(?P<value>[^,\s]+)", config):
+        fields["model_revision"] = None if match.group("value") == "None" else match.group("value")
     if match := re.search(r"(?:^|, )dtype=(?:torch\.)?(?P<value>\w+)", config):
         fields["dtype"] = match.group("value")
     if match := re.search(r"(?:^|, )kv_cache_dtype=(?P<value>\w+)", config):

@@ -91,6 +91,14 @@ def test_vllm_0_11_2_tensor_parallel_log_against_the_pinned_model() -> None:
     assert report.disagreements == []
 
 
+def test_the_model_and_revision_the_log_names_are_used_when_none_is_given() -> None:
+    log = parse_startup_log(read_log_text(LOGS / "vllm-0.11.2" / "tp2-qwen3-4b-debug.log"))
+    report = build_capacity_report(log, None)
+    assert report.prediction_inputs is not None and report.prediction_inputs.model == "Qwen/Qwen3-4B"
+    assert report.prediction is not None
+    assert report.prediction.kv_cache_tokens == 417_232
+
+
 def test_vllm_0_11_2_exact_reservation_matches_exactly() -> None:
     log = parse_startup_log(read_log_text(LOGS / "vllm-0.11.2" / "kv-cache-memory-bytes-qwen3-4b.log"))
     report = build_capacity_report(log, None, model="Qwen/Qwen3-4B")

@@ -144,6 +144,8 @@ def test_vllm_0_11_2_tensor_parallel_with_colour_and_debug_profile() -> None:
     result = parse_startup_log(text)
 
     assert result.engine_version == "0.11.2"
+    assert result.model == "Qwen/Qwen3-4B"
+    assert result.model_revision == "1cfa9a7208912126459214e8b04321603b3df60c"
     assert result.tensor_parallel_size == 2
     assert result.max_concurrency_per_print == [10.19, 10.19]
     assert result.max_concurrency == 10.19
