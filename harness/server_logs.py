@@ -80,6 +80,7 @@ GIB_PART = re.compile(rf"^(?P<label>.+?)(?::| takes| take| is)\s*(?P<gib>{NUMBER
 KEY_VALUE = re.compile(rf"(?P<key>\w+)=(?P<value>{NUMBER})(?P<unit>Gi[Bb])?")
 
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+ARGUMENT_ERROR = re.compile(r"^\S+\.py: error: .+")  # argparse refusing the command line
 EXCEPTION_LINE = re.compile(r"^(?P<kind>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<text>.*))?$")
 FAILURE_MARKERS = (
     "Engine core initialization failed",
@@ -461,7 +462,7 @@ def _error_lines(lines: Iterable[LogLine]) -> list[str]:
         if TRACEBACK.search(message):
             in_traceback = True
             continue
-        if EXCEPTION_LINE.search(message):
+        if EXCEPTION_LINE.search(message) or ARGUMENT_ERROR.search(message):
             in_traceback = False
             evidence.append(message)
         elif _is_failure_marker(message) or (line.level in ("ERROR", "CRITICAL") and not in_traceback):
@@ -471,7 +472,9 @@ def _error_lines(lines: Iterable[LogLine]) -> list[str]:
 
 def _root_cause(lines: list[LogLine]) -> str | None:
     """The first specific exception: later ones usually just say 'see root cause above'."""
-    exceptions = [line.message for line in lines if EXCEPTION_LINE.search(line.message)]
+    exceptions = [
+        line.message for line in lines if EXCEPTION_LINE.search(line.message) or ARGUMENT_ERROR.search(line.message)
+    ]
     specific = [text for text in exceptions if not any(generic in text for generic in GENERIC_FAILURES)]
     if specific:
         return specific[0]

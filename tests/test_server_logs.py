@@ -86,6 +86,28 @@ def test_real_crashed_start_says_where_it_failed_and_quotes_the_engine() -> None
     assert result.kv_cache_memory_bytes == 65536
 
 
+def test_real_start_refused_for_a_cache_smaller_than_one_request() -> None:
+    result = parse(CPU / "crash-kv256k-len1024.log")
+
+    assert not result.capacity_found
+    assert result.failure is not None and result.failure.stage == "sizing_kv_cache"
+    assert result.failure.error is not None
+    assert result.failure.error.startswith("ValueError: To serve at least one request with the model's max seq len (1024)")
+    # 262,144 bytes are 2 blocks of 128 tokens; one is vLLM's reserved null block, so 128 tokens remain.
+    assert "the estimated maximum model length is 128" in result.failure.error
+
+
+def test_real_start_refused_by_the_argument_parser() -> None:
+    result = parse(CPU / "bad-arg-max-model-len.log")
+
+    assert not result.capacity_found
+    assert result.failure is not None and result.failure.stage == "starting"
+    assert result.failure.error == (
+        "api_server.py: error: argument --max-model-len: invalid human_readable_int_or_auto value: 'lots'"
+    )
+    assert result.diagnosis.startswith("no capacity found: the engine failed while loading (before loading the model)")
+
+
 def test_vllm_0_6_3_gpu_blocks() -> None:
     result = parse(LOGS / "vllm-0.6.3" / "gpu-blocks-qwen2.5-7b.log")
 
