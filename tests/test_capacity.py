@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import http.server
 import json
 import shutil
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -247,3 +249,33 @@ def test_cli_json_report_and_exit_codes(tiny_model_dir: Path, tmp_path: Path) ->
     assert piped.exit_code == 0, piped.output
     assert "54608" in piped.output
 
+
+def test_metrics_read_from_a_live_url_and_an_unreachable_one(tiny_model_dir: Path) -> None:
+    scrape = (CPU / "kv4m-len1024.metrics.txt").read_bytes()
+
+    class MetricsHandler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server protocol's name
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(scrape if self.path == "/metrics" else b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), MetricsHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        report = capacity_from_sources(log=str(CPU / "kv4m-len1024.log"), metrics=f"{base}/metrics", model=str(tiny_model_dir))
+        assert report.metrics_cache_config is not None and report.metrics_cache_config["num_gpu_blocks"] == "32"
+        assert all(check.agree for check in report.cross_checks)
+        with pytest.raises(HarnessError, match=r"/nothing: could not read metrics: .*404"):
+            capacity_from_sources(metrics=f"{base}/nothing")
+    finally:
+        server.shutdown()
+        server.server_close()
+    result = CliRunner().invoke(app, ["capacity", "--metrics", f"{base}/metrics"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {base}/metrics: could not read metrics:")
+    assert len(result.output.strip().splitlines()) == 1
