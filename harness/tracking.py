@@ -12,8 +12,9 @@ import datetime
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -22,6 +23,7 @@ from harness.errors import HarnessError
 from harness.record import RunConfig, read_samples
 from harness.stats import RunSummary
 
+T = TypeVar("T")
 TRACKING_JSON = "tracking.json"
 ENGINE_JSON = "engine.json"  # the engine's command line and the limits it was given
 DEFAULT_OWNER = "local"
@@ -152,14 +154,21 @@ def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, na
     if os.environ.get("POLYAXON_RUN_INSTANCE"):  # a managed run: Polyaxon already knows who we are
         return tracking.init(**quiet)
     offline_path = None if offline_root is None else str(offline_root.resolve() / "runs" / run_uuid)
-    logging.disable(logging.CRITICAL)  # the client logs API errors with stack traces; we report one line
+    return polyaxon_call(
+        f"cannot create a Polyaxon run in project '{owner}/{project}'",
+        lambda: tracking.init(owner=owner, project=project, run_uuid=run_uuid, is_new=True, name=name,
+                              is_offline=offline_root is not None, artifacts_path=offline_path, **quiet),
+    )
+
+
+def polyaxon_call(failure: str, call: Callable[[], T]) -> T:
+    """Call the Polyaxon client; an unreachable API or an unknown project becomes one line, not a log dump."""
+    logging.disable(logging.CRITICAL)  # the client logs API errors with stack traces
     try:
-        return tracking.init(owner=owner, project=project, run_uuid=run_uuid, is_new=True, name=name,
-                             is_offline=offline_root is not None, artifacts_path=offline_path, **quiet)
-    except Exception as error:  # an unreachable API or an unknown project
+        return call()
+    except Exception as error:  # the client raises many types, all meaning the call did not happen
         reason = str(error).splitlines()[0][:160] if str(error) else ""
-        raise HarnessError(f"cannot create a Polyaxon run in project '{owner}/{project}': "
-                           f"{type(error).__name__} {reason}".rstrip()) from None
+        raise HarnessError(f"{failure}: {type(error).__name__} {reason}".rstrip()) from None
     finally:
         logging.disable(logging.NOTSET)
 
