@@ -10,9 +10,11 @@ A log without a capacity line is a result too: it says whether, and at which sta
 from __future__ import annotations
 
 import ast
+import contextlib
+import logging
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -227,7 +229,8 @@ def fetch_polyaxon_run_log(run_uuid: str, project: str, client: Any = None) -> s
     last_file = last_time = None
     for _ in range(MAX_LOG_PAGES):
         try:
-            page = client.get_logs(last_file=last_file, last_time=last_time)
+            with _quiet_polyaxon_client():
+                page = client.get_logs(last_file=last_file, last_time=last_time)
         except Exception as error:  # the API client raises several unrelated types; all mean "not readable"
             raise HarnessError(f"Polyaxon run {run_uuid} in {project}: could not read its logs ({_first_line(error)})") from None
         entries = (page.logs if page is not None else None) or []
@@ -238,6 +241,18 @@ def fetch_polyaxon_run_log(run_uuid: str, project: str, client: Any = None) -> s
             break
         last_file, last_time = page.last_file, page.last_time
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _quiet_polyaxon_client() -> Iterator[None]:
+    """Polyaxon's client logs a multi-line report before raising; the caller reports one line instead."""
+    polyaxon_logger = logging.getLogger("polyaxon.cli")
+    previous = polyaxon_logger.disabled
+    polyaxon_logger.disabled = True
+    try:
+        yield
+    finally:
+        polyaxon_logger.disabled = previous
 
 
 def _first_line(error: Exception) -> str:
