@@ -261,3 +261,57 @@ def capacity(
         Console().print(capacity_renderable(report))
     if report.log is not None and not report.log.capacity_found:
         raise typer.Exit(1)
+
+
+model_app = typer.Typer(no_args_is_help=True, help="The generated tiny model the CPU engine serves.")
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("tiny")
+@one_line_errors
+def model_tiny(seed: int = typer.Option(0, help="weights seed; the same seed gives byte-identical files")) -> None:
+    """Generate the tiny Qwen3 model once (cached) and print its directory."""
+    from harness.tiny_model import ensure_tiny_model
+
+    print(ensure_tiny_model(seed))
+
+
+@app.command()
+@one_line_errors
+def check(
+    files: list[Path] = typer.Option(..., "-f", "--file", help="polyaxonfile, then presets (as for polyaxon run)"),
+    param: list[str] = typer.Option([], "-P", "--param", help="name=value, as for polyaxon run"),
+) -> None:
+    """Compile a polyaxonfile (+ presets) with Polyaxon's compiler; a sweep is compiled point by point."""
+    from harness.specs import check_files, parse_param_options
+
+    points = check_files(files, parse_param_options(param))
+    described = " + ".join(str(path) for path in files)
+    if points:
+        print(f"{described}: valid, {len(points)} sweep points each compiled")
+        for index, point in enumerate(points):
+            print(f"  point {index}: {point}")
+    else:
+        print(f"{described}: valid")
+
+
+@app.command()
+@one_line_errors
+def serve(
+    files: list[Path] = typer.Option(..., "-f", "--file", help="service polyaxonfile, then presets"),
+    param: list[str] = typer.Option([], "-P", "--param", help="name=value, as for polyaxon run"),
+    log: Path = typer.Option(Path("engine.log"), help="file that receives the engine's stdout and stderr"),
+    port: int | None = typer.Option(None, help="local port (default: a free one)"),
+    health_timeout_s: float = typer.Option(300.0, help="seconds to wait for /health"),
+) -> None:
+    """Run a service polyaxonfile on the local vLLM engine until interrupted (Ctrl-C stops it cleanly)."""
+    from harness.launch import local_engine, wait_while_healthy
+    from harness.specs import parse_param_options
+
+    params = parse_param_options(param)
+    with local_engine(files, params, log_path=log, port=port, health_timeout_s=health_timeout_s) as engine:
+        print(f"engine healthy at {engine.base_url} (pid {engine.pid}, log {engine.log_path})", flush=True)
+        try:
+            wait_while_healthy(engine)
+        except KeyboardInterrupt:
+            print("stopping the engine", flush=True)

@@ -8,21 +8,53 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 
+from harness.launch import RunningEngine, local_engine
 from harness.tiny_model import ensure_tiny_model
 
 os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SERVICE_FILE = REPO_ROOT / "polyaxonfiles" / "vllm-service.yaml"
+LOCAL_CPU_PRESET = REPO_ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml"
+
+
+def local_cpu_engine(
+    model_dir: Path, log_path: Path, health_timeout_s: float = 300, **params: object
+) -> AbstractContextManager[RunningEngine]:
+    """The real engine from the service polyaxonfile + local-cpu preset; `params` win over the preset.
+
+    For a module-scoped engine: `with local_cpu_engine(tiny_model_dir, path, max_num_seqs=4) as engine:`.
+    """
+    return local_engine(
+        [SERVICE_FILE, LOCAL_CPU_PRESET],
+        {"model": str(model_dir), **params},
+        log_path=log_path,
+        health_timeout_s=health_timeout_s,
+    )
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The seed-0 tiny Qwen3 model, generated once into the harness cache and reused."""
     return ensure_tiny_model(seed=0)
+
+
+@pytest.fixture
+def start_engine(tiny_model_dir: Path, tmp_path: Path) -> Iterator[Callable[..., RunningEngine]]:
+    """`start_engine(max_num_seqs=4, ...)` starts the real engine; every engine it started stops at teardown."""
+    with ExitStack() as running:
+
+        def start(log_name: str = "engine.log", **params: object) -> RunningEngine:
+            return running.enter_context(local_cpu_engine(tiny_model_dir, tmp_path / log_name, **params))
+
+        yield start
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,275 @@
+"""Run a compiled vLLM service polyaxonfile as a local process on the engine's own virtual environment.
+
+The container command is kept word for word except for what only makes sense in the image: the
+interpreter (the engine venv's python instead of the image's) and where to listen (loopback, a free port).
+vLLM forks an engine core and workers that outlive a killed API server, so the engine runs in its own
+process group, and a watchdog process kills that whole group as soon as the launcher's process is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from harness.errors import HarnessError
+from harness.specs import RenderedRun, render
+
+ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
+LOCAL_HOST = "127.0.0.1"
+STOP_GRACE_S = 15.0
+HEALTH_POLL_S = 0.5
+
+# Runs under a bare interpreter: reads "PGID GRACE", then blocks until the launcher closes the pipe or
+# dies, then SIGTERMs the engine's process group and SIGKILLs whatever is left after the grace period.
+_WATCHDOG = """
+import os, signal, sys, time
+line = sys.stdin.readline().split()
+if not line:
+    sys.exit(0)
+pgid, grace = int(line[0]), float(line[1])
+sys.stdin.read()
+def alive():
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+if alive():
+    os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if alive():
+        os.killpg(pgid, signal.SIGKILL)
+"""
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_LOG_HEADER = re.compile(r"^(?:\([\w:]+ pid=\d+\)\s+)?(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\]\s?)?")
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
+_ARGPARSE_LINE = re.compile(r"^\S+: error: (.+)")
+
+
+@dataclass(frozen=True)
+class RunningEngine:
+    """A healthy local engine: where it answers, its process, its log and the command that started it."""
+
+    base_url: str
+    port: int
+    pid: int
+    log_path: Path
+    argv: list[str]
+
+
+def engine_python() -> Path:
+    """The interpreter of the engine's virtual environment ($HARNESS_ENGINE_VENV overrides the default)."""
+    configured = os.environ.get("HARNESS_ENGINE_VENV")
+    venv = Path(configured) if configured else Path.home() / ".cache" / "vllm-serving-harness" / "engine-venv"
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        raise HarnessError(f"no vLLM engine at {venv}; install it with scripts/install-engine.sh")
+    return python
+
+
+def local_engine_argv(rendered: RenderedRun, python: Path, port: int) -> list[str]:
+    """The container's engine command with the image's interpreter and listening address replaced."""
+    words = rendered.argv
+    if words[:1] == ["exec"]:
+        words = words[1:]
+    try:
+        module_at = words.index(ENGINE_MODULE)
+    except ValueError:
+        raise HarnessError(f"the container command does not start {ENGINE_MODULE}: {' '.join(words)}") from None
+    if module_at < 2 or words[module_at - 1] != "-m":
+        raise HarnessError(f"expected 'python -m {ENGINE_MODULE}' in the container command: {' '.join(words)}")
+    argv = [str(python), "-m", ENGINE_MODULE, *words[module_at + 1 :]]
+    return _with_option(_with_option(argv, "--host", LOCAL_HOST), "--port", str(port))
+
+
+def _with_option(argv: list[str], option: str, value: str) -> list[str]:
+    """Set `option` to `value` whether it was written as two words, as option=value, or not at all."""
+    result: list[str] = []
+    skip_next = False
+    for index, word in enumerate(argv):
+        if skip_next:
+            skip_next = False
+        elif word == option:
+            skip_next = index + 1 < len(argv)
+        elif not word.startswith(option + "="):
+            result.append(word)
+    return [*result, option, value]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOCAL_HOST, 0))
+        return probe.getsockname()[1]
+
+
+def _refuse_busy_port(port: int) -> None:
+    """A port already answering would pass our health check on someone else's server, so refuse it first."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((LOCAL_HOST, port))
+        except OSError as error:
+            raise HarnessError(f"port {port} on {LOCAL_HOST} is already in use ({error.strerror})") from None
+
+
+def engine_error_line(log_text: str) -> str | None:
+    """The engine's own explanation of why it stopped: the first exception or argument error it logged."""
+    for raw_line in log_text.splitlines():
+        line = _LOG_HEADER.sub("", _ANSI.sub("", raw_line)).strip()
+        for pattern in (_EXCEPTION_LINE, _ARGPARSE_LINE):
+            match = pattern.match(line)
+            if match:
+                return line
+    return None
+
+
+@contextmanager
+def local_engine(
+    polyaxonfiles: list[Path],
+    params: dict[str, object],
+    *,
+    log_path: Path,
+    port: int | None = None,
+    health_timeout_s: float = 300,
+) -> Iterator[RunningEngine]:
+    """Start the service's engine locally, wait until /health answers, and always stop it on exit."""
+    rendered = render(polyaxonfiles, params, run_globals=_local_globals(log_path))
+    if rendered.kind != "service":
+        raise HarnessError(f"{polyaxonfiles[0]}: run.kind is '{rendered.kind}'; the local engine needs a service")
+    python = engine_python()
+    port = port if port is not None else free_port()
+    _refuse_busy_port(port)
+    argv = local_engine_argv(rendered, python, port)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with _stop_on_sigterm(), log_path.open("wb") as log, _engine_process(argv, rendered.env, log) as process:
+        engine = RunningEngine(f"http://{LOCAL_HOST}:{port}", port, process.pid, log_path, argv)
+        _wait_until_healthy(engine, process, health_timeout_s)
+        yield engine
+
+
+@contextmanager
+def _engine_process(argv: list[str], env: dict[str, str], log: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """The engine in its own process group, guarded by a watchdog, stopped on every way out."""
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG], stdin=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=os.environ | env | {"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+        )
+        assert watchdog.stdin is not None
+        watchdog.stdin.write(f"{process.pid} {STOP_GRACE_S}\n".encode())
+        watchdog.stdin.flush()
+        try:
+            yield process
+        finally:
+            stop_process_group(process)
+    finally:
+        watchdog.kill()
+        watchdog.wait()
+
+
+def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the engine's group, SIGKILL it after the grace period; no engine core or worker survives."""
+    pgid = process.pid
+    _signal_group(pgid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + (grace_s if process.returncode is not None else 0)
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _signal_group(pgid, signal.SIGKILL)
+    process.wait()
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_until_healthy(engine: RunningEngine, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Poll /health until it answers 200; an engine that exits first ends the wait with its own error."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while True:
+            code = process.poll()
+            if code is not None:
+                reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
+                raise HarnessError(f"engine exited with code {code} before it was healthy: {reason} (log: {engine.log_path})")
+            try:
+                if client.get(f"{engine.base_url}/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise HarnessError(f"engine not healthy after {timeout_s:g} s (log: {engine.log_path})")
+            time.sleep(HEALTH_POLL_S)
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit while the engine runs, so `finally` stops it and the log is complete."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def exit_on_sigterm(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _local_globals(log_path: Path) -> dict[str, Any]:
+    """Polyaxon's run contexts for a local run: outputs next to the engine log."""
+    outputs = log_path.parent.resolve()
+    return {"uuid": "local", "name": "local", "run_outputs_path": str(outputs), "run_artifacts_path": str(outputs)}
+
+
+def wait_while_healthy(engine: RunningEngine, poll_s: float = 5.0) -> None:
+    """Block while the engine answers /health; a foreground `harness serve` ends when the engine does."""
+    with httpx.Client(timeout=10.0) as client:
+        while True:
+            time.sleep(poll_s)
+            try:
+                healthy = client.get(f"{engine.base_url}/health").status_code == 200
+            except httpx.TransportError:
+                healthy = False
+            if not healthy:
+                reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
+                raise HarnessError(f"engine stopped answering /health: {reason} (log: {engine.log_path})")

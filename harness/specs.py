@@ -1,0 +1,213 @@
+"""Compile and validate the project's polyaxonfiles with Polyaxon's own compiler.
+
+`polyaxon check` accepts a sweep whose matrix holds a wrong type or an out-of-range value (the run fails
+later, server-side), so every sweep point is compiled here with the same compiler before anything starts.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
+
+from polyaxon.exceptions import PolyaxonfileError  # noqa: E402
+from polyaxon.polyaxonfile import (  # noqa: E402
+    CompiledOperationSpecification,
+    OperationSpecification,
+    check_polyaxonfile,
+)
+from polyaxon.schemas import V1Operation  # noqa: E402
+from polyaxon.tuners.grid_search import GridSearchManager  # noqa: E402
+from polyaxon.tuners.mapping import MappingManager  # noqa: E402
+
+from harness.errors import HarnessError  # noqa: E402
+
+Params = Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class RenderedRun:
+    """What Polyaxon would hand to Kubernetes for one run: the container and the resolved inputs."""
+
+    kind: str
+    image: str
+    command: list[str]
+    args: list[str]
+    env: dict[str, str]
+    ports: list[int]
+    inputs: dict[str, Any]
+    gpu_limit: int | None
+    termination_timeout_s: int | None
+    collect_logs: bool
+    matrix_points: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def argv(self) -> list[str]:
+        """The container's command line as words; a `sh -c` line is split the way the shell would."""
+        if self.command[:2] in (["/bin/sh", "-c"], ["sh", "-c"], ["/bin/bash", "-c"], ["bash", "-c"]):
+            return shlex.split(" ".join(self.args))
+        return [*self.command, *self.args]
+
+
+def load_operation(polyaxonfiles: Sequence[Path], params: Params | None = None) -> V1Operation:
+    """Read a polyaxonfile plus presets (later files patch earlier ones) into one checked operation."""
+    files = [Path(path) for path in polyaxonfiles]
+    if not files:
+        raise HarnessError("no polyaxonfile given")
+    for path in files:
+        if not path.is_file():
+            raise HarnessError(f"{path}: no such polyaxonfile")
+    try:
+        with _quiet_serializer():
+            return check_polyaxonfile(
+                polyaxonfile=[str(path) for path in files],
+                params=dict(params or {}),
+                strict_params=True,
+                is_cli=False,
+                verbose=False,
+            )
+    except PolyaxonfileError as error:
+        raise HarnessError(f"{_describe(files)}: {_cause(error)}") from None
+
+
+def render(
+    polyaxonfiles: Sequence[Path], params: Params | None = None, run_globals: Mapping[str, Any] | None = None
+) -> RenderedRun:
+    """Compile, apply params and contexts, and return the container as it would run."""
+    files = [Path(path) for path in polyaxonfiles]
+    operation = load_operation(files, params)
+    matrix_points = _matrix_points(operation, files)
+    if operation.matrix is not None:
+        operation.matrix = None  # the points are rendered one by one by check_sweep
+    contexts = {"globals": dict(run_globals or {})}
+    try:
+        with _quiet_serializer():
+            compiled = OperationSpecification.compile_operation(operation)
+            compiled = CompiledOperationSpecification.apply_params(compiled, params=operation.params, context=contexts)
+            compiled = CompiledOperationSpecification.apply_operation_contexts(compiled, contexts=contexts)
+            compiled = CompiledOperationSpecification.apply_runtime_contexts(compiled, contexts=contexts)
+    except Exception as error:  # the compiler raises several types; each is a bad spec, not a bug here
+        raise HarnessError(f"{_describe(files)}: {_cause(error)}") from None
+    inputs = {io.name: io.value for io in compiled.inputs or []}
+    _check_load_shape(inputs, files)
+    run = compiled.run
+    container = run.container
+    limits = (container.resources or {}).get("limits", {}) if isinstance(container.resources, dict) else {}
+    plugins = compiled.plugins
+    termination = compiled.termination
+    return RenderedRun(
+        kind=run.kind,
+        image=container.image,
+        command=[str(word) for word in container.command or []],
+        args=[str(word) for word in container.args or []],
+        env=dict(_env_pair(item) for item in container.env or []),
+        ports=list(getattr(run, "ports", None) or []),
+        inputs=inputs,
+        gpu_limit=int(limits["nvidia.com/gpu"]) if "nvidia.com/gpu" in limits else None,
+        termination_timeout_s=termination.timeout if termination else None,
+        collect_logs=bool(plugins and plugins.collect_logs),
+        matrix_points=matrix_points,
+    )
+
+
+def check_files(polyaxonfiles: Sequence[Path], params: Params | None = None) -> list[dict[str, Any]]:
+    """Validate a file (+ presets) with params; a sweep is validated point by point and its points returned."""
+    files = [Path(path) for path in polyaxonfiles]
+    rendered = render(files, params)
+    if not rendered.matrix_points:
+        return []
+    return check_sweep(files, rendered.matrix_points, params or {})
+
+
+def check_sweep(
+    polyaxonfiles: Sequence[Path], points: list[dict[str, Any]], params: Params
+) -> list[dict[str, Any]]:
+    """Compile every point and refuse a sweep that changes more than one limit."""
+    sweep_file = Path(polyaxonfiles[0])
+    swept: str | None = None
+    for index, point in enumerate(points):
+        if not point:
+            raise HarnessError(f"{sweep_file}: point {index} sets no input; a sweep varies exactly one limit")
+        for name in point:
+            if swept is None:
+                swept = name
+            elif name != swept:
+                raise HarnessError(
+                    f"{sweep_file}: point {index} changes '{name}' besides '{swept}'; "
+                    "a sweep varies exactly one limit"
+                )
+        try:
+            render(polyaxonfiles, {**params, **point})
+        except HarnessError as error:
+            raise HarnessError(f"point {index} {point}: {error}") from None
+    return [{**params, **point} for point in points]
+
+
+def _check_load_shape(inputs: dict[str, Any], files: list[Path]) -> None:
+    """The harness drives either a closed loop or an open one; Polyaxon cannot say "exactly one of"."""
+    if {"concurrency", "rate"} <= inputs.keys() and (inputs["concurrency"] is None) == (inputs["rate"] is None):
+        raise HarnessError(f"{_describe(files)}: set exactly one of 'concurrency' (closed loop) or 'rate' (open loop)")
+
+
+def _matrix_points(operation: V1Operation, files: list[Path]) -> list[dict[str, Any]]:
+    """Expand the matrix with Polyaxon's own tuners; only exhaustive kinds can be checked up front."""
+    matrix = operation.matrix
+    if matrix is None:
+        return []
+    managers = {"mapping": MappingManager, "grid": GridSearchManager}
+    if matrix.kind not in managers:
+        raise HarnessError(f"{files[0]}: matrix kind '{matrix.kind}' cannot be checked point by point; use mapping or grid")
+    points = managers[matrix.kind](matrix).get_suggestions()
+    return [{name: _plain(value) for name, value in point.items()} for point in points]
+
+
+@contextmanager
+def _quiet_serializer() -> Iterator[None]:
+    """Polyaxon's own to_dict trips pydantic serializer warnings on input validations; they are not ours."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
+        yield
+
+
+def _env_pair(item: Any) -> tuple[str, str]:
+    """Env entries stay plain dicts or become Kubernetes objects depending on how they were written."""
+    if isinstance(item, Mapping):
+        return str(item["name"]), str(item.get("value", ""))
+    return str(item.name), str(item.value)
+
+
+def _plain(value: Any) -> Any:
+    """Grid suggestions arrive as numpy scalars; params want plain Python values."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _cause(error: BaseException) -> str:
+    """Polyaxon wraps the useful message; walk down to the innermost one and keep its first line."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    message = str(error).strip() or type(error).__name__
+    return message.splitlines()[0]
+
+
+def _describe(files: list[Path]) -> str:
+    return " + ".join(str(path) for path in files)
+
+
+def parse_param_options(options: Sequence[str]) -> dict[str, str]:
+    """`-P name=value` words into params; Polyaxon converts each value to its input's declared type."""
+    params: dict[str, str] = {}
+    for option in options:
+        name, separator, value = option.partition("=")
+        if not separator or not name:
+            raise HarnessError(f"-P {option}: expected name=value")
+        if name in params:
+            raise HarnessError(f"-P {option}: '{name}' is given twice")
+        params[name] = value
+    return params
