@@ -1,0 +1,94 @@
+"""Compare runs that differ in exactly one limit, after proving that they do.
+
+A sweep only answers "what did this limit do" if everything else was held: the same prompts, seed, load
+shape, model, revision, image and every other engine argument. The comparator checks every input the
+runs carry and refuses, naming each difference, rather than attribute a confound to the limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from analysis.table import PEAK_RUNNING, RunTable
+from harness.errors import HarnessError
+
+# Inputs that identify a run rather than configure it: every point of a sweep has its own service run.
+IDENTITY_INPUTS = ("service_uuid",)
+COMPARED_FIGURES = (
+    "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "e2e_ms_p99", "requests_per_s",
+    "output_tokens_per_s", "peak_waiting_requests", PEAK_RUNNING, "peak_kv_cache_usage_fraction",
+    "preemptions_during_run", "kv_cache_tokens_logged", "kv_cache_tokens_predicted",
+)
+UUIDS_SHOWN_PER_VALUE = 3
+
+
+@dataclass(frozen=True)
+class Comparison:
+    limit: str
+    runs: pd.DataFrame  # the table's rows, ordered by the limit
+    points: pd.DataFrame  # one row per limit value: n, run_uuids, and <figure>_mean/_min/_max
+    held_fixed: dict[str, Any]
+
+
+def compare_one_limit(table: RunTable, limit: str) -> Comparison:
+    """Refuse unless the runs differ only in `limit`; then aggregate repeated runs of each point."""
+    frame = table.frame
+    if limit not in table.input_columns:
+        raise HarnessError(f"unknown limit '{limit}': the runs' inputs are {', '.join(sorted(table.input_columns))}")
+    missing = [uuid for uuid in frame.index if _absent(frame.at[uuid, limit])]
+    if missing:
+        raise HarnessError(f"limit '{limit}' is not an input of run(s) {', '.join(missing)}")
+    differences = [
+        described for column in table.input_columns
+        if column != limit and column not in IDENTITY_INPUTS and (described := _difference(frame[column]))
+    ]
+    if differences:
+        raise HarnessError(f"runs differ in more than '{limit}': {'; '.join(differences)}")
+    held = {column: frame[column].iloc[0] for column in table.input_columns
+            if column != limit and column not in IDENTITY_INPUTS and not _absent(frame[column].iloc[0])}
+    runs = frame.sort_values(limit, kind="stable")
+    return Comparison(limit=limit, runs=runs, points=_aggregate(runs, limit), held_fixed=held)
+
+
+def _difference(values: pd.Series) -> str | None:
+    """`name: 4 in run a, b; 8 in run c` when the runs disagree on an input, else None."""
+    groups: dict[str, list[str]] = {}
+    for uuid, value in values.items():
+        groups.setdefault("missing" if _absent(value) else shown_value(value), []).append(str(uuid))
+    if len(groups) < 2:
+        return None
+    shown = []
+    for value, uuids in sorted(groups.items()):
+        more = f" and {len(uuids) - UUIDS_SHOWN_PER_VALUE} more" if len(uuids) > UUIDS_SHOWN_PER_VALUE else ""
+        shown.append(f"{value} in run {', '.join(uuids[:UUIDS_SHOWN_PER_VALUE])}{more}")
+    return f"{values.name}: {'; '.join(shown)}"
+
+
+def shown_value(value: Any) -> str:
+    """A table column holding a missing value turns its integers into floats; show them as integers again."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _absent(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _aggregate(runs: pd.DataFrame, limit: str) -> pd.DataFrame:
+    """Mean, min and max of each figure over a point's repeats, with n and the UUIDs they came from."""
+    figures = [name for name in COMPARED_FIGURES if name in runs.columns]
+    numeric = runs[figures].apply(pd.to_numeric, errors="coerce")
+    grouped = numeric.groupby(runs[limit], sort=True)
+    points = pd.concat([grouped.mean().add_suffix("_mean"), grouped.min().add_suffix("_min"),
+                        grouped.max().add_suffix("_max")], axis=1)
+    points = points[[f"{name}_{stat}" for name in figures for stat in ("mean", "min", "max")]]
+    uuids = runs.index.to_series().groupby(runs[limit], sort=True)
+    points.insert(0, "run_uuids", uuids.apply(", ".join))
+    points.insert(0, "n", uuids.size())
+    points.index.name = limit
+    return points
