@@ -175,7 +175,7 @@ def _engine_process(argv: list[str], env: dict[str, str], log: Any) -> Iterator[
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env=os.environ | env | {"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+            env=os.environ | _hub_env(argv) | env | {"PYTHONUNBUFFERED": "1"},
         )
         assert watchdog.stdin is not None
         watchdog.stdin.write(f"{process.pid} {STOP_GRACE_S}\n".encode())
@@ -187,6 +187,12 @@ def _engine_process(argv: list[str], env: dict[str, str], log: Any) -> Iterator[
     finally:
         watchdog.kill()
         watchdog.wait()
+
+
+def _hub_env(argv: list[str]) -> dict[str, str]:
+    """A model given as a local directory needs no hub: offline mode keeps transformers off the network."""
+    model = next((argv[index + 1] for index, word in enumerate(argv[:-1]) if word == "--model"), None)
+    return {"HF_HUB_OFFLINE": "1"} if model and Path(model).is_dir() else {}
 
 
 def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:

@@ -99,7 +99,8 @@ def render(
     _check_load_shape(inputs, files)
     run = compiled.run
     container = run.container
-    limits = (container.resources or {}).get("limits", {}) if isinstance(container.resources, dict) else {}
+    resources = container.resources if isinstance(container.resources, dict) else {}
+    limits = resources.get("limits") or {}
     plugins = compiled.plugins
     termination = compiled.termination
     return RenderedRun(
@@ -146,7 +147,8 @@ def check_sweep(
         try:
             render(polyaxonfiles, {**params, **point})
         except HarnessError as error:
-            raise HarnessError(f"point {index} {point}: {error}") from None
+            reason = str(error).removeprefix(f"{_describe([Path(path) for path in polyaxonfiles])}: ")
+            raise HarnessError(f"{sweep_file}: point {index} {point}: {reason}") from None
     return [{**params, **point} for point in points]
 
 

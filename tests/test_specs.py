@@ -191,7 +191,7 @@ def test_check_command_prints_one_line_and_exits_2_on_bad_input(tmp_path: Path) 
     sweep = _sweep(tmp_path, "  kind: mapping\n  values:\n    - {max_num_seqs: 4}\n    - {max_num_seqs: -1}\n")
     result = CliRunner().invoke(app, ["check", "-f", str(sweep), "-P", "concurrency=4"])
     assert result.exit_code == 2
-    assert result.output.count("\n") == 1 and result.output.startswith("error: point 1 ")
+    assert result.output.count("\n") == 1 and result.output.startswith(f"error: {sweep}: point 1 {{'max_num_seqs': -1}}: ")
     good = CliRunner().invoke(app, ["check", "-f", str(FILES / "sweep-max-num-seqs.yaml"), "-P", "concurrency=4"])
     assert good.exit_code == 0, good.output
     assert "6 sweep points each compiled" in good.output
