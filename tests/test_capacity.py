@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+import yaml
 from traceml.logging.schemas import V1Log, V1Logs
 from typer.testing import CliRunner
 
@@ -279,3 +280,38 @@ def test_metrics_read_from_a_live_url_and_an_unreachable_one(tiny_model_dir: Pat
     assert result.exit_code == 2
     assert result.output.startswith(f"error: {base}/metrics: could not read metrics:")
     assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.sandbox
+def test_polyaxon_run_logs_through_the_real_api(
+    polyaxon_api: str, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> None:
+    from polyaxon.client import ProjectClient, RunClient
+
+    # The sandbox serves a run's logs from <artifacts store>/<uuid>/plxlogs/*.jsonl, one file per request,
+    # as a cluster's log collector leaves them; write the captured CPU log there in three files.
+    [sandbox_config] = {path.resolve() for path in tmp_path_factory.getbasetemp().glob("polyaxon-sandbox*/.polyaxon/.sandbox")}
+    store = Path(yaml.safe_load(sandbox_config.read_text())["POLYAXON_AGENT_ARTIFACTS_STORE"]["schema"]["hostPath"])
+    ProjectClient(owner="default").create({"name": "capacity-logs"})
+    run = RunClient(owner="default", project="capacity-logs")
+    run.create(name="vllm-service")
+    lines = [line for line in read_log_text(CPU / "kv4m-len1024.log").splitlines() if line.strip()]
+    logs_dir = store / run.run_uuid / "plxlogs"
+    logs_dir.mkdir(parents=True)
+    start = datetime.datetime(2026, 11, 29, tzinfo=datetime.timezone.utc)
+    for number, at in enumerate(range(0, len(lines), 60)):
+        chunk = V1Logs(logs=[
+            V1Log(value=line, timestamp=start + datetime.timedelta(seconds=at + offset), container="polyaxon-main")
+            for offset, line in enumerate(lines[at : at + 60])
+        ])
+        (logs_dir / f"{number:04d}.jsonl").write_text(chunk.get_jsonl_events().lstrip("\n"))
+
+    assert fetch_polyaxon_run_log(run.run_uuid, "default/capacity-logs").splitlines() == lines
+    result = CliRunner().invoke(
+        app, ["capacity", "--polyaxon-run", run.run_uuid, "--project", "default/capacity-logs",
+              "--model", str(tiny_model_dir), "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    report = CapacityReport.model_validate_json(result.stdout)
+    assert report.log is not None and report.log.kv_cache_tokens == 4096
+    assert report.prediction_matches_log is True
