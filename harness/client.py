@@ -109,6 +109,13 @@ def classify_status(status: int, message: str) -> ErrorClass:
     return ErrorClass.http_4xx if status < 500 else ErrorClass.http_5xx
 
 
+def aiohttp_transport(base_url: str, max_connections: int) -> AiohttpTransport:
+    """httpx over aiohttp. A plain-HTTP server gets no verifying TLS context: building one loads the CA
+    bundle (~80 ms of CPU) for connections that never use it."""
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    return AiohttpTransport(limits=limits, verify=base_url.startswith("https://"))
+
+
 class StreamingClient:
     """A keep-alive pool sized to the load; `send` never raises, it returns a record."""
 
@@ -119,13 +126,12 @@ class StreamingClient:
         api_key = os.environ.get(settings.api_key_env)
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        limits = httpx.Limits(max_connections=settings.pool_size, max_keepalive_connections=settings.pool_size)
         timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s, pool=None)
         self.http = httpx.AsyncClient(
             base_url=settings.base_url,
             headers=headers,
             timeout=timeout,
-            transport=AiohttpTransport(limits=limits),
+            transport=aiohttp_transport(settings.base_url, settings.pool_size),
         )
 
     async def __aenter__(self) -> StreamingClient:

@@ -19,12 +19,18 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import httpx
-from httpx_aiohttp import AiohttpTransport
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress
 
-from harness.client import ClientSettings, ErrorClass, PromptRequest, RequestRecord, StreamingClient
+from harness.client import (
+    ClientSettings,
+    ErrorClass,
+    PromptRequest,
+    RequestRecord,
+    StreamingClient,
+    aiohttp_transport,
+)
 from harness.errors import HarnessError, describe_validation_error
 from harness.inventory import Inventory, InventoryPrompt, check_fits, load_inventory, prompt_token_mismatches
 from harness.record import Environment, RunConfig, RunWriter, ServerSample, Slo
@@ -271,7 +277,7 @@ def _planned_count(config: RunConfig, inventory: Inventory) -> int | None:
 
 async def discover_server(base_url: str, ready_timeout_s: float) -> tuple[str, int | None, str | None]:
     """Wait for /health, then read the served model, its context length and the engine version."""
-    transport = AiohttpTransport(limits=httpx.Limits(max_connections=1))
+    transport = aiohttp_transport(base_url, 1)
     async with httpx.AsyncClient(base_url=base_url, timeout=10.0, transport=transport) as http:
         deadline = time.monotonic() + ready_timeout_s
         while True:

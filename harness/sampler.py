@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 
 import httpx
-from httpx_aiohttp import AiohttpTransport
 
+from harness.client import aiohttp_transport
 from harness.errors import HarnessError
 from harness.record import ServerSample
 from harness.server_metrics import parse_metrics
@@ -30,7 +30,7 @@ class MetricsSampler:
         self.http = httpx.AsyncClient(
             base_url=base_url,
             timeout=httpx.Timeout(max(interval_s, 2.0)),
-            transport=AiohttpTransport(limits=httpx.Limits(max_connections=1)),
+            transport=aiohttp_transport(base_url, 1),
         )
 
     async def scrape(self) -> ServerSample:

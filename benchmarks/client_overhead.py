@@ -1,0 +1,227 @@
+"""Client overhead: this harness against `vllm bench serve`, same emulated server, same workload.
+
+For each stream count the two clients run alternately (a few rounds, order flipped each round) against
+one emulator process; each client runs in its own process pinned to one core, the emulator on another.
+Printed per stream count and tool: achieved chunks/s, client CPU time (user + sys) per 1,000 streamed
+chunks, the harness/vLLM CPU ratio, this harness's TTFT and ITL error against the emulator's configured
+values (p50/p99), and the emulator's own CPU use (near 100 % means the emulator, not the client, set
+the achieved rate).
+
+    .venv/bin/python benchmarks/client_overhead.py [--streams 16 64 256] [--rounds 2]
+
+`vllm bench serve` is driven through `vllm.benchmarks.serve.benchmark` from the engine's venv
+($HARNESS_ENGINE_VENV, default ~/.cache/vllm-serving-harness/engine-venv): its console script fails
+in the CPU build. CPU time is measured around the load phase only, so imports do not count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
+from harness.inventory_build import build_token_id_inventory
+from harness.record import read_requests
+
+ENGINE_VENV = Path(os.environ.get("HARNESS_ENGINE_VENV", Path.home() / ".cache/vllm-serving-harness/engine-venv"))
+HARNESS = str(Path(sys.executable).with_name("harness"))
+
+HARNESS_DRIVER = """
+import json, sys, time
+from pathlib import Path
+import pyarrow.parquet  # imported up front, as vLLM's driver imports its modules before timing
+from harness.runner import build_run_config, run_load
+spec = json.loads(open(sys.argv[1]).read())
+config, inventory = build_run_config(
+    inventory=Path(spec["inventory"]), base_url=spec["base_url"], service_uuid=None, service_port=0,
+    concurrency=spec["streams"], rate=None, burstiness=1.0, max_concurrency=None, max_tokens=spec["output_tokens"],
+    requests=spec["requests"], duration_s=None, warmup=0, seed=0, order="inventory", temperature=0.0,
+    slo_ttft_ms=None, slo_tpot_ms=None, cold=False, sample_interval_s=1.0, max_dispatch_lag_ms=10.0,
+)
+cpu, wall = time.process_time(), time.perf_counter()
+run_load(config, inventory, Path(spec["out"]), ready_timeout_s=30)
+print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}))
+"""
+
+VLLM_DRIVER = """
+import asyncio, json, sys, time
+from vllm.benchmarks.datasets import SampleRequest
+from vllm.benchmarks.serve import TaskType, benchmark
+spec = json.loads(open(sys.argv[1]).read())
+requests = [SampleRequest(prompt=ids, prompt_len=len(ids), expected_output_len=spec["output_tokens"])
+            for ids in spec["prompts"]]
+cpu, wall = time.process_time(), time.perf_counter()
+result = asyncio.run(benchmark(
+    task_type=TaskType.GENERATION, endpoint_type="openai", api_url=spec["base_url"] + "/v1/completions",
+    base_url=spec["base_url"], model_id="emulated", model_name="emulated", tokenizer=None,
+    input_requests=requests, logprobs=None, request_rate=float("inf"), burstiness=1.0, disable_tqdm=True,
+    num_warmups=0, profile=False, selected_percentile_metrics=["ttft", "itl"], selected_percentiles=[50.0, 99.0],
+    ignore_eos=True, goodput_config_dict={}, max_concurrency=spec["streams"], lora_modules=None,
+    extra_headers=None, extra_body=None, ready_check_timeout_sec=0,
+))
+cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+chunks = sum(len(itl) + 1 for ttft, itl in zip(result["ttfts"], result["itls"]) if ttft)
+print(json.dumps({"cpu_s": cpu, "wall_s": wall, "chunks": chunks}))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def pinned(cpu: int | None):
+    """A preexec function that pins the child to one core (when the machine has more than one)."""
+    return (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+
+
+def process_cpu_s(pid: int) -> float:
+    """user + sys of a running process, from /proc (the emulator lives across trials)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_emulator(args: argparse.Namespace, cpu: int | None) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    command = [
+        HARNESS, "emulate", "--port", str(port), "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
+        "--max-num-seqs", "4096", "--kv-capacity-tokens", "100000000",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, preexec_fn=pinned(cpu))
+    base_url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
+                return process, base_url
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise SystemExit("emulator did not start")
+
+
+def run_tool(command: list[str], cpu: int | None, emulator: subprocess.Popen) -> dict:
+    emulator_cpu, started = process_cpu_s(emulator.pid), time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, preexec_fn=pinned(cpu))
+    if done.returncode != 0:
+        raise SystemExit(f"{command[0]} failed:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["emulator_cpu_fraction"] = (process_cpu_s(emulator.pid) - emulator_cpu) / (time.perf_counter() - started)
+    return result
+
+
+def spec_file(spec: dict, path: Path) -> str:
+    path.write_text(json.dumps(spec))
+    return str(path)
+
+
+def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.Popen, args) -> dict:
+    command = [sys.executable, "-c", HARNESS_DRIVER, spec_file({**spec, "out": str(out)}, out.with_suffix(".json"))]
+    result = run_tool(command, cpu, emulator)
+    records = [r for r in read_requests(out) if r.error_class is None]
+    result["chunks"] = sum(len(r.chunk_times_s) for r in records)
+    result["ttft_error_ms"] = [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in records]
+    result["itl_error_ms"] = [
+        (later - earlier) * 1000 / tokens - args.itl_ms
+        for r in records
+        for earlier, later, tokens in zip(r.chunk_times_s, r.chunk_times_s[1:], r.chunk_tokens[1:])
+    ]
+    return result
+
+
+def vllm_trial(spec: dict, cpu: int | None, emulator: subprocess.Popen, work: Path) -> dict:
+    python = str(ENGINE_VENV / "bin" / "python")
+    return run_tool([python, "-c", VLLM_DRIVER, spec_file(spec, work / "vllm-spec.json")], cpu, emulator)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--streams", type=int, nargs="+", default=[16, 64, 256])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--ttft-ms", type=float, default=20.0)
+    parser.add_argument("--itl-ms", type=float, default=10.0)
+    parser.add_argument("--output-tokens", type=int, default=128)
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--requests-per-stream", type=int, default=4)
+    parser.add_argument("--pin", action="store_true", help="emulator on the first core, clients on the second")
+    args = parser.parse_args()
+
+    cores = sorted(os.sched_getaffinity(0))
+    emulator_cpu, client_cpu = (cores[0], cores[1]) if args.pin and len(cores) > 1 else (None, None)
+    work = Path(tempfile.mkdtemp(prefix="client-overhead-"))
+    most_requests = max(args.streams) * args.requests_per_stream
+    recipe = TokenIdRecipe(
+        vocabulary=VocabularyRange(low=10, high=1900),
+        prompt_tokens=[args.prompt_tokens] * most_requests,
+        output_cap_tokens=[args.output_tokens] * most_requests,
+        seed=0,
+    )
+    inventory = build_token_id_inventory("client-overhead", recipe)
+    inventory_dir = write_inventory(inventory, work / "inventory")
+    emulator, base_url = start_emulator(args, emulator_cpu)
+    print(f"emulator: TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, 1 token per chunk; "
+          f"{args.prompt_tokens} prompt + {args.output_tokens} output tokens; "
+          f"{args.requests_per_stream} requests per stream; {args.rounds} rounds; pinned: "
+          f"{'emulator cpu %s, clients cpu %s' % (emulator_cpu, client_cpu) if client_cpu is not None else 'no'}")
+    rows = []
+    try:
+        for streams in args.streams:
+            requests = streams * args.requests_per_stream
+            spec = {
+                "base_url": base_url, "streams": streams, "requests": requests,
+                "output_tokens": args.output_tokens, "inventory": str(inventory_dir),
+                "prompts": [p.token_ids for p in inventory.prompts[:requests]],
+            }
+            trials: dict[str, list[dict]] = {"harness": [], "vllm": []}
+            for round_index in range(args.rounds):
+                order = ["harness", "vllm"] if round_index % 2 == 0 else ["vllm", "harness"]
+                for tool in order:
+                    if tool == "harness":
+                        out = work / f"run-{streams}-{round_index}"
+                        trials[tool].append(harness_trial(spec, out, client_cpu, emulator, args))
+                    else:
+                        trials[tool].append(vllm_trial(spec, client_cpu, emulator, work))
+            rows.append((streams, trials))
+    finally:
+        emulator.terminate()
+        emulator.wait()
+    print_table(rows)
+
+
+def print_table(rows: list[tuple[int, dict[str, list[dict]]]]) -> None:
+    def per_1000(trials: list[dict]) -> float:
+        return 1e6 * sum(t["cpu_s"] for t in trials) / sum(t["chunks"] for t in trials)
+
+    def rate(trials: list[dict]) -> float:
+        return sum(t["chunks"] for t in trials) / sum(t["wall_s"] for t in trials)
+
+    header = (
+        f"{'streams':>7} | {'harness chunks/s':>16} {'vllm chunks/s':>13} | {'harness cpu ms/1k':>17} "
+        f"{'vllm cpu ms/1k':>14} {'ratio':>6} | {'ttft err ms p50/p99':>19} {'itl err ms p50/p99':>18} | "
+        f"{'emulator cpu %':>14}"
+    )
+    print(header)
+    print("-" * len(header))
+    for streams, trials in rows:
+        harness, vllm = trials["harness"], trials["vllm"]
+        ttft = np.percentile([e for t in harness for e in t["ttft_error_ms"]], [50, 99])
+        itl = np.percentile([e for t in harness for e in t["itl_error_ms"]], [50, 99])
+        emulator = 100 * max(t["emulator_cpu_fraction"] for t in harness + vllm)
+        print(
+            f"{streams:>7} | {rate(harness):>16,.0f} {rate(vllm):>13,.0f} | {per_1000(harness):>17.1f} "
+            f"{per_1000(vllm):>14.1f} {per_1000(harness) / per_1000(vllm):>6.2f} | "
+            f"{ttft[0]:>8.2f} / {ttft[1]:>8.2f} {itl[0]:>8.2f} / {itl[1]:>7.2f} | {emulator:>14.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
