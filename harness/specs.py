@@ -74,7 +74,25 @@ def load_operation(polyaxonfiles: Sequence[Path], params: Params | None = None) 
                 verbose=False,
             )
     except PolyaxonfileError as error:
-        raise HarnessError(f"{_describe(files)}: {_cause(error)}") from None
+        reason = _cause(error)
+        if "non optional inputs" in reason:
+            reason = f"missing required input(s) {', '.join(_missing_inputs(files, params or {}))}; pass -P name=value"
+        raise HarnessError(f"{_describe(files)}: {reason}") from None
+
+
+def _missing_inputs(files: list[Path], params: Params) -> list[str]:
+    """Polyaxon says that some required input is missing, not which: read the declarations to name them."""
+    with _quiet_serializer():
+        operation = check_polyaxonfile(
+            polyaxonfile=[str(path) for path in files],
+            params=dict(params),
+            is_cli=False,
+            verbose=False,
+            validate_params=False,
+        )
+        compiled = OperationSpecification.compile_operation(operation)
+    given = set(operation.params or {})
+    return [io.name for io in compiled.inputs or [] if not io.is_optional and io.name not in given]
 
 
 def render(

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
+from harness.cli import app
 from harness.errors import HarnessError
 from harness.launch import engine_error_line, engine_python, local_engine, local_engine_argv
 from harness.specs import render
@@ -63,6 +65,12 @@ def test_a_port_in_use_is_refused_before_the_engine_starts(tiny_model_dir: Path,
                 [SERVICE_FILE, LOCAL_CPU_PRESET], {"model": str(tiny_model_dir)}, log_path=tmp_path / "e.log", port=port
             ):
                 pytest.fail("the engine should not have started")
+        served = CliRunner().invoke(
+            app, ["serve", "-f", str(SERVICE_FILE), "-f", str(LOCAL_CPU_PRESET), "-P", f"model={tiny_model_dir}",
+                  "--port", str(port), "--log", str(tmp_path / "e.log")],
+        )  # fmt: skip
+        assert served.exit_code == 2
+        assert served.output == f"error: port {port} on 127.0.0.1 is already in use (Address already in use)\n"
     assert not (tmp_path / "e.log").exists()
 
 

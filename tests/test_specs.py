@@ -78,6 +78,13 @@ def test_bad_service_params_are_refused_naming_file_and_input(params: dict, mess
     assert str(refused.value).startswith(f"{SERVICE}: ")
 
 
+def test_a_missing_required_input_is_named() -> None:
+    with pytest.raises(HarnessError, match=r"harness-job.yaml: missing required input\(s\) service_uuid; pass -P"):
+        render([HARNESS_JOB], {})
+    with pytest.raises(HarnessError, match=r"harness-job.yaml: Input service_uuid is required"):
+        render([HARNESS_JOB], {"concurrency": 4})
+
+
 def test_a_missing_polyaxonfile_is_named() -> None:
     with pytest.raises(HarnessError, match="no-such.yaml: no such polyaxonfile"):
         render([FILES / "no-such.yaml"], {})

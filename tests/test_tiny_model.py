@@ -7,7 +7,9 @@ import struct
 from pathlib import Path
 
 from transformers import AutoConfig, AutoTokenizer
+from typer.testing import CliRunner
 
+from harness.cli import app
 from harness.tiny_model import ensure_tiny_model, write_tiny_model
 
 FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
@@ -82,3 +84,11 @@ def test_model_is_cached_under_the_configured_directory(tmp_path: Path, monkeypa
     assert ensure_tiny_model(seed=1) == directory
     assert (directory / "model.safetensors").stat().st_mtime_ns == stamp
     assert [p.name for p in (tmp_path / "models").iterdir()] == [directory.name]  # no staging left behind
+
+
+def test_model_tiny_command_prints_the_cached_directory(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    result = CliRunner().invoke(app, ["model", "tiny", "--seed", "2"])
+    assert result.exit_code == 0, result.output
+    printed = Path(result.output.strip())
+    assert printed.parent == tmp_path / "models" and (printed / "model.safetensors").is_file()
