@@ -141,7 +141,7 @@ class _TokenCounter:
         self.chat = chat
         if chat:
             if not isinstance(self.tokenizer.chat_template, str):
-                raise HarnessError(f"tokenizer {directory}: has no single chat template, so a chat inventory is impossible")
+                raise HarnessError(f"tokenizer {directory}: no single chat template, so no chat inventory")
             self.template = _chat_template(self.tokenizer.chat_template)
 
     def encode(self, text: str) -> list[int]:
@@ -202,6 +202,16 @@ def _chat_template(source: str) -> jinja2.Template:
 def _wrapped(ids: list[int], start: int, size: int) -> list[int]:
     repeats = (start % len(ids) + size) // len(ids) + 1
     return (ids * repeats)[start % len(ids) : start % len(ids) + size]
+
+
+def salted(inventory: Inventory, salt: str) -> Inventory:
+    """The same token-id inventory with a per-run salt, so a repeated run cannot hit a warm prefix cache."""
+    recipe = inventory.manifest.recipe
+    if not isinstance(recipe, TokenIdRecipe):
+        raise HarnessError(f"inventory {inventory.manifest.name}: only token-id inventories can be salted")
+    return build_token_id_inventory(
+        inventory.manifest.name, token_id_recipe(**recipe.model_dump(exclude={"salt"}), salt=salt)
+    )
 
 
 def rebuild(manifest: InventoryManifest) -> Inventory:

@@ -31,6 +31,7 @@ from harness.inventory_build import (
     build_token_id_inventory,
     check_rebuilds,
     rebuild,
+    salted,
     text_recipe,
     token_id_recipe,
     token_shapes,
@@ -124,6 +125,21 @@ def test_salt_makes_every_prompt_unique_and_changes_only_the_leading_tokens() ->
     assert not used & {0, 1, 2, 10, 11, 12}
 
 
+def test_salted_copy_of_an_inventory_changes_its_digest_but_not_its_shape() -> None:
+    inventory = build_token_id_inventory("s", small_recipe(shared_prefix_tokens=20))
+    run_1, run_2 = salted(inventory, "run-1"), salted(inventory, "run-2")
+    assert len({inventory.digest, run_1.digest, run_2.digest}) == 3
+    assert [p.prompt_tokens for p in run_1.prompts] == [30, 40, 50]
+    assert salted(inventory, "run-1").digest == run_1.digest  # the same salt reproduces the same run
+    first_blocks = {tuple((p.token_ids or [])[:SALT_TOKENS]) for p in [*run_1.prompts, *run_2.prompts]}
+    assert len(first_blocks) == 6
+
+
+def test_text_inventories_cannot_be_salted(tokenizer_dir: Path, corpus_file: Path) -> None:
+    with pytest.raises(HarnessError, match="only token-id inventories can be salted"):
+        salted(build_text(corpus_file, tokenizer_dir, False, [20]), "run-1")
+
+
 def test_a_one_byte_edit_is_refused_naming_the_prompt(tmp_path: Path) -> None:
     directory = written(tmp_path)
     record = json.loads((directory / PROMPTS_FILE).read_text().splitlines()[1])
@@ -158,8 +174,10 @@ def test_count_that_disagrees_with_the_token_ids_is_refused(tmp_path: Path) -> N
 def test_manifest_totals_that_disagree_are_refused(tmp_path: Path) -> None:
     directory = written(tmp_path)
     manifest_file = directory / MANIFEST_FILE
-    manifest_file.write_text(manifest_file.read_text().replace('"prompt_tokens_total": 120', '"prompt_tokens_total": 121'))
-    with pytest.raises(HarnessError, match=r"manifest\.json.*prompt_tokens_total is 121 but the prompt list adds up to 120"):
+    edited = manifest_file.read_text().replace('"prompt_tokens_total": 120', '"prompt_tokens_total": 121')
+    manifest_file.write_text(edited)
+    message = r"manifest\.json.*prompt_tokens_total is 121 but the prompt list adds up to 120"
+    with pytest.raises(HarnessError, match=message):
         load_inventory(directory)
 
 
@@ -185,7 +203,8 @@ def test_check_fits_names_the_prompts_that_exceed_max_model_len(tmp_path: Path) 
         "fits", small_recipe(prompt_tokens=[100, 220, 300], output_cap_tokens=[50, 50, 50])
     )
     check_fits(inventory, 350)
-    with pytest.raises(HarnessError, match=r"2 prompt\(s\) exceed max_model_len 260.*p0001 \(220\+50=270\), p0002 \(300\+50=350\)"):
+    message = r"2 prompt\(s\) exceed max_model_len 260.*p0001 \(220\+50=270\), p0002 \(300\+50=350\)$"
+    with pytest.raises(HarnessError, match=message):
         check_fits(inventory, 260)
 
 
@@ -295,7 +314,8 @@ def test_text_builds_are_byte_identical_and_pin_the_tokenizer(
     changed = tmp_path / "changed-tokenizer"
     shutil.copytree(tokenizer_dir, changed)
     config = json.loads((changed / "tokenizer_config.json").read_text())
-    (changed / "tokenizer_config.json").write_text(json.dumps(config | {"chat_template": "{{ messages[0]['content'] }}"}))
+    config["chat_template"] = "{{ messages[0]['content'] }}"
+    (changed / "tokenizer_config.json").write_text(json.dumps(config))
     other = build_text(corpus_file, changed, True, [40, 80])
     assert other.manifest.tokenizer is not None
     assert other.manifest.tokenizer.files_sha256 != inventory.manifest.tokenizer.files_sha256
@@ -405,5 +425,6 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
 
 def test_chat_prompt_shorter_than_its_template_is_refused_naming_it(tokenizer_dir: Path, corpus_file: Path) -> None:
     # "<|user|>" + "<|end|>" + "<|assistant|>" alone are 3 tokens, so 3 leaves no room for any text.
-    with pytest.raises(HarnessError, match=r"prompt p0001: 3 tokens leave no room for text: an empty prompt already counts 3"):
+    message = r"prompt p0001: 3 tokens leave no room for text: an empty prompt already counts 3"
+    with pytest.raises(HarnessError, match=message):
         build_text(corpus_file, tokenizer_dir, True, [10, 3])
