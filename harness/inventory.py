@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -407,11 +407,16 @@ class PromptTokenMismatch(BaseModel):
 
 
 def prompt_token_mismatches(
-    inventory: Inventory, usage_by_prompt_id: Mapping[str, int]
+    inventory: Inventory, usage_by_prompt_id: Mapping[str, int] | Iterable[tuple[str, int]]
 ) -> list[PromptTokenMismatch]:
-    """Requests whose server-reported prompt tokens differ from the manifest (run-time drift check)."""
+    """Requests whose server-reported prompt tokens differ from the manifest (run-time drift check).
+
+    Takes a mapping, or (prompt_id, prompt_tokens) pairs, one per request, so a prompt sent several
+    times is checked every time it was sent.
+    """
     by_id = {p.prompt_id: p for p in inventory.prompts}
-    unknown = sorted(set(usage_by_prompt_id) - set(by_id))
+    pairs = list(usage_by_prompt_id.items() if isinstance(usage_by_prompt_id, Mapping) else usage_by_prompt_id)
+    unknown = sorted({prompt_id for prompt_id, _ in pairs} - set(by_id))
     if unknown:
         raise HarnessError(f"inventory {inventory.manifest.name} has no prompt {', '.join(unknown[:5])}")
     return [
@@ -421,7 +426,7 @@ def prompt_token_mismatches(
             server_prompt_tokens=reported,
             detail="server counted a different number of prompt tokens",
         )
-        for prompt_id, reported in usage_by_prompt_id.items()
+        for prompt_id, reported in pairs
         if reported != by_id[prompt_id].prompt_tokens
     ]
 

@@ -218,6 +218,13 @@ def test_prompt_token_mismatches_flags_only_differing_counts() -> None:
         prompt_token_mismatches(inventory, {"p9999": 1})
 
 
+def test_prompt_token_mismatches_checks_every_request_of_a_repeated_prompt() -> None:
+    inventory = build_token_id_inventory("m", small_recipe())
+    requests = [("p0000", 30), ("p0000", 29), ("p0002", 50), ("p0000", 30), ("p0002", 52)]
+    mismatches = prompt_token_mismatches(inventory, requests)
+    assert [(m.prompt_id, m.server_prompt_tokens) for m in mismatches] == [("p0000", 29), ("p0002", 52)]
+
+
 def test_recipe_refuses_a_prefix_as_long_as_a_prompt() -> None:
     with pytest.raises(HarnessError, match=r"token-id recipe: field '\(root\)'.*shared_prefix_tokens 30"):
         token_id_recipe(
