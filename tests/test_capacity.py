@@ -315,3 +315,34 @@ def test_polyaxon_run_logs_through_the_real_api(
     report = CapacityReport.model_validate_json(result.stdout)
     assert report.log is not None and report.log.kv_cache_tokens == 4096
     assert report.prediction_matches_log is True
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("kv_bytes", "max_model_len"), [(8 * 2**20, 1024), (24 * 2**20, 2048)])
+def test_real_engine_logs_the_predicted_capacity_and_metrics_agree(
+    start_engine, tiny_model_dir: Path, kv_bytes: int, max_model_len: int
+) -> None:
+    engine = start_engine(kv_cache_memory_bytes=kv_bytes, max_model_len=max_model_len)
+    # The capacity lines come before /health answers, and the launcher runs the engine unbuffered.
+    report = capacity_from_sources(
+        run_dir=engine.log_path.parent, metrics=f"{engine.base_url}/metrics", model=str(tiny_model_dir)
+    )
+
+    blocks = kv_bytes // (TINY_KV_BYTES_PER_TOKEN * CPU_BLOCK_SIZE)
+    log = report.log
+    assert log is not None and log.capacity_found, log and log.diagnosis
+    assert (log.kv_cache_tokens, log.max_concurrency) == (blocks * CPU_BLOCK_SIZE, blocks / (max_model_len // CPU_BLOCK_SIZE))
+    assert log.max_model_len == max_model_len
+    assert report.prediction is not None
+    assert report.prediction.num_blocks == blocks
+    assert report.prediction.kv_cache_tokens == log.kv_cache_tokens
+    assert round(report.prediction.max_concurrency, 2) == log.max_concurrency
+    assert [(figure.name, figure.exact) for figure in report.comparison] == [
+        ("num_blocks", True), ("kv_cache_tokens", True), ("max_concurrency", True)
+    ]
+    assert report.prediction_matches_log is True
+    assert report.metrics_cache_config is not None
+    assert report.metrics_cache_config["num_gpu_blocks"] == str(blocks)
+    assert {check.name for check in report.cross_checks} >= {"kv_cache_tokens", "max_concurrency", "kv_cache_memory_bytes"}
+    assert all(check.agree for check in report.cross_checks), report.cross_checks
+    assert report.disagreements == []
