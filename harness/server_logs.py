@@ -50,9 +50,9 @@ CPU_KV_SPACE = re.compile(
 )
 BLOCKS = re.compile(r"^# (?P<device>\w+) blocks: (?P<device_blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?")
 MODEL_LOADING = re.compile(
-    rf"^Model loading took (?P<amount>{NUMBER}) (?P<unit>GiB|GB)(?: memory)? and (?P<seconds>[\d.]+) seconds"
+    rf"^Model loading took (?P<amount>{NUMBER}) (?:GiB|GB)(?: memory)? and (?P<seconds>[\d.]+) seconds"
 )
-# 0.6's "GB" is computed with 2**30, so it is GiB in all but name.
+# Releases that print "GB" (0.6, early 0.8 V0) compute it with 2**30: GiB in all but name.
 WEIGHTS_MEMORY_V06 = re.compile(rf"^Loading model weights took (?P<amount>{NUMBER}) GB")
 WEIGHTS_TIME = re.compile(r"^Loading weights took (?P<seconds>[\d.]+) seconds")
 GRAPH_CAPTURE = re.compile(rf"Graph capturing finished in (?P<seconds>\d+) secs(?:, took (?P<gib>{NUMBER}) GiB)?")
