@@ -58,8 +58,8 @@ if alive():
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _LOG_HEADER = re.compile(r"^(?:\([\w:]+ pid=\d+\)\s+)?(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\]\s?)?")
-_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
-_ARGPARSE_LINE = re.compile(r"^\S+: error: (.+)")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
+_ARGPARSE_LINE = re.compile(r"^\S+: error: ")
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,8 @@ def free_port() -> int:
 def _refuse_busy_port(port: int) -> None:
     """A port already answering would pass our health check on someone else's server, so refuse it first."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As the server will: connections of a just-stopped engine in TIME_WAIT do not make the port busy.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((LOCAL_HOST, port))
         except OSError as error:
@@ -131,10 +133,8 @@ def engine_error_line(log_text: str) -> str | None:
     """The engine's own explanation of why it stopped: the first exception or argument error it logged."""
     for raw_line in log_text.splitlines():
         line = _LOG_HEADER.sub("", _ANSI.sub("", raw_line)).strip()
-        for pattern in (_EXCEPTION_LINE, _ARGPARSE_LINE):
-            match = pattern.match(line)
-            if match:
-                return line
+        if _EXCEPTION_LINE.match(line) or _ARGPARSE_LINE.match(line):
+            return line
     return None
 
 

@@ -44,6 +44,7 @@ class RenderedRun:
     ports: list[int]
     inputs: dict[str, Any]
     gpu_limit: int | None
+    node_selector: dict[str, str]
     termination_timeout_s: int | None
     collect_logs: bool
     matrix_points: list[dict[str, Any]] = field(default_factory=list)
@@ -130,6 +131,7 @@ def render(
         ports=list(getattr(run, "ports", None) or []),
         inputs=inputs,
         gpu_limit=int(limits["nvidia.com/gpu"]) if "nvidia.com/gpu" in limits else None,
+        node_selector=dict(run.environment.node_selector or {}) if run.environment else {},
         termination_timeout_s=termination.timeout if termination else None,
         collect_logs=bool(plugins and plugins.collect_logs),
         matrix_points=matrix_points,

@@ -40,6 +40,7 @@ def test_production_service_renders_the_pinned_image_and_engine_arguments() -> N
     ]  # fmt: skip
     assert rendered.ports == [8000]
     assert rendered.gpu_limit == 1
+    assert rendered.node_selector == {}
     assert rendered.termination_timeout_s == 14400
     assert rendered.collect_logs is True
 
@@ -97,6 +98,7 @@ def test_presets_fill_what_params_leave_and_never_override_them() -> None:
     assert local["kv_cache_memory_bytes"] == 4 * 2**20
     gpu = render([SERVICE, GPU_A100], {"max_model_len": 4096})
     assert (gpu.inputs["max_model_len"], gpu.inputs["block_size"], gpu.gpu_limit) == (4096, 16, 1)
+    assert gpu.node_selector == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
 
 
 def test_the_experiment_starts_the_same_engine_command_as_the_service_on_loopback() -> None:
