@@ -62,6 +62,10 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
 _ARGPARSE_LINE = re.compile(r"^\S+: error: ")
 
 
+class EngineStartError(HarnessError):
+    """The engine exited or stayed unhealthy before serving: a result for a sweep point, not a crash."""
+
+
 @dataclass(frozen=True)
 class RunningEngine:
     """A healthy local engine: where it answers, its process, its log and the command that started it."""
@@ -85,7 +89,11 @@ def engine_python() -> Path:
 
 def local_engine_argv(rendered: RenderedRun, python: Path, port: int) -> list[str]:
     """The container's engine command with the image's interpreter and listening address replaced."""
-    words = rendered.argv
+    return local_engine_words(rendered.argv, python, port)
+
+
+def local_engine_words(words: list[str], python: Path, port: int) -> list[str]:
+    """`... python -m vllm.entrypoints... ARGS` → this machine's engine interpreter, on loopback at `port`."""
     if words[:1] == ["exec"]:
         words = words[1:]
     try:
@@ -151,15 +159,42 @@ def local_engine(
     rendered = render(polyaxonfiles, params, run_globals=_local_globals(log_path))
     if rendered.kind != "service":
         raise HarnessError(f"{polyaxonfiles[0]}: run.kind is '{rendered.kind}'; the local engine needs a service")
-    python = engine_python()
     port = port if port is not None else free_port()
     _refuse_busy_port(port)
-    argv = local_engine_argv(rendered, python, port)
+    argv = local_engine_argv(rendered, engine_python(), port)
+    with start_engine(argv, log_path=log_path, env=rendered.env, health_timeout_s=health_timeout_s) as engine:
+        yield engine
+
+
+@contextmanager
+def start_engine(
+    argv: list[str], *, log_path: Path, env: dict[str, str] | None = None, health_timeout_s: float = 300
+) -> Iterator[RunningEngine]:
+    """Start an engine command line as given, wait until /health answers on its --port, always stop it.
+
+    A start that fails or times out raises EngineStartError with the engine's own error line.
+    """
+    port = engine_port(argv)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with _stop_on_sigterm(), log_path.open("wb") as log, _engine_process(argv, rendered.env, log) as process:
-        engine = RunningEngine(f"http://{LOCAL_HOST}:{port}", port, process.pid, log_path, argv)
+    with stop_on_sigterm(), log_path.open("wb") as log, _engine_process(argv, env or {}, log) as process:
+        engine = RunningEngine(engine_base_url(argv), port, process.pid, log_path, argv)
         _wait_until_healthy(engine, process, health_timeout_s)
         yield engine
+
+
+def engine_port(argv: list[str]) -> int:
+    """The engine command's --port (two words or option=value); vLLM's default is 8000."""
+    for index, word in enumerate(argv):
+        if word == "--port" and index + 1 < len(argv):
+            return int(argv[index + 1])
+        if word.startswith("--port="):
+            return int(word.split("=", 1)[1])
+    return 8000
+
+
+def engine_base_url(argv: list[str]) -> str:
+    """Where an engine started here answers: loopback, whatever address it binds."""
+    return f"http://{LOCAL_HOST}:{engine_port(argv)}"
 
 
 @contextmanager
@@ -233,19 +268,21 @@ def _wait_until_healthy(engine: RunningEngine, process: subprocess.Popen[bytes],
             code = process.poll()
             if code is not None:
                 reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
-                raise HarnessError(f"engine exited with code {code} before it was healthy: {reason} (log: {engine.log_path})")
+                raise EngineStartError(
+                    f"engine exited with code {code} before it was healthy: {reason} (log: {engine.log_path})"
+                )
             try:
                 if client.get(f"{engine.base_url}/health").status_code == 200:
                     return
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise HarnessError(f"engine not healthy after {timeout_s:g} s (log: {engine.log_path})")
+                raise EngineStartError(f"engine not healthy after {timeout_s:g} s (log: {engine.log_path})")
             time.sleep(HEALTH_POLL_S)
 
 
 @contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
+def stop_on_sigterm() -> Iterator[None]:
     """Turn SIGTERM into SystemExit while the engine runs, so `finally` stops it and the log is complete."""
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
         yield

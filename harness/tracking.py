@@ -122,7 +122,7 @@ def capacity_outputs(report: CapacityReport) -> dict[str, Any]:
     log, prediction = report.log, report.prediction
     figures: dict[str, Any] = {}
     if log is not None:
-        blocks = log.num_gpu_blocks or log.num_cpu_blocks
+        blocks = log.num_gpu_blocks  # V0 logs also print CPU blocks: swap space, not KV capacity
         if blocks is None and report.metrics_cache_config:
             blocks = int(report.metrics_cache_config.get("num_gpu_blocks") or 0) or None
         figures.update(
