@@ -11,12 +11,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
-from harness.launch import RunningEngine, local_engine
 from harness.tiny_model import ensure_tiny_model
+
+if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests without an engine need not pay
+    from harness.launch import RunningEngine
 
 os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
 
@@ -32,6 +35,8 @@ def local_cpu_engine(
 
     For a module-scoped engine: `with local_cpu_engine(tiny_model_dir, path, max_num_seqs=4) as engine:`.
     """
+    from harness.launch import local_engine
+
     return local_engine(
         [SERVICE_FILE, LOCAL_CPU_PRESET],
         {"model": str(model_dir), **params},
