@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.sources import collect_runs, runs_from_directories, runs_from_offline_root
+from analysis.sources import collect_runs, runs_from_directories, runs_from_offline_root, runs_from_polyaxon
 from analysis.table import build_table
 from harness.capacity import build_capacity_report
 from harness.client import RequestRecord
@@ -177,3 +177,26 @@ def test_bad_sources_are_one_line_naming_the_file(tmp_path: Path):
         runs_from_directories([tmp_path])
     with pytest.raises(HarnessError, match="not a Polyaxon offline root"):
         runs_from_offline_root(tmp_path)
+
+
+@pytest.mark.sandbox
+def test_polyaxon_api_runs_read_back_with_their_series_and_query(tmp_path: Path, polyaxon_api: str):
+    from polyaxon.client import ProjectClient
+
+    ProjectClient(owner="default").create({"name": "analysis-api"})
+    two = write_run(tmp_path / "runs", limits={"max_num_seqs": 2}, samples=[(1, 2, 0.1, 0), (0, 2, 0.2, 0)])
+    four = write_run(tmp_path / "runs", limits={"max_num_seqs": 4}, ttft_ms=75.0, samples=[(0, 3, 0.1, 0)])
+    two_uuid, four_uuid = (track_run(run_dir, project="default/analysis-api").run_uuid for run_dir in (two, four))
+
+    table = build_table(runs_from_polyaxon("default/analysis-api"))
+    assert sorted(table.frame.index) == sorted([two_uuid, four_uuid])
+    assert table.frame.loc[four_uuid, "ttft_ms_p99"] == pytest.approx(75.0)
+    assert table.frame.loc[two_uuid, "peak_running_requests"] == 2 and table.frame.loc[four_uuid, "peak_running_requests"] == 3
+    assert table.frame.loc[two_uuid, "kv_cache_tokens_logged"] == 1_048_576
+    assert "max_num_seqs" in table.input_columns and "ttft_ms_p99" not in table.input_columns
+    assert list(table.series[two_uuid]["waiting_requests"]) == [1, 0]
+
+    queried = runs_from_polyaxon("default/analysis-api", query="inputs.max_num_seqs: 4")
+    assert [run.run_uuid for run in queried] == [four_uuid]
+    with pytest.raises(HarnessError, match="cannot read runs of Polyaxon project 'default/no-such-project'"):
+        runs_from_polyaxon("default/no-such-project")
