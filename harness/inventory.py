@@ -431,13 +431,18 @@ def prompt_token_mismatches(
     ]
 
 
+# No run uses this salt, so blocks cached while verifying are never hit by a measured request.
+VERIFY_CACHE_SALT = "harness-prompts-verify"
+
+
 def verify_with_server(
     inventory: Inventory, base_url: str, *, timeout_s: float = 120.0
 ) -> list[PromptTokenMismatch]:
     """Ask a running vLLM server to count every prompt the way it will count it when served.
 
     vLLM's /tokenize takes a text `prompt` or chat `messages`, not token ids; token-id prompts are
-    therefore counted by the usage of a one-token /v1/completions request.
+    therefore counted by the usage of a one-token /v1/completions request, under a cache salt so this
+    prefill cannot warm the prefix cache for the run that follows.
     """
     try:
         with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s) as client:
@@ -476,7 +481,10 @@ def _server_count(
     if prompt.token_ids is not None:
         if prompt.prompt_tokens + 1 > max_model_len:
             return None, f"not checked: does not fit the server's max_model_len {max_model_len}"
-        body: dict[str, Any] = {"model": model, "prompt": prompt.token_ids, "max_tokens": 1, "temperature": 0}
+        body: dict[str, Any] = {
+            "model": model, "prompt": prompt.token_ids, "max_tokens": 1, "temperature": 0,
+            "cache_salt": VERIFY_CACHE_SALT,
+        }
         response = client.post("/v1/completions", json=body)
     elif prompt.chat:
         response = client.post("/tokenize", json={"model": model, "messages": prompt.messages()})

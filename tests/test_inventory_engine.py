@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import local_cpu_engine
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness.inventory import (
     Inventory,
@@ -126,3 +127,32 @@ def test_cli_verify_against_the_server_reports_mismatches_per_prompt(
     )
     assert caught.returncode == 1
     assert "mismatch p0003: manifest 1198 tokens, server 1200 tokens" in caught.stdout
+
+
+def prefix_cache_hit_tokens(engine_url: str) -> float:
+    families = text_string_to_metric_families(httpx.get(f"{engine_url}/metrics", timeout=30).text)
+    return sum(
+        sample.value
+        for family in families if family.name == "vllm:prefix_cache_hits"
+        for sample in family.samples if sample.name.endswith("_total")
+    )
+
+
+def test_verifying_token_ids_does_not_warm_the_prefix_cache_for_the_run(engine_url: str) -> None:
+    recipe = token_id_recipe(
+        vocabulary={"low": 0, "high": VOCAB_SIZE - len(SPECIAL_TOKENS)}, prompt_tokens=[1000],
+        output_cap_tokens=[1], seed=12,
+    )
+    inventory = build_token_id_inventory("cold", recipe)
+    assert verify_with_server(inventory, engine_url) == []
+    body = {"prompt": inventory.prompts[0].token_ids, "max_tokens": 1, "temperature": 0}
+    model = httpx.get(f"{engine_url}/v1/models", timeout=30).json()["data"][0]["id"]
+
+    before = prefix_cache_hit_tokens(engine_url)
+    assert httpx.post(f"{engine_url}/v1/completions", json={"model": model, **body}, timeout=120).status_code == 200
+    after_first_send = prefix_cache_hit_tokens(engine_url)
+    assert httpx.post(f"{engine_url}/v1/completions", json={"model": model, **body}, timeout=120).status_code == 200
+    after_second_send = prefix_cache_hit_tokens(engine_url)
+    assert after_first_send - before == 0
+    # The repeat hits every full 128-token block before the last prompt token: 999 // 128 * 128.
+    assert after_second_send - after_first_send == 896
