@@ -17,7 +17,7 @@ from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
 from harness.cli import app
 from harness.errors import HarnessError
-from harness.launch import engine_error_line, engine_python, local_engine, local_engine_argv
+from harness.launch import engine_error_line, engine_python, local_engine, local_engine_argv, stop_process_group
 from harness.specs import render
 
 
@@ -72,6 +72,28 @@ def test_a_port_in_use_is_refused_before_the_engine_starts(tiny_model_dir: Path,
         assert served.exit_code == 2
         assert served.output == f"error: port {port} on 127.0.0.1 is already in use (Address already in use)\n"
     assert not (tmp_path / "e.log").exists()
+
+
+STUBBORN_TREE = """
+import signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE)
+child.stdout.readline()
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_stopping_kills_a_child_that_ignores_sigterm_after_the_grace_period() -> None:
+    leader = subprocess.Popen(
+        [sys.executable, "-c", STUBBORN_TREE], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    child_pid = int(leader.stdout.readline())
+    assert sorted(live_group_members(leader.pid)) == sorted([leader.pid, child_pid])
+    started = time.monotonic()
+    stop_process_group(leader, grace_s=1.0)
+    elapsed_s = time.monotonic() - started
+    assert wait_until_group_gone(leader.pid, timeout_s=5) == []
+    assert 1.0 <= elapsed_s < 5.0  # the leader obeyed SIGTERM, the child needed the SIGKILL after 1 s
 
 
 def test_engine_error_line_finds_the_root_cause_under_log_headers() -> None:
