@@ -46,7 +46,8 @@ class VocabularyRange(FrozenModel):
     """Token ids a token-id inventory may use: [low, high) minus ids that would act as control tokens."""
 
     low: int = Field(ge=0)
-    high: int = Field(gt=0, description="one past the last allowed id")
+    # Bounded so a typo cannot ask for a multi-gigabyte id table; real vocabularies stay far below.
+    high: int = Field(gt=0, le=2**24, description="one past the last allowed id")
     excluded_ids: list[int] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -275,7 +276,10 @@ def assemble_inventory(
         output_cap_tokens_total=sum(p.output_cap_tokens for p in prompts),
         prompts=[ManifestEntry(**p.model_dump(include=set(ManifestEntry.model_fields))) for p in prompts],
     )
-    draft = InventoryManifest(**fields)
+    try:
+        draft = InventoryManifest(**fields)
+    except pydantic.ValidationError as error:
+        raise HarnessError(describe_validation_error(error, f"inventory {name!r}")) from None
     manifest = draft.model_copy(update={"inventory_sha256": draft.content_sha256()})
     return Inventory(manifest=manifest, prompts=prompts)
 

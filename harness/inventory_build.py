@@ -93,7 +93,10 @@ def build_text_inventory(name: str, recipe: TextRecipe) -> Inventory:
         raise HarnessError(f"corpus {corpus}: its sha256 differs from the recipe's corpus_sha256")
     directory, identity = resolve_tokenizer(recipe.tokenizer, recipe.tokenizer_revision)
     counter = _TokenCounter(directory, recipe.chat)
-    corpus_ids = counter.encode(corpus.read_text(encoding="utf-8"))
+    try:
+        corpus_ids = counter.encode(corpus.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise HarnessError(f"corpus {corpus}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     if len(corpus_ids) < 2:
         raise HarnessError(f"corpus {corpus}: too little text to cut prompts from")
     rng = np.random.default_rng(recipe.seed)
@@ -137,7 +140,10 @@ class _TokenCounter:
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
         from transformers import AutoTokenizer
 
-        self.tokenizer: Any = AutoTokenizer.from_pretrained(directory)
+        try:
+            self.tokenizer: Any = AutoTokenizer.from_pretrained(directory)
+        except Exception as error:  # transformers raises many unrelated types for an unreadable tokenizer
+            raise HarnessError(f"tokenizer {directory}: cannot be loaded: {error}") from None
         self.chat = chat
         if chat:
             if not isinstance(self.tokenizer.chat_template, str):

@@ -345,6 +345,23 @@ def test_hub_tokenizer_needs_a_pinned_revision(corpus_file: Path) -> None:
         build_text_inventory("hub", recipe)
 
 
+def test_unreadable_corpus_and_tokenizer_are_named(tokenizer_dir: Path, corpus_file: Path, tmp_path: Path) -> None:
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\u00e9 au lait".encode("latin-1"))
+    with pytest.raises(HarnessError, match=r"latin1\.txt: not UTF-8 text \(invalid continuation byte at byte 3\)"):
+        build_text(latin1, tokenizer_dir, False, [4])
+    broken = tmp_path / "broken-tokenizer"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text("{not json")
+    with pytest.raises(HarnessError, match=r"broken-tokenizer: cannot be loaded"):
+        build_text(corpus_file, broken, False, [4])
+
+
+def test_vocabulary_too_large_to_list_is_refused() -> None:
+    with pytest.raises(HarnessError, match=r"field 'vocabulary.high': Input should be less than or equal to 16777216"):
+        token_id_recipe(vocabulary={"low": 0, "high": 10**12}, prompt_tokens=[4], output_cap_tokens=[1], seed=0)
+
+
 # --- bundled inventories for the pinned model ------------------------------------------------------------
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
@@ -422,6 +439,11 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
         harness("prompts", "build", "token-ids", str(tmp_path / "x"), "--vocab-high", "10",
                 "--prompt-tokens", "4", "--output-cap-tokens", "1", "--exclude-ids", "99"),
         "token-id recipe: field 'vocabulary'", "excluded_ids outside [0, 10)",
+    )
+    assert_one_line_error(
+        harness("prompts", "build", "token-ids", str(tmp_path / "x y"), "--vocab-high", "10",
+                "--prompt-tokens", "4", "--output-cap-tokens", "1"),
+        "inventory 'x y': field 'name'",
     )
     assert_one_line_error(
         harness("prompts", "build", "text", str(tmp_path / "y"), "--corpus", str(tmp_path / "missing.txt"),
