@@ -51,10 +51,16 @@ class RenderedRun:
 
     @property
     def argv(self) -> list[str]:
-        """The container's command line as words; a `sh -c` line is split the way the shell would."""
-        if self.command[:2] in (["/bin/sh", "-c"], ["sh", "-c"], ["/bin/bash", "-c"], ["bash", "-c"]):
-            return shlex.split(" ".join(self.args))
-        return [*self.command, *self.args]
+        """The program the container ends up running, as words.
+
+        A `sh -c` line is split the way the shell would, and provisioning before its last `exec` (such as
+        installing the harness into the pinned image) is left out: it belongs to the image, not the run.
+        """
+        if self.command[:2] not in (["/bin/sh", "-c"], ["sh", "-c"], ["/bin/bash", "-c"], ["bash", "-c"]):
+            return [*self.command, *self.args]
+        words = shlex.split(" ".join(self.args))
+        execs = [index for index, word in enumerate(words) if word == "exec"]
+        return words[execs[-1] + 1 :] if execs else words
 
 
 def load_operation(polyaxonfiles: Sequence[Path], params: Params | None = None) -> V1Operation:

@@ -25,8 +25,9 @@ def test_production_service_renders_the_pinned_image_and_engine_arguments() -> N
     rendered = render([SERVICE], parse_param_options(["max_model_len=4096", "max_num_seqs=8"]))
     assert rendered.kind == "service"
     assert rendered.image == IMAGE
+    assert rendered.args[0].startswith("exec python3 -m vllm.entrypoints.openai.api_server ")
     assert rendered.argv == [
-        "exec", "python3", "-m", "vllm.entrypoints.openai.api_server",
+        "python3", "-m", "vllm.entrypoints.openai.api_server",
         "--host", "0.0.0.0", "--port", "8000",
         "--model", "Qwen/Qwen3-4B", "--revision", REVISION,
         "--max-model-len", "4096",
@@ -103,15 +104,16 @@ def test_presets_fill_what_params_leave_and_never_override_them() -> None:
 
 def test_the_experiment_starts_the_same_engine_command_as_the_service_on_loopback() -> None:
     params = {"max_model_len": 4096, "max_num_seqs": 8, "concurrency": 16}
-    experiment = render([EXPERIMENT], params, run_globals={"run_outputs_path": "/plx/outputs"}).argv
+    experiment = render([EXPERIMENT], params, run_globals={"run_outputs_path": "/plx/outputs"})
+    assert experiment.args[0].startswith("pip install --quiet 'vllm-serving-harness==0.1.0' && exec harness run ")
+    separator = experiment.argv.index("--")
+    engine = experiment.argv[separator + 1 :]
     service = render([SERVICE], {"max_model_len": 4096, "max_num_seqs": 8}).argv
-    separator = experiment.index("--")
-    engine = experiment[separator + 1 :]
-    assert engine == [word if word != "0.0.0.0" else "127.0.0.1" for word in service[1:]]
-    harness = experiment[: separator]
-    assert harness[harness.index("exec") + 1 : harness.index("exec") + 3] == ["harness", "experiment"]
+    assert engine == [word if word != "0.0.0.0" else "127.0.0.1" for word in service]
+    harness = experiment.argv[:separator]
+    assert harness[:2] == ["harness", "run"]
     assert harness[harness.index("--concurrency") + 1] == "16"
-    assert harness[harness.index("--engine-log") + 1] == "/plx/outputs/engine.log"
+    assert harness[harness.index("--out") + 1] == "/plx/outputs/run"
     assert "--rate" not in harness
 
 
@@ -121,9 +123,7 @@ def test_the_harness_job_passes_its_inputs_as_harness_run_flags() -> None:
         [HARNESS_JOB], {"service_uuid": uuid, "rate": 2.5, "max_tokens": 300, "seed": 3, "slo_ttft_ms": 500},
         run_globals={"run_outputs_path": "/plx/outputs"},
     )  # fmt: skip
-    argv = rendered.argv
-    command = argv[argv.index("exec") + 1 :]
-    assert command == [
+    assert rendered.argv == [
         "harness", "run", "--service-uuid", uuid, "--inventory", "prompts/qwen3-4b-fixed-4096x8",
         "--rate", "2.5", "--max-tokens", "300", "--seed", "3", "--slo-ttft-ms", "500.0",
         "--out", "/plx/outputs/run",
