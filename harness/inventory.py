@@ -456,7 +456,8 @@ def verify_with_server(
                 for prompt in inventory.prompts
             }
     except httpx.HTTPError as error:
-        raise HarnessError(f"server {base_url}: {type(error).__name__}: {error}") from None
+        first_line = (str(error).splitlines() or [""])[0]
+        raise HarnessError(f"server {base_url}: {type(error).__name__}: {first_line}") from None
     mismatches = []
     for prompt in inventory.prompts:
         counted, detail = counts[prompt.prompt_id]
@@ -475,8 +476,11 @@ def verify_with_server(
 def _served_model(client: httpx.Client) -> tuple[str, int]:
     response = client.get("/v1/models")
     response.raise_for_status()
-    first = response.json()["data"][0]
-    return first["id"], int(first["max_model_len"])
+    try:
+        first = response.json()["data"][0]
+        return first["id"], int(first["max_model_len"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise HarnessError(f"{response.url}: not a vLLM model list (no data[0].id and max_model_len)") from None
 
 
 def _server_count(

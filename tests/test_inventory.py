@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from harness.inventory import (
     load_inventory,
     make_prompt,
     prompt_token_mismatches,
+    verify_with_server,
     write_inventory,
 )
 from harness.inventory_build import (
@@ -223,6 +226,34 @@ def test_prompt_token_mismatches_checks_every_request_of_a_repeated_prompt() -> 
     requests = [("p0000", 30), ("p0000", 29), ("p0002", 50), ("p0000", 30), ("p0002", 52)]
     mismatches = prompt_token_mismatches(inventory, requests)
     assert [(m.prompt_id, m.server_prompt_tokens) for m in mismatches] == [("p0000", 29), ("p0002", 52)]
+
+
+class NotVllm(http.server.BaseHTTPRequestHandler):
+    """Answers /v1/models with 200 and a body that is no model list, everything else with 404."""
+
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.end_headers()
+        self.wfile.write(b"<html>hello</html>")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_verify_against_something_that_is_not_vllm_is_one_line() -> None:
+    inventory = build_token_id_inventory("m", small_recipe())
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotVllm)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        with pytest.raises(HarnessError, match=r"/v1/models: not a vLLM model list") as refused:
+            verify_with_server(inventory, url)
+        assert "\n" not in str(refused.value)
+        with pytest.raises(HarnessError, match=r"HTTPStatusError: Client error '404 Not Found'") as missing:
+            verify_with_server(inventory, url + "/elsewhere")
+        assert "\n" not in str(missing.value)
+    finally:
+        server.shutdown()
 
 
 def test_recipe_refuses_a_prefix_as_long_as_a_prompt() -> None:
