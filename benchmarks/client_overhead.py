@@ -4,7 +4,7 @@ For each stream count the two clients run alternately (a few rounds, order flipp
 one emulator process; each client runs in its own process pinned to one core, the emulator on another.
 Printed per stream count and tool: achieved chunks/s, client CPU time (user + sys) per 1,000 streamed
 chunks, the harness/vLLM CPU ratio, this harness's TTFT and ITL error against the emulator's configured
-values (p50/p99), and the emulator's own CPU use (near 100 % means the emulator, not the client, set
+values (p50/p99, with `vllm bench serve`'s own for comparison), and the emulator's own CPU use (near 100 % means the emulator, not the client, set
 the achieved rate).
 
     .venv/bin/python benchmarks/client_overhead.py [--streams 16 64 256] [--rounds 2]
@@ -70,8 +70,12 @@ result = asyncio.run(benchmark(
     extra_headers=None, extra_body=None, ready_check_timeout_sec=0,
 ))
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-chunks = sum(len(itl) + 1 for ttft, itl in zip(result["ttfts"], result["itls"]) if ttft)
-print(json.dumps({"cpu_s": cpu, "wall_s": wall, "chunks": chunks}))
+served = [(ttft, itl) for ttft, itl in zip(result["ttfts"], result["itls"]) if ttft]
+print(json.dumps({
+    "cpu_s": cpu, "wall_s": wall, "chunks": sum(len(itl) + 1 for _, itl in served),
+    "ttft_error_ms": [ttft * 1000 - spec["ttft_ms"] for ttft, _ in served],
+    "itl_error_ms": [gap * 1000 - spec["itl_ms"] for _, itl in served for gap in itl],
+}))
 """
 
 
@@ -179,6 +183,7 @@ def main() -> None:
             spec = {
                 "base_url": base_url, "streams": streams, "requests": requests,
                 "output_tokens": args.output_tokens, "inventory": str(inventory_dir),
+                "ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms,
                 "prompts": [p.token_ids for p in inventory.prompts[:requests]],
             }
             trials: dict[str, list[dict]] = {"harness": [], "vllm": []}
@@ -204,22 +209,25 @@ def print_table(rows: list[tuple[int, dict[str, list[dict]]]]) -> None:
     def rate(trials: list[dict]) -> float:
         return sum(t["chunks"] for t in trials) / sum(t["wall_s"] for t in trials)
 
+    def error(trials: list[dict], key: str) -> str:
+        p50, p99 = np.percentile([e for t in trials for e in t[key]], [50, 99])
+        return f"{p50:.2f}/{p99:.2f}"
+
     header = (
-        f"{'streams':>7} | {'harness chunks/s':>16} {'vllm chunks/s':>13} | {'harness cpu ms/1k':>17} "
-        f"{'vllm cpu ms/1k':>14} {'ratio':>6} | {'ttft err ms p50/p99':>19} {'itl err ms p50/p99':>18} | "
-        f"{'emulator cpu %':>14}"
+        f"{'streams':>7} | {'chunks/s harness':>16} {'vllm':>7} | {'cpu ms/1k chunks harness':>24} {'vllm':>6} "
+        f"{'ratio':>6} | {'ttft err ms p50/p99 harness':>27} {'vllm':>13} | {'itl err ms harness':>18} "
+        f"{'vllm':>13} | {'emulator cpu %':>14}"
     )
     print(header)
     print("-" * len(header))
     for streams, trials in rows:
         harness, vllm = trials["harness"], trials["vllm"]
-        ttft = np.percentile([e for t in harness for e in t["ttft_error_ms"]], [50, 99])
-        itl = np.percentile([e for t in harness for e in t["itl_error_ms"]], [50, 99])
         emulator = 100 * max(t["emulator_cpu_fraction"] for t in harness + vllm)
         print(
-            f"{streams:>7} | {rate(harness):>16,.0f} {rate(vllm):>13,.0f} | {per_1000(harness):>17.1f} "
-            f"{per_1000(vllm):>14.1f} {per_1000(harness) / per_1000(vllm):>6.2f} | "
-            f"{ttft[0]:>8.2f} / {ttft[1]:>8.2f} {itl[0]:>8.2f} / {itl[1]:>7.2f} | {emulator:>14.0f}"
+            f"{streams:>7} | {rate(harness):>16,.0f} {rate(vllm):>7,.0f} | {per_1000(harness):>24.1f} "
+            f"{per_1000(vllm):>6.1f} {per_1000(harness) / per_1000(vllm):>6.2f} | "
+            f"{error(harness, 'ttft_error_ms'):>27} {error(vllm, 'ttft_error_ms'):>13} | "
+            f"{error(harness, 'itl_error_ms'):>18} {error(vllm, 'itl_error_ms'):>13} | {emulator:>14.0f}"
         )
 
 

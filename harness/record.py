@@ -96,10 +96,10 @@ class RunWriter:
         self.samples.write(sample.model_dump_json() + "\n")
         self.samples.flush()
 
-    def finish(self, summary: BaseModel) -> None:
+    def finish(self, records: list[RequestRecord], summary: BaseModel) -> None:
+        """`records` are the ones appended, kept in memory: re-reading the JSONL would only cost time."""
         self.requests.close()
         self.samples.close()
-        records = read_requests(self.run_dir)
         rows = [record.model_dump(mode="json") for record in records]
         table = pd.DataFrame(rows, columns=list(RequestRecord.model_fields))
         table.to_parquet(self.run_dir / REQUESTS_PARQUET, index=False)

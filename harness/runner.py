@@ -19,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import httpx
+import uvloop
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress
@@ -106,8 +107,10 @@ def run_load(
     *,
     ready_timeout_s: float = 600.0,
 ) -> RunSummary:
-    """Blocking entry point for the CLI and tests."""
-    return asyncio.run(_run(config, inventory, run_dir, ready_timeout_s))
+    """Blocking entry point for the CLI and tests. uvloop: the client must never be the bottleneck, and
+    libuv's loop costs less CPU per streamed chunk than asyncio's own."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_run(config, inventory, run_dir, ready_timeout_s))
 
 
 async def _run(
@@ -191,7 +194,7 @@ async def _run(
         prompt_token_mismatches=len(prompt_token_mismatches(inventory, usage)),
         interrupted_by=interrupted[0] if interrupted else None,
     )
-    writer.finish(summary)
+    writer.finish(records, summary)
     return summary
 
 
