@@ -19,6 +19,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 from pydantic import BaseModel
 
+JSON = {"Content-Type": "application/json"}
 CONTEXT_OVERFLOW = re.compile(r"context length|max_model_len|cannot be greater than", re.IGNORECASE)
 
 
@@ -184,9 +185,6 @@ class StreamingClient:
             error_class=error_class,
             error=error,
         )
-
-
-JSON = {"Content-Type": "application/json"}
 
 
 class StreamState:

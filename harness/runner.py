@@ -122,6 +122,12 @@ async def _run(
     served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s)
     if max_model_len is not None:
         check_fits(inventory, max_model_len)
+        longest = max(p.prompt_tokens for p in inventory.prompts)
+        if config.max_tokens is not None and longest + config.max_tokens > max_model_len:
+            raise HarnessError(
+                f"--max-tokens {config.max_tokens}: the longest prompt ({longest} tokens) plus it exceeds the "
+                f"server's max_model_len {max_model_len}"
+            )
     writer = RunWriter(run_dir)
     writer.write_model(
         "environment.json",

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from harness.client import ClientSettings, ErrorClass, PromptRequest, StreamingClient
+from harness.errors import HarnessError
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
 from harness.record import read_requests, read_samples
@@ -217,3 +218,10 @@ def test_sigkill_leaves_every_finished_request_readable(inventory_dir: Path, tmp
     assert len({r.index for r in records}) == len(records)
     assert all(r.error_class is None and r.output_tokens == 10 for r in records)
     assert json.loads((tmp_path / "config.json").read_text())["load"]["concurrency"] == 4
+
+
+def test_an_output_cap_beyond_the_servers_context_is_refused_before_sending(inventory_dir: Path, tmp_path: Path) -> None:
+    with emulator(max_model_len=64) as base_url:  # the longest prompt has 40 tokens; 40 + 30 > 64
+        with pytest.raises(HarnessError, match="--max-tokens 30: the longest prompt \\(40 tokens\\)"):
+            run(inventory_dir, base_url, tmp_path, concurrency=2, max_tokens=30)
+    assert not (tmp_path / "requests.jsonl").exists()

@@ -6,7 +6,9 @@ import statistics
 
 import pytest
 from pydantic import ValidationError
+from typer.testing import CliRunner
 
+from harness.cli import app
 from harness.schedule import LoadShape, plan
 
 
@@ -82,3 +84,19 @@ def test_duration_bounds_open_loop_arrivals() -> None:
 def test_contradictory_or_impossible_loads_are_refused(fields: dict) -> None:
     with pytest.raises(ValidationError):
         LoadShape(**fields)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--concurrency", "0"], "error: command line: field 'concurrency': Input should be greater than or equal to 1"),
+        (["--concurrency", "2", "--rate", "3"], "set exactly one of concurrency (closed loop) or rate_per_s"),
+        (["--rate", "3", "--order", "random"], "field 'order'"),
+    ],
+)
+def test_a_bad_load_on_the_command_line_is_one_line_and_exit_code_2(options: list[str], message: str) -> None:
+    args = ["run", "--inventory", "unused", "--out", "unused", "--base-url", "http://127.0.0.1:9", *options]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
