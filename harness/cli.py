@@ -310,8 +310,8 @@ def serve(
 
     params = parse_param_options(param)
     with local_engine(files, params, log_path=log, port=port, health_timeout_s=health_timeout_s) as engine:
-        print(f"engine healthy at {engine.base_url} (pid {engine.pid}, log {engine.log_path})", flush=True)
         try:
+            print(f"engine healthy at {engine.base_url} (pid {engine.pid}, log {engine.log_path})", flush=True)
             wait_while_healthy(engine)
         except KeyboardInterrupt:
             print("stopping the engine", flush=True)
