@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from harness.cli import app
@@ -44,6 +45,26 @@ def test_production_service_renders_the_pinned_image_and_engine_arguments() -> N
     assert rendered.node_selector == {}
     assert rendered.termination_timeout_s == 14400
     assert rendered.collect_logs is True
+
+
+# What each committed file needs from the command line: the service nothing, anything that runs the
+# harness a load (and the harness job a service); presets are checked on both components.
+COMMAND_LINE_PARAMS = {
+    "vllm-service.yaml": {},
+    "harness-job.yaml": {"service_uuid": "0123456789abcdef0123456789abcdef", "concurrency": 8},
+}
+
+
+def test_every_committed_polyaxonfile_compiles() -> None:
+    files = sorted(FILES.rglob("*.yaml"))
+    presets = [path for path in files if yaml.safe_load(path.read_text()).get("isPreset")]
+    assert {path.name for path in presets} == {"local-cpu.yaml", "gpu-a100-80gb.yaml"}
+    for path in files:
+        if path in presets:
+            check_files([SERVICE, path], {})
+            check_files([EXPERIMENT, path], {"concurrency": 8})
+        else:
+            check_files([path], COMMAND_LINE_PARAMS.get(path.name, {"concurrency": 8}))
 
 
 def test_optional_and_boolean_inputs_render_as_whole_arguments() -> None:
