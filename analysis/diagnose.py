@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,7 +89,8 @@ def diagnose(run_uuid: str, row: pd.Series, baseline: pd.Series | None, limit: s
     memory = [_cite(row, "preemptions_during_run"), _cite(row, "peak_kv_cache_usage_fraction"),
               _cite(row, "kv_cache_tokens_logged"), live_evidence]
     if preemptions > 0 or (waiting >= QUEUED_REQUESTS and cache_full):
-        return verdict(KV_CAPACITY, *memory, _cite(row, "peak_waiting_requests"),
+        return verdict(KV_CAPACITY, *memory, _cite(row, "peak_waiting_requests"), _cite(row, PEAK_RUNNING),
+                       _cite(row, "max_num_seqs"),
                        f"threshold: peak_kv_cache_usage_fraction>={HIGH_KV_USAGE_FRACTION} or live tokens above "
                        "kv_cache_tokens_logged")
     if waiting >= QUEUED_REQUESTS:

@@ -83,7 +83,7 @@ def write_run(
         writer.add_request(record)
     for scrape in scrapes:
         writer.add_sample(scrape)
-    writer.finish(summarize(records, scrapes, slo=config.slo, offered_requests_per_s=None, offered_concurrency=concurrency,
+    writer.finish(records, summarize(records, scrapes, slo=config.slo, offered_requests_per_s=None, offered_concurrency=concurrency,
                             cold=False, max_dispatch_lag_ms=config.max_dispatch_lag_ms))
     _write_engine(run_dir, {**BASE_LIMITS, **(limits or {})}, log)
     return run_dir
