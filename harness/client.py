@@ -7,6 +7,7 @@ streamed chunk and would make the client the bottleneck at a few hundred streams
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import os
 import re
@@ -201,17 +202,19 @@ class StreamState:
         self.completion_tokens_seen = 0
 
     async def consume(self, response: httpx.Response, clock_zero: float) -> None:
-        pending = b""
+        """Each read is decoded once; json.loads of bytes would sniff the encoding of every event."""
+        utf8 = codecs.getincrementaldecoder("utf-8")()
+        pending = ""
         async for raw in response.aiter_raw():
             arrived_s = time.perf_counter() - clock_zero
-            events = (pending + raw).split(b"\n\n")
+            events = (pending + utf8.decode(raw)).split("\n\n")
             pending = events.pop()
             for event in events:
-                if event.startswith(b"data: "):
+                if event.startswith("data: "):
                     self.on_event(event[6:], arrived_s)
 
-    def on_event(self, data: bytes, arrived_s: float) -> None:
-        if data == b"[DONE]":
+    def on_event(self, data: str, arrived_s: float) -> None:
+        if data == "[DONE]":
             self.done = True
             return
         message = json.loads(data)
