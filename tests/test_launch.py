@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tokenizers import Tokenizer
 from typer.testing import CliRunner
 from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
@@ -112,7 +113,7 @@ def test_engine_error_line_finds_the_root_cause_under_log_headers() -> None:
 
 
 @pytest.mark.engine
-def test_service_runs_on_the_real_engine_and_streams_a_token_id_prompt(start_engine, tmp_path: Path) -> None:
+def test_service_runs_on_the_real_engine_and_streams_a_token_id_prompt(start_engine, tiny_model_dir: Path) -> None:
     engine = start_engine()
     assert engine.argv[0] == str(engine_python())
     assert engine.base_url == f"http://127.0.0.1:{engine.port}"
@@ -127,6 +128,14 @@ def test_service_runs_on_the_real_engine_and_streams_a_token_id_prompt(start_eng
     usage = chunks[-1]["usage"]
     assert (usage["prompt_tokens"], usage["completion_tokens"]) == (5, 6)
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+    # The tiny model's chat template renders Qwen's turn markers, and the engine counts exactly those tokens.
+    chat = httpx.post(f"{engine.base_url}/v1/chat/completions", timeout=60, json={
+        "model": body["model"], "messages": [{"role": "user", "content": "How long is the queue?"}],
+        "max_tokens": 2, "temperature": 0})  # fmt: skip
+    assert chat.status_code == 200, chat.text
+    rendered = "<|im_start|>user\nHow long is the queue?<|im_end|>\n<|im_start|>assistant\n"
+    expected_prompt_tokens = len(Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json")).encode(rendered).ids)
+    assert chat.json()["usage"]["prompt_tokens"] == expected_prompt_tokens
     # The preset's 4 MiB at 1,024 bytes per token (2 x 4 layers x 2 heads x 32 x 2 bytes) is 4,096 tokens.
     assert "CPU KV cache size: 4,096 tokens" in engine.log_path.read_text()
 
