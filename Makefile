@@ -17,8 +17,8 @@ $(VENV)/.installed: pyproject.toml
 engine:
 	bash scripts/install-engine.sh
 
-demo: install
-	$(BIN)/harness budget --model Qwen/Qwen3-4B --tokens 4096 --sequences 8
+demo: install engine
+	$(BIN)/harness demo
 
 test: install engine
 	$(BIN)/python -m pytest

@@ -51,6 +51,7 @@ class Section:
 class WrittenReport:
     markdown: Path
     html: Path
+    runs: pd.DataFrame  # the compared runs, one row per run UUID
     verdicts: list[Verdict]
 
 
@@ -77,7 +78,7 @@ def write_report(
     markdown, page = out / "report.md", out / "report.html"
     markdown.write_text(render_markdown(title, sections), encoding="utf-8")
     page.write_text(render_html(title, sections), encoding="utf-8")
-    return WrittenReport(markdown=markdown, html=page, verdicts=verdicts)
+    return WrittenReport(markdown=markdown, html=page, runs=comparison.runs, verdicts=verdicts)
 
 
 def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[Verdict]) -> list[Section]:

@@ -220,18 +220,38 @@ def run_command(
     sample_interval_s: float = typer.Option(1.0, help="seconds between /metrics scrapes"),
     max_dispatch_lag_ms: float = typer.Option(10.0, help="p99 dispatch lag above which the run is invalid"),
     ready_timeout_s: float = typer.Option(600.0, help="seconds to wait for the server's /health"),
+    project: str | None = typer.Option(None, envvar="HARNESS_PROJECT", help="track in this Polyaxon project"),
+    offline_root: Path | None = typer.Option(None, envvar="HARNESS_OFFLINE_ROOT",
+                                             help="track offline into this Polyaxon offline root"),
+    engine: list[str] | None = typer.Argument(None, help="after --: an engine command line to start, "
+                                              "measure and stop (a self-contained experiment)"),
 ) -> None:
-    """Send an inventory at a set load; record every request, the server's metrics and a summary."""
-    from harness.runner import build_run_config, run_load
+    """Send an inventory at a set load; record every request, the server's metrics and a summary.
 
+    With an engine command after `--`, start that engine first, keep its start-up log and capacity,
+    and stop it afterwards: one run = one configuration.
+    """
+    from harness.experiment import measure
+    from harness.launch import engine_base_url
+    from harness.runner import build_run_config
+
+    if engine and (base_url or service_uuid):
+        raise HarnessError("an engine command after -- sets the server; drop --base-url/--service-uuid")
     config, prompts = build_run_config(
-        inventory=inventory, base_url=base_url, service_uuid=service_uuid, service_port=service_port,
+        inventory=inventory, base_url=engine_base_url(engine) if engine else base_url,
+        service_uuid=service_uuid, service_port=service_port,
         concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency,
         max_tokens=max_tokens, requests=requests, duration_s=duration_s, warmup=warmup, seed=seed, order=order,
         temperature=temperature, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, cold=cold,
         sample_interval_s=sample_interval_s, max_dispatch_lag_ms=max_dispatch_lag_ms,
     )
-    summary = run_load(config, prompts, out, ready_timeout_s=ready_timeout_s)
+    summary, tracked = measure(config, prompts, out, engine_argv=engine, ready_timeout_s=ready_timeout_s,
+                               project=project, offline_root=offline_root)
+    if tracked is not None:
+        print(f"tracked as Polyaxon run {tracked.run_uuid} in {tracked.owner}/{tracked.project}", file=sys.stderr)
+    if summary is None:  # not bad input: the record is the result, and says how far the engine got
+        print(f"error: the engine did not start; its log and capacity are in {out}", file=sys.stderr)
+        raise typer.Exit(1)
     print(summary.model_dump_json(indent=2))
 
 
@@ -336,3 +356,78 @@ def report(
     for verdict in written.verdicts:
         print(f"{verdict.run_uuid}: {verdict.bound_by}")
     print(f"report: {written.markdown} and {written.html}")
+
+
+@app.command("run-local")
+@one_line_errors
+def run_local(
+    files: list[Path] = typer.Option(..., "-f", "--file", help="job polyaxonfile or sweep, then presets"),
+    param: list[str] = typer.Option([], "-P", "--param", help="name=value, as for polyaxon run"),
+    out: Path = typer.Option(Path("runs/local"), help="directory for each point's outputs"),
+    offline_root: Path = typer.Option(Path("runs/polyaxon"), help="Polyaxon offline root the runs are tracked in"),
+    project: str = typer.Option("local/vllm-harness", help="project the offline runs belong to"),
+) -> None:
+    """Execute a compiled experiment (or every point of its sweep) as local processes, tracked offline."""
+    from harness.local_executor import run_locally
+    from harness.specs import parse_param_options
+
+    def announce(index: int, total: int, point: dict[str, object]) -> None:
+        print(f"point {index + 1}/{total}: {point}", file=sys.stderr, flush=True)
+
+    env = {"HARNESS_OFFLINE_ROOT": str(offline_root.resolve()), "HARNESS_PROJECT": project}
+    runs = run_locally(files, parse_param_options(param), out_root=out, env=env, on_start=announce)
+    for run in runs:
+        print(f"point {run.index}: exit {run.exit_code}, outputs {run.outputs_dir}")
+    print(f"offline runs in {offline_root} (polyaxon ops ls --offline --path {offline_root} -io)")
+
+
+@app.command()
+@one_line_errors
+def sweep(
+    files: list[Path] = typer.Option(..., "-f", "--file", help="sweep polyaxonfile (its matrix gives the points)"),
+    service_files: list[Path] = typer.Option([Path("polyaxonfiles/vllm-service.yaml")], "--service",
+                                             help="service polyaxonfile, then its presets"),
+    harness_files: list[Path] = typer.Option([Path("polyaxonfiles/harness-job.yaml")], "--harness",
+                                             help="harness job polyaxonfile"),
+    param: list[str] = typer.Option([], "-P", "--param", help="name=value for the service or the harness job"),
+    project: str = typer.Option(..., help="Polyaxon project OWNER/NAME"),
+    queue: str | None = typer.Option(None, help="Polyaxon queue for the service runs"),
+    running_deadline_s: float = typer.Option(1800.0, help="seconds a service may take to be running"),
+    harness_deadline_s: float = typer.Option(7200.0, help="seconds a harness job may take"),
+    out: Path = typer.Option(Path("runs/sweep"), help="directory for the sweep result and failed points' logs"),
+) -> None:
+    """Vary one limit over a Polyaxon vLLM service: start it, run the harness job against it, stop it."""
+    from harness.launch import stop_on_sigterm
+    from harness.specs import parse_param_options
+    from harness.sweep import PolyaxonBackend, run_sweep, service_params, sweep_points
+
+    params = parse_param_options(param)
+    limit, points = sweep_points(files, service_files, params)
+    for_service = service_params(service_files, params)
+    for_harness = {name: value for name, value in params.items() if name not in for_service}
+    backend = PolyaxonBackend(project, service_files, harness_files, for_harness, queue=queue,
+                              running_deadline_s=running_deadline_s, harness_deadline_s=harness_deadline_s,
+                              logs_dir=out / "logs")
+    with stop_on_sigterm():
+        result = run_sweep(files[0], limit, [{**for_service, **point} for point in points], backend,
+                           on_point=lambda point: print(f"point {point.index}: {point.outcome}", flush=True))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    print(f"sweep over {limit}: {out / 'sweep.json'}")
+
+
+@app.command()
+@one_line_errors
+def demo(
+    out: Path | None = typer.Option(None, help="directory for the demo's runs and report (default: runs/demo-TIME)"),
+) -> None:
+    """The whole loop on this machine: predict, launch the real CPU engine, measure a sweep, explain."""
+    import time
+
+    from rich.console import Console
+
+    from harness.demo import run_demo
+
+    result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), Console())
+    failed = f"; points that failed: {result.failed_points}" if result.failed_points else ""
+    print(f"demo finished in {result.seconds:.0f} s{failed}")

@@ -27,6 +27,7 @@ T = TypeVar("T")
 TRACKING_JSON = "tracking.json"
 ENGINE_JSON = "engine.json"  # the engine's command line and the limits it was given
 DEFAULT_OWNER = "local"
+DEFAULT_PROJECT = "local/vllm-harness"
 RECORD_FILES = ("config.json", "environment.json", "engine.json", "summary.json", "capacity.json",
                 "requests.parquet", "samples.jsonl", "engine.log")
 SERIES = {  # metric series name → MetricsSnapshot field
@@ -66,6 +67,12 @@ def track_run(run_dir: Path, *, project: str, offline_root: Path | None = None, 
                          offline_root=None if offline_root is None else str(offline_root))
     (run_dir / TRACKING_JSON).write_text(tracked.model_dump_json(indent=2), encoding="utf-8")
     return tracked
+
+
+def managed_run_uuid() -> str | None:
+    """Inside a Polyaxon-managed run, its UUID (POLYAXON_RUN_INSTANCE is owner.project.runs.uuid)."""
+    instance = os.environ.get("POLYAXON_RUN_INSTANCE")
+    return instance.rsplit(".", 1)[-1] if instance else None
 
 
 def run_io(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -151,7 +158,7 @@ def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, na
     from polyaxon import tracking
 
     quiet = dict(track_code=False, track_env=False, track_logs=False, collect_resources=False)
-    if os.environ.get("POLYAXON_RUN_INSTANCE"):  # a managed run: Polyaxon already knows who we are
+    if managed_run_uuid():  # a managed run: Polyaxon already knows who we are
         return tracking.init(**quiet)
     offline_path = None if offline_root is None else str(offline_root.resolve() / "runs" / run_uuid)
     return polyaxon_call(

@@ -488,3 +488,18 @@ def test_chat_prompt_shorter_than_its_template_is_refused_naming_it(tokenizer_di
     message = r"prompt p0001: 3 tokens leave no room for text: an empty prompt already counts 3"
     with pytest.raises(HarnessError, match=message):
         build_text(corpus_file, tokenizer_dir, True, [10, 3])
+
+
+def test_the_tiny_models_bundled_inventory_rebuilds_and_avoids_its_special_tokens(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    committed = PROMPTS_DIR / "tiny-qwen3-600x8"
+    inventory = load_inventory(committed)
+    tokenizer = json.loads((tiny_model_dir / "tokenizer.json").read_text())
+    specials = {token["id"] for token in tokenizer["added_tokens"]}
+    used = {token for prompt in inventory.prompts for token in prompt.token_ids}
+    assert used.isdisjoint(specials) and max(used) < len(tokenizer["model"]["vocab"]) + len(specials)
+    assert [(p.prompt_tokens, p.output_cap_tokens) for p in inventory.prompts] == [(600, 300)] * 8
+    again = write_inventory(rebuild(inventory.manifest), tmp_path / "again")
+    for file in (PROMPTS_FILE, MANIFEST_FILE):
+        assert (again / file).read_bytes() == (committed / file).read_bytes()

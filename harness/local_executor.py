@@ -1,0 +1,74 @@
+"""Run a compiled job polyaxonfile (one run or a matrix of points) as local processes: the embedded default.
+
+`polyaxon run --local` needs a docker daemon, and its process executor crashes in 2.18, so the project
+executes compiled specs itself: Polyaxon's compiler renders each point's container command exactly as a
+cluster would get it, and only what belongs to the image changes here — `harness` is this environment's
+console script, the engine's interpreter is the engine's virtual environment, and the engine listens on a
+free loopback port. Every point is checked before the first one starts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness.errors import HarnessError
+from harness.launch import ENGINE_MODULE, engine_python, free_port, local_engine_words
+from harness.specs import check_files, render
+
+
+class LocalRun(BaseModel):
+    index: int
+    params: dict[str, Any]
+    outputs_dir: str
+    exit_code: int
+
+
+def run_locally(
+    polyaxonfiles: Sequence[Path],
+    params: dict[str, Any],
+    *,
+    out_root: Path,
+    env: dict[str, str] | None = None,
+    on_start: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> list[LocalRun]:
+    """Each point's container command as a local process, one after another; returns their exit codes."""
+    files = [Path(path) for path in polyaxonfiles]
+    points = check_files(files, params)
+    runs = []
+    for index, point in enumerate(points):
+        outputs = (out_root / f"point-{index}").resolve()
+        outputs.mkdir(parents=True, exist_ok=True)
+        rendered = render(files, point, run_globals={
+            "uuid": f"local-{index}", "name": f"point-{index}",
+            "run_outputs_path": str(outputs), "run_artifacts_path": str(outputs),
+        })
+        if rendered.kind != "job":
+            raise HarnessError(f"{files[0]}: run.kind is '{rendered.kind}'; the local executor runs jobs")
+        if on_start is not None:
+            on_start(index, len(points), point)
+        argv = local_job_argv(rendered.argv)
+        with (outputs / "stdout.log").open("wb") as stdout:  # progress stays on stderr, results go to the file
+            completed = subprocess.run(argv, env=os.environ | rendered.env | (env or {}), stdout=stdout, check=False)
+        runs.append(LocalRun(index=index, params=point, outputs_dir=str(outputs), exit_code=completed.returncode))
+    return runs
+
+
+def local_job_argv(words: list[str]) -> list[str]:
+    """The container's words with `harness` from this environment and the engine from its own venv."""
+    if words[:1] == ["exec"]:
+        words = words[1:]
+    if not words or words[0] != "harness":
+        raise HarnessError(f"expected the container command to start with 'harness': {' '.join(words)}")
+    harness = [str(Path(sys.executable).with_name("harness"))]
+    if ENGINE_MODULE not in words:
+        return [*harness, *words[1:]]
+    split = words.index("--")
+    engine = local_engine_words(words[split + 1 :], engine_python(), free_port())
+    return [*harness, *words[1:split], "--", *engine]
