@@ -112,15 +112,20 @@ def diagnose(run_uuid: str, row: pd.Series, baseline: pd.Series | None, limit: s
 
 
 def live_token_population(row: pd.Series) -> tuple[float | None, str]:
-    """Sequences in flight × (mean prompt + mean output tokens): what the cache would hold to run them all."""
+    """Sequences the engine may run at once × (mean prompt + mean output tokens): what its cache must hold.
+
+    Requests beyond max_num_seqs wait without holding KV blocks, so they cannot make the cache the limit.
+    """
     in_flight = _number(row, "concurrency") or _number(row, "max_concurrency") or _number(row, "achieved_concurrency_mean")
+    if in_flight and _number(row, "max_num_seqs"):
+        in_flight = min(in_flight, _number(row, "max_num_seqs"))
     per_s = _number(row, "requests_per_s")
     prompt_per_s, output_per_s = _number(row, "prompt_tokens_per_s"), _number(row, "output_tokens_per_s")
     if not in_flight or not per_s or prompt_per_s is None or output_per_s is None:
         return None, ""
     prompt, output = prompt_per_s / per_s, output_per_s / per_s
     live = in_flight * (prompt + output)
-    return live, (f"live_tokens={live:.0f} tokens (concurrency {in_flight:g} × (prompt {prompt:.0f} + "
+    return live, (f"live_tokens={live:.0f} tokens ({in_flight:g} sequences × (prompt {prompt:.0f} + "
                   f"output {output:.0f} tokens))")
 
 

@@ -38,6 +38,7 @@ from harness.record import Environment, RunConfig, RunWriter, ServerSample, Slo
 from harness.sampler import MetricsSampler
 from harness.schedule import LoadShape, Slot, plan
 from harness.stats import RunSummary, summarize
+from harness.tracking import managed_run_uuid
 
 UNCAPPED_POOL_SIZE = 4096
 
@@ -84,7 +85,7 @@ def build_run_config(
         raise HarnessError(f"--sample-interval-s must be positive, not {sample_interval_s}")
     prompts = load_inventory(inventory)
     config = RunConfig(
-        run_id=uuid.uuid4().hex,
+        run_id=managed_run_uuid() or uuid.uuid4().hex,  # inside Polyaxon, the record's id is the run's
         base_url=base_url.rstrip("/"),
         service_uuid=service_uuid,
         inventory_path=str(inventory),

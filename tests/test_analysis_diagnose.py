@@ -61,13 +61,13 @@ def test_queue_beside_a_full_cache_is_kv_capacity(tmp_path: Path):
 
 
 def test_queue_with_more_live_tokens_than_the_logged_cache_is_kv_capacity(tmp_path: Path):
-    # 8 in flight x (500 prompt + 20 output) = 4,160 live tokens > 4,096 logged; the scrapes saw 60 % usage
-    run_dir = write_run(tmp_path, concurrency=8, prompt_tokens=500, output_tokens=20, log=STARVED_LOG,
-                        samples=[(2, 6, 0.6, 0)])
+    # 8 running x (500 prompt + 20 output) = 4,160 live tokens > 4,096 logged; the scrapes saw 60 % usage
+    run_dir = write_run(tmp_path, limits={"max_num_seqs": 8}, concurrency=8, prompt_tokens=500, output_tokens=20,
+                        log=STARVED_LOG, samples=[(2, 6, 0.6, 0)])
     verdict = verdict_of(run_dir)
     assert verdict.bound_by == KV_CAPACITY
     assert "kv_cache_tokens_logged=4096" in verdict.evidence
-    assert any(item.startswith("live_tokens=4160 tokens (concurrency 8 × (prompt 500 + output 20") for item in verdict.evidence)
+    assert any(item.startswith("live_tokens=4160 tokens (8 sequences × (prompt 500 + output 20") for item in verdict.evidence)
 
 
 def test_queue_with_a_roomy_cache_is_max_num_seqs(tmp_path: Path):
@@ -76,7 +76,8 @@ def test_queue_with_a_roomy_cache_is_max_num_seqs(tmp_path: Path):
     assert verdict.bound_by == SCHEDULING
     for cited in ("peak_waiting_requests=2", "peak_running_requests=2", "max_num_seqs=2", "concurrency=4"):
         assert cited in verdict.evidence
-    assert any(item.startswith("live_tokens=480 tokens") for item in verdict.evidence)  # 4 x (100 + 20)
+    # only max_num_seqs=2 of the 4 in flight hold KV blocks: 2 x (100 + 20)
+    assert any(item.startswith("live_tokens=240 tokens") for item in verdict.evidence)
 
 
 def test_latency_up_without_memory_pressure_is_compute_against_the_lowest_load(tmp_path: Path):
