@@ -160,6 +160,7 @@ async def _run(
         pool_size=limit or UNCAPPED_POOL_SIZE,
     )
     sampler = MetricsSampler(config.base_url, config.sample_interval_s, clock_zero, keep_sample)
+    keep_sample(await sampler.scrape())
     sampling = asyncio.create_task(sampler.run())
     interrupted: list[str] = []
     total = _planned_count(config, inventory)
@@ -217,6 +218,7 @@ async def send_all(
     Open loop: a dispatcher that sends at the scheduled times, waiting for a free slot under a cap.
     On cancellation, requests in flight end as 'cancelled' records."""
     slots = plan(config.load, len(inventory.prompts))
+    load_start_s = client.now()  # the schedule's zero: after the baseline scrape, not at the clock's zero
 
     def request(slot: Slot) -> PromptRequest:
         return _request(slot, inventory.prompts[slot.prompt_index], config)
@@ -227,7 +229,7 @@ async def send_all(
         async def worker() -> None:
             for slot in slots:
                 scheduled_s = client.now()
-                if duration_s is not None and scheduled_s > duration_s:
+                if duration_s is not None and scheduled_s - load_start_s > duration_s:
                     return
                 record = await client.send(request(slot), scheduled_s)
                 finished(record)
@@ -250,12 +252,13 @@ async def send_all(
     try:
         for slot in slots:
             assert slot.send_at_s is not None
-            delay = slot.send_at_s - client.now()
+            scheduled_s = load_start_s + slot.send_at_s
+            delay = scheduled_s - client.now()
             if delay > 0:
                 await asyncio.sleep(delay)
             if free_slots is not None:
                 await free_slots.acquire()
-            task = asyncio.create_task(one(slot, slot.send_at_s))
+            task = asyncio.create_task(one(slot, scheduled_s))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
         await asyncio.gather(*in_flight)

@@ -43,12 +43,13 @@ class MetricsSampler:
             return ServerSample(t_s=t_s, error=f"{type(error).__name__}: {error}"[:300])
 
     async def run(self) -> None:
-        """Until cancelled; the caller takes one last sample after the load so counters cover it all."""
+        """Until cancelled. The caller scrapes once before the load and once after it, so counter
+        growth covers the whole run."""
         while True:
-            self.on_sample(await self.scrape())
             elapsed_s = time.perf_counter() - self.clock_zero
             next_tick_s = (int(elapsed_s / self.interval_s) + 1) * self.interval_s
             await asyncio.sleep(next_tick_s - elapsed_s)
+            self.on_sample(await self.scrape())
 
     async def aclose(self) -> None:
         await self.http.aclose()
