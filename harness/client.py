@@ -168,6 +168,8 @@ class StreamingClient:
             error_class, error = ErrorClass.cancelled, "run stopped while the request was in flight"
         except (httpx.HTTPError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             error_class, error = classify_exception(exc), f"{type(exc).__name__}: {exc}"[:500]
+        except (ValueError, KeyError, TypeError) as exc:  # a 200 stream that is not vLLM's SSE shape
+            error_class, error = ErrorClass.http_5xx, f"malformed stream: {type(exc).__name__}: {exc}"[:500]
         return RequestRecord(
             index=prompt.index,
             prompt_id=prompt.prompt_id,
