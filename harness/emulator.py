@@ -217,6 +217,8 @@ class Emulator:
             await response.write(b"data: [DONE]\n\n")
             self.metrics.generation_tokens.inc(max_tokens)
             return response
+        except ConnectionResetError:  # the client went away (a killed run): nothing to answer
+            return web.Response(status=499)
         finally:
             self.admission.leave(live_tokens)
 
@@ -229,7 +231,8 @@ class Emulator:
         max_tokens: int,
         drop: bool,
     ) -> bool:
-        """First token at arrival (or admission, after a wait) + TTFT, then `tokens_per_chunk` tokens per chunk, on absolute deadlines.
+        """First token at arrival (or admission, after a wait) + TTFT, then `tokens_per_chunk` tokens per
+        chunk on absolute deadlines, so a late wake-up does not delay every later token.
 
         Returns False when the connection was dropped on purpose.
         """
