@@ -93,3 +93,11 @@ def test_latency_up_without_memory_pressure_is_compute_against_the_lowest_load(t
     assert f"tpot_ms_p50=25 vs 10 at baseline run {quiet.name} (concurrency=1)" in verdicts[saturated.name].evidence
     assert "threshold: 2x the baseline" in verdicts[saturated.name].evidence
     assert "ttft_ms_p99" not in verdicts[saturated.name].text.split(";")[0]  # TTFT did not grow (50 ms each)
+
+
+def test_run_killed_before_its_summary_is_an_invalid_measurement(tmp_path: Path):
+    run_dir = write_run(tmp_path)
+    (run_dir / "summary.json").unlink()  # what a SIGKILL leaves: config, requests.jsonl, samples, no summary
+    verdict = verdict_of(run_dir)
+    assert verdict.bound_by == CLIENT
+    assert verdict.evidence == ["summary missing: the run recorded no figures"]
