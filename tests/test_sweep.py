@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from polyaxon.client import ProjectClient, RunClient
 
 from harness.errors import HarnessError
+from harness.specs import render
 from harness.sweep import Outcome, PolyaxonBackend, run_sweep, sweep_points
 
 from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 SERVICE = [ROOT / "polyaxonfiles" / "vllm-service.yaml"]
 HARNESS_JOB = [ROOT / "polyaxonfiles" / "harness-job.yaml"]
 
@@ -52,7 +57,12 @@ def test_a_service_not_running_by_the_deadline_is_recorded_stopped_and_the_sweep
     assert [point.outcome for point in result.points] == [Outcome.SERVICE_LATE, Outcome.SERVICE_LATE]
     for point, value in zip(result.points, (4, 8)):
         service = RunClient(owner="default", project="sweep-late", run_uuid=point.service)
-        service.refresh_data()
+        deadline = time.monotonic() + 30  # the API applies a stop asynchronously
+        while True:
+            service.refresh_data()
+            if str(service.run_data.status) in {"stopping", "stopped"} or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert service.run_data.inputs["max_num_seqs"] == value
         assert str(service.run_data.status) in {"stopping", "stopped"}
         assert "not running" in point.detail
@@ -70,3 +80,25 @@ def test_unknown_project_and_unreachable_api_stop_the_sweep_with_one_line(tmp_pa
     monkeypatch.setattr(settings.CLIENT_CONFIG, "host", f"http://127.0.0.1:{free_port()}")
     with pytest.raises(HarnessError, match="cannot create run"):
         run_sweep(tmp_path / "sweep.yaml", limit, points, backend("default/sweep-late", tmp_path))
+
+
+def test_the_experiment_sweep_runs_natively_as_one_child_per_point(polyaxon_api: str):
+    """`polyaxon run -f polyaxonfiles/sweep-max-num-seqs.yaml`: the CE-compatible sweep, expanded by the API."""
+    ProjectClient(owner="default").create({"name": "native-matrix"})
+    created = subprocess.run([POLYAXON, "run", "-f", str(ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"),
+                              "-p", "native-matrix", "-P", "concurrency=32"], capture_output=True, text=True,
+                             timeout=120)
+    assert created.returncode == 0, created.stdout + created.stderr
+    sweep = render([ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"], {"concurrency": 32})
+    expected = [point["max_num_seqs"] for point in sweep.matrix_points]
+    client = RunClient(owner="default", project="native-matrix")
+    deadline = time.monotonic() + 60
+    while True:
+        children = [run for run in client.list(limit=100).results if run.kind == "job"]
+        if len(children) >= len(expected) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert sorted(child.inputs["max_num_seqs"] for child in children) == sorted(expected)
+    assert {child.inputs["concurrency"] for child in children} == {32}
+    held = [{k: v for k, v in child.inputs.items() if k != "max_num_seqs"} for child in children]
+    assert all(inputs == held[0] for inputs in held)  # one limit at a time
