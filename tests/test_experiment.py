@@ -1,12 +1,20 @@
-"""The self-contained experiment's pieces that need no engine: reading the engine's limits, identity."""
+"""The self-contained experiment: reading the engine's limits, the record's identity, a failed start."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 from harness.experiment import engine_limits
-from harness.launch import engine_base_url
+from harness.launch import ENGINE_MODULE, engine_base_url, engine_python, free_port, local_engine_words
 from harness.runner import build_run_config
+
+HARNESS = str(Path(sys.executable).with_name("harness"))
+INVENTORY = Path(__file__).resolve().parents[1] / "prompts" / "tiny-qwen3-600x8"
 
 ENGINE = ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
           "--port", "8123", "--model", "/models/tiny", "--max-model-len", "1024", "--max-num-seqs=8",
@@ -25,11 +33,40 @@ def test_engine_limits_are_the_engine_options_with_types_and_without_the_address
 
 
 def test_inside_a_managed_run_the_record_id_is_the_polyaxon_run_uuid(monkeypatch):
-    inventory = Path(__file__).resolve().parents[1] / "prompts" / "tiny-qwen3-600x8"
-    options = dict(inventory=inventory, base_url="http://127.0.0.1:1", service_uuid=None, service_port=8000,
+    options = dict(inventory=INVENTORY, base_url="http://127.0.0.1:1", service_uuid=None, service_port=8000,
                    concurrency=1, rate=None, burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None,
                    duration_s=None, warmup=0, seed=0, order="inventory", temperature=0.0, slo_ttft_ms=None,
                    slo_tpot_ms=None, cold=False, sample_interval_s=1.0, max_dispatch_lag_ms=10.0)
     assert len(build_run_config(**options)[0].run_id) == 32
     monkeypatch.setenv("POLYAXON_RUN_INSTANCE", "acme.serving.runs.0123456789abcdef0123456789abcdef")
     assert build_run_config(**options)[0].run_id == "0123456789abcdef0123456789abcdef"
+
+
+@pytest.mark.engine
+def test_an_engine_that_cannot_start_is_a_recorded_result_diagnosed_as_start_up_headroom(
+    tiny_model_dir: Path, tmp_path: Path
+):
+    """1 MiB of KV is 8 blocks of 128 tokens, one reserved: too few for one 2,048-token request."""
+    engine = local_engine_words(
+        ["python3", "-m", ENGINE_MODULE, "--model", str(tiny_model_dir), "--max-model-len", "2048",
+         "--block-size", "128", "--enforce-eager", "--kv-cache-memory-bytes", "1048576"],
+        engine_python(), free_port())
+    run_dir, offline = tmp_path / "run", tmp_path / "offline"
+    done = subprocess.run(
+        [HARNESS, "run", "--inventory", str(INVENTORY), "--concurrency", "1", "--out", str(run_dir),
+         "--offline-root", str(offline), "--", *engine], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == f"error: the engine did not start; its log and capacity are in {run_dir}"
+    assert "Traceback" not in done.stderr
+    capacity = json.loads((run_dir / "capacity.json").read_text())
+    assert capacity["log"]["capacity_found"] is False
+    assert "maximum model length" in capacity["log"]["failure"]["error"]
+    assert not (run_dir / "summary.json").exists() and (run_dir / "config.json").exists()
+    uuid = json.loads((run_dir / "tracking.json").read_text())["run_uuid"]
+    tracked = json.loads((offline / "runs" / uuid / "run.plx.json").read_text())
+    assert tracked["inputs"]["kv_cache_memory_bytes"] == 1_048_576 and tracked["outputs"]["engine_started"] is False
+
+    report = subprocess.run([HARNESS, "report", "--runs", str(run_dir), "--limit", "kv_cache_memory_bytes",
+                             "--out", str(tmp_path / "report")], capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert f"{uuid}: weights and start-up headroom" in report.stdout
