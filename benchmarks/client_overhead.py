@@ -1,11 +1,12 @@
 """Client overhead: this harness against `vllm bench serve`, same emulated server, same workload.
 
 For each stream count the two clients run alternately (a few rounds, order flipped each round) against
-one emulator process; each client runs in its own process pinned to one core, the emulator on another.
-Printed per stream count and tool: achieved chunks/s, client CPU time (user + sys) per 1,000 streamed
-chunks, the harness/vLLM CPU ratio, this harness's TTFT and ITL error against the emulator's configured
-values (p50/p99, with `vllm bench serve`'s own for comparison), and the emulator's own CPU use (near 100 % means the emulator, not the client, set
-the achieved rate).
+one emulator process, each client in its own process (with --pin: clients on one core, the emulator on
+another). Printed per stream count: each tool's achieved chunks/s and client CPU time (user + sys) per
+1,000 streamed chunks, the harness/vLLM CPU ratio, TTFT and ITL error against the emulator's configured
+values (p50/p99; this harness's and, for comparison, `vllm bench serve`'s own), how late the emulator
+itself wrote first tokens (the server's share of any TTFT error), and the emulator's CPU use (near
+100 % means the emulator, not the client, set the achieved rate).
 
     .venv/bin/python benchmarks/client_overhead.py [--streams 16 64 256] [--rounds 2]
 
@@ -117,13 +118,15 @@ def start_emulator(args: argparse.Namespace, cpu: int | None) -> tuple[subproces
     raise SystemExit("emulator did not start")
 
 
-def run_tool(command: list[str], cpu: int | None, emulator: subprocess.Popen) -> dict:
+def run_tool(command: list[str], cpu: int | None, emulator: subprocess.Popen, base_url: str) -> dict:
+    httpx.post(f"{base_url}/emulator/lateness")  # forget first tokens written before this trial
     emulator_cpu, started = process_cpu_s(emulator.pid), time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, preexec_fn=pinned(cpu))
     if done.returncode != 0:
         raise SystemExit(f"{command[0]} failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["emulator_cpu_fraction"] = (process_cpu_s(emulator.pid) - emulator_cpu) / (time.perf_counter() - started)
+    result["emulator_late_ms"] = httpx.post(f"{base_url}/emulator/lateness").json()["first_token_lateness_ms"]
     return result
 
 
@@ -134,7 +137,7 @@ def spec_file(spec: dict, path: Path) -> str:
 
 def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.Popen, args) -> dict:
     command = [sys.executable, "-c", HARNESS_DRIVER, spec_file({**spec, "out": str(out)}, out.with_suffix(".json"))]
-    result = run_tool(command, cpu, emulator)
+    result = run_tool(command, cpu, emulator, spec["base_url"])
     records = [r for r in read_requests(out) if r.error_class is None]
     result["chunks"] = sum(len(r.chunk_times_s) for r in records)
     result["ttft_error_ms"] = [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in records]
@@ -148,7 +151,8 @@ def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.P
 
 def vllm_trial(spec: dict, cpu: int | None, emulator: subprocess.Popen, work: Path) -> dict:
     python = str(ENGINE_VENV / "bin" / "python")
-    return run_tool([python, "-c", VLLM_DRIVER, spec_file(spec, work / "vllm-spec.json")], cpu, emulator)
+    command = [python, "-c", VLLM_DRIVER, spec_file(spec, work / "vllm-spec.json")]
+    return run_tool(command, cpu, emulator, spec["base_url"])
 
 
 def main() -> None:
@@ -220,7 +224,7 @@ def print_table(rows: list[tuple[int, dict[str, list[dict]]]]) -> None:
     header = (
         f"{'streams':>7} | {'chunks/s harness':>16} {'vllm':>7} | {'cpu ms/1k chunks harness':>24} {'vllm':>6} "
         f"{'ratio':>6} | {'ttft err ms p50/p99 harness':>27} {'vllm':>13} | {'itl err ms harness':>18} "
-        f"{'vllm':>13} | {'emulator cpu %':>14}"
+        f"{'vllm':>13} | {'emulator late ms':>16} {'cpu %':>5}"
     )
     print(header)
     print("-" * len(header))
@@ -231,7 +235,8 @@ def print_table(rows: list[tuple[int, dict[str, list[dict]]]]) -> None:
             f"{streams:>7} | {rate(harness):>16,.0f} {rate(vllm):>7,.0f} | {per_1000(harness):>24.1f} "
             f"{per_1000(vllm):>6.1f} {per_1000(harness) / per_1000(vllm):>6.2f} | "
             f"{error(harness, 'ttft_error_ms'):>27} {error(vllm, 'ttft_error_ms'):>13} | "
-            f"{error(harness, 'itl_error_ms'):>18} {error(vllm, 'itl_error_ms'):>13} | {emulator:>14.0f}"
+            f"{error(harness, 'itl_error_ms'):>18} {error(vllm, 'itl_error_ms'):>13} | "
+            f"{error(harness + vllm, 'emulator_late_ms'):>16} {emulator:>5.0f}"
         )
 
 

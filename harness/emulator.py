@@ -147,6 +147,7 @@ class Emulator:
         self.admission = Admission(config.max_num_seqs, config.kv_capacity_tokens)
         self.metrics = EngineMetrics(config, self.admission)
         self.arrivals = itertools.count(1)
+        self.first_token_lateness_s: list[float] = []
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -157,6 +158,7 @@ class Emulator:
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/version", self.version)
+        app.router.add_post("/emulator/lateness", self.lateness)
         return app
 
     async def health(self, request: web.Request) -> web.Response:
@@ -174,6 +176,13 @@ class Emulator:
         return web.json_response(
             {"count": count, "max_model_len": self.config.max_model_len, "tokens": list(range(count))}
         )
+
+    async def lateness(self, request: web.Request) -> web.Response:
+        """How late the emulator itself wrote each first token since the last call (and forget them):
+        the part of a client's TTFT error that is the server's, not the client's."""
+        late_ms = [late_s * 1000 for late_s in self.first_token_lateness_s]
+        self.first_token_lateness_s = []
+        return web.json_response({"first_token_lateness_ms": late_ms})
 
     async def prometheus(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain")
@@ -248,6 +257,8 @@ class Emulator:
                 await asyncio.sleep(delay)
             emitted += batch
             await response.write(chunks.tokens(batch, emitted, emitted == max_tokens))
+            if emitted == 1:
+                self.first_token_lateness_s.append(time.perf_counter() - deadline)
             sent_chunks += 1
             if drop and sent_chunks == 2 and request.transport is not None:
                 request.transport.abort()

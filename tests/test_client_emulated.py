@@ -89,6 +89,8 @@ def test_injected_ttft_and_itl_are_recovered(inventory_dir: Path, tmp_path: Path
     """Delays large enough that a busy machine's scheduling jitter stays inside a 5 % tolerance."""
     with emulator(ttft_ms=200, itl_ms=20, tokens_per_chunk=2) as base_url:
         summary = run(inventory_dir, base_url, tmp_path, concurrency=8, requests=40, warmup=4)
+        server_lateness_ms = httpx.post(f"{base_url}/emulator/lateness").json()["first_token_lateness_ms"]
+    assert len(server_lateness_ms) == 44  # the emulator's own account of every first token it wrote
     assert summary.requests_ok == 40 and summary.errors_by_class == {}
     assert 200.0 <= summary.latency["ttft_ms_p50"] <= 210.0
     # 2 tokens per chunk every 40 ms is 20 ms per token, not 40.
