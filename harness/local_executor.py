@@ -40,7 +40,7 @@ def run_locally(
 ) -> list[LocalRun]:
     """Each point's container command as a local process, one after another; returns their exit codes."""
     files = [Path(path) for path in polyaxonfiles]
-    points = check_files(files, params)
+    points = check_files(files, params) or [dict(params)]  # a file without a matrix is one point
     runs = []
     for index, point in enumerate(points):
         outputs = (out_root / f"point-{index}").resolve()

@@ -1,9 +1,9 @@
 """A finished run record, as a Polyaxon run: the limits and the workload as inputs, the figures as outputs.
 
 Inputs and outputs are what the Polyaxon dashboard compares runs by, so their names are stable and carry
-their units. Inside a managed run the identity comes from Polyaxon; outside, the run record's own id
-becomes the Polyaxon run UUID, so one id joins the record, the tracked run and the report. The UUID is
-written back into the record (`tracking.json`).
+their units. Inside a managed run the record's id already is the run's UUID; offline, the record's id
+becomes the offline run's UUID; a new run on an API gets the UUID the API assigns. Whichever it is, it is
+written back into the record (`tracking.json`), and analysis joins on it.
 """
 
 from __future__ import annotations
@@ -87,7 +87,10 @@ def run_io(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         outputs.update(run_outputs(RunSummary.model_validate_json(_read(run_dir / "summary.json"))))
     if (run_dir / "capacity.json").exists():
         outputs.update(capacity_outputs(CapacityReport.model_validate_json(_read(run_dir / "capacity.json"))))
-    return run_inputs(config, engine.get("limits", {})), outputs
+    limits = dict(engine.get("limits", {}))
+    if engine.get("image_reference"):  # the image is held fixed in a one-limit comparison like any limit
+        limits["image"] = engine["image_reference"]
+    return run_inputs(config, limits), outputs
 
 
 def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +106,7 @@ def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:
         "duration_s": load.duration_s,
         "warmup_requests": load.warmup_requests,
         "seed": load.seed,
+        "order": load.order,
         "max_tokens": config.max_tokens,
         "temperature": config.temperature,
         "cold": config.cold,
