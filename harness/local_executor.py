@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.launch import ENGINE_MODULE, engine_python, free_port, local_engine_words
+from harness.launch import ENGINE_MODULE, engine_python, engine_reference, free_port, local_engine_words
 from harness.specs import check_files, render
 
 
@@ -55,7 +55,9 @@ def run_locally(
             on_start(index, len(points), point)
         argv = local_job_argv(rendered.argv)
         with (outputs / "stdout.log").open("wb") as stdout:  # progress stays on stderr, results go to the file
-            completed = subprocess.run(argv, env=os.environ | rendered.env | (env or {}), stdout=stdout, check=False)
+            local = {"HARNESS_IMAGE_REFERENCE": engine_reference()}  # not the image the spec pins
+            completed = subprocess.run(argv, env=os.environ | rendered.env | local | (env or {}), stdout=stdout,
+                                       check=False)
         runs.append(LocalRun(index=index, params=point, outputs_dir=str(outputs), exit_code=completed.returncode))
     return runs
 
