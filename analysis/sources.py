@@ -50,8 +50,9 @@ def runs_from_directories(roots: Sequence[Path]) -> list[SourcedRun]:
         if not root.is_dir():
             raise HarnessError(f"{root}: not a directory of run records")
         for config in sorted(root.rglob("config.json")):
-            if any((config.parent / marker).exists() for marker in RUN_MARKERS):
-                runs.append(read_run_directory(config.parent))
+            in_offline_run = any((parent / "run.plx.json").exists() for parent in config.parents)
+            if not in_offline_run and any((config.parent / marker).exists() for marker in RUN_MARKERS):
+                runs.append(read_run_directory(config.parent))  # an offline run's artifacts are copies
     return runs
 
 

@@ -201,7 +201,8 @@ def run_command(
     inventory: Path = typer.Option(..., help="prompt inventory directory"),
     out: Path = typer.Option(..., help="run record directory to write"),
     base_url: str | None = typer.Option(None, help="server base URL, e.g. http://127.0.0.1:8000"),
-    service_uuid: str | None = typer.Option(None, help="Polyaxon service run to send to (in-cluster address)"),
+    service_uuid: str | None = typer.Option(None, help="Polyaxon service run measured (reached in-cluster "
+                                            "unless --base-url says where)"),
     service_port: int = typer.Option(8000, help="port of the Polyaxon service"),
     concurrency: int | None = typer.Option(None, help="closed loop: requests kept in flight"),
     rate: float | None = typer.Option(None, help="open loop: mean arrivals per second"),
@@ -390,24 +391,33 @@ def sweep(
     harness_files: list[Path] = typer.Option([Path("polyaxonfiles/harness-job.yaml")], "--harness",
                                              help="harness job polyaxonfile"),
     param: list[str] = typer.Option([], "-P", "--param", help="name=value for the service or the harness job"),
-    project: str = typer.Option(..., help="Polyaxon project OWNER/NAME"),
+    project: str | None = typer.Option(None, help="Polyaxon project OWNER/NAME (required unless --local)"),
+    local: bool = typer.Option(False, help="run the services on the local CPU engine and track offline"),
     queue: str | None = typer.Option(None, help="Polyaxon queue for the service runs"),
     running_deadline_s: float = typer.Option(1800.0, help="seconds a service may take to be running"),
     harness_deadline_s: float = typer.Option(7200.0, help="seconds a harness job may take"),
     out: Path = typer.Option(Path("runs/sweep"), help="directory for the sweep result and failed points' logs"),
 ) -> None:
-    """Vary one limit over a Polyaxon vLLM service: start it, run the harness job against it, stop it."""
+    """Vary one limit over a vLLM service: start it, run the harness job against it, stop it; next point."""
     from harness.launch import stop_on_sigterm
     from harness.specs import parse_param_options
-    from harness.sweep import PolyaxonBackend, run_sweep, service_params, sweep_points
+    from harness.sweep import Backend, LocalBackend, PolyaxonBackend, run_sweep, service_params, sweep_points
 
+    if project is None and not local:
+        raise HarnessError("give --project OWNER/NAME, or --local to run on this machine")
     params = parse_param_options(param)
     limit, points = sweep_points(files, service_files, params)
     for_service = service_params(service_files, params)
     for_harness = {name: value for name, value in params.items() if name not in for_service}
-    backend = PolyaxonBackend(project, service_files, harness_files, for_harness, queue=queue,
-                              running_deadline_s=running_deadline_s, harness_deadline_s=harness_deadline_s,
-                              logs_dir=out / "logs")
+    backend: Backend
+    if local:
+        tracking = {"HARNESS_OFFLINE_ROOT": str((out / "polyaxon").resolve()),
+                    "HARNESS_PROJECT": project or "local/vllm-harness"}
+        backend = LocalBackend(service_files, harness_files, for_harness, out=out, env=tracking)
+    else:
+        backend = PolyaxonBackend(project, service_files, harness_files, for_harness, queue=queue,
+                                  running_deadline_s=running_deadline_s, harness_deadline_s=harness_deadline_s,
+                                  logs_dir=out / "logs")
     with stop_on_sigterm():
         result = run_sweep(files[0], limit, [{**for_service, **point} for point in points], backend,
                            on_point=lambda point: print(f"point {point.index}: {point.outcome}", flush=True))

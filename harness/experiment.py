@@ -20,12 +20,13 @@ from harness.inventory import Inventory
 from harness.launch import EngineStartError, start_engine
 from harness.record import RunConfig, RunWriter
 from harness.runner import run_load
-from harness.server_logs import parse_startup_log
+from harness.server_logs import fetch_polyaxon_run_log, parse_startup_log
 from harness.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.stats import RunSummary
 from harness.tracking import DEFAULT_PROJECT, ENGINE_JSON, TrackedRun, managed_run_uuid, track_run
 
 ENGINE_LOG = "engine.log"
+SERVICE_LOG_ENV = "HARNESS_SERVICE_LOG"  # a local service's start-up log, for the harness run measuring it
 CAPACITY_JSON = "capacity.json"
 
 
@@ -65,7 +66,7 @@ def run_with_engine(
 
     Returns the run's summary, or None when the engine did not start (the record then says why).
     """
-    write_engine_record(run_dir, engine_argv)
+    write_engine_record(run_dir, argv=engine_argv, limits=engine_limits(engine_argv))
     summary: RunSummary | None = None
     snapshot: MetricsSnapshot | None = None
     with contextlib.ExitStack() as stack:
@@ -82,11 +83,35 @@ def run_with_engine(
     return summary
 
 
-def write_engine_record(run_dir: Path, engine_argv: list[str]) -> None:
-    """engine.json: the command line as run and the limits it set, for joins and one-limit comparisons."""
+def attach_service(run_dir: Path, service_uuid: str, base_url: str) -> None:
+    """A harness job measured a separate service: its start-up log gives its limits and logged capacity.
+
+    The log is a file when the service runs here ($HARNESS_SERVICE_LOG), else the Polyaxon service run's
+    logs, read from inside the managed harness run. Without either, the record keeps only the figures.
+    """
+    local_log = os.environ.get(SERVICE_LOG_ENV)
+    instance = os.environ.get("POLYAXON_RUN_INSTANCE", "")
+    if local_log:
+        log_text = Path(local_log).read_text(encoding="utf-8", errors="replace")
+    elif instance.count(".") >= 3:
+        owner, project = instance.split(".")[:2]
+        try:
+            log_text = fetch_polyaxon_run_log(service_uuid, f"{owner}/{project}")
+        except HarnessError:  # the figures stand without the capacity; analysis shows it as missing
+            return
+    else:
+        return
+    (run_dir / ENGINE_LOG).write_text(log_text, encoding="utf-8")
+    stated = parse_startup_log(log_text).non_default_args or {}
+    write_engine_record(run_dir, argv=None, limits={name: value for name, value in stated.items()
+                                                    if name not in ("host", "port")})
+    record_capacity(run_dir, run_dir / ENGINE_LOG, scrape_metrics(base_url))
+
+
+def write_engine_record(run_dir: Path, *, argv: list[str] | None, limits: dict[str, Any]) -> None:
+    """engine.json: the engine's command line (when this run started it) and its limits, for comparisons."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    engine = {"argv": engine_argv, "limits": engine_limits(engine_argv),
-              "image_reference": os.environ.get("HARNESS_IMAGE_REFERENCE")}
+    engine = {"argv": argv, "limits": limits, "image_reference": os.environ.get("HARNESS_IMAGE_REFERENCE")}
     (run_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2), encoding="utf-8")
 
 
@@ -143,6 +168,8 @@ def measure(
         summary = run_with_engine(config, inventory, run_dir, engine_argv, health_timeout_s=ready_timeout_s)
     else:
         summary = run_load(config, inventory, run_dir, ready_timeout_s=ready_timeout_s)
+        if config.service_uuid:
+            attach_service(run_dir, config.service_uuid, config.base_url)
     tracked = None
     if managed_run_uuid() or project or offline_root:
         tracked = track_run(run_dir, project=project or DEFAULT_PROJECT, offline_root=offline_root)

@@ -36,6 +36,7 @@ def run_locally(
     *,
     out_root: Path,
     env: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
     on_start: Callable[[int, int, dict[str, Any]], None] | None = None,
 ) -> list[LocalRun]:
     """Each point's container command as a local process, one after another; returns their exit codes."""
@@ -53,7 +54,7 @@ def run_locally(
             raise HarnessError(f"{files[0]}: run.kind is '{rendered.kind}'; the local executor runs jobs")
         if on_start is not None:
             on_start(index, len(points), point)
-        argv = local_job_argv(rendered.argv)
+        argv = local_job_argv(rendered.argv, extra_args)
         with (outputs / "stdout.log").open("wb") as stdout:  # progress stays on stderr, results go to the file
             local = {"HARNESS_IMAGE_REFERENCE": engine_reference()}  # not the image the spec pins
             completed = subprocess.run(argv, env=os.environ | rendered.env | local | (env or {}), stdout=stdout,
@@ -62,15 +63,18 @@ def run_locally(
     return runs
 
 
-def local_job_argv(words: list[str]) -> list[str]:
-    """The container's words with `harness` from this environment and the engine from its own venv."""
+def local_job_argv(words: list[str], extra_args: Sequence[str] = ()) -> list[str]:
+    """The container's words with `harness` from this environment and the engine from its own venv.
+
+    `extra_args` go to harness, before any engine command (e.g. where a local service answers).
+    """
     if words[:1] == ["exec"]:
         words = words[1:]
     if not words or words[0] != "harness":
         raise HarnessError(f"expected the container command to start with 'harness': {' '.join(words)}")
     harness = [str(Path(sys.executable).with_name("harness"))]
     if ENGINE_MODULE not in words:
-        return [*harness, *words[1:]]
+        return [*harness, *words[1:], *extra_args]
     split = words.index("--")
     engine = local_engine_words(words[split + 1 :], engine_python(), free_port())
-    return [*harness, *words[1:split], "--", *engine]
+    return [*harness, *words[1:split], *extra_args, "--", *engine]

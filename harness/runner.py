@@ -68,9 +68,9 @@ def build_run_config(
     max_dispatch_lag_ms: float,
 ) -> tuple[RunConfig, Inventory]:
     """Command-line values checked and assembled; every problem is one line naming the option."""
-    if (base_url is None) == (service_uuid is None):
-        raise HarnessError("give exactly one of --base-url or --service-uuid")
-    if service_uuid is not None:
+    if base_url is None and service_uuid is None:
+        raise HarnessError("give --base-url, --service-uuid, or both (the service's run, reached at the URL)")
+    if base_url is None:
         namespace = os.environ.get("POLYAXON_K8S_NAMESPACE", "polyaxon")
         base_url = f"http://plx-operation-{service_uuid}.{namespace}.svc:{service_port}"
     try:
@@ -213,7 +213,6 @@ def quiet_garbage_collector() -> Iterator[None]:
     stops the event loop for tens of milliseconds, and that pause lands in the TTFT and ITL of every
     request in flight; objects from before the load are frozen out of collections altogether."""
     thresholds = gc.get_threshold()
-    gc.collect()
     gc.freeze()
     gc.set_threshold(100_000, 50, 1_000)
     try:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,6 +21,9 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.experiment import SERVICE_LOG_ENV
+from harness.launch import EngineStartError, RunningEngine, local_engine
+from harness.local_executor import run_locally
 from harness.specs import check_sweep, load_operation, render
 from harness.tracking import polyaxon_call
 
@@ -172,3 +176,36 @@ class PolyaxonBackend:
             lines = [f"no logs: {type(error).__name__}"]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         return path
+
+
+class LocalBackend:
+    """The service on the local CPU engine; the harness job compiled and run as a local process against it."""
+
+    def __init__(self, service_files: Sequence[Path], harness_files: Sequence[Path], harness_params: dict[str, Any],
+                 *, out: Path, env: dict[str, str]) -> None:
+        self.service_files, self.harness_files = list(service_files), list(harness_files)
+        self.harness_params, self.out, self.env = harness_params, out, env
+        self.engines: dict[str, RunningEngine] = {}
+
+    @contextmanager
+    def service(self, index: int, params: dict[str, Any]) -> Iterator[str]:
+        service_uuid = uuid.uuid4().hex
+        log = self.out / f"point-{index}" / "service" / "engine.log"
+        with ExitStack() as stack:
+            try:
+                engine = stack.enter_context(local_engine(self.service_files, params, log_path=log))
+            except EngineStartError as error:
+                raise PointFailed(Outcome.SERVICE_FAILED, str(log), str(error)) from None
+            self.engines[service_uuid] = engine
+            yield service_uuid
+
+    def harness(self, index: int, service: str, params: dict[str, Any]) -> tuple[str, Outcome, str | None]:
+        engine = self.engines.pop(service)
+        [run] = run_locally(self.harness_files, {**self.harness_params, "service_uuid": service},
+                            out_root=self.out / f"point-{index}" / "harness",
+                            env={**self.env, SERVICE_LOG_ENV: str(engine.log_path)},
+                            extra_args=["--base-url", engine.base_url])
+        record = Path(run.outputs_dir) / "run"
+        if run.exit_code != 0:
+            return str(record), Outcome.HARNESS_FAILED, f"harness exited with {run.exit_code}"
+        return str(record), Outcome.MEASURED, None

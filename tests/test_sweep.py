@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
+HARNESS = str(Path(sys.executable).with_name("harness"))
 SERVICE = [ROOT / "polyaxonfiles" / "vllm-service.yaml"]
 HARNESS_JOB = [ROOT / "polyaxonfiles" / "harness-job.yaml"]
 
@@ -102,3 +104,28 @@ def test_the_experiment_sweep_runs_natively_as_one_child_per_point(polyaxon_api:
     assert {child.inputs["concurrency"] for child in children} == {32}
     held = [{k: v for k, v in child.inputs.items() if k != "max_num_seqs"} for child in children]
     assert all(inputs == held[0] for inputs in held)  # one limit at a time
+
+
+def test_interrupting_the_sweep_stops_the_service_it_started(tmp_path: Path, polyaxon_api: str):
+    ProjectClient(owner="default").create({"name": "sweep-interrupted"})
+    sweep = sweep_file(tmp_path, "[{max_num_seqs: 4}, {max_num_seqs: 8}]")
+    driver = subprocess.Popen(
+        [HARNESS, "sweep", "-f", str(sweep), "--service", str(SERVICE[0]), "--harness", str(HARNESS_JOB[0]),
+         "--project", "default/sweep-interrupted", "--running-deadline-s", "600", "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = RunClient(owner="default", project="sweep-interrupted")
+    deadline = time.monotonic() + 60
+    while not client.list(limit=10).results and time.monotonic() < deadline:
+        time.sleep(0.5)
+    driver.send_signal(signal.SIGTERM)
+    driver.wait(timeout=60)
+    [service] = client.list(limit=10).results  # the second point never started
+    stopped = RunClient(owner="default", project="sweep-interrupted", run_uuid=service.uuid)
+    deadline = time.monotonic() + 30
+    while True:
+        stopped.refresh_data()
+        if str(stopped.run_data.status) in {"stopping", "stopped"} or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert str(stopped.run_data.status) in {"stopping", "stopped"}
+    assert driver.returncode != 0
