@@ -164,13 +164,14 @@ def main() -> None:
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--prompt-tokens", type=int, default=32)
     parser.add_argument("--requests-per-stream", type=int, default=4)
+    parser.add_argument("--min-requests", type=int, default=256, help="per trial, so few streams still stream enough")
     parser.add_argument("--pin", action="store_true", help="emulator on the first core, clients on the second")
     args = parser.parse_args()
 
     cores = sorted(os.sched_getaffinity(0))
     emulator_cpu, client_cpu = (cores[0], cores[1]) if args.pin and len(cores) > 1 else (None, None)
     work = Path(tempfile.mkdtemp(prefix="client-overhead-"))
-    most_requests = max(args.streams) * args.requests_per_stream
+    most_requests = max(max(args.streams) * args.requests_per_stream, args.min_requests)
     recipe = TokenIdRecipe(
         vocabulary=VocabularyRange(low=10, high=1900),
         prompt_tokens=[args.prompt_tokens] * most_requests,
@@ -182,12 +183,12 @@ def main() -> None:
     emulator, base_url = start_emulator(args, emulator_cpu)
     print(f"emulator: TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, 1 token per chunk; "
           f"{args.prompt_tokens} prompt + {args.output_tokens} output tokens; "
-          f"{args.requests_per_stream} requests per stream; {args.rounds} rounds; pinned: "
+          f"{args.requests_per_stream} requests per stream (at least {args.min_requests}); {args.rounds} rounds; pinned: "
           f"{'emulator cpu %s, clients cpu %s' % (emulator_cpu, client_cpu) if client_cpu is not None else 'no'}")
     rows = []
     try:
         for streams in args.streams:
-            requests = streams * args.requests_per_stream
+            requests = max(streams * args.requests_per_stream, args.min_requests)
             spec = {
                 "base_url": base_url, "streams": streams, "requests": requests,
                 "output_tokens": args.output_tokens, "inventory": str(inventory_dir),
