@@ -10,11 +10,9 @@ A log without a capacity line is a result too: it says whether, and at which sta
 from __future__ import annotations
 
 import ast
-import contextlib
-import logging
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +20,7 @@ from typing import Any, Literal
 import pydantic
 
 from harness.errors import HarnessError
+from harness.polyaxon_client import polyaxon_call
 
 STARTUP_SCHEMA_VERSION = 1
 GIB_BYTES = 1 << 30
@@ -228,11 +227,8 @@ def fetch_polyaxon_run_log(run_uuid: str, project: str, client: Any = None) -> s
     lines: list[str] = []
     last_file = last_time = None
     for _ in range(MAX_LOG_PAGES):
-        try:
-            with _quiet_polyaxon_client():
-                page = client.get_logs(last_file=last_file, last_time=last_time)
-        except Exception as error:  # the API client raises several unrelated types; all mean "not readable"
-            raise HarnessError(f"Polyaxon run {run_uuid} in {project}: could not read its logs ({_first_line(error)})") from None
+        page = polyaxon_call(f"Polyaxon run {run_uuid} in {project}: could not read its logs",
+                             lambda: client.get_logs(last_file=last_file, last_time=last_time))
         entries = (page.logs if page is not None else None) or []
         if not entries:
             break
@@ -241,23 +237,6 @@ def fetch_polyaxon_run_log(run_uuid: str, project: str, client: Any = None) -> s
             break
         last_file, last_time = page.last_file, page.last_time
     return "\n".join(lines)
-
-
-@contextlib.contextmanager
-def _quiet_polyaxon_client() -> Iterator[None]:
-    """Polyaxon's client logs a multi-line report before raising; the caller reports one line instead."""
-    polyaxon_logger = logging.getLogger("polyaxon.cli")
-    previous = polyaxon_logger.disabled
-    polyaxon_logger.disabled = True
-    try:
-        yield
-    finally:
-        polyaxon_logger.disabled = previous
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def split_log_lines(text: str) -> list[LogLine]:

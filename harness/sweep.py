@@ -24,8 +24,8 @@ from harness.errors import HarnessError
 from harness.experiment import SERVICE_LOG_ENV
 from harness.launch import EngineStartError, RunningEngine, local_engine
 from harness.local_executor import run_locally
+from harness.polyaxon_client import polyaxon_call
 from harness.specs import check_sweep, load_operation, render
-from harness.tracking import polyaxon_call
 
 SWEEP_SCHEMA_VERSION = 1
 RUNNING = "running"

@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import datetime
 import json
-import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel
 
 from harness.capacity import CapacityReport
 from harness.errors import HarnessError
+from harness.polyaxon_client import polyaxon_call
 from harness.record import RunConfig, read_samples
 from harness.stats import RunSummary
 
-T = TypeVar("T")
 TRACKING_JSON = "tracking.json"
 ENGINE_JSON = "engine.json"  # the engine's command line and the limits it was given
 DEFAULT_OWNER = "local"
@@ -158,7 +156,6 @@ def capacity_outputs(report: CapacityReport) -> dict[str, Any]:
 
 
 def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, name: str | None) -> Any:
-    os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
     from polyaxon import tracking
 
     quiet = dict(track_code=False, track_env=False, track_logs=False, collect_resources=False)
@@ -170,18 +167,6 @@ def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, na
         lambda: tracking.init(owner=owner, project=project, run_uuid=run_uuid, is_new=True, name=name,
                               is_offline=offline_root is not None, artifacts_path=offline_path, **quiet),
     )
-
-
-def polyaxon_call(failure: str, call: Callable[[], T]) -> T:
-    """Call the Polyaxon client; an unreachable API or an unknown project becomes one line, not a log dump."""
-    logging.disable(logging.CRITICAL)  # the client logs API errors with stack traces
-    try:
-        return call()
-    except Exception as error:  # the client raises many types, all meaning the call did not happen
-        reason = str(error).splitlines()[0][:160] if str(error) else ""
-        raise HarnessError(f"{failure}: {type(error).__name__} {reason}".rstrip()) from None
-    finally:
-        logging.disable(logging.NOTSET)
 
 
 def _split_project(project: str) -> tuple[str, str]:

@@ -220,7 +220,7 @@ def test_polyaxon_run_logs_are_read_page_by_page() -> None:
 
 def test_polyaxon_errors_are_one_line() -> None:
     failing = SimpleNamespace(get_logs=lambda **_: (_ for _ in ()).throw(httpx.ConnectError("refused\nmore")))
-    with pytest.raises(HarnessError, match=r"Polyaxon run u1 in o/p: could not read its logs \(ConnectError: refused\)"):
+    with pytest.raises(HarnessError, match=r"Polyaxon run u1 in o/p: could not read its logs: ConnectError refused"):
         fetch_polyaxon_run_log("u1", "o/p", client=failing)
 
 
