@@ -18,40 +18,42 @@ from harness.capacity import build_capacity_report
 from harness.errors import HarnessError
 from harness.inventory import Inventory
 from harness.launch import EngineStartError, start_engine
-from harness.record import RunConfig, RunWriter
+from harness.record import RunConfig
 from harness.runner import run_load
 from harness.server_logs import fetch_polyaxon_run_log, parse_startup_log
 from harness.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.stats import RunSummary
-from harness.tracking import DEFAULT_PROJECT, ENGINE_JSON, TrackedRun, managed_run_uuid, track_run
+from harness.tracking import DEFAULT_PROJECT, ENGINE_JSON, TrackedRun, managed_run, track_run
 
 ENGINE_LOG = "engine.log"
 SERVICE_LOG_ENV = "HARNESS_SERVICE_LOG"  # a local service's start-up log, for the harness run measuring it
 CAPACITY_JSON = "capacity.json"
 
 
-def engine_options(argv: list[str]) -> dict[str, Any]:
-    """The engine's options as named values: `--max-num-seqs 8` → max_num_seqs=8, `--no-x` → x=False."""
-    options: dict[str, Any] = {}
-    index = 0
-    while index < len(argv):
-        word = argv[index]
-        index += 1
-        if not word.startswith("--"):
-            continue
-        name, _, value = word[2:].partition("=")
-        if not value and index < len(argv) and not argv[index].startswith("--"):
-            value, index = argv[index], index + 1
-        key = name.replace("-", "_")
-        if not value:
-            key, value = (key[3:], False) if key.startswith("no_") else (key, True)
-        options[key] = _typed(value)
-    return options
+def measure(
+    config: RunConfig,
+    inventory: Inventory,
+    run_dir: Path,
+    *,
+    engine_argv: list[str] | None,
+    ready_timeout_s: float,
+    project: str | None,
+    offline_root: Path | None,
+) -> tuple[RunSummary | None, TrackedRun | None]:
+    """`harness run`: against a running server, or against an engine it starts itself; then tracked.
 
-
-def engine_limits(argv: list[str]) -> dict[str, Any]:
-    """Everything the engine was told except where to listen, which says nothing about what it holds."""
-    return {name: value for name, value in engine_options(argv).items() if name not in ("host", "port")}
+    Tracking happens inside a managed Polyaxon run, or when a project or an offline root is given.
+    """
+    if engine_argv:
+        summary = run_with_engine(config, inventory, run_dir, engine_argv, health_timeout_s=ready_timeout_s)
+    else:
+        summary = run_load(config, inventory, run_dir, ready_timeout_s=ready_timeout_s)
+        if config.service_uuid:
+            attach_service(run_dir, config.service_uuid, config.base_url)
+    tracked = None
+    if managed_run() or project or offline_root:
+        tracked = track_run(run_dir, project=project or DEFAULT_PROJECT, offline_root=offline_root)
+    return summary, tracked
 
 
 def run_with_engine(
@@ -89,14 +91,12 @@ def attach_service(run_dir: Path, service_uuid: str, base_url: str) -> None:
     The log is a file when the service runs here ($HARNESS_SERVICE_LOG), else the Polyaxon service run's
     logs, read from inside the managed harness run. Without either, the record keeps only the figures.
     """
-    local_log = os.environ.get(SERVICE_LOG_ENV)
-    instance = os.environ.get("POLYAXON_RUN_INSTANCE", "")
+    local_log, managed = os.environ.get(SERVICE_LOG_ENV), managed_run()
     if local_log:
         log_text = Path(local_log).read_text(encoding="utf-8", errors="replace")
-    elif instance.count(".") >= 3:
-        owner, project = instance.split(".")[:2]
+    elif managed is not None:
         try:
-            log_text = fetch_polyaxon_run_log(service_uuid, f"{owner}/{project}")
+            log_text = fetch_polyaxon_run_log(service_uuid, f"{managed.owner}/{managed.project}")
         except HarnessError:  # the figures stand without the capacity; analysis shows it as missing
             return
     else:
@@ -106,6 +106,30 @@ def attach_service(run_dir: Path, service_uuid: str, base_url: str) -> None:
     write_engine_record(run_dir, argv=None, limits={name: value for name, value in stated.items()
                                                     if name not in ("host", "port")})
     record_capacity(run_dir, run_dir / ENGINE_LOG, scrape_metrics(base_url))
+
+
+def engine_limits(argv: list[str]) -> dict[str, Any]:
+    """Everything the engine was told except where to listen, which says nothing about what it holds."""
+    return {name: value for name, value in engine_options(argv).items() if name not in ("host", "port")}
+
+
+def engine_options(argv: list[str]) -> dict[str, Any]:
+    """The engine's options as named values: `--max-num-seqs 8` → max_num_seqs=8, `--no-x` → x=False."""
+    options: dict[str, Any] = {}
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        index += 1
+        if not word.startswith("--"):
+            continue
+        name, _, value = word[2:].partition("=")
+        if not value and index < len(argv) and not argv[index].startswith("--"):
+            value, index = argv[index], index + 1
+        key = name.replace("-", "_")
+        if not value:
+            key, value = (key[3:], False) if key.startswith("no_") else (key, True)
+        options[key] = _typed(value)
+    return options
 
 
 def write_engine_record(run_dir: Path, *, argv: list[str] | None, limits: dict[str, Any]) -> None:
@@ -133,10 +157,7 @@ def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot |
 
 def _write_config(run_dir: Path, config: RunConfig) -> None:
     """What was asked, kept even when nothing could be sent."""
-    writer = RunWriter(run_dir)
-    writer.write_model("config.json", config)
-    writer.requests.close()
-    writer.samples.close()
+    (run_dir / "config.json").write_text(config.model_dump_json(indent=2), encoding="utf-8")
 
 
 def _typed(value: Any) -> Any:
@@ -150,27 +171,3 @@ def _typed(value: Any) -> Any:
     return value
 
 
-def measure(
-    config: RunConfig,
-    inventory: Inventory,
-    run_dir: Path,
-    *,
-    engine_argv: list[str] | None,
-    ready_timeout_s: float,
-    project: str | None,
-    offline_root: Path | None,
-) -> tuple[RunSummary | None, TrackedRun | None]:
-    """`harness run`: against a running server, or against an engine it starts itself; then tracked.
-
-    Tracking happens inside a managed Polyaxon run, or when a project or an offline root is given.
-    """
-    if engine_argv:
-        summary = run_with_engine(config, inventory, run_dir, engine_argv, health_timeout_s=ready_timeout_s)
-    else:
-        summary = run_load(config, inventory, run_dir, ready_timeout_s=ready_timeout_s)
-        if config.service_uuid:
-            attach_service(run_dir, config.service_uuid, config.base_url)
-    tracked = None
-    if managed_run_uuid() or project or offline_root:
-        tracked = track_run(run_dir, project=project or DEFAULT_PROJECT, offline_root=offline_root)
-    return summary, tracked

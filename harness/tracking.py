@@ -67,10 +67,17 @@ def track_run(run_dir: Path, *, project: str, offline_root: Path | None = None, 
     return tracked
 
 
+def managed_run() -> TrackedRun | None:
+    """Inside a Polyaxon-managed run, who it is: POLYAXON_RUN_INSTANCE is owner.project.runs.uuid."""
+    parts = os.environ.get("POLYAXON_RUN_INSTANCE", "").split(".")
+    if len(parts) != 4:
+        return None
+    return TrackedRun(run_uuid=parts[3], owner=parts[0], project=parts[1], offline_root=None)
+
+
 def managed_run_uuid() -> str | None:
-    """Inside a Polyaxon-managed run, its UUID (POLYAXON_RUN_INSTANCE is owner.project.runs.uuid)."""
-    instance = os.environ.get("POLYAXON_RUN_INSTANCE")
-    return instance.rsplit(".", 1)[-1] if instance else None
+    managed = managed_run()
+    return managed.run_uuid if managed else None
 
 
 def run_io(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
