@@ -63,7 +63,9 @@ def test_concurrency_above_max_num_seqs_shows_waiting_in_the_samples(engine_run)
 def test_kv_capacity_below_the_live_tokens_shows_preemptions(engine_run) -> None:
     summary, _, _ = engine_run
     assert summary.preemptions_during_run is not None and summary.preemptions_during_run >= 1
-    assert summary.peak_kv_cache_usage_fraction is not None and summary.peak_kv_cache_usage_fraction > 0.9
+    # Whenever 4 sequences run they hold at least 4 x ceil(600 / 128) = 20 of the 31 usable blocks; the
+    # sampler may miss the fullest moment, so only that floor is certain.
+    assert summary.peak_kv_cache_usage_fraction is not None and summary.peak_kv_cache_usage_fraction >= 20 / 31
 
 
 def test_usage_counts_match_the_inventory(engine_run) -> None:
