@@ -25,6 +25,9 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         except HarnessError as error:
             print(f"error: {error}", file=sys.stderr)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:  # whatever had finished is already on disk
+            print("interrupted", file=sys.stderr)
+            raise typer.Exit(130) from None
 
     return wrapper
 

@@ -44,7 +44,6 @@ class RunSummary(BaseModel):
     prefix_cache_hits_during_run_tokens: int | None
     failed_scrapes: int
     prompt_token_mismatches: int
-    captured_capacity: dict[str, object] | None = None
     valid: bool
     invalid_reasons: list[str]
 
@@ -118,7 +117,6 @@ def summarize(
     cold: bool,
     max_dispatch_lag_ms: float,
     prompt_token_mismatches: int = 0,
-    captured_capacity: dict[str, object] | None = None,
     interrupted_by: str | None = None,
 ) -> RunSummary:
     measured = [record for record in records if not record.warmup]
@@ -162,7 +160,6 @@ def summarize(
         achieved_concurrency_mean=per_s(sum(r.end_s - r.dispatch_s for r in measured)),
         failed_scrapes=sum(sample.snapshot is None for sample in samples),
         prompt_token_mismatches=prompt_token_mismatches,
-        captured_capacity=captured_capacity,
         valid=not reasons,
         invalid_reasons=reasons,
         **server,

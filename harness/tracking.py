@@ -124,7 +124,7 @@ def run_outputs(summary: RunSummary) -> dict[str, Any]:
     """Every scalar of the summary, latency percentiles flattened to `ttft_ms_p99`-style names."""
     outputs: dict[str, Any] = {}
     for name, value in summary.model_dump(exclude={"latency", "errors_by_class", "invalid_reasons",
-                                                   "captured_capacity", "schema_version"}).items():
+                                                   "schema_version"}).items():
         if value is not None:
             outputs[name] = value
     outputs.update({name: value for name, value in summary.latency.items() if value is not None})
