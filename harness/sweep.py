@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,11 +62,11 @@ class PointFailed(Exception):
 
 
 class Backend(Protocol):
-    def service(self, index: int, params: dict[str, Any]) -> Any:
-        """A context manager: yields the running service's id; raises PointFailed; always stops it."""
+    def service(self, index: int, params: dict[str, Any]) -> AbstractContextManager[str]:
+        """Yields the running service's id; raises PointFailed when it does not run; always stops it."""
 
-    def harness(self, index: int, service: str, params: dict[str, Any]) -> tuple[str, Outcome, str | None]:
-        """Run the harness against the service: (run id, outcome, detail)."""
+    def harness(self, index: int, service: str) -> tuple[str, Outcome, str | None]:
+        """Run the harness against the service: (run id or record, outcome, detail)."""
 
 
 def sweep_points(
@@ -88,14 +88,15 @@ def service_params(service_files: Sequence[Path], params: dict[str, Any]) -> dic
 
 
 def run_sweep(
-    sweep_file: Path, limit: str, points: list[dict[str, Any]], backend: Backend, *, on_point: Any = None
+    sweep_file: Path, limit: str, points: list[dict[str, Any]], backend: Backend, *,
+    on_point: Callable[[PointResult], None] | None = None,
 ) -> SweepResult:
     """Every point in order; a failed or late point is recorded and the sweep goes on."""
     results: list[PointResult] = []
     for index, point in enumerate(points):
         try:
             with backend.service(index, point) as service:
-                harness, outcome, detail = backend.harness(index, service, point)
+                harness, outcome, detail = backend.harness(index, service)
                 result = PointResult(index=index, params=point, outcome=outcome, service=service,
                                      harness=harness, detail=detail)
         except PointFailed as failed:
@@ -158,7 +159,7 @@ class PolyaxonBackend:
         finally:
             polyaxon_call(f"could not stop service {uuid}; stop it by hand", run.stop)
 
-    def harness(self, index: int, service: str, params: dict[str, Any]) -> tuple[str, Outcome, str | None]:
+    def harness(self, index: int, service: str) -> tuple[str, Outcome, str | None]:
         run = self._create(self.harness_files, {**self.harness_params, "service_uuid": service},
                            f"harness-{service}")
         status = self._wait(run, ENDED, self.harness_deadline_s)
@@ -199,7 +200,7 @@ class LocalBackend:
             self.engines[service_uuid] = engine
             yield service_uuid
 
-    def harness(self, index: int, service: str, params: dict[str, Any]) -> tuple[str, Outcome, str | None]:
+    def harness(self, index: int, service: str) -> tuple[str, Outcome, str | None]:
         engine = self.engines.pop(service)
         [run] = run_locally(self.harness_files, {**self.harness_params, "service_uuid": service},
                             out_root=self.out / f"point-{index}" / "harness",

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests w
 os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+HARNESS = str(Path(sys.executable).with_name("harness"))
 SERVICE_FILE = REPO_ROOT / "polyaxonfiles" / "vllm-service.yaml"
 LOCAL_CPU_PRESET = REPO_ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml"
 
@@ -102,7 +103,34 @@ def polyaxon_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         log.close()
 
 
+@contextmanager
+def emulator(**options: object) -> Iterator[str]:
+    """`harness emulate` in a subprocess; yields its base URL once /health answers."""
+    port = free_port()
+    args = [HARNESS, "emulate", "--port", str(port)]
+    for name, value in options.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"emulator did not start: {process.stderr.read().decode() if process.stderr else ''}")
+            time.sleep(0.05)
+        yield base_url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 def free_port() -> int:
+    """A free loopback port (harness.launch has one too, but importing it loads polyaxon)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

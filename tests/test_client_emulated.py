@@ -9,12 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -28,39 +25,9 @@ from harness.record import read_requests, read_samples
 from harness.runner import build_run_config, run_load
 from harness.stats import RunSummary
 
+from conftest import emulator
+
 HARNESS = str(Path(sys.executable).with_name("harness"))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@contextmanager
-def emulator(**options: object) -> Iterator[str]:
-    """`harness emulate` in a subprocess; yields its base URL once /health answers."""
-    port = free_port()
-    args = [HARNESS, "emulate", "--port", str(port)]
-    for name, value in options.items():
-        args += [f"--{name.replace('_', '-')}", str(value)]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"emulator did not start: {process.stderr.read().decode() if process.stderr else ''}")
-            time.sleep(0.05)
-        yield base_url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

@@ -22,10 +22,9 @@ from harness.server_logs import parse_startup_log
 from harness.stats import RunSummary
 from harness.tracking import ENGINE_JSON, TRACKING_JSON, capacity_outputs, track_run
 
-from conftest import free_port
+from conftest import emulator, free_port
 
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
-HARNESS = str(Path(sys.executable).with_name("harness"))
 LIMITS = {"max_num_seqs": 4, "max_model_len": 1024, "kv_cache_memory_bytes": 4_194_304}
 
 
@@ -36,20 +35,13 @@ def run_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
     recipe = TokenIdRecipe(vocabulary=VocabularyRange(low=10, high=1000), prompt_tokens=[20, 40] * 4,
                            output_cap_tokens=[8] * 8, seed=1)
     inventory_dir = write_inventory(build_token_id_inventory("tracked-8", recipe), root / "inventory")
-    port = free_port()
-    emulator = subprocess.Popen([HARNESS, "emulate", "--port", str(port), "--max-num-seqs", "2"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        base_url = f"http://127.0.0.1:{port}"
+    with emulator(max_num_seqs=2) as base_url:
         config, inventory = build_run_config(
             inventory=inventory_dir, base_url=base_url, service_uuid=None, service_port=8000, concurrency=4,
             rate=None, burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None, duration_s=None,
             warmup=0, seed=0, order="inventory", temperature=0.0, slo_ttft_ms=None, slo_tpot_ms=None,
             cold=False, sample_interval_s=0.1, max_dispatch_lag_ms=50.0)
         run_load(config, inventory, root / "run", ready_timeout_s=20)
-    finally:
-        emulator.terminate()
-        emulator.wait(timeout=10)
     (root / "run" / ENGINE_JSON).write_text(json.dumps({"limits": LIMITS}))
     return root / "run"
 
