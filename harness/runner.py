@@ -191,7 +191,7 @@ async def _run(
     keep_sample(await sampler.scrape())
     await sampler.aclose()
 
-    usage = {r.prompt_id: r.prompt_tokens for r in records if r.prompt_tokens is not None}
+    usage = [(r.prompt_id, r.prompt_tokens) for r in records if r.prompt_tokens is not None]  # every send
     summary = summarize(
         records,
         samples,
