@@ -441,6 +441,7 @@ def demo(
 
     from harness.demo import run_demo
 
-    result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), Console())
+    console = Console() if sys.stdout.isatty() else Console(width=120)  # a log file is not 80 columns wide
+    result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), console)
     failed = f"; points that failed: {result.failed_points}" if result.failed_points else ""
     print(f"demo finished in {result.seconds:.0f} s{failed}")

@@ -70,7 +70,8 @@ def run_demo(out: Path, console: Console) -> DemoResult:
     runs = run_locally(
         [SWEEP, PRESET], params, out_root=points_dir,
         env={"HARNESS_OFFLINE_ROOT": str(offline_root.resolve()), "HARNESS_PROJECT": "local/vllm-harness-demo"},
-        on_start=lambda index, total, point: console.print(f"[bold]point {index + 1}/{total}[/bold]: {point}"),
+        on_start=lambda index, total, point: console.print(
+            f"[bold]point {index + 1}/{total}[/bold]: {LIMIT}={point[LIMIT]}"),
     )
 
     console.rule("4/4  Explain: which limit bound each point")
