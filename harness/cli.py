@@ -420,7 +420,8 @@ def sweep(
     else:
         backend = PolyaxonBackend(project, service_files, harness_files, for_harness, queue=queue,
                                   running_deadline_s=running_deadline_s, harness_deadline_s=harness_deadline_s,
-                                  logs_dir=out / "logs")
+                                  logs_dir=out / "logs",
+                                  announce=lambda message: print(message, file=sys.stderr, flush=True))
     with stop_on_sigterm():
         result = run_sweep(files[0], limit, [{**for_service, **point} for point in points], backend,
                            on_point=lambda point: print(f"point {point.index}: {point.outcome}", flush=True))

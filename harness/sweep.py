@@ -113,7 +113,8 @@ class PolyaxonBackend:
 
     def __init__(self, project: str, service_files: Sequence[Path], harness_files: Sequence[Path],
                  harness_params: dict[str, Any], *, queue: str | None, running_deadline_s: float,
-                 harness_deadline_s: float, logs_dir: Path, poll_s: float = 2.0) -> None:
+                 harness_deadline_s: float, logs_dir: Path, poll_s: float = 2.0,
+                 announce: Callable[[str], None] = lambda message: None) -> None:
         from polyaxon.client import RunClient
 
         self.owner, _, self.project = project.rpartition("/")
@@ -123,6 +124,7 @@ class PolyaxonBackend:
         self.harness_params = harness_params
         self.queue, self.poll_s, self.logs_dir = queue, poll_s, logs_dir
         self.running_deadline_s, self.harness_deadline_s = running_deadline_s, harness_deadline_s
+        self.announce = announce
 
     def _create(self, files: list[Path], params: dict[str, Any], name: str) -> Any:
         operation = load_operation(files, params)
@@ -149,6 +151,7 @@ class PolyaxonBackend:
         run = self._create(self.service_files, params, re.sub(r"[^A-Za-z0-9_-]", "-", f"vllm-{point}"))
         uuid = run.run_uuid
         try:
+            self.announce(f"service {uuid} created; waiting until it is running")
             status = self._wait(run, {RUNNING}, self.running_deadline_s)
             if status != RUNNING:
                 logs = self._save_logs(run, index)
