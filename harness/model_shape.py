@@ -272,7 +272,8 @@ def _safetensors_data_bytes(path: Path) -> int:
             header = json.loads(handle.read(length))
         except (struct.error, ValueError, MemoryError):
             raise HarnessError(f"{path}: not a safetensors file (unreadable header)") from None
-    return sum(end - begin for key, value in header.items() if key != "__metadata__" for begin, end in [value["data_offsets"]])
+    tensors = [value for key, value in header.items() if key != "__metadata__"]
+    return sum(tensor["data_offsets"][1] - tensor["data_offsets"][0] for tensor in tensors)
 
 
 def _snapshot_dir(model: str, revision: str) -> Path | None:
