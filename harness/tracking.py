@@ -67,6 +67,11 @@ def track_run(run_dir: Path, *, project: str, offline_root: Path | None = None, 
     return tracked
 
 
+def offline_tracking_env(offline_root: Path, project: str) -> dict[str, str]:
+    """The environment that makes a `harness run` started as a local process track offline here."""
+    return {"HARNESS_OFFLINE_ROOT": str(offline_root.resolve()), "HARNESS_PROJECT": project}
+
+
 def managed_run() -> TrackedRun | None:
     """Inside a Polyaxon-managed run, who it is: POLYAXON_RUN_INSTANCE is owner.project.runs.uuid."""
     parts = os.environ.get("POLYAXON_RUN_INSTANCE", "").split(".")

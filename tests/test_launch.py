@@ -18,7 +18,7 @@ from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
 from harness.cli import app
 from harness.errors import HarnessError
-from harness.launch import engine_error_line, engine_python, local_engine, local_engine_argv, stop_process_group
+from harness.launch import engine_error_line, engine_python, local_engine, local_engine_words, stop_process_group
 from harness.specs import render
 
 
@@ -45,7 +45,7 @@ def wait_until_group_gone(pgid: int, timeout_s: float) -> list[int]:
 
 def test_container_command_is_mapped_onto_the_engine_venv() -> None:
     rendered = render([SERVICE_FILE, LOCAL_CPU_PRESET], {"model": "/models/tiny", "max_num_seqs": 4})
-    argv = local_engine_argv(rendered, Path("/venv/bin/python"), 43210)
+    argv = local_engine_words(rendered.argv, Path("/venv/bin/python"), 43210)
     assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert argv[argv.index("--model") + 1] == "/models/tiny"
     assert argv[argv.index("--max-num-seqs") + 1] == "4"  # the param wins over the preset's 8
