@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from harness.errors import HarnessError
+from harness.placement import place_engine
 from harness.specs import render
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
@@ -175,13 +176,17 @@ def start_engine(
 ) -> Iterator[RunningEngine]:
     """Start an engine command line as given, wait until /health answers on its --port, always stop it.
 
-    A start that fails or times out raises EngineStartError with the engine's own error line.
+    A start that fails or times out raises EngineStartError with the engine's own error line. A healthy
+    engine's processes are then placed on the cores (see harness/placement.py), and the launcher says how.
     """
     port = engine_port(argv)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with stop_on_sigterm(), log_path.open("wb") as log, _engine_process(argv, env or {}, log) as process:
         engine = RunningEngine(engine_base_url(argv), port, process.pid, log_path, argv)
         _wait_until_healthy(engine, process, health_timeout_s)
+        placement = place_engine(process.pid)
+        if placement:
+            print(placement, file=sys.stderr, flush=True)
         yield engine
 
 
