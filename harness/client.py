@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextvars
 import json
 import os
 import re
@@ -42,6 +43,7 @@ class RequestRecord(BaseModel):
     max_tokens: int
     scheduled_s: float
     dispatch_s: float
+    sent_s: float | None = None  # when the request's last byte was written to the socket
     first_token_s: float | None = None
     end_s: float
     chunk_times_s: list[float] = []
@@ -111,11 +113,46 @@ def classify_status(status: int, message: str) -> ErrorClass:
     return ErrorClass.http_4xx if status < 500 else ErrorClass.http_5xx
 
 
-def aiohttp_transport(base_url: str, max_connections: int) -> AiohttpTransport:
+def aiohttp_transport(base_url: str, max_connections: int, *, trace_sends: bool = False) -> AiohttpTransport:
     """httpx over aiohttp. A plain-HTTP server gets no verifying TLS context: building one loads the CA
-    bundle (~80 ms of CPU) for connections that never use it."""
+    bundle (~80 ms of CPU) for connections that never use it. `trace_sends` times each request's bytes
+    leaving the client (see `SendTimes`)."""
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    return AiohttpTransport(limits=limits, verify=base_url.startswith("https://"))
+    verify = base_url.startswith("https://")
+    if not trace_sends:
+        return AiohttpTransport(limits=limits, verify=verify)
+
+    def traced_session() -> aiohttp.ClientSession:  # called inside the event loop, on first use
+        connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=limits.keepalive_expiry,
+                                         ssl=httpx.create_ssl_context(verify=verify) if verify else False)
+        return aiohttp.ClientSession(connector=connector, trace_configs=[SendTimes.trace_config()])
+
+    return AiohttpTransport(limits=limits, verify=verify, client=traced_session)
+
+
+class SendTimes:
+    """When the last chunk of a request left the client, as aiohttp's tracing reports it.
+
+    A request's coroutine starting (dispatch) is not its bytes leaving: between the two lie the pool
+    wait, a connection being opened, and an event loop busy with other streams. httpx hides aiohttp's
+    per-request trace context, so each `send` puts a holder in a context variable, which the write
+    callbacks (running in the sending task or one it spawned) fill in.
+    """
+
+    current: contextvars.ContextVar[list[float]] = contextvars.ContextVar("request_sent_at")
+
+    @classmethod
+    def trace_config(cls) -> aiohttp.TraceConfig:
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(cls._sent)
+        trace.on_request_chunk_sent.append(cls._sent)
+        return trace
+
+    @classmethod
+    async def _sent(cls, *_: object) -> None:
+        holder = cls.current.get(None)
+        if holder is not None:
+            holder.append(time.perf_counter())
 
 
 class StreamingClient:
@@ -133,7 +170,7 @@ class StreamingClient:
             base_url=settings.base_url,
             headers=headers,
             timeout=timeout,
-            transport=aiohttp_transport(settings.base_url, settings.pool_size),
+            transport=aiohttp_transport(settings.base_url, settings.pool_size, trace_sends=True),
         )
 
     async def __aenter__(self) -> StreamingClient:
@@ -148,6 +185,8 @@ class StreamingClient:
     async def send(self, prompt: PromptRequest, scheduled_s: float) -> RequestRecord:
         path, body = request_body(self.settings.model, prompt, self.settings.temperature)
         stream = StreamState()
+        sent_at: list[float] = []
+        SendTimes.current.set(sent_at)
         dispatch_s = self.now()
         status: int | None = None
         error_class: ErrorClass | None = None
@@ -177,6 +216,7 @@ class StreamingClient:
             max_tokens=prompt.max_tokens,
             scheduled_s=scheduled_s,
             dispatch_s=dispatch_s,
+            sent_s=sent_at[-1] - self.clock_zero if sent_at else None,
             first_token_s=stream.chunk_times_s[0] if stream.chunk_times_s else None,
             end_s=self.now(),
             chunk_times_s=stream.chunk_times_s,

@@ -35,6 +35,7 @@ from harness.client import (
 )
 from harness.errors import HarnessError, describe_validation_error
 from harness.inventory import Inventory, InventoryPrompt, check_fits, load_inventory, prompt_token_mismatches
+from harness.loop_lag import LoopLagProbe
 from harness.record import Environment, RunConfig, RunWriter, ServerSample, Slo
 from harness.sampler import MetricsSampler
 from harness.schedule import LoadShape, Slot, plan
@@ -163,6 +164,8 @@ async def _run(
     sampler = MetricsSampler(config.base_url, config.sample_interval_s, clock_zero, keep_sample)
     keep_sample(await sampler.scrape())
     sampling = asyncio.create_task(sampler.run())
+    loop_lag = LoopLagProbe()
+    probing = asyncio.create_task(loop_lag.run())
     interrupted: list[str] = []
     total = _planned_count(config, inventory)
     with RunProgress(total) as progress, quiet_garbage_collector():
@@ -185,9 +188,10 @@ async def _run(
             finally:
                 for signum in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(signum)
-    sampling.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await sampling
+    for background in (sampling, probing):
+        background.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await background
     keep_sample(await sampler.scrape())
     await sampler.aclose()
 
@@ -200,6 +204,8 @@ async def _run(
         offered_concurrency=config.load.concurrency,
         cold=config.cold,
         max_dispatch_lag_ms=config.max_dispatch_lag_ms,
+        sample_interval_s=config.sample_interval_s,
+        loop_lags_ms=loop_lag.lags_ms,
         prompt_token_mismatches=len(prompt_token_mismatches(inventory, usage)),
         interrupted_by=interrupted[0] if interrupted else None,
     )

@@ -29,8 +29,18 @@ PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_quer
 PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
 GENERATION_TOKENS = ("vllm:generation_tokens_total",)
-QUEUE_TIME = "vllm:request_queue_time_seconds"
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
+# vLLM's own per-request latency histograms (seconds), by snapshot field: where the engine spent each
+# request's time, which no client or front-end delay can inflate. Inter-token latency was
+# `time_per_output_token_seconds` before 0.11.
+ENGINE_HISTOGRAMS = {
+    "request_queue_time_seconds": ("vllm:request_queue_time_seconds",),
+    "request_prefill_time_seconds": ("vllm:request_prefill_time_seconds",),
+    "request_decode_time_seconds": ("vllm:request_decode_time_seconds",),
+    "time_to_first_token_seconds": ("vllm:time_to_first_token_seconds",),
+    "inter_token_latency_seconds": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "e2e_request_latency_seconds": ("vllm:e2e_request_latency_seconds",),
+}
 
 
 class HistogramBucket(pydantic.BaseModel):
@@ -65,6 +75,11 @@ class MetricsSnapshot(pydantic.BaseModel):
     prompt_tokens_total: int | None = None
     generation_tokens_total: int | None = None
     request_queue_time_seconds: Histogram | None = None
+    request_prefill_time_seconds: Histogram | None = None
+    request_decode_time_seconds: Histogram | None = None
+    time_to_first_token_seconds: Histogram | None = None
+    inter_token_latency_seconds: Histogram | None = None
+    e2e_request_latency_seconds: Histogram | None = None
     cache_config: dict[str, str] | None = None
 
 
@@ -94,7 +109,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         prefix_cache_hits_total=counted(PREFIX_HITS),
         prompt_tokens_total=counted(PROMPT_TOKENS),
         generation_tokens_total=counted(GENERATION_TOKENS),
-        request_queue_time_seconds=_histogram(by_name, QUEUE_TIME),
+        **{field: _histogram(by_name, names) for field, names in ENGINE_HISTOGRAMS.items()},
         cache_config=_cache_config(by_name.get(CACHE_CONFIG_INFO, [])),
     )
 
@@ -125,10 +140,11 @@ def _mean_over_engines(by_name: dict[str, list[Sample]], names: tuple[str, ...])
     return None
 
 
-def _histogram(by_name: dict[str, list[Sample]], name: str) -> Histogram | None:
-    bucket_samples = by_name.get(f"{name}_bucket")
-    if not bucket_samples:
+def _histogram(by_name: dict[str, list[Sample]], names: tuple[str, ...]) -> Histogram | None:
+    name = next((name for name in names if f"{name}_bucket" in by_name), None)
+    if name is None:
         return None
+    bucket_samples = by_name[f"{name}_bucket"]
     counts_by_bound: dict[float, float] = defaultdict(float)
     for sample in bucket_samples:
         counts_by_bound[float(sample.labels["le"])] += sample.value

@@ -2,6 +2,11 @@
 
 Latencies are measured from the *scheduled* send time, so a client that queued a request (for a free
 slot or because it fell behind) shows that wait in TTFT and E2E instead of hiding it.
+
+A run is invalid when the client did not measure the server: it fell behind its schedule, sent late,
+its event loop stalled, or its sampler missed its ticks. A server that delivered tokens in bursts is
+a finding about the server, not a failed measurement: the run stays valid and its per-token figures
+are qualified (`per_token_latency_paced`).
 """
 
 from __future__ import annotations
@@ -13,10 +18,27 @@ import numpy as np
 from pydantic import BaseModel
 
 from harness.client import RequestRecord
+from harness.engine_time import engine_time
+from harness.loop_lag import PROBE_INTERVAL_S
 from harness.record import ServerSample, Slo
+from harness.stream_pacing import PACED_BURST_FRACTION_MAX, run_pacing
 
 SUMMARY_SCHEMA_VERSION = 1
 PERCENTILES = (50, 90, 95, 99)
+# While the client's loop is late, every chunk it stamps is late by as much: a late stamp, not a slow
+# server. Lateness under a few milliseconds is the timer's and the scheduler's ordinary jitter; beyond
+# it, the loop is stalled. A run whose loop was stalled for more than a twentieth of its time measured the
+# client as much as the server.
+LOOP_LAG_FLOOR_MS = 5.0
+MAX_LOOP_STALL_SHARE = 0.05
+# Send delay is in every TTFT the client reports (it is measured from the schedule): above a twentieth of
+# the median TTFT, or the dispatch-lag limit when that is larger, the client's own delay shows in it.
+MAX_SEND_DELAY_SHARE_OF_TTFT = 0.05
+
+
+def max_sample_gap_s(interval_s: float) -> float:
+    """A sampler this far behind its ticks saw too little of the run to back its series."""
+    return max(3 * interval_s, interval_s + 1.0)
 
 
 class RunSummary(BaseModel):
@@ -43,9 +65,32 @@ class RunSummary(BaseModel):
     preemptions_during_run: int | None
     prefix_cache_hits_during_run_tokens: int | None
     failed_scrapes: int
+    sample_interval_s: float | None = None
+    sample_gap_s_max: float | None = None
+    loop_lag_ms_p99: float | None = None
+    loop_lag_ms_max: float | None = None
+    loop_stall_share: float | None = None
+    burst_token_fraction: float | None = None
+    arrival_instants_per_token: float | None = None
+    largest_burst_tokens: int | None = None
+    requests_burst_delivered: int | None = None
+    per_token_latency_paced: bool | None = None
+    engine_queue_ms_mean: float | None = None
+    engine_prefill_ms_mean: float | None = None
+    engine_decode_ms_mean: float | None = None
+    engine_ttft_ms_mean: float | None = None
+    engine_itl_ms_mean: float | None = None
+    engine_e2e_ms_mean: float | None = None
+    engine_requests_finished: int | None = None
+    engine_waiting_requests_mean: float | None = None
+    engine_running_requests_mean: float | None = None
+    client_e2e_ms_mean: float | None = None
+    frontend_ms_mean: float | None = None
+    frontend_share: float | None = None
     prompt_token_mismatches: int
     valid: bool
     invalid_reasons: list[str]
+    qualifications: list[str] = []  # figures that stand, but not for what their names say
 
 
 def distribution(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
@@ -116,6 +161,8 @@ def summarize(
     offered_concurrency: int | None,
     cold: bool,
     max_dispatch_lag_ms: float,
+    sample_interval_s: float | None = None,
+    loop_lags_ms: Sequence[float] = (),
     prompt_token_mismatches: int = 0,
     interrupted_by: str | None = None,
 ) -> RunSummary:
@@ -136,12 +183,16 @@ def summarize(
         **distribution("itl", [gap for r in ok for gap in itl_ms(r)]),
         **distribution("e2e", [(r.end_s - r.scheduled_s) * 1000 for r in ok]),
         **distribution("dispatch_lag", [(r.dispatch_s - r.scheduled_s) * 1000 for r in measured]),
+        **distribution("send_delay", [(r.sent_s - r.dispatch_s) * 1000 for r in measured if r.sent_s is not None]),
     }
     server = server_figures(samples)
-    reasons = validity_problems(latency, server, ok, cold=cold, max_dispatch_lag_ms=max_dispatch_lag_ms)
+    health = client_health(samples, loop_lags_ms)
+    reasons = validity_problems(latency, server, health, ok, cold=cold, max_dispatch_lag_ms=max_dispatch_lag_ms,
+                                sample_interval_s=sample_interval_s)
     if interrupted_by is not None:
         reasons.append(f"run stopped early by {interrupted_by}")
     has_slo = slo.ttft_ms is not None or slo.tpot_ms is not None
+    pacing = run_pacing(ok)
     return RunSummary(
         requests_sent=len(records),
         requests_measured=len(measured),
@@ -159,28 +210,77 @@ def summarize(
         offered_concurrency=offered_concurrency,
         achieved_concurrency_mean=per_s(sum(r.end_s - r.dispatch_s for r in measured)),
         failed_scrapes=sum(sample.snapshot is None for sample in samples),
+        sample_interval_s=sample_interval_s,
+        **health,
+        **pacing,
+        **engine_time(records, samples),
         prompt_token_mismatches=prompt_token_mismatches,
         valid=not reasons,
         invalid_reasons=reasons,
+        qualifications=qualifications(pacing),
         **server,
     )
+
+
+def qualifications(pacing: dict) -> list[str]:
+    fraction = pacing["burst_token_fraction"]
+    if pacing["per_token_latency_paced"] is False:
+        return [f"tpot_ms and itl_ms are not per-token figures: the server delivered tokens in bursts "
+                f"(burst_token_fraction {fraction:.2f} > {PACED_BURST_FRACTION_MAX:g}, largest_burst_tokens "
+                f"{pacing['largest_burst_tokens']}); engine_itl_ms_mean is the engine's own"]
+    return []
+
+
+def client_health(
+    samples: Sequence[ServerSample], loop_lags_ms: Sequence[float], probe_interval_s: float = PROBE_INTERVAL_S
+) -> dict[str, float | None]:
+    """The client's own lateness: its event loop's, and its sampler's against the configured interval.
+
+    One tick of the loop probe reports one lateness however long the stall, so the share of the probe's
+    time spent stalled (beyond the jitter floor) is what weighs a stall by its length."""
+    times = [sample.t_s for sample in samples]
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    lags = np.asarray(loop_lags_ms, dtype=float)
+    probed_ms = lags.size * probe_interval_s * 1000 + lags.sum()
+    return {
+        "sample_gap_s_max": max(gaps) if gaps else None,
+        "loop_lag_ms_p99": float(np.percentile(lags, 99)) if lags.size else None,
+        "loop_lag_ms_max": float(lags.max()) if lags.size else None,
+        "loop_stall_share": float(np.clip(lags - LOOP_LAG_FLOOR_MS, 0, None).sum() / probed_ms) if lags.size else None,
+    }
 
 
 def validity_problems(
     latency: dict[str, float | None],
     server: dict[str, int | float | None],
+    health: dict[str, float | None],
     ok: Sequence[RequestRecord],
     *,
     cold: bool,
     max_dispatch_lag_ms: float,
+    sample_interval_s: float | None,
 ) -> list[str]:
-    """Why the run does not measure what it claims: the client fell behind, or a cold run hit the cache."""
+    """Why the run does not measure what it claims: the client fell behind, sent late, stalled or sampled
+    too rarely, or a cold run hit the cache. Each reason names its figure and threshold."""
     reasons = []
     if not ok:
         reasons.append("no measured request succeeded")
     lag = latency["dispatch_lag_ms_p99"]
     if lag is not None and lag > max_dispatch_lag_ms:
         reasons.append(f"client fell behind its schedule: dispatch_lag_ms_p99 {lag:.1f} > {max_dispatch_lag_ms:g}")
+    send_delay, ttft = latency["send_delay_ms_p99"], latency["ttft_ms_p50"]
+    send_limit = max(max_dispatch_lag_ms, MAX_SEND_DELAY_SHARE_OF_TTFT * (ttft or 0.0))
+    if send_delay is not None and send_delay > send_limit:
+        reasons.append(f"client sent late: send_delay_ms_p99 {send_delay:.1f} > {send_limit:.1f} "
+                       f"(the larger of {max_dispatch_lag_ms:g} and {MAX_SEND_DELAY_SHARE_OF_TTFT:g} x ttft_ms_p50)")
+    stalled = health["loop_stall_share"]
+    if stalled is not None and stalled > MAX_LOOP_STALL_SHARE:
+        reasons.append(f"client event loop stalled: loop_stall_share {stalled:.3f} > {MAX_LOOP_STALL_SHARE:g} "
+                       f"(loop_lag_ms_max {health['loop_lag_ms_max']:.0f})")
+    gap = health["sample_gap_s_max"]
+    if gap is not None and sample_interval_s is not None and gap > max_sample_gap_s(sample_interval_s):
+        reasons.append(f"sampler missed its ticks: sample_gap_s_max {gap:.2f} > "
+                       f"{max_sample_gap_s(sample_interval_s):.2f} (interval {sample_interval_s:g} s)")
     hits = server["prefix_cache_hits_during_run_tokens"]
     if cold and hits:
         reasons.append(f"run declared cold but the prefix cache hit {hits} tokens")
