@@ -1,16 +1,25 @@
-"""Which limit bound each run, in a fixed order, each verdict citing the figures it used.
+"""Which limit bound each run: rules in a fixed order, each citing exactly the figures it decided on.
 
 The order matters: a run whose engine never started has nothing else to say; a run whose client fell
 behind did not measure the server; memory pressure (preemption, or a queue while the cache is full)
-explains a queue before the sequence cap does; only a run with no queue at all can be compute-bound,
-and only against a baseline from the same comparison.
+explains a queue before the sequence cap does; a front end that spent most of each request's time
+explains latency before compute does; only a run with no queue can be compute-bound, and only against
+a baseline from the same comparison.
+
+Every rule reads only the figures it cites, so a verdict's evidence implies the verdict under the
+thresholds it states — checked for every rule in tests/test_analysis_diagnose.py. Queues are read from
+vLLM's queue-time histogram (a request that waited shows there whether or not a scrape caught it), with
+the sampled peak as a second witness; the live KV population is padded to whole blocks, as vLLM
+allocates it.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,29 +30,99 @@ WEIGHTS = "weights and start-up headroom"
 CLIENT = "measurement invalid (client)"
 KV_CAPACITY = "KV cache capacity"
 SCHEDULING = "max_num_seqs (scheduling)"
+FRONTEND = "serving front end"
 COMPUTE = "compute saturation"
 NO_LIMIT = "no limit reached"
 
 # vLLM admits a waiting request only when its prompt's blocks are free; a queue beside a cache this full
-# is waiting for blocks. Scrapes are seconds apart and miss the peak, so the live-token test backs it up.
+# is waiting for blocks.
 HIGH_KV_USAGE_FRACTION = 0.9
+# Little's law on the queue-time histogram: half a request waiting on average over the run is a queue
+# that shaped it. A run the engine keeps up with queues for microseconds per request: 1e-3 at the most.
+QUEUED_REQUESTS_MEAN = 0.5
 # One request waiting at a scrape is a request the engine could not start.
-QUEUED_REQUESTS = 1
+QUEUED_REQUESTS_PEAK = 1
+# The share of a request's end-to-end time spent outside the engine's queue, prefill and decode above
+# which the API server, HTTP or the client, not the engine, decided the latency.
+FRONTEND_SHARE = 0.5
 # Latency this many times the comparison's lowest-load point, with no queue, is the engine out of compute;
 # smaller changes are within what scheduling noise on a shared machine does to a short run.
 LATENCY_GROWTH_FACTOR = 2.0
 LATENCY_FIGURES = ("ttft_ms_p99", "tpot_ms_p50")
+
+Figures = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Rule:
+    bound_by: str
+    cites: tuple[str, ...]  # every figure `holds` may read
+    holds: Callable[[Figures], bool]
+    threshold: str
 
 
 @dataclass(frozen=True)
 class Verdict:
     run_uuid: str
     bound_by: str
-    evidence: list[str]  # `name=value` with the unit in the name or after the value
+    figures: dict[str, Any]  # the cited figures that the run has, by name (units in the names)
+    threshold: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def evidence(self) -> list[str]:
+        return [*(_shown(name, value) for name, value in self.figures.items()), *self.notes,
+                *([f"threshold: {self.threshold}"] if self.threshold else [])]
 
     @property
     def text(self) -> str:
         return f"{self.bound_by}: {'; '.join(self.evidence)}"
+
+
+def _queued(f: Figures) -> bool:
+    return _at_least(f, "engine_waiting_requests_mean", QUEUED_REQUESTS_MEAN) or _at_least(
+        f, "peak_waiting_requests", QUEUED_REQUESTS_PEAK)
+
+
+def _memory_bound(f: Figures) -> bool:
+    cache_full = _at_least(f, "peak_kv_cache_usage_fraction", HIGH_KV_USAGE_FRACTION) or (
+        _num(f, "live_kv_tokens_padded") is not None and _num(f, "kv_cache_tokens_usable") is not None
+        and _num(f, "live_kv_tokens_padded") > _num(f, "kv_cache_tokens_usable"))
+    return (_num(f, "preemptions_during_run") or 0) > 0 or (_queued(f) and cache_full)
+
+
+def _grown(f: Figures) -> bool:
+    return any(_at_least(f, f"{name}_growth", LATENCY_GROWTH_FACTOR) for name in LATENCY_FIGURES)
+
+
+QUEUE = ("engine_waiting_requests_mean", "peak_waiting_requests")
+MEMORY = ("preemptions_during_run", *QUEUE, "peak_kv_cache_usage_fraction", "live_kv_tokens_padded",
+          "kv_cache_tokens_logged", "kv_cache_tokens_usable")
+QUEUE_WORDS = (f"engine_waiting_requests_mean>={QUEUED_REQUESTS_MEAN} or "
+               f"peak_waiting_requests>={QUEUED_REQUESTS_PEAK}")
+RULES = (
+    Rule(WEIGHTS, ("engine_started", "engine_error", "engine_failure_stage", "model_weights_bytes_logged",
+                   "kv_cache_memory_bytes", "gpu_memory_utilization"),
+         lambda f: f.get("engine_started") is False or _present(f, "engine_error"),
+         "the engine did not start"),
+    Rule(CLIENT, ("valid", "invalid_reasons", "requests_ok", "dispatch_lag_ms_p99", "send_delay_ms_p99",
+                  "loop_stall_share", "loop_lag_ms_max", "sample_gap_s_max"), lambda f: f.get("valid") is not True,
+         "the run's own validity checks failed, or it recorded no summary"),
+    Rule(KV_CAPACITY, (*MEMORY, "max_num_seqs", "concurrency", "engine_running_requests_mean"), _memory_bound,
+         f"preemptions_during_run>0, or a queue ({QUEUE_WORDS}) with peak_kv_cache_usage_fraction>="
+         f"{HIGH_KV_USAGE_FRACTION} or live_kv_tokens_padded>kv_cache_tokens_usable"),
+    Rule(SCHEDULING, (*MEMORY, "max_num_seqs", "concurrency", "engine_running_requests_mean"),
+         lambda f: _queued(f) and not _memory_bound(f), f"a queue ({QUEUE_WORDS}) without memory pressure"),
+    Rule(FRONTEND, (*MEMORY, "frontend_share", "frontend_ms_mean", "client_e2e_ms_mean", "engine_queue_ms_mean",
+                    "engine_prefill_ms_mean", "engine_decode_ms_mean", "burst_token_fraction"),
+         lambda f: not _memory_bound(f) and not _queued(f) and _at_least(f, "frontend_share", FRONTEND_SHARE),
+         f"no queue, and frontend_share>={FRONTEND_SHARE} of client_e2e_ms_mean outside the engine"),
+    Rule(COMPUTE, (*MEMORY, *(f"{name}_growth" for name in LATENCY_FIGURES), *LATENCY_FIGURES),
+         lambda f: not _memory_bound(f) and not _queued(f) and _grown(f),
+         f"no queue, and a latency at least {LATENCY_GROWTH_FACTOR:g}x the comparison's baseline run"),
+    Rule(NO_LIMIT, ("ttft_ms_p99", "tpot_ms_p50", "per_token_latency_paced", *MEMORY, "frontend_share"),
+         lambda f: True, ""),
+)
 
 
 def diagnose_runs(runs: pd.DataFrame, limit: str | None = None) -> list[Verdict]:
@@ -55,102 +134,101 @@ def diagnose_runs(runs: pd.DataFrame, limit: str | None = None) -> list[Verdict]
 
 def lowest_load_run(runs: pd.DataFrame) -> str | None:
     """The valid run with the least offered load, then the fewest sequences running at once."""
-    measured = runs[[bool(_number(row, "requests_ok")) and _flag(row, "valid") is True for _, row in runs.iterrows()]]
+    measured = runs[[bool(_num(row, "requests_ok")) and _flag(row, "valid") is True for _, row in runs.iterrows()]]
     if measured.empty:
         return None
-    keys = {uuid: (_number(row, "concurrency") or _number(row, "max_concurrency") or math.inf,
-                   _number(row, "rate_per_s") or 0.0, _number(row, PEAK_RUNNING) or 0.0,
-                   _number(row, "achieved_concurrency_mean") or 0.0)
+    keys = {uuid: (_num(row, "concurrency") or _num(row, "max_concurrency") or math.inf,
+                   _num(row, "rate_per_s") or 0.0, _num(row, PEAK_RUNNING) or 0.0,
+                   _num(row, "achieved_concurrency_mean") or 0.0)
             for uuid, row in measured.iterrows()}
     return str(min(keys, key=keys.__getitem__))
 
 
 def diagnose(run_uuid: str, row: pd.Series, baseline: pd.Series | None, limit: str | None = None) -> Verdict:
-    def verdict(bound_by: str, *evidence: str) -> Verdict:
-        return Verdict(run_uuid=run_uuid, bound_by=bound_by, evidence=[item for item in evidence if item])
-
-    if _flag(row, "engine_started") is False or _present(row, "engine_error"):
-        return verdict(WEIGHTS, _cite(row, "engine_error"), _cite(row, "engine_failure_stage"),
-                       _cite(row, "model_weights_bytes_logged"), _cite(row, "kv_cache_memory_bytes"),
-                       _cite(row, "gpu_memory_utilization"))
-    if not _present(row, "valid"):
-        return verdict(CLIENT, "summary missing: the run recorded no figures")
-    if _flag(row, "valid") is not True:
-        return verdict(CLIENT, f"invalid_reasons={row.get('invalid_reasons')!r}", _cite(row, "dispatch_lag_ms_p99"),
-                       _cite(row, "requests_ok"))
-
-    preemptions = _number(row, "preemptions_during_run") or 0
-    waiting = _number(row, "peak_waiting_requests") or 0
-    kv_usage = _number(row, "peak_kv_cache_usage_fraction")
-    live_tokens, live_evidence = live_token_population(row)
-    kv_tokens = _number(row, "kv_cache_tokens_logged")
-    cache_full = (kv_usage is not None and kv_usage >= HIGH_KV_USAGE_FRACTION) or (
-        live_tokens is not None and kv_tokens is not None and live_tokens > kv_tokens)
-    memory = [_cite(row, "preemptions_during_run"), _cite(row, "peak_kv_cache_usage_fraction"),
-              _cite(row, "kv_cache_tokens_logged"), live_evidence]
-    if preemptions > 0 or (waiting >= QUEUED_REQUESTS and cache_full):
-        return verdict(KV_CAPACITY, *memory, _cite(row, "peak_waiting_requests"), _cite(row, PEAK_RUNNING),
-                       _cite(row, "max_num_seqs"),
-                       f"threshold: peak_kv_cache_usage_fraction>={HIGH_KV_USAGE_FRACTION} or live tokens above "
-                       "kv_cache_tokens_logged")
-    if waiting >= QUEUED_REQUESTS:
-        return verdict(SCHEDULING, _cite(row, "peak_waiting_requests"), _cite(row, PEAK_RUNNING),
-                       _cite(row, "max_num_seqs"), _cite(row, "concurrency"), *memory)
-
-    if baseline is not None and baseline.name != run_uuid:
-        grown = [(name, _number(row, name), _number(baseline, name)) for name in LATENCY_FIGURES]
-        grown = [(name, value, base) for name, value, base in grown
-                 if value is not None and base and value >= LATENCY_GROWTH_FACTOR * base]
-        if grown:
-            where = f"{limit}={baseline.get(limit)}" if limit else "its lowest load"
-            return verdict(COMPUTE, *(f"{name}={value:.4g} vs {base:.4g} at baseline run {baseline.name} ({where})"
-                                      for name, value, base in grown),
-                           f"threshold: {LATENCY_GROWTH_FACTOR:g}x the baseline", _cite(row, "peak_waiting_requests"),
-                           _cite(row, "peak_kv_cache_usage_fraction"), _cite(row, "preemptions_during_run"))
-    return verdict(NO_LIMIT, _cite(row, "ttft_ms_p99"), _cite(row, "tpot_ms_p50"), _cite(row, "peak_waiting_requests"),
-                   _cite(row, "peak_kv_cache_usage_fraction"), _cite(row, "preemptions_during_run"))
+    figures = run_figures(row, baseline)
+    rule = next(rule for rule in RULES if rule.holds(figures))
+    cited = {name: figures[name] for name in rule.cites if _present(figures, name)}
+    notes = []
+    if rule.bound_by == CLIENT and not _present(figures, "valid"):
+        notes.append("summary missing: the run recorded no figures")
+    if rule.bound_by == COMPUTE and baseline is not None:
+        where = f"{limit}={baseline.get(limit)}" if limit else "its lowest load"
+        notes.append(f"baseline run {baseline.name} ({where})")
+    if rule.bound_by == NO_LIMIT and figures.get("per_token_latency_paced") is False:
+        notes.append("tpot_ms_p50 is not a per-token figure: the server delivered tokens in bursts")
+    return Verdict(run_uuid=run_uuid, bound_by=rule.bound_by, figures=cited, threshold=rule.threshold, notes=notes)
 
 
-def live_token_population(row: pd.Series) -> tuple[float | None, str]:
-    """Sequences the engine may run at once × (mean prompt + mean output tokens): what its cache must hold.
+def run_figures(row: pd.Series, baseline: pd.Series | None) -> dict[str, Any]:
+    """The row's figures as plain values, with what the rules derive: padded live KV, usable KV, growth."""
+    figures = {name: _plain(value) for name, value in row.items()}
+    figures.update(live_kv_figures(figures))
+    if baseline is not None and baseline.name != row.name:
+        for name in LATENCY_FIGURES:
+            value, base = _num(figures, name), _num(baseline, name)
+            per_token = name != "tpot_ms_p50" or (row.get("per_token_latency_paced") is not False
+                                                  and baseline.get("per_token_latency_paced") is not False)
+            if value is not None and base and per_token:
+                figures[f"{name}_growth"] = value / base
+    return figures
+
+
+def live_kv_figures(f: Figures) -> dict[str, float]:
+    """What the cache must hold at once and what it can: sequences the engine may run together ×
+    each one's prompt + output, in whole blocks; and the logged blocks less vLLM's reserved null block.
 
     Requests beyond max_num_seqs wait without holding KV blocks, so they cannot make the cache the limit.
     """
-    in_flight = _number(row, "concurrency") or _number(row, "max_concurrency") or _number(row, "achieved_concurrency_mean")
-    if in_flight and _number(row, "max_num_seqs"):
-        in_flight = min(in_flight, _number(row, "max_num_seqs"))
-    per_s = _number(row, "requests_per_s")
-    prompt_per_s, output_per_s = _number(row, "prompt_tokens_per_s"), _number(row, "output_tokens_per_s")
-    if not in_flight or not per_s or prompt_per_s is None or output_per_s is None:
-        return None, ""
-    prompt, output = prompt_per_s / per_s, output_per_s / per_s
-    live = in_flight * (prompt + output)
-    return live, (f"live_tokens={live:.0f} tokens ({in_flight:g} sequences × (prompt {prompt:.0f} + "
-                  f"output {output:.0f} tokens))")
+    derived: dict[str, float] = {}
+    blocks, tokens = _num(f, "num_blocks_logged"), _num(f, "kv_cache_tokens_logged")
+    block_size = _num(f, "block_size") or (tokens / blocks if blocks and tokens else None)
+    if blocks and block_size:
+        derived["kv_cache_tokens_usable"] = (blocks - 1) * block_size
+    in_flight = _num(f, "concurrency") or _num(f, "max_concurrency") or _num(f, "achieved_concurrency_mean")
+    if in_flight and _num(f, "max_num_seqs"):
+        in_flight = min(in_flight, _num(f, "max_num_seqs"))
+    per_s = _num(f, "requests_per_s")
+    prompt_per_s, output_per_s = _num(f, "prompt_tokens_per_s"), _num(f, "output_tokens_per_s")
+    if in_flight and per_s and prompt_per_s is not None and output_per_s is not None:
+        per_sequence = (prompt_per_s + output_per_s) / per_s
+        if block_size:
+            per_sequence = math.ceil(round(per_sequence, 6) / block_size) * block_size
+        derived["live_kv_tokens_padded"] = in_flight * per_sequence
+    return derived
 
 
-def _cite(row: pd.Series, name: str) -> str:
-    if not _present(row, name):
-        return ""
-    value, number = row[name], _number(row, name)
-    if number is not None:
+def _at_least(f: Figures, name: str, threshold: float) -> bool:
+    value = _num(f, name)
+    return value is not None and value >= threshold
+
+
+def _shown(name: str, value: Any) -> str:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
         return f"{name}={int(number)}" if number.is_integer() else f"{name}={number:.4g}"
     return f"{name}={value!r}" if isinstance(value, str) else f"{name}={value}"
 
 
-def _present(row: pd.Series, name: str) -> bool:
-    value = row.get(name)
-    return value is not None and not (isinstance(value, float) and math.isnan(value)) and value != ""
+def _plain(value: Any) -> Any:
+    """numpy scalars from a table become Python's, NaN becomes None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
-def _number(row: pd.Series, name: str) -> float | None:
-    value = row.get(name)
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real) or math.isnan(value):
+def _present(f: Figures, name: str) -> bool:
+    value = _plain(f.get(name))
+    return value is not None and value != ""
+
+
+def _num(f: Figures | pd.Series, name: str) -> float | None:
+    value = _plain(f.get(name))
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
     return float(value)
 
 
-def _flag(row: pd.Series, name: str) -> bool | None:
+def _flag(f: Figures | pd.Series, name: str) -> bool | None:
     """Booleans come back as numpy's from a table and as Python's from a dict."""
-    value = row.get(name)
-    return bool(value) if isinstance(value, bool | np.bool_) else None
+    value = _plain(f.get(name))
+    return value if isinstance(value, bool) else None

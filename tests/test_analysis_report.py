@@ -51,7 +51,8 @@ def test_report_names_each_run_its_limit_and_evidence(kv_sweep: dict[str, Path],
     starved_line = next(line for line in diagnosis.splitlines() if kv_sweep["starved"].name in line)
     assert "| 4194304 | KV cache capacity |" in starved_line
     assert "preemptions_during_run=1" in starved_line and "kv_cache_tokens_logged=4096" in starved_line
-    assert "live_tokens=2240 tokens" in starved_line  # max_num_seqs 2 of the 4 in flight x (1100 + 20)
+    # max_num_seqs 2 of the 4 in flight x (1100 + 20 tokens in ceil(1120 / 128) = 9 blocks of 128) = 2 x 1,152
+    assert "live_kv_tokens_padded=2304" in starved_line
     ample_line = next(line for line in diagnosis.splitlines() if kv_sweep["ample"].name in line)
     assert "peak_waiting_requests=2" in ample_line and "max_num_seqs=2" in ample_line
     # the ample point has two runs: TTFT 50 and 70 ms, so mean 60 [50, 70]
