@@ -97,6 +97,8 @@ def budget(
     from harness.model_shape import load_model_shape
 
     result = plan_budget(load_model_shape(model, revision), **options)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if json_output:
         print(result.model_dump_json(indent=2))
     else:

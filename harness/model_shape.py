@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from harness.architectures import check_architectures
 from harness.errors import HarnessError
 
 SNAPSHOTS_DIR = Path(__file__).parent / "snapshots"
@@ -76,6 +77,7 @@ def load_model_shape(model: str, revision: str | None = None) -> ModelShape:
 def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[list[LayerSpec], list[str]]:
     """One LayerSpec per hidden layer, and the notes on how they were derived."""
     notes: list[str] = []
+    check_architectures(config, source, notes)
     if isinstance(config.get("text_config"), dict):
         notes.append("multimodal config: the text_config describes the language model's layers")
         config = {**config, **config["text_config"]}

@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 HARNESS = str(Path(sys.executable).parent / "harness")
+SNAPSHOT = Path(__file__).parents[1] / "harness/snapshots/Qwen/Qwen3-4B/1cfa9a7208912126459214e8b04321603b3df60c"
+# state-spaces/mamba-130m-hf config.json (the fields that matter: no attention heads at all)
+MAMBA_130M = {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 768,
+              "num_hidden_layers": 24, "state_size": 16, "conv_kernel": 4, "expand": 2, "vocab_size": 50280}
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
 
 
@@ -55,13 +59,42 @@ def write(path: Path, text: str | bytes) -> Path:
         ("zero sequences", ["--tokens", "5", "--sequences", "0"], "sequences must be a positive count"),
         ("unknown dtype", ["--tokens", "5", "--kv-cache-dtype", "int3"], "unknown kv cache dtype 'int3'"),
         ("unknown model", ["--model", "nobody/no-such-model", "--tokens", "5"], "'nobody/no-such-model'"),
+        ("nan KV memory", ["--tokens", "4096", "--available-kv-gib", "nan"], "--available-kv-gib must be a finite"),
+        ("inf KV memory", ["--tokens", "4096", "--available-kv-gib", "inf"], "--available-kv-gib must be a finite"),
+        ("negative GPU", ["--tokens", "4096", "--gpu-memory-gib", "-80"], "--gpu-memory-gib must be a finite"),
+        ("nan GPU", ["--tokens", "4096", "--gpu-memory-gib", "nan"], "--gpu-memory-gib must be a finite"),
+        ("ancient engine", ["--tokens", "4096", "--engine-version", "0.1.0"], "engine version 0.1.0: the calculator"),
+        ("relabelled Qwen3", ["--model", "{dir}/relabelled.json", "--tokens", "10"],
+         "unsupported architecture MambaForCausalLM"),
+        ("real Mamba", ["--model", "{dir}/mamba.json", "--tokens", "10"], "unsupported architecture MambaForCausalLM"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named):
     write(tmp_path / "missing.json", json.dumps({"num_attention_heads": 4, "hidden_size": 64}))
     write(tmp_path / "binary.json", bytes(range(256)))
+    qwen3 = json.loads((SNAPSHOT / "config.json").read_text())
+    write(tmp_path / "relabelled.json", json.dumps({**qwen3, "architectures": ["MambaForCausalLM"]}))
+    write(tmp_path / "mamba.json", json.dumps(MAMBA_130M))
     result = harness("budget", *[arg.format(dir=tmp_path) for arg in args])
     assert result.returncode == 2, case
     assert named in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("case", "args", "warned"),
+    [
+        # 100,000 > Qwen3-4B's max_position_embeddings 40,960
+        ("length above positions", ["--max-model-len", "100000"], "above the model's max_position_embeddings 40,960"),
+        # weights 8,044,936,192 B = 7.49 GiB > 8 GiB × 0.9 = 7.20 GiB
+        ("weights above the GPU", ["--gpu-memory-gib", "8"], "the weights (7.49 GiB per GPU)"),
+        ("newer engine", ["--engine-version", "0.40.0"], "engine version 0.40.0 is newer"),
+    ],
+)
+def test_suspect_input_is_warned_by_name(case, args, warned):
+    result = harness("budget", "--tokens", "4096", *args)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("warning: ")
+    assert warned in " ".join(result.stderr.split()), case
     assert "Traceback" not in result.stderr
