@@ -25,7 +25,8 @@ KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "f
 PRODUCTION_ENGINE = "0.11.2"  # the pinned image; its log and grouping rules are the default
 OLDEST_RULES = Version("0.6")  # the oldest release whose sizing and log rules the calculator follows
 NEWEST_CHECKED = Version("0.33.99")  # releases after this are priced by 0.33's rules, with a warning
-DERIVED_TOKENS_SINCE = Version("0.32")  # logged tokens = max concurrency × max_model_len from here on
+DERIVED_TOKENS_SINCE = Version("0.32")
+V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on  # logged tokens = max concurrency × max_model_len from here on
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows
 STATE_BLOCK_ALIGNMENT = 16  # attention block sizes are raised in multiples of this to hold one state page
 
@@ -217,8 +218,13 @@ def predict_capacity(
     engine_version: str | None = None,
     hybrid_kv_manager: bool = True,
     available_kv_source: str = "given",
+    engine_generation: str | None = None,
 ) -> CapacityPrediction:
-    """Blocks, tokens and maximum concurrency as vLLM computes and logs them at start-up."""
+    """Blocks, tokens and maximum concurrency as vLLM computes and logs them at start-up.
+
+    The V0 engine (every release before 0.8, and 0.8-0.10 when V1 is switched off) logs its block
+    count and a concurrency of blocks × block_size / max_model_len, with no whole-block rounding.
+    """
     _check_positive(block_size=block_size, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size)
     if available_kv_bytes < 0:
         raise HarnessError(f"available KV memory must not be negative, got {available_kv_bytes} bytes")
@@ -267,6 +273,10 @@ def predict_capacity(
         assumptions.append(f"hybrid KV cache: {groups} groups of {group_size} layers sharing one block pool")
     num_blocks = available_kv_bytes // bytes_per_block if bytes_per_block else 0
     max_concurrency = num_blocks / per_request
+    v0 = (engine_generation or ("V0" if version < V1_DEFAULT_SINCE else "V1")).upper() == "V0"
+    if v0:
+        assumptions.append("V0 engine: concurrency = blocks × block_size / max_model_len")
+        max_concurrency = num_blocks * block_size / max_model_len
     if version >= DERIVED_TOKENS_SINCE:
         tokens = int(max_concurrency * max_model_len)
     else:

@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from harness.architectures import check_architectures
 from harness.errors import HarnessError
@@ -54,6 +54,7 @@ class ModelShape(BaseModel):
     weights_bytes: int | None
     weights_source: str | None
     notes: list[str]
+    config: dict[str, Any] = Field(default_factory=dict, exclude=True)  # the raw config, for the memory model
 
     def layer_counts(self) -> dict[LayerKind, int]:
         counts: dict[LayerKind, int] = {}
@@ -248,6 +249,7 @@ def _shape(
         weights_bytes=weights[0],
         weights_source=weights[1],
         notes=notes,
+        config=config,
     )
 
 

@@ -98,3 +98,40 @@ def test_suspect_input_is_warned_by_name(case, args, warned):
     assert result.stderr.startswith("warning: ")
     assert warned in " ".join(result.stderr.split()), case
     assert "Traceback" not in result.stderr
+
+
+def test_gpu_waterfall_says_it_fits_with_each_terms_source():
+    result = harness("budget", "--gpu", "H100-80GB", "--tokens", "4096", "--max-num-batched-tokens", "8192")
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    for step in ("total", "gpu_memory_utilization 0.9", "weights", "activation_peak", "non_torch", "cuda_graphs",
+                 "= KV memory"):
+        assert step in out
+    assert "pull/10511" in out  # the GPU's total names where it was logged
+    assert "model.safetensors.index.json" in out  # the checkpoint's own size, not an estimate
+    # 79.22 GiB × 0.9 = 71.30 GiB, less 7.49 GiB of weights and well under 1 GiB of the rest: over 60 GiB
+    # of KV at 144 KiB per token is over 440,000 tokens, about 107 sequences of 4,096 tokens.
+    assert "fits:" in out and "sequences of 4,096 tokens at once" in out
+
+
+@pytest.mark.parametrize(
+    ("gpu", "words"),
+    [
+        # 8 GiB × 0.9 = 7.2 GiB is less than the 7.49 GiB of weights alone.
+        ("8", "does not fit: nothing is left for the KV cache"),
+        # 12 GiB × 0.9 = 10.8 GiB − 7.49 weights − under 0.5 GiB activation and non-torch ≈ 2.8 GiB
+        # ≈ 20,000 tokens of 147,456 B: less than one 40,960-token request (the model's default length).
+        ("12", "less than one request of max_model_len 40,960"),
+    ],
+)
+def test_gpu_waterfall_says_when_it_does_not_fit(gpu, words):
+    result = harness("budget", "--gpu", gpu)
+    assert result.returncode == 0, result.stderr
+    assert words in " ".join(result.stdout.split())
+
+
+def test_unknown_gpu_is_named_in_one_line():
+    result = harness("budget", "--gpu", "B300-9000GB")
+    assert result.returncode == 2
+    assert "GPU 'B300-9000GB' has no sourced memory figure" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
