@@ -249,8 +249,8 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         facts, log = case.facts, case.parsed()
         logged = logged_term_bytes(log)
         parallel_gpus = facts.tensor_parallel_size * facts.pipeline_parallel_size
-        if "non_torch" in logged:
-            (parallel if parallel_gpus > 1 else single).append(logged["non_torch"] / GiB)
+        if "non_torch" in logged and total is not None:
+            (parallel if parallel_gpus > 1 else single).append(logged["non_torch"] / total[0])
             used.add(case.id)
         if "cuda_graphs" in logged:
             graphs.append(logged["cuda_graphs"] / GiB)
@@ -273,11 +273,11 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         per_width, per_logit = float(widths @ np.array(targets, dtype=float) / (widths @ widths)), 0.0
     else:
         raise HarnessError("no fit case states its activation peak: the activation term cannot be fitted")
-    single_gib = statistics.median(single) if single else 0.0
+    single_share = statistics.median(single) if single else 0.0
     return MemoryConstants(
         activation_per_token_width=per_width, activation_per_sampler_logit=per_logit,
-        non_torch_gib_single_gpu=round(single_gib, 4),
-        non_torch_gib_parallel=round(statistics.median(parallel), 4) if parallel else round(single_gib, 4),
+        non_torch_share_single_gpu=round(single_share, 5),
+        non_torch_share_parallel=round(statistics.median(parallel), 5) if parallel else round(single_share, 5),
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),
     )

@@ -89,6 +89,15 @@ PROFILE_V0_PARTS = re.compile(r"^model weights take .*GiB")
 V0_KV_REST = re.compile(rf"reserved for KV Cache is (?P<gib>{NUMBER})\s*GiB")
 # 0.6: `Memory profiling results: total_gpu_memory=139.80GiB … kv_cache_size=122.71GiB gpu_memory_utilization=0.90`
 PROFILE_V06 = re.compile(r"^Memory profiling results: (?P<pairs>.*)$")
+# 0.6.5 development builds print the same figures as a table, one per line, after "Memory profiling results:".
+PROFILE_TABLE_ROW = re.compile(
+    rf"^(?P<label>total_gpu_memory|model weights take|non_torch_memory|PyTorch activation peak memory|"
+    rf"available_kv_cache_memory)\s+(?P<gib>{NUMBER})GiB$"
+)
+TABLE_KEYS = {"total_gpu_memory": "total_gpu_memory_bytes", "model weights take": "model_weights_bytes",
+              "non_torch_memory": "non_torch_memory_bytes",
+              "PyTorch activation peak memory": "pytorch_activation_peak_memory_bytes",
+              "available_kv_cache_memory": "kv_cache_size_bytes"}
 GIB_PART = re.compile(rf"^(?P<label>.+?)(?::| takes| take| is)\s*(?P<gib>{NUMBER})\s*GiB\.?$")
 KEY_VALUE = re.compile(rf"(?P<key>\w+)=(?P<value>{NUMBER})(?P<unit>Gi[Bb])?")
 
@@ -426,6 +435,12 @@ def _memory_profile_line(message: str, profile: MemoryProfile | None, found: dic
         profile.components_bytes.update(_gib_parts(message))
         if rest := V0_KV_REST.search(message):
             found["profiled_kv_bytes"] = _gib_to_bytes(rest.group("gib"))
+    elif match := PROFILE_TABLE_ROW.search(message):
+        profile = profile or MemoryProfile()
+        key = TABLE_KEYS[match.group("label")]
+        profile.components_bytes[key] = _gib_to_bytes(match.group("gib"))
+        if key == "kv_cache_size_bytes":
+            found["profiled_kv_bytes"] = profile.components_bytes[key]
     elif match := PROFILE_V06.search(message):
         profile = profile or MemoryProfile()
         for pair in KEY_VALUE.finditer(match.group("pairs")):
