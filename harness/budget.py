@@ -25,8 +25,8 @@ KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "f
 PRODUCTION_ENGINE = "0.11.2"  # the pinned image; its log and grouping rules are the default
 OLDEST_RULES = Version("0.6")  # the oldest release whose sizing and log rules the calculator follows
 NEWEST_CHECKED = Version("0.33.99")  # releases after this are priced by 0.33's rules, with a warning
-DERIVED_TOKENS_SINCE = Version("0.32")
-V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on  # logged tokens = max concurrency × max_model_len from here on
+DERIVED_TOKENS_SINCE = Version("0.32")  # logged tokens = max concurrency × max_model_len from here on
+V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows
 STATE_BLOCK_ALIGNMENT = 16  # attention block sizes are raised in multiples of this to hold one state page
 

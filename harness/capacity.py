@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.budget import CapacityPrediction, predict_capacity
+from harness.capacity_waterfall import WaterfallComparison, gib, waterfall_beside_log
 from harness.errors import HarnessError
 from harness.model_shape import ModelShape, load_model_shape
 from harness.server_logs import (
@@ -92,6 +93,7 @@ class CapacityReport(pydantic.BaseModel):
     cross_checks: list[CrossCheck]
     disagreements: list[str]
     prediction_matches_log: bool | None
+    waterfall: WaterfallComparison | None = None
 
 
 def capacity_from_sources(
@@ -103,6 +105,7 @@ def capacity_from_sources(
     metrics: str | None = None,
     model: str | None = None,
     revision: str | None = None,
+    gpu: str | None = None,
 ) -> CapacityReport:
     """Read at most one log source (a file or `-`, a local run, a Polyaxon run) and /metrics, then join."""
     chosen = [name for name, value in (("--log", log), ("--run", run_dir), ("--polyaxon-run", polyaxon_run)) if value]
@@ -121,7 +124,7 @@ def capacity_from_sources(
         text = fetch_polyaxon_run_log(polyaxon_run, project)
     snapshot = parse_metrics(_metrics_text(metrics)) if metrics is not None else None
     parsed = parse_startup_log(text) if text is not None else None
-    return build_capacity_report(parsed, snapshot, model=model, revision=revision)
+    return build_capacity_report(parsed, snapshot, model=model, revision=revision, gpu=gpu)
 
 
 def _metrics_text(source: str) -> str:
@@ -137,6 +140,7 @@ def build_capacity_report(
     *,
     model: str | None = None,
     revision: str | None = None,
+    gpu: str | None = None,
 ) -> CapacityReport:
     """Join a parsed start-up log, a /metrics snapshot and the calculator's prediction.
 
@@ -149,6 +153,7 @@ def build_capacity_report(
     inputs, note = _prediction_inputs(log, cache_config, model)
     prediction: CapacityPrediction | None = None
     comparison: list[ComparedFigure] = []
+    waterfall: WaterfallComparison | None = None
     if inputs is not None and log is not None:
         try:
             shape = load_model_shape(inputs.model, revision if model is not None else log.model_revision)
@@ -157,6 +162,7 @@ def build_capacity_report(
                 raise
             note = f"no prediction: the model the log names could not be read here ({error})"
         else:
+            waterfall = waterfall_beside_log(log, shape, gpu)
             try:
                 prediction = _predict(shape, inputs)
                 comparison = _compare(log, cache_config, prediction, inputs, shape)
@@ -181,6 +187,7 @@ def build_capacity_report(
         cross_checks=cross_checks,
         disagreements=disagreements,
         prediction_matches_log=all(figure.exact for figure in comparison) if comparison else None,
+        waterfall=waterfall,
     )
 
 
@@ -367,6 +374,8 @@ def capacity_renderable(report: CapacityReport) -> Group:
             exact = "yes" if figure.exact else ("within log rounding" if figure.within_log_rounding else "NO")
             table.add_row(figure.name, f"{figure.predicted:g}", f"{figure.logged:g}", f"{figure.residual:+g}", exact, figure.source)
         parts.append(table)
+    if report.waterfall is not None:
+        parts.append(_waterfall_table(report.waterfall))
     if report.prediction_note:
         parts.append(Text(report.prediction_note))
     for check in report.cross_checks:
@@ -375,3 +384,14 @@ def capacity_renderable(report: CapacityReport) -> Group:
     for disagreement in report.disagreements:
         parts.append(Text(f"disagreement: {disagreement}", style="bold red"))
     return Group(*parts)
+
+
+def _waterfall_table(waterfall: WaterfallComparison) -> Table:
+    table = Table("term", "predicted_gib", "logged_gib", "source",
+                  title=f"Memory waterfall before launch beside the log: {gib(waterfall.total_bytes)} GiB "
+                        f"({waterfall.total_source}) × {waterfall.gpu_memory_utilization}")
+    for row in waterfall.rows:
+        table.add_row(row.name, gib(row.predicted_bytes), gib(row.logged_bytes), row.source)
+    if waterfall.note:
+        table.caption = waterfall.note
+    return table

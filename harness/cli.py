@@ -299,6 +299,7 @@ def capacity(
     metrics: str | None = typer.Option(None, "--metrics", help="/metrics URL (or a saved scrape) to cross-check"),
     model: str | None = typer.Option(None, help="model for the prediction (default: the one the log names)"),
     revision: str | None = typer.Option(None, help="hub revision of --model"),
+    gpu: str | None = typer.Option(None, help="GPU name or total GiB, for the waterfall when the log lacks it"),
     json_output: bool = typer.Option(False, "--json", help="print the versioned JSON report"),
 ) -> None:
     """The KV capacity the engine logged, /metrics beside it, and the calculator's prediction; exit 1 if none."""
@@ -307,7 +308,8 @@ def capacity(
     from harness.capacity import capacity_from_sources, capacity_renderable
 
     report = capacity_from_sources(
-        log=log, run_dir=run, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model, revision=revision
+        log=log, run_dir=run, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model,
+        revision=revision, gpu=gpu,
     )
     if json_output:
         print(report.model_dump_json(indent=2))

@@ -152,7 +152,8 @@ def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
         lo, hi = getattr(low, name), getattr(high, name)
         if name == "max_concurrency":
             lo, hi = round(lo, 2), round(hi, 2)
-        figures.append(FigureCheck(name=name, logged=value, predicted_low=lo, predicted_high=hi, within=lo <= value <= hi))
+        figures.append(FigureCheck(name=name, logged=value, predicted_low=lo, predicted_high=hi,
+                                   within=lo <= value <= hi))
     if not figures:
         return LoggedCheck(status="no capacity figure to compare", fits=fits(high))
     status = "exact" if all(figure.within for figure in figures) else "off"

@@ -95,7 +95,8 @@ def _launch_table(report: FieldReport) -> Table:
             *[_pair(terms[t].predicted_bytes, terms[t].logged_bytes) + ("" if terms[t].subtracted else " (after)")
               for t in TERMS],
             _pair(launch.kv_bytes_predicted, launch.kv_bytes_logged),
-            f"{launch.kv_tokens_predicted:,} / " + (f"{launch.kv_tokens_logged:,}" if launch.kv_tokens_logged else "—"),
+            f"{launch.kv_tokens_predicted:,} / "
+            + (f"{launch.kv_tokens_logged:,}" if launch.kv_tokens_logged else "—"),
             "—" if launch.kv_tokens_residual is None else f"{100 * launch.kv_tokens_residual:+.1f}",
             f"{_yes(launch.fits_predicted)} / {_yes(case.started)}",
         )

@@ -47,7 +47,7 @@ def answer_fit(
     quantization: str | None = None,
 ) -> FitAnswer:
     """The waterfall for `gpu` (a catalogue name or a GiB figure) and what it means for the limits."""
-    total, total_source = _gpu_total(gpu)
+    total, total_source = gpu_total(gpu)
     model_len = max_model_len or shape.max_position_embeddings
     if model_len is None:
         raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
@@ -73,7 +73,8 @@ def answer_fit(
                      answer=_words(waterfall, capacity, fits, asked, sequences, max_num_seqs))
 
 
-def _gpu_total(gpu: str) -> tuple[int, str]:
+def gpu_total(gpu: str) -> tuple[int, str]:
+    """A catalogue GPU's total, or a figure in GiB given directly."""
     try:
         gib = float(gpu)
     except ValueError:
@@ -92,7 +93,8 @@ def _words(waterfall: Waterfall, capacity: CapacityPrediction, fits: bool, asked
     if not fits:
         return (f"does not fit: {binary_size(waterfall.kv_bytes)} of KV memory holds {capacity.kv_cache_tokens:,} "
                 f"tokens, less than one request of max_model_len {capacity.max_model_len:,}; vLLM refuses to start")
-    cap = f"; vLLM runs at most max_num_seqs={max_num_seqs} at once" if max_num_seqs and max_num_seqs < sequences else ""
+    capped = max_num_seqs is not None and max_num_seqs < sequences
+    cap = f"; vLLM runs at most max_num_seqs={max_num_seqs} at once" if capped else ""
     return (f"fits: {binary_size(waterfall.kv_bytes)} of KV memory, {capacity.kv_cache_tokens:,} tokens; "
             f"{sequences:,} sequences of {asked:,} tokens at once{cap}")
 

@@ -213,5 +213,11 @@ FITTED_CONSTANTS = MemoryConstants(
     non_torch_share_single_gpu=0.01872,
     non_torch_share_parallel=0.00675,
     cuda_graph_gib=0.575,
-    fitted_on=['v0101-qwen2-7b-a100-tp2-util05', 'v0101-qwen2-7b-a100-util05', 'v063-llama31-8b-rtx3090-len29000-fails', 'v065-llama3-8b-h100', 'v07-qwen25-32b-l40s-tp2'],
+    fitted_on=[
+        "v0101-qwen2-7b-a100-tp2-util05",
+        "v0101-qwen2-7b-a100-util05",
+        "v063-llama31-8b-rtx3090-len29000-fails",
+        "v065-llama3-8b-h100",
+        "v07-qwen25-32b-l40s-tp2",
+    ],
 )

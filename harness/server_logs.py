@@ -67,7 +67,9 @@ MAX_MODEL_LEN = re.compile(r"^Using max model len (?P<length>\d+)")
 # 0.10 API server: `vllm cache_config_info with initialization after num_gpu_blocks is: 5867`
 BLOCKS_AFTER_INIT = re.compile(r"num_gpu_blocks is: (?P<blocks>\d+)")
 # Failed starts state the capacity they found too short: V0 in tokens, V1 as memory needed vs available.
-V0_TOO_FEW_TOKENS = re.compile(r"larger than the maximum number of tokens that can be stored in KV cache \((?P<tokens>\d+)\)")
+V0_TOO_FEW_TOKENS = re.compile(
+    r"larger than the maximum number of tokens that can be stored in KV cache \((?P<tokens>\d+)\)"
+)
 V1_TOO_LITTLE_MEMORY = re.compile(
     rf"\((?P<needed>{NUMBER}) GiB KV cache is needed, which is larger than the available KV cache memory "
     rf"\((?P<available>{NUMBER}) GiB\)"

@@ -135,3 +135,36 @@ def test_field_check_command_prints_the_residual_table():
     assert "From the logged KV memory" in out and "Before launch" in out and "Error of each term" in out
     assert "Summary per release" in out and "Summary per model family" in out
     assert "from logged KV memory:" in out and "fit / no-fit before launch:" in out
+
+
+def _case_log(tmp_path: Path, case_id: str) -> Path:
+    cases, _ = load_corpus(CORPUS)
+    path = tmp_path / f"{case_id}.log"
+    path.write_text(next(case.log for case in cases if case.id == case_id))
+    return path
+
+
+def test_capacity_sets_the_waterfall_beside_a_logged_profile(tmp_path):
+    # The 0.6 profile states the GPU's total (23.58 GiB), the weights (14.99) and non-torch memory (0.35).
+    log = _case_log(tmp_path, "v063-llama31-8b-rtx3090-len20000")
+    config = CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json"
+    result = subprocess.run([HARNESS, "capacity", "--log", str(log), "--model", str(config)], capture_output=True,
+                            text=True, env=OFFLINE, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "Memory waterfall before launch beside the log: 23.58 GiB (the GPU total the log states) × 0.9" in out
+    assert "│ weights │ 14.96 │ 14.99 │" in out  # 8,029,995,008 × 2 B = 14.96 GiB predicted; 14.99 logged
+    assert "│ non_torch │" in out and "│ 0.35 │" in out
+    assert "│ kv_memory │" in out and "│ 3.81 │" in out
+
+
+def test_capacity_waterfall_takes_the_gpu_when_the_log_has_no_total(tmp_path):
+    log = _case_log(tmp_path, "v0101-qwen2-7b-a100-util05")
+    config = CORPUS / "configs" / "Qwen--Qwen2-7B-Instruct.json"
+    result = subprocess.run([HARNESS, "capacity", "--log", str(log), "--model", str(config), "--gpu", "80"],
+                            capture_output=True, text=True, env=OFFLINE, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "80.0 GiB as given" in out and "× 0.5" in out  # the utilisation comes from the log's arguments
+    assert "│ 14.25 │" in out  # "Model loading took 14.2488 GiB"
+    assert "│ 24.83 │" in out  # "Available KV cache memory: 24.83 GiB"
