@@ -154,6 +154,11 @@ def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
             lo, hi = round(lo, 2), round(hi, 2)
         figures.append(FigureCheck(name=name, logged=value, predicted_low=lo, predicted_high=hi,
                                    within=lo <= value <= hi))
+    if log.kv_cache_bytes_needed is not None:  # a refused V1 start states what one request needs
+        needed = round(high.blocks_per_request * high.bytes_per_block / GiB, 2)
+        logged_needed = round(log.kv_cache_bytes_needed / GiB, 2)
+        figures.append(FigureCheck(name="kv_gib_needed_per_request", logged=logged_needed, predicted_low=needed,
+                                   predicted_high=needed, within=needed == logged_needed))
     if not figures:
         return LoggedCheck(status="no capacity figure to compare", fits=fits(high))
     status = "exact" if all(figure.within for figure in figures) else "off"

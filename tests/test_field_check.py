@@ -168,3 +168,12 @@ def test_capacity_waterfall_takes_the_gpu_when_the_log_has_no_total(tmp_path):
     assert "80.0 GiB as given" in out and "× 0.5" in out  # the utilisation comes from the log's arguments
     assert "│ 14.25 │" in out  # "Model loading took 14.2488 GiB"
     assert "│ 24.83 │" in out  # "Available KV cache memory: 24.83 GiB"
+
+
+def test_refused_start_needs_what_the_log_says(report):
+    # DeepSeek-V2-Lite, MLA: 27 layers × (512 + 64) × 2 B = 31,104 B per token; a 32,768-token request is
+    # 2,048 blocks of 16, 1,019,215,872 B = 0.95 GiB, more than the 0.93 GiB the log had: refused.
+    case = next(c for c in report.cases if c.id == "v08-deepseek-v2-lite-offload-fails")
+    needed = next(f for f in case.logged.figures if f.name == "kv_gib_needed_per_request")
+    assert (needed.logged, needed.predicted_low) == (0.95, 0.95)
+    assert case.logged.fits is False and not case.started
