@@ -43,6 +43,17 @@ LOG_FIGURES = (
 )
 
 
+class LogOverrides(pydantic.BaseModel):
+    """Facts a log does not state (no engine config line), given by the user; they win over the log."""
+
+    engine_version: str | None = None
+    tensor_parallel_size: int | None = None
+    kv_cache_dtype: str | None = None
+
+    def apply(self, log: StartupCapacity) -> StartupCapacity:
+        return log.model_copy(update={k: v for k, v in self.model_dump().items() if v is not None})
+
+
 class PredictionInputs(pydantic.BaseModel):
     """What the calculator was given, and where each input came from."""
 
@@ -106,6 +117,7 @@ def capacity_from_sources(
     model: str | None = None,
     revision: str | None = None,
     gpu: str | None = None,
+    stated: LogOverrides | None = None,
 ) -> CapacityReport:
     """Read at most one log source (a file or `-`, a local run, a Polyaxon run) and /metrics, then join."""
     chosen = [name for name, value in (("--log", log), ("--run", run_dir), ("--polyaxon-run", polyaxon_run)) if value]
@@ -124,7 +136,7 @@ def capacity_from_sources(
         text = fetch_polyaxon_run_log(polyaxon_run, project)
     snapshot = parse_metrics(_metrics_text(metrics)) if metrics is not None else None
     parsed = parse_startup_log(text) if text is not None else None
-    return build_capacity_report(parsed, snapshot, model=model, revision=revision, gpu=gpu)
+    return build_capacity_report(parsed, snapshot, model=model, revision=revision, gpu=gpu, stated=stated)
 
 
 def _metrics_text(source: str) -> str:
@@ -141,6 +153,7 @@ def build_capacity_report(
     model: str | None = None,
     revision: str | None = None,
     gpu: str | None = None,
+    stated: LogOverrides | None = None,
 ) -> CapacityReport:
     """Join a parsed start-up log, a /metrics snapshot and the calculator's prediction.
 
@@ -150,6 +163,8 @@ def build_capacity_report(
     """
     cache_config = metrics.cache_config if metrics else None
     cross_checks = _cross_checks(log, cache_config) if log and cache_config else []
+    if log is not None and stated is not None:
+        log = stated.apply(log)
     inputs, note = _prediction_inputs(log, cache_config, model)
     prediction: CapacityPrediction | None = None
     comparison: list[ComparedFigure] = []

@@ -300,16 +300,22 @@ def capacity(
     model: str | None = typer.Option(None, help="model for the prediction (default: the one the log names)"),
     revision: str | None = typer.Option(None, help="hub revision of --model"),
     gpu: str | None = typer.Option(None, help="GPU name or total GiB, for the waterfall when the log lacks it"),
+    engine_version: str | None = typer.Option(None, help="vLLM version, when the log does not state it"),
+    tensor_parallel_size: int | None = typer.Option(None, help="tensor-parallel size, when the log does not state it"),
+    kv_cache_dtype: str | None = typer.Option(None, help="KV cache dtype, when the log does not state it"),
     json_output: bool = typer.Option(False, "--json", help="print the versioned JSON report"),
 ) -> None:
     """The KV capacity the engine logged, /metrics beside it, and the calculator's prediction; exit 1 if none."""
     from rich.console import Console
 
-    from harness.capacity import capacity_from_sources, capacity_renderable
+    from harness.capacity import LogOverrides, capacity_from_sources, capacity_renderable
+
+    stated = LogOverrides(engine_version=engine_version, tensor_parallel_size=tensor_parallel_size,
+                          kv_cache_dtype=kv_cache_dtype)
 
     report = capacity_from_sources(
         log=log, run_dir=run, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model,
-        revision=revision, gpu=gpu,
+        revision=revision, gpu=gpu, stated=stated,
     )
     if json_output:
         print(report.model_dump_json(indent=2))

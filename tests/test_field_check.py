@@ -177,3 +177,15 @@ def test_refused_start_needs_what_the_log_says(report):
     needed = next(f for f in case.logged.figures if f.name == "kv_gib_needed_per_request")
     assert (needed.logged, needed.predicted_low) == (0.95, 0.95)
     assert case.logged.fits is False and not case.started
+
+
+def test_capacity_takes_the_release_a_log_does_not_state(tmp_path):
+    # The thread's lines carry no version; given 0.6.3, the profiling run is V0's: max(20,000, 2,048) tokens.
+    log = _case_log(tmp_path, "v063-llama31-8b-rtx3090-len20000")
+    config = CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json"
+    result = subprocess.run([HARNESS, "capacity", "--log", str(log), "--model", str(config), "--engine-version",
+                             "0.6.3"], capture_output=True, text=True, env=OFFLINE, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "profiling run of 20,000 tokens (V0 default" in out
+    assert "captured after the cache is sized in 0.6.3: not subtracted" in out
