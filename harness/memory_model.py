@@ -116,7 +116,9 @@ def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, te
     bits = dtype_bytes * 8.0
     if quantization:
         key = quantization.lower().split()[0]
-        bits = QUANTIZED_BITS.get(key, QUANTIZED_BITS.get(quantization.lower(), bits))
+        if key not in QUANTIZED_BITS:
+            raise HarnessError(f"quantization '{quantization}' is not priced here (known: {', '.join(QUANTIZED_BITS)})")
+        bits = QUANTIZED_BITS[key]
     linear = size.linear_params * bits / 8
     total = (linear + size.embedding_params * dtype_bytes) / tensor_parallel_size / pipeline_parallel_size
     fmt = f"{quantization} ({bits:g} bits per linear weight)" if quantization else f"{dtype_bytes} B per weight"

@@ -135,3 +135,10 @@ def test_unknown_gpu_is_named_in_one_line():
     assert result.returncode == 2
     assert "GPU 'B300-9000GB' has no sourced memory figure" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_quantization_is_named_in_one_line():
+    result = harness("budget", "--gpu", "H100-80GB", "--quantization", "int3-magic")
+    assert result.returncode == 2
+    assert "quantization 'int3-magic' is not priced here" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
