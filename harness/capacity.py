@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.budget import CapacityPrediction, predict_capacity
+from harness.capacity_waterfall import WaterfallComparison, gib, waterfall_beside_log
 from harness.errors import HarnessError
 from harness.model_shape import ModelShape, load_model_shape
 from harness.server_logs import (
@@ -40,6 +41,17 @@ LOG_FIGURES = (
     "max_model_len", "num_gpu_blocks", "num_cpu_blocks", "available_kv_cache_bytes", "kv_cache_memory_bytes",
     "model_weights_bytes", "model_loading_seconds", "cuda_graph_bytes", "init_seconds", "tensor_parallel_size",
 )
+
+
+class LogOverrides(pydantic.BaseModel):
+    """Facts a log does not state (no engine config line), given by the user; they win over the log."""
+
+    engine_version: str | None = None
+    tensor_parallel_size: int | None = None
+    kv_cache_dtype: str | None = None
+
+    def apply(self, log: StartupCapacity) -> StartupCapacity:
+        return log.model_copy(update={k: v for k, v in self.model_dump().items() if v is not None})
 
 
 class PredictionInputs(pydantic.BaseModel):
@@ -92,6 +104,7 @@ class CapacityReport(pydantic.BaseModel):
     cross_checks: list[CrossCheck]
     disagreements: list[str]
     prediction_matches_log: bool | None
+    waterfall: WaterfallComparison | None = None
 
 
 def capacity_from_sources(
@@ -103,6 +116,8 @@ def capacity_from_sources(
     metrics: str | None = None,
     model: str | None = None,
     revision: str | None = None,
+    gpu: str | None = None,
+    stated: LogOverrides | None = None,
 ) -> CapacityReport:
     """Read at most one log source (a file or `-`, a local run, a Polyaxon run) and /metrics, then join."""
     chosen = [name for name, value in (("--log", log), ("--run", run_dir), ("--polyaxon-run", polyaxon_run)) if value]
@@ -121,7 +136,7 @@ def capacity_from_sources(
         text = fetch_polyaxon_run_log(polyaxon_run, project)
     snapshot = parse_metrics(_metrics_text(metrics)) if metrics is not None else None
     parsed = parse_startup_log(text) if text is not None else None
-    return build_capacity_report(parsed, snapshot, model=model, revision=revision)
+    return build_capacity_report(parsed, snapshot, model=model, revision=revision, gpu=gpu, stated=stated)
 
 
 def _metrics_text(source: str) -> str:
@@ -137,6 +152,8 @@ def build_capacity_report(
     *,
     model: str | None = None,
     revision: str | None = None,
+    gpu: str | None = None,
+    stated: LogOverrides | None = None,
 ) -> CapacityReport:
     """Join a parsed start-up log, a /metrics snapshot and the calculator's prediction.
 
@@ -146,9 +163,12 @@ def build_capacity_report(
     """
     cache_config = metrics.cache_config if metrics else None
     cross_checks = _cross_checks(log, cache_config) if log and cache_config else []
+    if log is not None and stated is not None:
+        log = stated.apply(log)
     inputs, note = _prediction_inputs(log, cache_config, model)
     prediction: CapacityPrediction | None = None
     comparison: list[ComparedFigure] = []
+    waterfall: WaterfallComparison | None = None
     if inputs is not None and log is not None:
         try:
             shape = load_model_shape(inputs.model, revision if model is not None else log.model_revision)
@@ -157,6 +177,7 @@ def build_capacity_report(
                 raise
             note = f"no prediction: the model the log names could not be read here ({error})"
         else:
+            waterfall = waterfall_beside_log(log, shape, gpu)
             try:
                 prediction = _predict(shape, inputs)
                 comparison = _compare(log, cache_config, prediction, inputs, shape)
@@ -181,6 +202,7 @@ def build_capacity_report(
         cross_checks=cross_checks,
         disagreements=disagreements,
         prediction_matches_log=all(figure.exact for figure in comparison) if comparison else None,
+        waterfall=waterfall,
     )
 
 
@@ -367,6 +389,8 @@ def capacity_renderable(report: CapacityReport) -> Group:
             exact = "yes" if figure.exact else ("within log rounding" if figure.within_log_rounding else "NO")
             table.add_row(figure.name, f"{figure.predicted:g}", f"{figure.logged:g}", f"{figure.residual:+g}", exact, figure.source)
         parts.append(table)
+    if report.waterfall is not None:
+        parts.append(_waterfall_table(report.waterfall))
     if report.prediction_note:
         parts.append(Text(report.prediction_note))
     for check in report.cross_checks:
@@ -375,3 +399,14 @@ def capacity_renderable(report: CapacityReport) -> Group:
     for disagreement in report.disagreements:
         parts.append(Text(f"disagreement: {disagreement}", style="bold red"))
     return Group(*parts)
+
+
+def _waterfall_table(waterfall: WaterfallComparison) -> Table:
+    table = Table("term", "predicted_gib", "logged_gib", "source",
+                  title=f"Memory waterfall before launch beside the log: {gib(waterfall.total_bytes)} GiB "
+                        f"({waterfall.total_source}) × {waterfall.gpu_memory_utilization}")
+    for row in waterfall.rows:
+        table.add_row(row.name, gib(row.predicted_bytes), gib(row.logged_bytes), row.source)
+    if waterfall.note:
+        table.caption = waterfall.note
+    return table

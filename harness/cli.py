@@ -65,6 +65,9 @@ def emulate(
     )
 
 
+NOT_BUDGET_OPTIONS = ("model", "revision", "json_output", "gpu", "max_num_seqs", "quantization", "field_check")
+
+
 @app.command()
 @one_line_errors
 def budget(
@@ -86,17 +89,44 @@ def budget(
     max_model_len: int | None = typer.Option(None, help="request length for maximum concurrency"),
     max_num_batched_tokens: int | None = typer.Option(None, help="vLLM's --max-num-batched-tokens"),
     engine_version: str | None = typer.Option(None, help="vLLM version whose rules to follow (default 0.11.2)"),
+    gpu: str | None = typer.Option(None, help="before launch: a GPU name (H100-80GB, L40S, ...) or its total GiB"),
+    max_num_seqs: int | None = typer.Option(None, help="vLLM's --max-num-seqs (with --gpu)"),
+    quantization: str | None = typer.Option(None, help="checkpoint format with --gpu: fp8, awq, gptq, mxfp4, ..."),
+    field_check: Path | None = typer.Option(None, help="score the calculator on a field corpus directory"),
     json_output: bool = typer.Option(False, "--json", help="print the versioned JSON result"),
 ) -> None:
     """Predict KV bytes for a live-token population, the weights, and what vLLM makes of a KV budget."""
-    options = {name: value for name, value in locals().items() if name not in ("model", "revision", "json_output")}
+    options = {name: value for name, value in locals().items() if name not in NOT_BUDGET_OPTIONS}
     from rich.console import Console
 
     from harness.budget import plan_budget
     from harness.budget_table import budget_renderable
     from harness.model_shape import load_model_shape
 
+    if field_check is not None:
+        from harness.field_check import run_field_check
+        from harness.field_report import field_renderable
+
+        report = run_field_check(field_check)
+        print(report.model_dump_json(indent=2)) if json_output else Console().print(field_renderable(report))
+        return
+    if gpu is not None:
+        from harness.budget import PRODUCTION_ENGINE, engine_version_warnings
+        from harness.fit_answer import answer_fit, answer_renderable
+
+        for warning in engine_version_warnings(engine_version):
+            print(f"warning: {warning}", file=sys.stderr)
+        answer = answer_fit(
+            load_model_shape(model, revision), gpu=gpu, gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len, asked_tokens=tokens, engine_version=engine_version or PRODUCTION_ENGINE,
+            tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
+            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, quantization=quantization,
+        )
+        print(answer.model_dump_json(indent=2)) if json_output else Console().print(answer_renderable(answer))
+        return
     result = plan_budget(load_model_shape(model, revision), **options)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if json_output:
         print(result.model_dump_json(indent=2))
     else:
@@ -269,15 +299,23 @@ def capacity(
     metrics: str | None = typer.Option(None, "--metrics", help="/metrics URL (or a saved scrape) to cross-check"),
     model: str | None = typer.Option(None, help="model for the prediction (default: the one the log names)"),
     revision: str | None = typer.Option(None, help="hub revision of --model"),
+    gpu: str | None = typer.Option(None, help="GPU name or total GiB, for the waterfall when the log lacks it"),
+    engine_version: str | None = typer.Option(None, help="vLLM version, when the log does not state it"),
+    tensor_parallel_size: int | None = typer.Option(None, help="tensor-parallel size, when the log does not state it"),
+    kv_cache_dtype: str | None = typer.Option(None, help="KV cache dtype, when the log does not state it"),
     json_output: bool = typer.Option(False, "--json", help="print the versioned JSON report"),
 ) -> None:
     """The KV capacity the engine logged, /metrics beside it, and the calculator's prediction; exit 1 if none."""
     from rich.console import Console
 
-    from harness.capacity import capacity_from_sources, capacity_renderable
+    from harness.capacity import LogOverrides, capacity_from_sources, capacity_renderable
+
+    stated = LogOverrides(engine_version=engine_version, tensor_parallel_size=tensor_parallel_size,
+                          kv_cache_dtype=kv_cache_dtype)
 
     report = capacity_from_sources(
-        log=log, run_dir=run, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model, revision=revision
+        log=log, run_dir=run, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model,
+        revision=revision, gpu=gpu, stated=stated,
     )
     if json_output:
         print(report.model_dump_json(indent=2))

@@ -14,8 +14,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from harness.architectures import check_architectures
 from harness.errors import HarnessError
 
 SNAPSHOTS_DIR = Path(__file__).parent / "snapshots"
@@ -53,6 +54,7 @@ class ModelShape(BaseModel):
     weights_bytes: int | None
     weights_source: str | None
     notes: list[str]
+    config: dict[str, Any] = Field(default_factory=dict, exclude=True)  # the raw config, for the memory model
 
     def layer_counts(self) -> dict[LayerKind, int]:
         counts: dict[LayerKind, int] = {}
@@ -76,6 +78,7 @@ def load_model_shape(model: str, revision: str | None = None) -> ModelShape:
 def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[list[LayerSpec], list[str]]:
     """One LayerSpec per hidden layer, and the notes on how they were derived."""
     notes: list[str] = []
+    check_architectures(config, source, notes)
     if isinstance(config.get("text_config"), dict):
         notes.append("multimodal config: the text_config describes the language model's layers")
         config = {**config, **config["text_config"]}
@@ -246,6 +249,7 @@ def _shape(
         weights_bytes=weights[0],
         weights_source=weights[1],
         notes=notes,
+        config=config,
     )
 
 

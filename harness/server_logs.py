@@ -27,7 +27,11 @@ GIB_BYTES = 1 << 30
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # `(EngineCore_DP0 pid=12)`, `(Worker_TP1 pid=9)`, `(VllmWorkerProcess pid=3)`, `(RayWorkerWrapper pid=3, ip=…)`
-PROCESS_PREFIX = re.compile(r"\((?P<process>[A-Za-z][\w\-]*)(?: pid=\d+)?(?:, ip=[^)]*)?\)\s*")
+PROCESS_PREFIX = re.compile(
+    r"\((?P<process>[A-Za-z][\w\-]*(?: (?:rank=|TP)\d+)?)(?: pid=\d+)?(?:, ip=[^)]*)?\)\s*"
+)
+# The rank in a worker's prefix: `Worker_TP1`, `VllmWorker TP1`, `VllmWorker rank=3`.
+PROCESS_RANK = re.compile(r"(?:_TP| TP| rank=)(?P<rank>\d+)$")
 # 0.11+: `INFO 11-29 14:50:31 [core.py:402] msg`; 0.6: `INFO 11-29 14:50:31 core.py:402] msg`.
 HEADER = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
@@ -60,6 +64,16 @@ INIT_ENGINE = re.compile(
     r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) (?:s\b|seconds)"
 )
 MAX_MODEL_LEN = re.compile(r"^Using max model len (?P<length>\d+)")
+# 0.10 API server: `vllm cache_config_info with initialization after num_gpu_blocks is: 5867`
+BLOCKS_AFTER_INIT = re.compile(r"num_gpu_blocks is: (?P<blocks>\d+)")
+# Failed starts state the capacity they found too short: V0 in tokens, V1 as memory needed vs available.
+V0_TOO_FEW_TOKENS = re.compile(
+    r"larger than the maximum number of tokens that can be stored in KV cache \((?P<tokens>\d+)\)"
+)
+V1_TOO_LITTLE_MEMORY = re.compile(
+    rf"\((?P<needed>{NUMBER}) GiB KV cache is needed, which is larger than the available KV cache memory "
+    rf"\((?P<available>{NUMBER}) GiB\)"
+)
 NON_DEFAULT_ARGS = re.compile(r"^non-default args: (?P<args>\{.*\})\s*$")
 ENGINE_CONFIG = re.compile(r"^Initializing an? (?:(?P<generation>V\d) )?LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)")
 SERVER_VERSION = re.compile(r"^vLLM (?:API )?server version (?P<version>[^\s,]+)")
@@ -77,6 +91,15 @@ PROFILE_V0_PARTS = re.compile(r"^model weights take .*GiB")
 V0_KV_REST = re.compile(rf"reserved for KV Cache is (?P<gib>{NUMBER})\s*GiB")
 # 0.6: `Memory profiling results: total_gpu_memory=139.80GiB … kv_cache_size=122.71GiB gpu_memory_utilization=0.90`
 PROFILE_V06 = re.compile(r"^Memory profiling results: (?P<pairs>.*)$")
+# 0.6.5 development builds print the same figures as a table, one per line, after "Memory profiling results:".
+PROFILE_TABLE_ROW = re.compile(
+    rf"^(?P<label>total_gpu_memory|model weights take|non_torch_memory|PyTorch activation peak memory|"
+    rf"available_kv_cache_memory)\s+(?P<gib>{NUMBER})GiB$"
+)
+TABLE_KEYS = {"total_gpu_memory": "total_gpu_memory_bytes", "model weights take": "model_weights_bytes",
+              "non_torch_memory": "non_torch_memory_bytes",
+              "PyTorch activation peak memory": "pytorch_activation_peak_memory_bytes",
+              "available_kv_cache_memory": "kv_cache_size_bytes"}
 GIB_PART = re.compile(rf"^(?P<label>.+?)(?::| takes| take| is)\s*(?P<gib>{NUMBER})\s*GiB\.?$")
 KEY_VALUE = re.compile(rf"(?P<key>\w+)=(?P<value>{NUMBER})(?P<unit>Gi[Bb])?")
 
@@ -88,6 +111,9 @@ FAILURE_MARKERS = (
     "EngineCore failed to start",
     "Engine process failed to start",
     "CUDA out of memory",
+    "larger than the maximum number of tokens that can be stored in KV cache",
+    "larger than the available KV cache memory",
+    "No available memory for the cache blocks",
 )
 # Wrappers that only point at the root cause printed earlier.
 GENERIC_FAILURES = ("See root cause above", "Engine core initialization failed", "Engine process failed to start")
@@ -149,8 +175,11 @@ class StartupCapacity(pydantic.BaseModel):
     max_concurrency_per_print: list[float] = []
     max_concurrency_model_len: int | None = None
     max_model_len: int | None = None
+    kv_cache_bytes_needed: int | None = None  # a refused start: memory one max_model_len request needs
+    kv_cache_tokens_at_failure: int | None = None  # a refused V0 start: the tokens its cache would have held
     available_kv_cache_bytes: int | None = None
     available_kv_cache_bytes_per_rank: list[int] = []
+    available_kv_cache_bytes_by_rank: dict[int, int] = {}
     kv_cache_memory_bytes: int | None = None
     cpu_kv_space: CpuKvSpace | None = None
     num_gpu_blocks: int | None = None
@@ -267,6 +296,7 @@ def parse_startup_log(text: str) -> StartupCapacity:
     concurrency: list[float] = []
     available: list[int] = []
     profiles: dict[str | None, MemoryProfile] = {}
+    by_rank: dict[int, int] = {}
     stage: Stage = "starting"
     for line in lines:
         message = line.message
@@ -286,8 +316,17 @@ def parse_startup_log(text: str) -> StartupCapacity:
             if match.group("cpu_blocks") is not None:
                 found["num_cpu_blocks"] = int(match.group("cpu_blocks"))
             stage = "after_kv_cache"
+        if match := V0_TOO_FEW_TOKENS.search(message):
+            found["kv_cache_tokens_at_failure"] = int(match.group("tokens"))
+        if match := V1_TOO_LITTLE_MEMORY.search(message):
+            available.append(_gib_to_bytes(match.group("available")))
+            found["kv_cache_bytes_needed"] = _gib_to_bytes(match.group("needed"))
+        if match := BLOCKS_AFTER_INIT.search(message):
+            found.setdefault("num_gpu_blocks", int(match.group("blocks")))
         if match := AVAILABLE_KV.search(message):
             available.append(_gib_to_bytes(match.group("gib")))
+            if line.process and (rank := PROCESS_RANK.search(line.process)):
+                by_rank[int(rank.group("rank"))] = available[-1]
         elif match := RESERVED_KV.search(message):
             found.setdefault("reserved_kv_bytes", _gib_to_bytes(match.group("gib")))
         elif match := CPU_KV_SPACE.search(message):
@@ -331,6 +370,8 @@ def parse_startup_log(text: str) -> StartupCapacity:
 
     # Every rank profiles its own memory; the first to print (rank 0) stands for the engine.
     first_profile = next(iter(profiles.values()), None)
+    if by_rank:
+        found["available_kv_cache_bytes_by_rank"] = dict(sorted(by_rank.items()))
     return _assemble(found, tokens, concurrency, available, first_profile, stage, lines)
 
 
@@ -396,6 +437,12 @@ def _memory_profile_line(message: str, profile: MemoryProfile | None, found: dic
         profile.components_bytes.update(_gib_parts(message))
         if rest := V0_KV_REST.search(message):
             found["profiled_kv_bytes"] = _gib_to_bytes(rest.group("gib"))
+    elif match := PROFILE_TABLE_ROW.search(message):
+        profile = profile or MemoryProfile()
+        key = TABLE_KEYS[match.group("label")]
+        profile.components_bytes[key] = _gib_to_bytes(match.group("gib"))
+        if key == "kv_cache_size_bytes":
+            found["profiled_kv_bytes"] = profile.components_bytes[key]
     elif match := PROFILE_V06.search(message):
         profile = profile or MemoryProfile()
         for pair in KEY_VALUE.finditer(match.group("pairs")):

@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 HARNESS = str(Path(sys.executable).parent / "harness")
+SNAPSHOT = Path(__file__).parents[1] / "harness/snapshots/Qwen/Qwen3-4B/1cfa9a7208912126459214e8b04321603b3df60c"
+# state-spaces/mamba-130m-hf config.json (the fields that matter: no attention heads at all)
+MAMBA_130M = {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 768,
+              "num_hidden_layers": 24, "state_size": 16, "conv_kernel": 4, "expand": 2, "vocab_size": 50280}
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
 
 
@@ -55,13 +59,86 @@ def write(path: Path, text: str | bytes) -> Path:
         ("zero sequences", ["--tokens", "5", "--sequences", "0"], "sequences must be a positive count"),
         ("unknown dtype", ["--tokens", "5", "--kv-cache-dtype", "int3"], "unknown kv cache dtype 'int3'"),
         ("unknown model", ["--model", "nobody/no-such-model", "--tokens", "5"], "'nobody/no-such-model'"),
+        ("nan KV memory", ["--tokens", "4096", "--available-kv-gib", "nan"], "--available-kv-gib must be a finite"),
+        ("inf KV memory", ["--tokens", "4096", "--available-kv-gib", "inf"], "--available-kv-gib must be a finite"),
+        ("negative GPU", ["--tokens", "4096", "--gpu-memory-gib", "-80"], "--gpu-memory-gib must be a finite"),
+        ("nan GPU", ["--tokens", "4096", "--gpu-memory-gib", "nan"], "--gpu-memory-gib must be a finite"),
+        ("ancient engine", ["--tokens", "4096", "--engine-version", "0.1.0"], "engine version 0.1.0: the calculator"),
+        ("relabelled Qwen3", ["--model", "{dir}/relabelled.json", "--tokens", "10"],
+         "unsupported architecture MambaForCausalLM"),
+        ("real Mamba", ["--model", "{dir}/mamba.json", "--tokens", "10"], "unsupported architecture MambaForCausalLM"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named):
     write(tmp_path / "missing.json", json.dumps({"num_attention_heads": 4, "hidden_size": 64}))
     write(tmp_path / "binary.json", bytes(range(256)))
+    qwen3 = json.loads((SNAPSHOT / "config.json").read_text())
+    write(tmp_path / "relabelled.json", json.dumps({**qwen3, "architectures": ["MambaForCausalLM"]}))
+    write(tmp_path / "mamba.json", json.dumps(MAMBA_130M))
     result = harness("budget", *[arg.format(dir=tmp_path) for arg in args])
     assert result.returncode == 2, case
     assert named in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("case", "args", "warned"),
+    [
+        # 100,000 > Qwen3-4B's max_position_embeddings 40,960
+        ("length above positions", ["--max-model-len", "100000"], "above the model's max_position_embeddings 40,960"),
+        # weights 8,044,936,192 B = 7.49 GiB > 8 GiB × 0.9 = 7.20 GiB
+        ("weights above the GPU", ["--gpu-memory-gib", "8"], "the weights (7.49 GiB per GPU)"),
+        ("newer engine", ["--engine-version", "0.40.0"], "engine version 0.40.0 is newer"),
+    ],
+)
+def test_suspect_input_is_warned_by_name(case, args, warned):
+    result = harness("budget", "--tokens", "4096", *args)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("warning: ")
+    assert warned in " ".join(result.stderr.split()), case
+    assert "Traceback" not in result.stderr
+
+
+def test_gpu_waterfall_says_it_fits_with_each_terms_source():
+    result = harness("budget", "--gpu", "H100-80GB", "--tokens", "4096", "--max-num-batched-tokens", "8192")
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    for step in ("total", "gpu_memory_utilization 0.9", "weights", "activation_peak", "non_torch", "cuda_graphs",
+                 "= KV memory"):
+        assert step in out
+    assert "pull/10511" in out  # the GPU's total names where it was logged
+    assert "model.safetensors.index.json" in out  # the checkpoint's own size, not an estimate
+    # 79.22 GiB × 0.9 = 71.30 GiB, less 7.49 GiB of weights and well under 1 GiB of the rest: over 60 GiB
+    # of KV at 144 KiB per token is over 440,000 tokens, about 107 sequences of 4,096 tokens.
+    assert "fits:" in out and "sequences of 4,096 tokens at once" in out
+
+
+@pytest.mark.parametrize(
+    ("gpu", "words"),
+    [
+        # 8 GiB × 0.9 = 7.2 GiB is less than the 7.49 GiB of weights alone.
+        ("8", "does not fit: nothing is left for the KV cache"),
+        # 12 GiB × 0.9 = 10.8 GiB − 7.49 weights − under 0.5 GiB activation and non-torch ≈ 2.8 GiB
+        # ≈ 20,000 tokens of 147,456 B: less than one 40,960-token request (the model's default length).
+        ("12", "less than one request of max_model_len 40,960"),
+    ],
+)
+def test_gpu_waterfall_says_when_it_does_not_fit(gpu, words):
+    result = harness("budget", "--gpu", gpu)
+    assert result.returncode == 0, result.stderr
+    assert words in " ".join(result.stdout.split())
+
+
+def test_unknown_gpu_is_named_in_one_line():
+    result = harness("budget", "--gpu", "B300-9000GB")
+    assert result.returncode == 2
+    assert "GPU 'B300-9000GB' has no sourced memory figure" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_quantization_is_named_in_one_line():
+    result = harness("budget", "--gpu", "H100-80GB", "--quantization", "int3-magic")
+    assert result.returncode == 2
+    assert "quantization 'int3-magic' is not priced here" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

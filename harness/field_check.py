@@ -1,0 +1,289 @@
+"""Score the calculator on the field corpus: from the logged KV memory, and before launch.
+
+From logged memory: the release's own arithmetic must land on the logged blocks, tokens and
+concurrency for some KV figure inside the rounding of the printed GiB. Before launch: the memory
+model of `harness/memory_model.py` predicts every term from the GPU, the limits and the config; its
+constants are fitted on the cases with an even position in the sorted corpus and scored on the
+others, so the held-back figures were never seen by the fit.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from packaging.version import Version
+from pydantic import BaseModel
+
+from harness.budget import V1_DEFAULT_SINCE, GiB, CapacityPrediction, predict_capacity
+from harness.errors import HarnessError
+from harness.field_corpus import FieldCase, load_corpus
+from harness.gpu_catalog import gpu_memory
+from harness.memory_model import MemoryConstants, model_size, plan_waterfall, profiling_batch
+from harness.model_shape import ModelShape, load_model_shape
+
+HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
+KV_TOKENS_TOLERANCE = 0.05
+MIN_ROWS_FOR_TWO_COEFFICIENTS = 4  # fewer activation figures than this fit one coefficient, not two
+TERM_LOG_KEYS = {
+    "weights": ("model_weights_bytes",),
+    "activation_peak": ("pytorch_activation_peak_memory_bytes", "torch_peak_increase_bytes"),
+    "non_torch": ("non_torch_memory_bytes", "non_torch_forward_increase_memory_bytes"),
+}
+
+
+class FigureCheck(BaseModel):
+    name: str
+    logged: float
+    predicted_low: float
+    predicted_high: float
+    within: bool
+
+
+class LoggedCheck(BaseModel):
+    status: str  # "exact", "off", or why it is not scored
+    figures: list[FigureCheck] = []
+    fits: bool | None = None
+
+
+class TermCheck(BaseModel):
+    name: str
+    predicted_bytes: int
+    logged_bytes: int | None
+    subtracted: bool
+
+
+class LaunchCheck(BaseModel):
+    status: str  # "scored" or why not
+    held_back: bool
+    terms: list[TermCheck] = []
+    kv_bytes_predicted: int | None = None
+    kv_bytes_logged: int | None = None
+    kv_tokens_predicted: int | None = None
+    kv_tokens_logged: int | None = None
+    kv_tokens_residual: float | None = None  # (predicted − logged) / logged
+    fits_predicted: bool | None = None
+
+
+class CaseResult(BaseModel):
+    id: str
+    source: str
+    release: str
+    family: str
+    started: bool
+    logged: LoggedCheck
+    launch: LaunchCheck
+
+
+class FieldReport(BaseModel):
+    constants: MemoryConstants
+    cases: list[CaseResult]
+
+
+def run_field_check(directory: Path) -> FieldReport:
+    cases, configs = load_corpus(directory)
+    shapes = {name: load_model_shape(str(directory / "configs" / name)) for name in configs}
+    fit_ids = {case.id for position, case in enumerate(cases) if position % 2 == 0}
+    constants = fit_constants([c for c in cases if c.id in fit_ids], configs)
+    results = []
+    for case in cases:
+        config = configs.get(case.facts.config or "")
+        shape = shapes.get(case.facts.config or "")
+        results.append(CaseResult(
+            id=case.id, source=str(case.source), release=case.facts.vllm_version, family=case.family,
+            started=case.facts.started, logged=check_logged(case, shape),
+            launch=check_launch(case, shape, config, constants, held_back=case.id not in fit_ids),
+        ))
+    return FieldReport(constants=constants, cases=results)
+
+
+def stage_shapes(shape: ModelShape, pipeline_parallel_size: int) -> list[ModelShape]:
+    """vLLM's layer split: equal shares, the remainder going to the stages before the last."""
+    count = len(shape.layers)
+    shares = [count // pipeline_parallel_size] * pipeline_parallel_size
+    for i in range(2, count % pipeline_parallel_size + 2):
+        shares[-i] += 1
+    stages, start = [], 0
+    for share in shares:
+        stages.append(shape.model_copy(update={"layers": shape.layers[start:start + share]}))
+        start += share
+    return stages
+
+
+def predict_from_memory(case: FieldCase, shape: ModelShape, stage_bytes: list[int]) -> CapacityPrediction:
+    """The release's arithmetic on each pipeline stage's memory; the stage with fewest blocks sets the cache."""
+    facts = case.facts
+    predictions = [
+        predict_capacity(stage, available_kv_bytes=max(0, available), block_size=facts.block_size,
+                         max_model_len=facts.max_model_len, kv_cache_dtype=facts.kv_cache_dtype,
+                         tensor_parallel_size=facts.tensor_parallel_size,
+                         max_num_batched_tokens=facts.max_num_batched_tokens, engine_version=facts.vllm_version,
+                         engine_generation=facts.engine)
+        for stage, available in zip(stage_shapes(shape, facts.pipeline_parallel_size), stage_bytes)
+    ]
+    return min(predictions, key=lambda prediction: prediction.num_blocks)
+
+
+def fits(prediction: CapacityPrediction) -> bool:
+    """Whether one request of max_model_len tokens fits the cache, the check vLLM makes before serving."""
+    return prediction.num_blocks >= prediction.blocks_per_request and prediction.num_blocks > 0
+
+
+def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
+    if shape is None:
+        return LoggedCheck(status="no config for this model")
+    log = case.parsed()
+    stage_bytes = _stage_memory(case, log.available_kv_cache_bytes_by_rank, log.available_kv_cache_bytes)
+    if stage_bytes is None:
+        return LoggedCheck(status="no KV memory in the log")
+    try:
+        low = predict_from_memory(case, shape, [max(0, b - HALF_STEP) for b in stage_bytes])
+        high = predict_from_memory(case, shape, [b + HALF_STEP for b in stage_bytes])
+    except HarnessError as error:
+        return LoggedCheck(status=f"not modelled: {error}")
+    logged = {"num_blocks": log.num_gpu_blocks, "kv_cache_tokens": log.kv_cache_tokens,
+              "max_concurrency": log.max_concurrency}
+    figures = []
+    for name, value in logged.items():
+        if value is None:
+            continue
+        lo, hi = getattr(low, name), getattr(high, name)
+        if name == "max_concurrency":
+            lo, hi = round(lo, 2), round(hi, 2)
+        figures.append(FigureCheck(name=name, logged=value, predicted_low=lo, predicted_high=hi,
+                                   within=lo <= value <= hi))
+    if log.kv_cache_bytes_needed is not None:  # a refused V1 start states what one request needs
+        needed = round(high.blocks_per_request * high.bytes_per_block / GiB, 2)
+        logged_needed = round(log.kv_cache_bytes_needed / GiB, 2)
+        figures.append(FigureCheck(name="kv_gib_needed_per_request", logged=logged_needed, predicted_low=needed,
+                                   predicted_high=needed, within=needed == logged_needed))
+    if not figures:
+        return LoggedCheck(status="no capacity figure to compare", fits=fits(high))
+    status = "exact" if all(figure.within for figure in figures) else "off"
+    return LoggedCheck(status=status, figures=figures, fits=fits(high) if fits(low) == fits(high) else None)
+
+
+def _stage_memory(case: FieldCase, by_rank: dict[int, int], headline: int | None) -> list[int] | None:
+    """Each pipeline stage's KV memory: the smallest of its ranks, or the log's one figure for all."""
+    pp, tp = case.facts.pipeline_parallel_size, case.facts.tensor_parallel_size
+    if by_rank and len(by_rank) == pp * tp:
+        return [min(by_rank[stage * tp + r] for r in range(tp)) for stage in range(pp)]
+    return None if headline is None else [headline] * pp
+
+
+def _total_bytes(case: FieldCase) -> tuple[int, str] | None:
+    facts = case.facts
+    if facts.gpu_total_gib is not None:
+        return int(facts.gpu_total_gib * GiB), f"{facts.gpu_total_gib} GiB as the log states it"
+    if facts.gpu is None:
+        return None
+    try:
+        gpu = gpu_memory(facts.gpu)
+    except HarnessError:
+        return None
+    return int(gpu.total_gib * GiB), gpu.source
+
+
+def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, Any] | None,
+                 constants: MemoryConstants, *, held_back: bool) -> LaunchCheck:
+    total = _total_bytes(case)
+    if shape is None or config is None:
+        return LaunchCheck(status="no config for this model", held_back=held_back)
+    if total is None:
+        return LaunchCheck(status=f"GPU memory not established ({case.facts.gpu or 'GPU not named'})",
+                           held_back=held_back)
+    facts, log = case.facts, case.parsed()
+    waterfall = plan_waterfall(
+        config, constants, total_bytes=total[0], total_source=total[1],
+        gpu_memory_utilization=facts.gpu_memory_utilization, max_model_len=facts.max_model_len,
+        engine_version=facts.vllm_version, dtype_bytes=2, quantization=facts.quantization,
+        tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
+        max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
+        engine_generation=facts.engine,
+    )
+    logged_terms = logged_term_bytes(log)
+    terms = [TermCheck(name=t.name, predicted_bytes=t.bytes, logged_bytes=logged_terms.get(t.name),
+                       subtracted=t.subtracted) for t in waterfall.terms]
+    try:
+        prediction = predict_from_memory(case, shape, [waterfall.kv_bytes] * facts.pipeline_parallel_size)
+    except HarnessError as error:
+        return LaunchCheck(status=f"not modelled: {error}", held_back=held_back, terms=terms)
+    logged_tokens = (log.kv_cache_tokens or log.kv_cache_tokens_at_failure
+                     or (log.num_gpu_blocks * facts.block_size if log.num_gpu_blocks else None))
+    stage_bytes = _stage_memory(case, log.available_kv_cache_bytes_by_rank, log.available_kv_cache_bytes)
+    if logged_tokens is None and stage_bytes is not None:  # the release's arithmetic on the logged memory
+        logged_tokens = predict_from_memory(case, shape, stage_bytes).kv_cache_tokens
+    residual = None
+    if logged_tokens:
+        residual = (prediction.kv_cache_tokens - logged_tokens) / logged_tokens
+    return LaunchCheck(
+        status="scored", held_back=held_back, terms=terms, kv_bytes_predicted=waterfall.kv_bytes,
+        kv_bytes_logged=log.available_kv_cache_bytes, kv_tokens_predicted=prediction.kv_cache_tokens,
+        kv_tokens_logged=logged_tokens, kv_tokens_residual=residual, fits_predicted=fits(prediction),
+    )
+
+
+def logged_term_bytes(log: Any) -> dict[str, int]:
+    """The terms a log states: weights, activation and non-torch from the profile, graphs from capture."""
+    parts = log.memory_profile.components_bytes if log.memory_profile else {}
+    found: dict[str, int] = {}
+    for term, keys in TERM_LOG_KEYS.items():
+        for key in keys:
+            if key in parts:
+                found[term] = parts[key]
+                break
+    weights = parts.get("model_weights_bytes") or log.model_weights_bytes
+    if "activation_peak" not in found and "peak_torch_memory_bytes" in parts and weights:
+        found["activation_peak"] = parts["peak_torch_memory_bytes"] - weights  # 0.6 logs the peak with weights
+    if "weights" not in found and log.model_weights_bytes:
+        found["weights"] = log.model_weights_bytes
+    if log.cuda_graph_bytes is not None:
+        found["cuda_graphs"] = log.cuda_graph_bytes
+    return found
+
+
+def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) -> MemoryConstants:
+    """Least squares for the activation's two coefficients; medians for non-torch and graph memory."""
+    rows, targets, single, parallel, graphs, used = [], [], [], [], [], set()
+    for case in cases:
+        config = configs.get(case.facts.config or "")
+        total = _total_bytes(case)
+        if config is None:
+            continue
+        facts, log = case.facts, case.parsed()
+        logged = logged_term_bytes(log)
+        parallel_gpus = facts.tensor_parallel_size * facts.pipeline_parallel_size
+        if "non_torch" in logged and total is not None:
+            (parallel if parallel_gpus > 1 else single).append(logged["non_torch"] / total[0])
+            used.add(case.id)
+        if "cuda_graphs" in logged:
+            graphs.append(logged["cuda_graphs"] / GiB)
+            used.add(case.id)
+        if "activation_peak" in logged and total is not None:
+            version = Version(facts.vllm_version)
+            v0 = (facts.engine or ("V0" if version < V1_DEFAULT_SINCE else "V1")) == "V0"
+            size = model_size(config)
+            tokens, sampler_rows, _ = profiling_batch(version, v0, total[0], facts.max_model_len,
+                                                      facts.max_num_batched_tokens, facts.max_num_seqs)
+            rows.append([tokens * (size.hidden + 2 * size.mlp_width / facts.tensor_parallel_size) * 2,
+                         sampler_rows * size.vocab / facts.tensor_parallel_size * 4])
+            targets.append(logged["activation_peak"])
+            used.add(case.id)
+    if len(rows) >= MIN_ROWS_FOR_TWO_COEFFICIENTS:
+        coefficients, *_ = np.linalg.lstsq(np.array(rows), np.array(targets, dtype=float), rcond=None)
+        per_width, per_logit = (max(0.0, float(c)) for c in coefficients)
+    elif rows:  # too few to separate the two: one coefficient on the token widths, least squares
+        widths = np.array([row[0] for row in rows])
+        per_width, per_logit = float(widths @ np.array(targets, dtype=float) / (widths @ widths)), 0.0
+    else:
+        raise HarnessError("no fit case states its activation peak: the activation term cannot be fitted")
+    single_share = statistics.median(single) if single else 0.0
+    return MemoryConstants(
+        activation_per_token_width=per_width, activation_per_sampler_logit=per_logit,
+        non_torch_share_single_gpu=round(single_share, 5),
+        non_torch_share_parallel=round(statistics.median(parallel), 5) if parallel else round(single_share, 5),
+        cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
+        fitted_on=sorted(used),
+    )

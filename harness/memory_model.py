@@ -1,0 +1,225 @@
+"""Before launch: what stands between total × utilisation and the KV cache, one term at a time.
+
+vLLM sizes its cache from a profiling run: KV = total × utilisation − (weights + activation peak of a
+forward pass over `max_num_batched_tokens` tokens + memory outside torch's allocator), and from 0.21
+on it also reserves its estimate of CUDA-graph memory. Each term here is computed from what
+determines it — the weights from the config's parameter count and storage format, the activation
+peak from the profiling batch and the layer widths, non-torch memory from the parallel layout — and
+the few constants the activation and the two fixed terms need are fitted on part of the field
+corpus (`harness/field_check.py`), never on the cases it is scored on.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from packaging.version import Version
+from pydantic import BaseModel
+
+from harness.budget import GiB, V1_DEFAULT_SINCE
+from harness.errors import HarnessError
+
+GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
+LARGE_BATCH_SINCE = Version("0.9")  # V1 API server: 8192 batched tokens, 1024 sequences on ≥ 70 GiB GPUs
+LARGE_GPU_BYTES = 70 * GiB
+V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
+# Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
+QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": 4.25, "gptq": 4.25,
+                  "bitsandbytes": 4.25, "4-bit": 4.25}
+
+
+class MemoryConstants(BaseModel, frozen=True):
+    """The fitted part of the model; `fitted_on` names the corpus cases that set it."""
+
+    activation_per_token_width: float  # activation peak bytes per (batched token × layer-width byte)
+    activation_per_sampler_logit: float  # bytes per (sampler row × vocabulary entry on one rank)
+    non_torch_share_single_gpu: float  # of the GPU's total; what the runtime keeps outside torch's allocator
+    non_torch_share_parallel: float  # the same with tensor/pipeline parallelism (NCCL buffers on top)
+    cuda_graph_gib: float
+    fitted_on: list[str]
+
+
+class Term(BaseModel):
+    name: str
+    bytes: int
+    subtracted: bool
+    source: str
+
+
+class Waterfall(BaseModel):
+    """total → utilisation → each term → KV memory, per GPU."""
+
+    total_bytes: int
+    total_source: str
+    gpu_memory_utilization: float
+    usable_bytes: int
+    terms: list[Term]
+    kv_bytes: int
+    profiling_tokens: int
+    sampler_rows: int
+    engine_version: str
+    assumptions: list[str]
+
+
+class ModelSize(BaseModel):
+    """The widths and parameter counts the weights and activation terms need."""
+
+    hidden: int
+    mlp_width: int  # intermediate size one token passes through (routed experts × their width for MoE)
+    vocab: int
+    linear_params: int
+    embedding_params: int
+    layers: int
+
+
+def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
+    """Parameter counts from a config.json: attention (or MLA), dense or MoE MLP, embeddings."""
+    if isinstance(config.get("text_config"), dict):
+        config = {**config, **config["text_config"]}
+    try:
+        hidden, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+        heads = config["num_attention_heads"]
+    except KeyError as missing:
+        raise HarnessError(f"{source}: field {missing} is needed to size the weights") from None
+    head_dim = config.get("head_dim") or hidden // heads
+    kv_heads = config.get("num_key_value_heads") or heads
+    if config.get("kv_lora_rank"):
+        nope, rope, v_dim = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+        q_lora = config.get("q_lora_rank")
+        q = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
+        attention = q + hidden * (config["kv_lora_rank"] + rope) + config["kv_lora_rank"] * heads * (nope + v_dim)
+        attention += heads * v_dim * hidden
+    else:
+        attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    experts = config.get("num_experts") or config.get("n_routed_experts") or config.get("num_local_experts")
+    dense_width = config.get("intermediate_size") or 4 * hidden
+    if experts:
+        expert_width = config.get("moe_intermediate_size") or dense_width
+        shared = config.get("n_shared_experts") or 0
+        dense_layers = config.get("first_k_dense_replace") or 0
+        moe_mlp = 3 * hidden * expert_width * (experts + shared) + hidden * experts
+        mlp = dense_layers * 3 * hidden * dense_width + (layers - dense_layers) * moe_mlp
+        active = (config.get("num_experts_per_tok") or config.get("experts_per_token") or 1) + shared
+        mlp_width = active * expert_width
+    else:
+        mlp = layers * 3 * hidden * dense_width
+        mlp_width = dense_width
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return ModelSize(hidden=hidden, mlp_width=mlp_width, vocab=vocab, linear_params=layers * attention + mlp,
+                     embedding_params=embeddings, layers=layers)
+
+
+def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
+                 pipeline_parallel_size: int = 1) -> Term:
+    """Checkpoint bytes one GPU holds: linear layers in their stored format, embeddings in the dtype."""
+    bits = dtype_bytes * 8.0
+    if quantization:
+        key = quantization.lower().split()[0]
+        if key not in QUANTIZED_BITS:
+            raise HarnessError(f"quantization '{quantization}' is not priced here (known: {', '.join(QUANTIZED_BITS)})")
+        bits = QUANTIZED_BITS[key]
+    linear = size.linear_params * bits / 8
+    total = (linear + size.embedding_params * dtype_bytes) / tensor_parallel_size / pipeline_parallel_size
+    fmt = f"{quantization} ({bits:g} bits per linear weight)" if quantization else f"{dtype_bytes} B per weight"
+    return Term(name="weights", bytes=int(total), subtracted=True,
+                source=f"{size.linear_params + size.embedding_params:,} parameters from config.json, {fmt}, "
+                       f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
+
+
+def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len: int,
+                    max_num_batched_tokens: int | None, max_num_seqs: int | None) -> tuple[int, int, str]:
+    """(tokens, sampler rows) of vLLM's profiling forward pass, and where they come from."""
+    large = not v0 and version >= LARGE_BATCH_SINCE and total_bytes >= LARGE_GPU_BYTES
+    rows = max_num_seqs or (1024 if large else 256)
+    if max_num_batched_tokens:
+        return max_num_batched_tokens, rows, "--max-num-batched-tokens"
+    if v0:
+        if max_model_len > V0_CHUNKED_ABOVE:
+            return 512, rows, "V0 default with chunked prefill (max_model_len above 32,768)"
+        return max(max_model_len, 2048), rows, "V0 default without chunked prefill: max(max_model_len, 2048)"
+    return (8192, rows, "V1 default on a ≥ 70 GiB GPU") if large else (2048, rows, "V1 default")
+
+
+def plan_waterfall(
+    config: dict[str, Any],
+    constants: MemoryConstants,
+    *,
+    total_bytes: int,
+    total_source: str,
+    gpu_memory_utilization: float,
+    max_model_len: int,
+    engine_version: str,
+    dtype_bytes: int = 2,
+    quantization: str | None = None,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    engine_generation: str | None = None,
+    checkpoint: tuple[int, str] | None = None,
+) -> Waterfall:
+    """Every term between the GPU's total and the KV cache, with the source of each.
+
+    `checkpoint` is the checkpoint's own byte count and its source, when known; it replaces the
+    parameter-count estimate of the weights.
+    """
+    if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
+        raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    version = Version(engine_version)
+    v0 = (engine_generation or ("V0" if version < V1_DEFAULT_SINCE else "V1")).upper() == "V0"
+    size = model_size(config)
+    parallel = tensor_parallel_size * pipeline_parallel_size
+    tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, max_model_len,
+                                                 max_num_batched_tokens, max_num_seqs)
+    width_bytes = tokens * (size.hidden + 2 * size.mlp_width / tensor_parallel_size) * dtype_bytes
+    logits = rows * size.vocab / tensor_parallel_size * 4
+    activation = constants.activation_per_token_width * width_bytes + constants.activation_per_sampler_logit * logits
+    share = constants.non_torch_share_parallel if parallel > 1 else constants.non_torch_share_single_gpu
+    graphs_reserved = version >= GRAPHS_RESERVED_SINCE
+    weights = weights_term(size, dtype_bytes, quantization, tensor_parallel_size, pipeline_parallel_size)
+    if checkpoint is not None:
+        weights = Term(name="weights", bytes=checkpoint[0] // parallel, subtracted=True,
+                       source=f"{checkpoint[1]}, split over {parallel} GPU(s)")
+    terms = [
+        weights,
+        Term(name="activation_peak", bytes=int(activation), subtracted=True,
+             source=f"profiling run of {tokens:,} tokens ({batch_source}) and {rows} sampler rows; "
+                    f"fitted constants {constants.activation_per_token_width:.3g} and "
+                    f"{constants.activation_per_sampler_logit:.3g}"),
+        Term(name="non_torch", bytes=int(share * total_bytes), subtracted=True,
+             source=f"fitted {'multi' if parallel > 1 else 'single'}-GPU share {100 * share:.2f}% of the total "
+                    "(CUDA context, cuBLAS workspace, NCCL buffers)"),
+        Term(name="cuda_graphs", bytes=int(constants.cuda_graph_gib * GiB), subtracted=graphs_reserved,
+             source=f"fitted {constants.cuda_graph_gib:.2f} GiB; "
+                    + ("reserved before the cache from 0.21 on" if graphs_reserved
+                       else f"captured after the cache is sized in {version}: not subtracted")),
+    ]
+    usable = int(total_bytes * gpu_memory_utilization)
+    kv = usable - sum(term.bytes for term in terms if term.subtracted)
+    return Waterfall(
+        total_bytes=total_bytes, total_source=total_source, gpu_memory_utilization=gpu_memory_utilization,
+        usable_bytes=usable, terms=terms, kv_bytes=kv, profiling_tokens=tokens, sampler_rows=rows,
+        engine_version=str(version),
+        assumptions=[f"{'V0' if v0 else 'V1'} engine accounting of vLLM {version}",
+                     "weights: the checkpoint's own size" if checkpoint is not None else
+                     "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors"],
+    )
+
+
+# What `harness budget --field-check tests/fixtures/field` fits on the corpus's fit half (a test keeps
+# these equal to a fresh fit, so they cannot drift from the cases they came from).
+FITTED_CONSTANTS = MemoryConstants(
+    activation_per_token_width=1.7823268940486523,
+    activation_per_sampler_logit=0.0,
+    non_torch_share_single_gpu=0.01872,
+    non_torch_share_parallel=0.00675,
+    cuda_graph_gib=0.575,
+    fitted_on=[
+        "v0101-qwen2-7b-a100-tp2-util05",
+        "v0101-qwen2-7b-a100-util05",
+        "v063-llama31-8b-rtx3090-len29000-fails",
+        "v065-llama3-8b-h100",
+        "v07-qwen25-32b-l40s-tp2",
+    ],
+)
