@@ -132,3 +132,40 @@ def test_no_goodput_without_slos_and_no_figures_without_values() -> None:
     assert distribution("ttft", []) == dict.fromkeys(
         ["ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p95", "ttft_ms_p99", "ttft_ms_max"]
     )
+
+
+def test_a_stalled_loop_and_a_lagging_sampler_make_the_run_invalid() -> None:
+    # 200 probe ticks of 5 ms: 199 on time (2 ms late, under the 5 ms jitter floor) and one 300 ms stall.
+    # Stalled share: (300 - 5) / (200 x 5 + 199 x 2 + 300) = 295 / 1,698 = 0.174 > 0.05.
+    lags = [2.0] * 199 + [300.0]
+    result = summary(cold=False, max_dispatch_lag_ms=60.0, loop_lags_ms=lags, sample_interval_s=0.25)
+    assert result.loop_stall_share == pytest.approx(295 / 1698)
+    assert result.loop_lag_ms_max == 300.0
+    assert any(reason.startswith("client event loop stalled: loop_stall_share 0.174") for reason in result.invalid_reasons)
+    # The samples are 0.5 s apart; with a 0.25 s interval the allowed gap is max(0.75, 1.25) = 1.25 s: fine.
+    assert result.sample_gap_s_max == pytest.approx(0.5)
+    assert not any("sampler" in reason for reason in result.invalid_reasons)
+    # With a 0.1 s interval the allowed gap is max(0.3, 1.1) = 1.1 s: still fine; nothing else is late.
+    steady = summary(cold=False, max_dispatch_lag_ms=60.0, loop_lags_ms=[2.0] * 200, sample_interval_s=0.1)
+    assert steady.valid and steady.loop_stall_share == 0.0
+
+
+def test_a_sampler_far_behind_its_interval_makes_the_run_invalid() -> None:
+    late = [ServerSample(t_s=0.0, snapshot=snapshot(0, 0.1, 0, 0)), ServerSample(t_s=2.0, snapshot=snapshot(0, 0.1, 0, 0))]
+    result = summarize([R1], late, slo=Slo(), offered_requests_per_s=None, offered_concurrency=1, cold=False,
+                       max_dispatch_lag_ms=10.0, sample_interval_s=0.25)
+    # one 2.0 s gap against max(3 x 0.25, 0.25 + 1) = 1.25 s
+    assert result.invalid_reasons == ["sampler missed its ticks: sample_gap_s_max 2.00 > 1.25 (interval 0.25 s)"]
+
+
+def test_a_client_that_sent_late_makes_the_run_invalid() -> None:
+    sent_on_time = R1.model_copy(update={"sent_s": 0.0})
+    sent_late = R2.model_copy(update={"sent_s": 1.080})  # dispatched at 1.050 s: 30 ms before its bytes left
+    result = summarize([sent_on_time, sent_late], [], slo=Slo(), offered_requests_per_s=None, offered_concurrency=1,
+                       cold=False, max_dispatch_lag_ms=60.0)
+    # send delay [0, 30] ms: p99 = 0.99 x 30 = 29.7 ms; the limit is max(60, 0.05 x TTFT p50 175 ms) = 60 ms
+    assert result.latency["send_delay_ms_p99"] == pytest.approx(29.7) and result.valid
+    strict = summarize([sent_on_time, sent_late], [], slo=Slo(), offered_requests_per_s=None, offered_concurrency=1,
+                       cold=False, max_dispatch_lag_ms=10.0)
+    # now the limit is max(10, 8.75) = 10 ms
+    assert strict.invalid_reasons[0].startswith("client sent late: send_delay_ms_p99 29.7 > 10.0")
