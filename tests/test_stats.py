@@ -167,5 +167,5 @@ def test_a_client_that_sent_late_makes_the_run_invalid() -> None:
     assert result.latency["send_delay_ms_p99"] == pytest.approx(29.7) and result.valid
     strict = summarize([sent_on_time, sent_late], [], slo=Slo(), offered_requests_per_s=None, offered_concurrency=1,
                        cold=False, max_dispatch_lag_ms=10.0)
-    # now the limit is max(10, 8.75) = 10 ms
-    assert strict.invalid_reasons[0].startswith("client sent late: send_delay_ms_p99 29.7 > 10.0")
+    # now the limit is max(10, 8.75) = 10 ms (R2's 50 ms dispatch lag is over it too)
+    assert any(reason.startswith("client sent late: send_delay_ms_p99 29.7 > 10.0") for reason in strict.invalid_reasons)
