@@ -10,7 +10,15 @@ from typing import Any
 
 import typer
 
-from harness.errors import HarnessError
+from harness.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CODES_HELP,
+    EXIT_ENGINE_DID_NOT_START,
+    EXIT_INVALID,
+    EXIT_SIGINT,
+    HarnessError,
+    exit_code_for_signal,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -24,10 +32,10 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             return command(*args, **kwargs)
         except HarnessError as error:
             print(f"error: {error}", file=sys.stderr)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:  # whatever had finished is already on disk
             print("interrupted", file=sys.stderr)
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_SIGINT) from None
 
     return wrapper
 
@@ -198,11 +206,12 @@ def prompts_verify(
     print(f"{server}: all {inventory.manifest.prompt_count} prompt token counts match")
 
 
-@app.command("run")
+@app.command("run", epilog=EXIT_CODES_HELP)
 @one_line_errors
 def run_command(
     inventory: Path = typer.Option(..., help="prompt inventory directory"),
-    out: Path = typer.Option(..., help="run record directory to write"),
+    out: Path = typer.Option(..., help="run record directory to write (refused if it holds a run)"),
+    force: bool = typer.Option(False, help="move a run already in --out aside to OUT.replaced-<run id>"),
     base_url: str | None = typer.Option(None, help="server base URL, e.g. http://127.0.0.1:8000"),
     service_uuid: str | None = typer.Option(None, help="Polyaxon service run measured (reached in-cluster "
                                             "unless --base-url says where)"),
@@ -223,7 +232,14 @@ def run_command(
     cold: bool = typer.Option(False, help="declare the run cold: prefix-cache hits make it invalid"),
     sample_interval_s: float = typer.Option(1.0, help="seconds between /metrics scrapes"),
     max_dispatch_lag_ms: float = typer.Option(10.0, help="p99 dispatch lag above which the run is invalid"),
-    ready_timeout_s: float = typer.Option(600.0, help="seconds to wait for the server's /health"),
+    max_error_fraction: float = typer.Option(0.05, help="share of failed requests above which the run is invalid"),
+    read_timeout_s: float | None = typer.Option(None, help="longest wait for a request's first byte, s (default: "
+                                                "60 + every request in flight producing its cap at 40 tokens/s)"),
+    stall_timeout_s: float | None = typer.Option(None, help="no byte for this long once a response started ends "
+                                                 "the request as 'stalled', s (default: 30 + 0.1 per request in "
+                                                 "flight)"),
+    ready_timeout_s: float = typer.Option(600.0, help="seconds to wait for the server's /health (progress on "
+                                          "stderr; a server that answers but is not vLLM fails at once)"),
     project: str | None = typer.Option(None, envvar="HARNESS_PROJECT", help="track in this Polyaxon project"),
     offline_root: Path | None = typer.Option(None, envvar="HARNESS_OFFLINE_ROOT",
                                              help="track offline into this Polyaxon offline root"),
@@ -237,6 +253,7 @@ def run_command(
     """
     from harness.experiment import measure
     from harness.launch import engine_base_url
+    from harness.record import claim_run_dir
     from harness.runner import build_run_config
 
     if engine and (base_url or service_uuid):
@@ -248,15 +265,25 @@ def run_command(
         max_tokens=max_tokens, requests=requests, duration_s=duration_s, warmup=warmup, seed=seed, order=order,
         temperature=temperature, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, cold=cold,
         sample_interval_s=sample_interval_s, max_dispatch_lag_ms=max_dispatch_lag_ms,
+        max_error_fraction=max_error_fraction, read_timeout_s=read_timeout_s, stall_timeout_s=stall_timeout_s,
     )
+    moved = claim_run_dir(out, force=force)
+    if moved is not None:
+        print(f"moved the run that was in {out} to {moved}", file=sys.stderr)
     summary, tracked = measure(config, prompts, out, engine_argv=engine, ready_timeout_s=ready_timeout_s,
                                project=project, offline_root=offline_root)
     if tracked is not None:
         print(f"tracked as Polyaxon run {tracked.run_uuid} in {tracked.owner}/{tracked.project}", file=sys.stderr)
     if summary is None:  # not bad input: the record is the result, and says how far the engine got
         print(f"error: the engine did not start; its log and capacity are in {out}", file=sys.stderr)
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_ENGINE_DID_NOT_START)
     print(summary.model_dump_json(indent=2))
+    stopped = exit_code_for_signal(summary.stopped_by_signal)
+    if stopped is not None:
+        raise typer.Exit(stopped)
+    if not summary.valid:
+        print(f"invalid run: {'; '.join(summary.invalid_reasons)}", file=sys.stderr)
+        raise typer.Exit(EXIT_INVALID)
 
 
 @app.command()

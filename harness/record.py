@@ -12,7 +12,10 @@ A run killed without warning still leaves requests.jsonl with every request that
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import time
 from pathlib import Path
 from typing import IO
 
@@ -25,9 +28,17 @@ from harness.schedule import LoadShape
 from harness.server_metrics import MetricsSnapshot
 
 RECORD_SCHEMA_VERSION = 1
+CONFIG_JSON = "config.json"
+SUMMARY_JSON = "summary.json"
 REQUESTS_JSONL = "requests.jsonl"
 REQUESTS_PARQUET = "requests.parquet"
 SAMPLES_JSONL = "samples.jsonl"
+# Any one of these makes a directory a run record that a new run must not write into.
+RUN_FILES = {CONFIG_JSON, "environment.json", "engine.json", "capacity.json", "engine.log", SUMMARY_JSON,
+             REQUESTS_JSONL, REQUESTS_PARQUET, SAMPLES_JSONL, "tracking.json"}
+# Above this share of failed requests the figures describe a failing server, not a loaded one
+# (load tools commonly fail a test at 5 %).
+DEFAULT_MAX_ERROR_FRACTION = 0.05
 
 
 class Slo(BaseModel):
@@ -50,6 +61,9 @@ class RunConfig(BaseModel):
     slo: Slo
     cold: bool
     max_dispatch_lag_ms: float
+    max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION
+    read_timeout_s: float | None = Field(None, description="longest wait for a request's first byte")
+    stall_timeout_s: float | None = Field(None, description="longest silence once a response has started")
     sample_interval_s: float
     clock_zero_unix_s: float | None = Field(None, description="wall clock at t=0 of the run's monotonic clock")
 
@@ -73,14 +87,45 @@ class ServerSample(BaseModel):
     error: str | None = None
 
 
+def claim_run_dir(run_dir: Path, *, force: bool = False) -> Path | None:
+    """Make `run_dir` an empty home for one run. A folder that already holds a run is refused, or with
+    `force` moved aside whole (returned), so two runs' files never mix."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise HarnessError(f"--out {run_dir}: is a file, not a run directory")
+    held = sorted(path.name for path in run_dir.glob("*") if path.name in RUN_FILES) if run_dir.is_dir() else []
+    if not held:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return None
+    old_id = _recorded_run_id(run_dir)
+    if not force:
+        raise HarnessError(f"--out {run_dir}: already holds run {old_id or '(unknown id)'} ({', '.join(held)}); "
+                           "give a new directory, or --force to move the old run aside")
+    aside = run_dir.with_name(f"{run_dir.name}.replaced-{old_id or time.strftime('%Y%m%d-%H%M%S')}")
+    if aside.exists():
+        raise HarnessError(f"--force: cannot move {run_dir} aside, {aside} exists")
+    run_dir.rename(aside)
+    run_dir.mkdir(parents=True)
+    return aside
+
+
+def _recorded_run_id(run_dir: Path) -> str | None:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return str(json.loads((run_dir / CONFIG_JSON).read_text(encoding="utf-8"))["run_id"])
+    return None
+
+
 class RunWriter:
-    """Appends requests and samples as they happen; `finish` adds the table and the summary."""
+    """Appends requests and samples as they happen; `finish` adds the table and the summary.
+    The record files must not exist yet: appending to another run's would mix two runs."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.requests: IO[str] = open(run_dir / REQUESTS_JSONL, "a", encoding="utf-8")  # noqa: SIM115
-        self.samples: IO[str] = open(run_dir / SAMPLES_JSONL, "a", encoding="utf-8")  # noqa: SIM115
+        try:
+            self.requests: IO[str] = open(run_dir / REQUESTS_JSONL, "x", encoding="utf-8")  # noqa: SIM115
+            self.samples: IO[str] = open(run_dir / SAMPLES_JSONL, "x", encoding="utf-8")  # noqa: SIM115
+        except FileExistsError as error:
+            raise HarnessError(f"{error.filename}: already written by another run; use a new directory") from None
 
     def write_model(self, name: str, model: BaseModel) -> None:
         """Whole-file JSON, replaced atomically so a reader never sees half of it."""
