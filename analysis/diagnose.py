@@ -16,8 +16,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.table import PEAK_RUNNING
+from harness.record import DEFAULT_MAX_ERROR_FRACTION
 
 WEIGHTS = "weights and start-up headroom"
+SERVER_FAILED = "server dead or failing (requests failed)"
 CLIENT = "measurement invalid (client)"
 KV_CAPACITY = "KV cache capacity"
 SCHEDULING = "max_num_seqs (scheduling)"
@@ -73,6 +75,9 @@ def diagnose(run_uuid: str, row: pd.Series, baseline: pd.Series | None, limit: s
         return verdict(WEIGHTS, _cite(row, "engine_error"), _cite(row, "engine_failure_stage"),
                        _cite(row, "model_weights_bytes_logged"), _cite(row, "kv_cache_memory_bytes"),
                        _cite(row, "gpu_memory_utilization"))
+    failed = failing_server(row)
+    if failed is not None:
+        return verdict(SERVER_FAILED, *failed)
     if not _present(row, "valid"):
         return verdict(CLIENT, "summary missing: the run recorded no figures")
     if _flag(row, "valid") is not True:
@@ -109,6 +114,21 @@ def diagnose(run_uuid: str, row: pd.Series, baseline: pd.Series | None, limit: s
                            _cite(row, "peak_kv_cache_usage_fraction"), _cite(row, "preemptions_during_run"))
     return verdict(NO_LIMIT, _cite(row, "ttft_ms_p99"), _cite(row, "tpot_ms_p50"), _cite(row, "peak_waiting_requests"),
                    _cite(row, "peak_kv_cache_usage_fraction"), _cite(row, "preemptions_during_run"))
+
+
+def failing_server(row: pd.Series) -> list[str] | None:
+    """Evidence that the server, not a limit, ended the requests: failures above the run's error threshold.
+
+    Refused, reset, stalled and timed-out requests are a dead or frozen server; 5xx a failing one.
+    """
+    rate = _number(row, "error_rate_fraction")
+    threshold = _number(row, "max_error_fraction")
+    if rate is None or rate <= (DEFAULT_MAX_ERROR_FRACTION if threshold is None else threshold):
+        return None
+    by_class = [_cite(row, name) for name in sorted(row.index) if str(name).startswith("errors_")
+                and name != "errors_cancelled" and (_number(row, name) or 0) > 0]
+    return [f"error_rate_fraction={rate:.3g}", *by_class, _cite(row, "requests_ok"), _cite(row, "requests_measured"),
+            f"threshold: error_rate_fraction>{DEFAULT_MAX_ERROR_FRACTION if threshold is None else threshold:g}"]
 
 
 def live_token_population(row: pd.Series) -> tuple[float | None, str]:

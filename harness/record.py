@@ -172,6 +172,59 @@ def read_requests(run_dir: Path) -> list[RequestRecord]:
         raise HarnessError(describe_validation_error(error, run_dir / REQUESTS_JSONL)) from None
 
 
+def check_run_files(run_dir: Path) -> None:
+    """A record's files belong to one run and are whole; anything else is one line naming the file.
+
+    summary.json names its run: a config.json from another run beside it means two runs were mixed. A
+    finished run's request table, its JSONL and its summary agree on the number of requests; a run without
+    a summary may have lost the last line it was writing, and nothing else.
+    """
+    config_id = _recorded_run_id(run_dir)
+    summary_path = run_dir / SUMMARY_JSON
+    summary: dict = {}
+    if summary_path.exists():
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise HarnessError(f"{summary_path}: not JSON ({error}); the record is damaged") from None
+    if summary.get("run_id") and config_id and summary["run_id"] != config_id:
+        raise HarnessError(f"{run_dir}: summary.json is run {summary['run_id']} but config.json is run {config_id}; "
+                           "two runs were written into one folder")
+    jsonl = run_dir / REQUESTS_JSONL
+    text = jsonl.read_text(encoding="utf-8", errors="replace") if jsonl.exists() else ""
+    lines = [line for line in text.split("\n") if line.strip()]
+    complete = len(lines) - (1 if text and not text.endswith("\n") else 0)
+    parquet = run_dir / REQUESTS_PARQUET
+    if summary and not parquet.exists():
+        raise HarnessError(f"{parquet}: missing, though summary.json says the run finished")
+    if summary and text and not text.endswith("\n"):
+        raise HarnessError(f"{jsonl}: last line cut short, though summary.json says the run finished")
+    if parquet.exists():
+        rows = _parquet_rows(parquet)
+        if summary and rows != summary.get("requests_sent", rows):
+            raise HarnessError(f"{parquet}: {rows} requests, but summary.json says {summary['requests_sent']} were sent")
+        if text and rows != complete:
+            raise HarnessError(f"{run_dir}: {REQUESTS_JSONL} holds {complete} requests but {REQUESTS_PARQUET} {rows}; "
+                               "the record is truncated or mixes two runs")
+        return
+    for number, line in enumerate(lines[:complete], start=1):
+        try:
+            RequestRecord.model_validate_json(line)
+        except ValidationError as error:
+            raise HarnessError(f"{jsonl}: line {number} is not a request record "
+                               f"({error.errors()[0]['msg']})") from None
+
+
+def _parquet_rows(path: Path) -> int:
+    """The row count from the footer: a half-written file has none."""
+    import pyarrow.parquet
+
+    try:
+        return pyarrow.parquet.read_metadata(path).num_rows
+    except (OSError, pyarrow.ArrowException) as error:
+        raise HarnessError(f"{path}: not a readable Parquet table ({error}); half-written?") from None
+
+
 def read_samples(run_dir: Path) -> list[ServerSample]:
     return [ServerSample.model_validate_json(line) for line in read_jsonl_lines(run_dir / SAMPLES_JSONL)]
 

@@ -30,6 +30,7 @@ class RunSummary(BaseModel):
     errors_by_class: dict[str, int]
     error_fraction_by_class: dict[str, float] = {}
     error_rate_fraction: float = 0.0
+    max_error_fraction: float | None = None  # the threshold the run was judged by
     window_s: float
     latency: dict[str, float | None]
     requests_per_s: float
@@ -157,6 +158,7 @@ def summarize(
         errors_by_class=errors,
         error_fraction_by_class={name: count / len(measured) for name, count in errors.items()},
         error_rate_fraction=error_rate,
+        max_error_fraction=max_error_fraction,
         window_s=window_s,
         latency=latency,
         requests_per_s=per_s(len(ok)),

@@ -13,6 +13,7 @@ from analysis.diagnose import (
     KV_CAPACITY,
     NO_LIMIT,
     SCHEDULING,
+    SERVER_FAILED,
     WEIGHTS,
     diagnose,
     diagnose_runs,
@@ -21,6 +22,7 @@ from analysis.diagnose import (
 from analysis.sources import runs_from_directories
 from analysis.table import build_table
 
+from harness.client import ErrorClass
 from test_analysis_records import STARVED_LOG, write_failed_run, write_run
 
 
@@ -38,6 +40,25 @@ def test_engine_that_failed_to_start_is_weights_and_headroom(tmp_path: Path):
     assert "No available memory for the cache blocks" in verdict.text  # the crash log's own words
     assert "engine_failure_stage=" in verdict.text
     assert "kv_cache_memory_bytes=1073741824" in verdict.text
+
+
+def test_a_dead_server_is_named_instead_of_a_limit(tmp_path: Path):
+    # 2 answered, then 6 refused and 2 reset: 8 failed of 10 = 0.8 > 0.05. The queue beside a full cache
+    # would otherwise say KV capacity.
+    refused, reset = ErrorClass.connection_refused, ErrorClass.connection_reset
+    run_dir = write_run(tmp_path, requests=2, failed=(refused,) * 6 + (reset,) * 2,
+                        samples=[(0, 4, 0.5, 0), (3, 4, 0.95, 0)])
+    verdict = verdict_of(run_dir)
+    assert verdict.bound_by == SERVER_FAILED
+    assert verdict.evidence[:3] == ["error_rate_fraction=0.8", "errors_connection_refused=6",
+                                    "errors_connection_reset=2"]
+    assert "requests_ok=2" in verdict.evidence and "threshold: error_rate_fraction>0.05" in verdict.evidence
+
+
+def test_a_few_failed_requests_under_the_threshold_leave_the_limit_verdict(tmp_path: Path):
+    # 1 timeout of 40 = 0.025 <= 0.05: the queue beside a full cache still says KV capacity.
+    run_dir = write_run(tmp_path, requests=39, failed=(ErrorClass.timeout,), samples=[(0, 4, 0.5, 0), (3, 4, 0.95, 0)])
+    assert verdict_of(run_dir).bound_by == KV_CAPACITY
 
 
 def test_client_that_fell_behind_is_an_invalid_measurement(tmp_path: Path):
