@@ -327,6 +327,12 @@ def model_tiny(seed: int = typer.Option(0, help="weights seed; the same seed giv
     print(ensure_tiny_model(seed))
 
 
+def warn_overridden(names: list[str], params: dict[str, Any]) -> None:
+    """A -P value that every sweep point replaces is legal but does nothing: say so."""
+    for name in names:
+        print(f"warning: -P {name}={params[name]} is not used: every point of the sweep sets {name}", file=sys.stderr)
+
+
 @app.command()
 @one_line_errors
 def check(
@@ -334,9 +340,11 @@ def check(
     param: list[str] = typer.Option([], "-P", "--param", help="name=value, as for polyaxon run"),
 ) -> None:
     """Compile a polyaxonfile (+ presets) with Polyaxon's compiler; a sweep is compiled point by point."""
-    from harness.specs import check_files, parse_param_options
+    from harness.specs import check_files, overridden_params, parse_param_options
 
-    points = check_files(files, parse_param_options(param))
+    params = parse_param_options(param)
+    points = check_files(files, params)
+    warn_overridden(overridden_params(files, params), params)
     described = " + ".join(str(path) for path in files)
     if points:
         print(f"{described}: valid, {len(points)} sweep points each compiled")
@@ -346,7 +354,7 @@ def check(
         print(f"{described}: valid")
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_HELP)
 @one_line_errors
 def serve(
     files: list[Path] = typer.Option(..., "-f", "--file", help="service polyaxonfile, then presets"),
@@ -355,7 +363,7 @@ def serve(
     port: int | None = typer.Option(None, help="local port (default: a free one)"),
     health_timeout_s: float = typer.Option(300.0, help="seconds to wait for /health"),
 ) -> None:
-    """Run a service polyaxonfile on the local vLLM engine until interrupted (Ctrl-C stops it cleanly)."""
+    """Run a service polyaxonfile on the local vLLM engine until interrupted (Ctrl-C stops it cleanly, exit 130)."""
     from harness.launch import local_engine, wait_while_healthy
     from harness.specs import parse_param_options
 
@@ -364,8 +372,9 @@ def serve(
         try:
             print(f"engine healthy at {engine.base_url} (pid {engine.pid}, log {engine.log_path})", flush=True)
             wait_while_healthy(engine)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the engine stops on the way out; the exit code says it was stopped
             print("stopping the engine", flush=True)
+            raise
 
 
 @app.command()
@@ -389,7 +398,7 @@ def report(
     print(f"report: {written.markdown} and {written.html}")
 
 
-@app.command("run-local")
+@app.command("run-local", epilog=EXIT_CODES_HELP)
 @one_line_errors
 def run_local(
     files: list[Path] = typer.Option(..., "-f", "--file", help="job polyaxonfile or sweep, then presets"),
@@ -400,20 +409,24 @@ def run_local(
 ) -> None:
     """Execute a compiled experiment (or every point of its sweep) as local processes, tracked offline."""
     from harness.local_executor import run_locally
-    from harness.specs import parse_param_options
+    from harness.specs import overridden_params, parse_param_options
     from harness.tracking import offline_tracking_env
 
     def announce(index: int, total: int, point: dict[str, object]) -> None:
         print(f"point {index + 1}/{total}: {point}", file=sys.stderr, flush=True)
 
-    runs = run_locally(files, parse_param_options(param), out_root=out,
+    params = parse_param_options(param)
+    warn_overridden(overridden_params(files, params), params)
+    runs = run_locally(files, params, out_root=out,
                        env=offline_tracking_env(offline_root, project), on_start=announce)
     for run in runs:
         print(f"point {run.index}: exit {run.exit_code}, outputs {run.outputs_dir}")
     print(f"offline runs in {offline_root} (polyaxon ops ls --offline --path {offline_root} -io)")
+    if any(run.exit_code != 0 for run in runs):
+        raise typer.Exit(EXIT_INVALID)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_HELP)
 @one_line_errors
 def sweep(
     files: list[Path] = typer.Option(..., "-f", "--file", help="sweep polyaxonfile (its matrix gives the points)"),
@@ -432,7 +445,16 @@ def sweep(
     """Vary one limit over a vLLM service: start it, run the harness job against it, stop it; next point."""
     from harness.launch import stop_on_sigterm
     from harness.specs import parse_param_options
-    from harness.sweep import Backend, LocalBackend, PolyaxonBackend, run_sweep, service_params, sweep_points
+    from harness.sweep import (
+        Backend,
+        LocalBackend,
+        Outcome,
+        PolyaxonBackend,
+        check_harness_params,
+        run_sweep,
+        service_params,
+        sweep_points,
+    )
     from harness.tracking import DEFAULT_PROJECT, offline_tracking_env
 
     if project is None and not local:
@@ -441,6 +463,8 @@ def sweep(
     limit, points = sweep_points(files, service_files, params)
     for_service = service_params(service_files, params)
     for_harness = {name: value for name, value in params.items() if name not in for_service}
+    check_harness_params(harness_files, for_harness)
+    warn_overridden([limit] if limit in params else [], params)
     backend: Backend
     if local:
         tracking = offline_tracking_env(out / "polyaxon", project or DEFAULT_PROJECT)
@@ -456,9 +480,11 @@ def sweep(
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
     print(f"sweep over {limit}: {out / 'sweep.json'}")
+    if any(point.outcome != Outcome.MEASURED for point in result.points):
+        raise typer.Exit(EXIT_INVALID)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_HELP)
 @one_line_errors
 def demo(
     out: Path | None = typer.Option(None, help="directory for the demo's runs and report (default: runs/demo-TIME)"),
@@ -473,4 +499,7 @@ def demo(
     console = Console() if sys.stdout.isatty() else Console(width=120)  # a log file is not 80 columns wide
     result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), console)
     failed = f"; points that failed: {result.failed_points}" if result.failed_points else ""
-    print(f"demo finished in {result.seconds:.0f} s{failed}")
+    invalid = f"; invalid points: {result.invalid_points}" if result.invalid_points else ""
+    print(f"demo finished in {result.seconds:.0f} s{failed}{invalid}")
+    if result.failed_points or result.invalid_points:
+        raise typer.Exit(EXIT_INVALID)
