@@ -131,14 +131,27 @@ def prompts_build_token_ids(
     salt: str | None = typer.Option(None, help="per-run salt: unique leading tokens defeat prefix-cache hits"),
     seed: int = typer.Option(0, help="numpy Generator seed"),
     name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
+    tokenizer: str | None = typer.Option(None, help="tokenizer directory or hub id the ids are meant for: "
+                                         "--vocab-high beyond it is refused, special ids in range warned about"),
+    revision: str | None = typer.Option(None, help="pinned hub revision of --tokenizer"),
 ) -> None:
     """Seeded token-id prompts of exact lengths, sent to /v1/completions as-is."""
     from harness.inventory import write_inventory
-    from harness.inventory_build import build_token_id_inventory, int_list, token_id_recipe, token_shapes
+    from harness.inventory_build import (
+        build_token_id_inventory,
+        check_vocabulary,
+        int_list,
+        token_id_recipe,
+        token_shapes,
+    )
 
     lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
+    vocabulary = {"low": vocab_low, "high": vocab_high, "excluded_ids": int_list(exclude_ids, "--exclude-ids", minimum=0)}
+    if tokenizer is not None:
+        for warning in check_vocabulary(vocabulary, tokenizer, revision):
+            print(f"warning: {warning}", file=sys.stderr)
     recipe = token_id_recipe(
-        vocabulary={"low": vocab_low, "high": vocab_high, "excluded_ids": int_list(exclude_ids, "--exclude-ids", minimum=0)},
+        vocabulary=vocabulary,
         prompt_tokens=lengths,
         output_cap_tokens=caps,
         shared_prefix_tokens=shared_prefix_tokens,
