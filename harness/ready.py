@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import sys
 import time
 
@@ -27,7 +28,11 @@ async def discover_server(base_url: str, ready_timeout_s: float) -> tuple[str, i
         await wait_healthy(http, base_url, ready_timeout_s)
         try:
             answer = await http.get("/v1/models")
+            answer.raise_for_status()
             card = answer.json()["data"][0]
+        except httpx.HTTPStatusError as error:
+            raise HarnessError(f"server {base_url}: GET /v1/models gave no model (HTTP "
+                               f"{error.response.status_code}): not a vLLM server") from None
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as error:
             raise HarnessError(f"server {base_url}: GET /v1/models gave no model ({_describe(error)}): "
                                "not a vLLM server") from None
@@ -38,9 +43,10 @@ async def discover_server(base_url: str, ready_timeout_s: float) -> tuple[str, i
 
 
 async def wait_healthy(http: httpx.AsyncClient, base_url: str, ready_timeout_s: float) -> None:
-    """Poll /health until 200; one line on stderr every few seconds says what the server last did."""
+    """Poll /health until 200; a line on stderr at the first miss and every few seconds after says what the
+    server last did."""
     started = time.monotonic()
-    last_line = started
+    last_line = -math.inf
     while True:
         try:
             status = (await http.get("/health")).status_code
@@ -51,7 +57,7 @@ async def wait_healthy(http: httpx.AsyncClient, base_url: str, ready_timeout_s: 
         if status == 200:
             return
         if status is not None and 400 <= status < 500:
-            raise HarnessError(f"server {base_url} answers GET /health with {status}: not a vLLM server")
+            raise HarnessError(f"server {base_url}: answers GET /health with {status}: not a vLLM server")
         waited_s = time.monotonic() - started
         if waited_s > ready_timeout_s:
             raise HarnessError(f"server {base_url} not ready (GET /health: {last}) within {ready_timeout_s:g} s")
