@@ -77,8 +77,8 @@ class ClientSettings:
     temperature: float = 0.0
     pool_size: int = 256
     connect_timeout_s: float = 10.0
-    read_timeout_s: float = 300.0  # from sending to the first token: queueing in the server counts
-    stall_timeout_s: float = 60.0  # the longest silence once tokens flow
+    read_timeout_s: float = 300.0  # from sending to the first response byte: queueing in the server counts
+    stall_timeout_s: float = 60.0  # the longest silence once the response has started
     api_key_env: str = "OPENAI_API_KEY"
 
 

@@ -154,7 +154,8 @@ async def _run(
         ),
     )
     clock_zero = time.perf_counter()
-    config = config.model_copy(update={"clock_zero_unix_s": time.time()})
+    timeouts = _timeouts(config, inventory)
+    config = config.model_copy(update={"clock_zero_unix_s": time.time(), **timeouts})
     writer.write_model("config.json", config)
     records: list[RequestRecord] = []
     samples: list[ServerSample] = []
@@ -169,7 +170,7 @@ async def _run(
         model=served_model,
         temperature=config.temperature,
         pool_size=limit or UNCAPPED_POOL_SIZE,
-        **_timeouts(config, inventory),
+        **timeouts,
     )
     sampler = MetricsSampler(config.base_url, config.sample_interval_s, clock_zero, keep_sample)
     keep_sample(await sampler.scrape())

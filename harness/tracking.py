@@ -128,12 +128,13 @@ def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:
 def run_outputs(summary: RunSummary) -> dict[str, Any]:
     """Every scalar of the summary, latency percentiles flattened to `ttft_ms_p99`-style names."""
     outputs: dict[str, Any] = {}
-    for name, value in summary.model_dump(exclude={"latency", "errors_by_class", "invalid_reasons",
-                                                   "schema_version"}).items():
+    for name, value in summary.model_dump(exclude={"latency", "errors_by_class", "error_fraction_by_class",
+                                                   "invalid_reasons", "schema_version", "run_id"}).items():
         if value is not None:
             outputs[name] = value
     outputs.update({name: value for name, value in summary.latency.items() if value is not None})
     outputs.update({f"errors_{name}": count for name, count in summary.errors_by_class.items()})
+    outputs.update({f"error_rate_{name}_fraction": share for name, share in summary.error_fraction_by_class.items()})
     outputs["invalid_reasons"] = "; ".join(summary.invalid_reasons)
     return outputs
 

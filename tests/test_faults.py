@@ -22,6 +22,7 @@ from harness.client import ErrorClass
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
 from harness.record import read_requests
+from harness.tracking import run_io
 
 from conftest import emulator, emulator_process
 
@@ -90,6 +91,10 @@ def test_a_server_killed_mid_run_makes_an_invalid_run_that_names_the_server(inve
     assert any(reason.startswith("requests failed: error_rate_fraction 0.9") for reason in summary["invalid_reasons"])
     refused = next(r for r in records if r.error_class == ErrorClass.connection_refused)
     assert "Connect" in (refused.error or "")
+    _, outputs = run_io(out)  # what the Polyaxon dashboard shows
+    assert outputs["errors_connection_refused"] == errors["connection_refused"]
+    assert outputs["error_rate_connection_refused_fraction"] == pytest.approx(errors["connection_refused"] / 200)
+    assert outputs["valid"] is False and outputs["invalid_reasons"].startswith("requests failed")
     written = report(tmp_path / "runs", tmp_path / "report")
     assert written.returncode == 0, written.stderr
     assert written.stdout.startswith(f"{summary['run_id']}: server dead or failing (requests failed)")
