@@ -83,9 +83,10 @@ def test_a_server_killed_mid_run_makes_an_invalid_run_that_names_the_server(inve
     records = read_requests(out)
     assert len(records) == summary["requests_sent"] == 200  # every request has its record
     errors = summary["errors_by_class"]
-    # In flight at the kill: reset (or, between requests, refused). Every later one: refused, not reset.
+    # Reset: the 4 in flight at the kill, and at most one more per worker that reused a kept-alive connection
+    # the kill had closed. Every later request is refused, not reset.
     assert set(errors) <= {"connection_refused", "connection_reset"} and errors["connection_refused"] >= 150
-    assert errors.get("connection_reset", 0) <= 4
+    assert errors.get("connection_reset", 0) <= 8
     assert summary["error_rate_fraction"] == pytest.approx(sum(errors.values()) / 200)
     assert summary["valid"] is False
     assert any(reason.startswith("requests failed: error_rate_fraction 0.9") for reason in summary["invalid_reasons"])
