@@ -187,6 +187,8 @@ async def _run(
         async with StreamingClient(settings, clock_zero) as client:
             load = asyncio.create_task(send_all(config, inventory, client, finished))
             loop = asyncio.get_running_loop()
+            # asyncio resets a removed handler to the default; the caller's (an engine's stop on SIGTERM) returns
+            previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, _stop, load, interrupted, signal.Signals(signum).name)
             try:
@@ -195,8 +197,10 @@ async def _run(
                 if not interrupted:
                     raise
             finally:
-                for signum in (signal.SIGINT, signal.SIGTERM):
+                for signum, handler in previous.items():
                     loop.remove_signal_handler(signum)
+                    if handler is not None:  # None: set outside Python, nothing to give back
+                        signal.signal(signum, handler)
     sampling.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sampling
