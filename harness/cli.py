@@ -421,6 +421,7 @@ def run_local(
     project: str = typer.Option("local/vllm-harness", help="project the offline runs belong to"),
 ) -> None:
     """Execute a compiled experiment (or every point of its sweep) as local processes, tracked offline."""
+    from harness.launch import stop_on_sigterm
     from harness.local_executor import run_locally
     from harness.specs import overridden_params, parse_param_options
     from harness.tracking import offline_tracking_env
@@ -430,8 +431,9 @@ def run_local(
 
     params = parse_param_options(param)
     warn_overridden(overridden_params(files, params), params)
-    runs = run_locally(files, params, out_root=out,
-                       env=offline_tracking_env(offline_root, project), on_start=announce)
+    with stop_on_sigterm():
+        runs = run_locally(files, params, out_root=out,
+                           env=offline_tracking_env(offline_root, project), on_start=announce)
     for run in runs:
         print(f"point {run.index}: exit {run.exit_code}, outputs {run.outputs_dir}")
     print(f"offline runs in {offline_root} (polyaxon ops ls --offline --path {offline_root} -io)")
@@ -508,9 +510,11 @@ def demo(
     from rich.console import Console
 
     from harness.demo import run_demo
+    from harness.launch import stop_on_sigterm
 
     console = Console() if sys.stdout.isatty() else Console(width=120)  # a log file is not 80 columns wide
-    result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), console)
+    with stop_on_sigterm():
+        result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), console)
     failed = f"; points that failed: {result.failed_points}" if result.failed_points else ""
     invalid = f"; invalid points: {result.invalid_points}" if result.invalid_points else ""
     print(f"demo finished in {result.seconds:.0f} s{failed}{invalid}")

@@ -257,3 +257,29 @@ def test_report_refuses_a_damaged_record_in_one_line_naming_the_file(
     assert written.returncode == 2
     [line] = written.stderr.strip().splitlines()
     assert line.startswith("error: ") and message.format(run_id=run_id) in line
+
+
+def test_a_stopped_local_sweep_passes_the_stop_to_its_point(inventory_dir: Path, tmp_path: Path):
+    """`harness run-local` stopped by SIGTERM: the point in progress is stopped the same way, so it records its
+    requests in flight and writes its summary before the sweep exits 143."""
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "kind: component\n"
+        "inputs: [{name: base_url, type: str}, {name: inventory, type: str}]\n"
+        "run:\n  kind: job\n  container:\n    image: local\n"
+        "    command: [harness, run, --base-url, '{{ base_url }}', --inventory, '{{ inventory }}', --concurrency, '4',"
+        " --requests, '400', --max-tokens, '10', --sample-interval-s, '0.2',"
+        " --out, '{{ globals.run_outputs_path }}/run']\n")
+    out = tmp_path / "points"
+    with emulator(**SERVER) as base_url:
+        sweep = subprocess.Popen([HARNESS, "run-local", "-f", str(job), "-P", f"base_url={base_url}",
+                                  "-P", f"inventory={inventory_dir}", "--out", str(out),
+                                  "--offline-root", str(tmp_path / "polyaxon")],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        finished_lines(out / "point-0" / "run", 12)
+        sweep.send_signal(signal.SIGTERM)
+        seconds, stderr = ended_within(sweep, 60)
+    print(f"run-local SIGTERM: the sweep ended {seconds:.1f} s later")
+    assert sweep.returncode == 143, stderr
+    summary = json.loads((out / "point-0" / "run" / "summary.json").read_text())
+    assert summary["stopped_by_signal"] == "SIGTERM" and summary["errors_by_class"].get("cancelled", 0) >= 1
