@@ -475,6 +475,8 @@ def sweep(
     if project is None and not local:
         raise HarnessError("give --project OWNER/NAME, or --local to run on this machine")
     params = parse_param_options(param)
+    if (out / "sweep.json").exists():
+        raise HarnessError(f"--out {out}: already holds a sweep ({out / 'sweep.json'}); give a new directory")
     limit, points = sweep_points(files, service_files, params)
     for_service = service_params(service_files, params)
     for_harness = {name: value for name, value in params.items() if name not in for_service}

@@ -46,6 +46,7 @@ def run_locally(
     """Each point's container command as a local process, one after another; returns their exit codes."""
     files = [Path(path) for path in polyaxonfiles]
     points = check_files(files, params) or [dict(params)]  # a file without a matrix is one point
+    refuse_used_outputs(out_root, len(points))
     runs = []
     for index, point in enumerate(points):
         outputs = (out_root / f"point-{index}").resolve()
@@ -65,6 +66,15 @@ def run_locally(
             exit_code = wait_passing_stop(process)
         runs.append(LocalRun(index=index, params=point, outputs_dir=str(outputs), exit_code=exit_code))
     return runs
+
+
+def refuse_used_outputs(out_root: Path, points: int) -> None:
+    """Every point writes into out_root/point-N; an earlier sweep's outputs there would mix two runs."""
+    used = [f"point-{index}" for index in range(points)
+            if (out_root / f"point-{index}").is_dir() and any((out_root / f"point-{index}").iterdir())]
+    if used:
+        raise HarnessError(f"--out {out_root}: an earlier run's outputs are in {', '.join(used)}; "
+                           "give a new directory")
 
 
 def wait_passing_stop(process: subprocess.Popen[bytes]) -> int:

@@ -51,8 +51,15 @@ def files(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "other.metrics").write_text("# TYPE process_open_fds gauge\nprocess_open_fds 34.0\n")
     (tmp_path / "held").mkdir()
     (tmp_path / "held" / "config.json").write_text('{"run_id": "0123abcd"}')
+    (tmp_path / "swept").mkdir()
+    (tmp_path / "swept" / "sweep.json").write_text("{}")
+    (tmp_path / "points" / "point-0").mkdir(parents=True)
+    (tmp_path / "points" / "point-0" / "stdout.log").write_text("")
+    (tmp_path / "job.yaml").write_text("kind: component\nrun:\n  kind: job\n  container:\n    image: local\n"
+                                       "    command: [harness, run]\n")
     return {"a_file": tmp_path / "a-file", "empty": tmp_path / "empty.metrics", "other": tmp_path / "other.metrics",
-            "held": tmp_path / "held"}
+            "held": tmp_path / "held", "swept": tmp_path / "swept", "points": tmp_path / "points",
+            "job": tmp_path / "job.yaml"}
 
 
 def run_args(out: str, *options: str, base_url: str = UNREACHABLE) -> list[str]:
@@ -71,6 +78,12 @@ BAD_INPUTS = [
      "error: --metrics {empty}: empty; expected a vLLM /metrics scrape"),
     ("metrics-without-vllm", lambda f: ["capacity", "--metrics", str(f["other"])],
      "error: --metrics {other}: no vLLM metric in it; expected a vLLM /metrics scrape"),
+    ("sweep-out-holds-a-sweep",
+     lambda f: ["sweep", "-f", str(ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"), "--local", "--out",
+                str(f["swept"])],
+     "error: --out {swept}: already holds a sweep ({swept}/sweep.json); give a new directory"),
+    ("run-local-out-used", lambda f: ["run-local", "-f", str(f["job"]), "--out", str(f["points"])],
+     "error: --out {points}: an earlier run's outputs are in point-0; give a new directory"),
     ("error-fraction-above-1", lambda f: run_args(str(f["held"]) + "-new", "--max-error-fraction", "1.5"),
      "error: --max-error-fraction must be between 0 and 1, not 1.5"),
     ("negative-read-timeout", lambda f: run_args(str(f["held"]) + "-new", "--read-timeout-s", "-1"),
