@@ -1,10 +1,10 @@
 """Which limit bound each run: rules in a fixed order, each citing exactly the figures it decided on.
 
-The order matters: a run whose engine never started has nothing else to say; a run whose client fell
-behind did not measure the server; memory pressure (preemption, or a queue while the cache is full)
-explains a queue before the sequence cap does; a front end that spent most of each request's time
-explains latency before compute does; only a run with no queue can be compute-bound, and only against
-a baseline from the same comparison.
+The order matters: a run whose engine never started has nothing else to say; a server whose requests
+failed is named before any limit; a run whose client fell behind did not measure the server; memory
+pressure (preemption, or a queue while the cache is full) explains a queue before the sequence cap does;
+a front end that spent most of each request's time explains latency before compute does; only a run with
+no queue can be compute-bound, and only against a baseline from the same comparison.
 
 Every rule reads only the figures it cites, so a verdict's evidence implies the verdict under the
 thresholds it states — checked for every rule in tests/test_analysis_diagnose.py. Queues are read from
@@ -25,8 +25,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.table import PEAK_RUNNING
+from harness.record import DEFAULT_MAX_ERROR_FRACTION
 
 WEIGHTS = "weights and start-up headroom"
+SERVER_FAILED = "server dead or failing (requests failed)"
 CLIENT = "measurement invalid (client)"
 KV_CAPACITY = "KV cache capacity"
 SCHEDULING = "max_num_seqs (scheduling)"
@@ -91,6 +93,11 @@ def _memory_bound(f: Figures) -> bool:
     return (_num(f, "preemptions_during_run") or 0) > 0 or (_queued(f) and cache_full)
 
 
+def _failing(f: Figures) -> bool:
+    rate, threshold = _num(f, "error_rate_fraction"), _num(f, "max_error_fraction")
+    return rate is not None and rate > (DEFAULT_MAX_ERROR_FRACTION if threshold is None else threshold)
+
+
 def _grown(f: Figures) -> bool:
     return any(_at_least(f, f"{name}_growth", LATENCY_GROWTH_FACTOR) for name in LATENCY_FIGURES)
 
@@ -105,6 +112,10 @@ RULES = (
                    "kv_cache_memory_bytes", "gpu_memory_utilization"),
          lambda f: f.get("engine_started") is False or _present(f, "engine_error"),
          "the engine did not start"),
+    Rule(SERVER_FAILED, ("error_rate_fraction", "max_error_fraction", "requests_ok", "requests_measured"),
+         lambda f: _failing(f),
+         "error_rate_fraction above the run's max_error_fraction: refused, reset, stalled and timed-out requests "
+         "are a dead or frozen server, 5xx a failing one"),
     Rule(CLIENT, ("valid", "invalid_reasons", "requests_ok", "dispatch_lag_ms_p99", "send_delay_ms_p99",
                   "loop_stall_share", "loop_lag_ms_max", "sample_gap_s_max"), lambda f: f.get("valid") is not True,
          "the run's own validity checks failed, or it recorded no summary"),
@@ -149,6 +160,9 @@ def diagnose(run_uuid: str, row: pd.Series, baseline: pd.Series | None, limit: s
     rule = next(rule for rule in RULES if rule.holds(figures))
     cited = {name: figures[name] for name in rule.cites if _present(figures, name)}
     notes = []
+    if rule.bound_by == SERVER_FAILED:  # which failures, by class (the client's own cancellations aside)
+        notes = [_shown(name, figures[name]) for name in sorted(figures) if name.startswith("errors_")
+                 and name != "errors_cancelled" and (_num(figures, name) or 0) > 0]
     if rule.bound_by == CLIENT and not _present(figures, "valid"):
         notes.append("summary missing: the run recorded no figures")
     if rule.bound_by == COMPUTE and baseline is not None:

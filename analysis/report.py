@@ -22,9 +22,11 @@ from analysis.diagnose import Verdict, diagnose_runs
 from analysis.plots import latency_vs_limit_png, server_series_png, throughput_vs_ttft_png
 from analysis.sources import DEFAULT_API_LIMIT, collect_runs
 from analysis.table import PEAK_RUNNING, RunTable, build_table
+from harness.errors import HarnessError
 
 RUN_FIGURES = ("ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "requests_per_s", "output_tokens_per_s",
-               "peak_waiting_requests", PEAK_RUNNING, "peak_kv_cache_usage_fraction", "preemptions_during_run", "valid")
+               "peak_waiting_requests", PEAK_RUNNING, "peak_kv_cache_usage_fraction", "preemptions_during_run",
+               "error_rate_fraction", "valid")
 CAPACITY_FIGURES = ("kv_cache_tokens_predicted", "kv_cache_tokens_logged", "max_concurrency_predicted",
                     "max_concurrency_logged", "num_blocks_predicted", "num_blocks_logged", "prediction_matches_log")
 POINT_FIGURES = ("ttft_ms_p99", "tpot_ms_p50", "output_tokens_per_s", "peak_waiting_requests",
@@ -66,6 +68,8 @@ def write_report(
     api_limit: int = DEFAULT_API_LIMIT,
 ) -> WrittenReport:
     """Read every source, compare along `limit`, diagnose each run, and write report.md and report.html."""
+    if out.exists() and not out.is_dir():
+        raise HarnessError(f"--out {out}: is a file; the report needs a directory")
     table = build_table(collect_runs(run_dirs, offline_root, project, query, api_limit))
     comparison = compare_one_limit(table, limit)
     verdicts = diagnose_runs(comparison.runs, limit)

@@ -19,7 +19,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.record import read_samples
+from harness.record import check_run_files, read_samples
 from harness.tracking import ENGINE_JSON, SERIES, TRACKING_JSON, TrackedRun, run_io
 
 SERIES_NAMES = tuple(SERIES)
@@ -57,7 +57,8 @@ def runs_from_directories(roots: Sequence[Path]) -> list[SourcedRun]:
 
 
 def read_run_directory(run_dir: Path) -> SourcedRun:
-    """One record through `run_io`; a malformed file is one line naming it."""
+    """One record through `run_io`; a malformed, truncated or mixed file is one line naming it."""
+    check_run_files(run_dir)
     try:
         inputs, outputs = run_io(run_dir)
         series = _samples_frame(run_dir)

@@ -9,8 +9,8 @@ max_num_seqs over ten values, a hundred repeats each.
 
 Timed: what `harness report` does before drawing — read every record through `harness.tracking.run_io`
 (config, engine, summary and capacity JSON) plus its samples.jsonl for the metric series, join them into
-one table, check the sweep and aggregate its points, and diagnose every run. The analysis does not
-re-read requests.parquet: summary.json already carries the figures computed from it when the run ended.
+one table, check the sweep and aggregate its points, and diagnose every run. Of requests.parquet the analysis
+reads only the footer, to check the row count against summary.json, which already carries the figures.
 
     .venv/bin/python benchmarks/analysis_scale.py [--runs 1000] [--requests 10000] [--keep DIR]
 """

@@ -134,9 +134,20 @@ def capacity_from_sources(
         text = read_run_log(run_dir)
     elif polyaxon_run is not None and project is not None:
         text = fetch_polyaxon_run_log(polyaxon_run, project)
-    snapshot = parse_metrics(_metrics_text(metrics)) if metrics is not None else None
+    snapshot = _metrics_snapshot(metrics) if metrics is not None else None
     parsed = parse_startup_log(text) if text is not None else None
     return build_capacity_report(parsed, snapshot, model=model, revision=revision, gpu=gpu, stated=stated)
+
+
+def _metrics_snapshot(source: str) -> MetricsSnapshot:
+    """A scrape that names no vLLM metric would silently add nothing to the comparison: refused."""
+    text = _metrics_text(source)
+    if not text.strip():
+        raise HarnessError(f"--metrics {source}: empty; expected a vLLM /metrics scrape")
+    snapshot = parse_metrics(text)
+    if snapshot == MetricsSnapshot():
+        raise HarnessError(f"--metrics {source}: no vLLM metric in it; expected a vLLM /metrics scrape")
+    return snapshot
 
 
 def _metrics_text(source: str) -> str:

@@ -10,7 +10,15 @@ from typing import Any
 
 import typer
 
-from harness.errors import HarnessError
+from harness.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CODES_HELP,
+    EXIT_ENGINE_DID_NOT_START,
+    EXIT_INVALID,
+    EXIT_SIGINT,
+    HarnessError,
+    exit_code_for_signal,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -24,10 +32,10 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             return command(*args, **kwargs)
         except HarnessError as error:
             print(f"error: {error}", file=sys.stderr)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:  # whatever had finished is already on disk
             print("interrupted", file=sys.stderr)
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_SIGINT) from None
 
     return wrapper
 
@@ -153,14 +161,27 @@ def prompts_build_token_ids(
     salt: str | None = typer.Option(None, help="per-run salt: unique leading tokens defeat prefix-cache hits"),
     seed: int = typer.Option(0, help="numpy Generator seed"),
     name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
+    tokenizer: str | None = typer.Option(None, help="tokenizer directory or hub id the ids are meant for: "
+                                         "--vocab-high beyond it is refused, special ids in range warned about"),
+    revision: str | None = typer.Option(None, help="pinned hub revision of --tokenizer"),
 ) -> None:
     """Seeded token-id prompts of exact lengths, sent to /v1/completions as-is."""
     from harness.inventory import write_inventory
-    from harness.inventory_build import build_token_id_inventory, int_list, token_id_recipe, token_shapes
+    from harness.inventory_build import (
+        build_token_id_inventory,
+        check_vocabulary,
+        int_list,
+        token_id_recipe,
+        token_shapes,
+    )
 
     lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
+    vocabulary = {"low": vocab_low, "high": vocab_high, "excluded_ids": int_list(exclude_ids, "--exclude-ids", minimum=0)}
+    if tokenizer is not None:
+        for warning in check_vocabulary(vocabulary, tokenizer, revision):
+            print(f"warning: {warning}", file=sys.stderr)
     recipe = token_id_recipe(
-        vocabulary={"low": vocab_low, "high": vocab_high, "excluded_ids": int_list(exclude_ids, "--exclude-ids", minimum=0)},
+        vocabulary=vocabulary,
         prompt_tokens=lengths,
         output_cap_tokens=caps,
         shared_prefix_tokens=shared_prefix_tokens,
@@ -228,11 +249,12 @@ def prompts_verify(
     print(f"{server}: all {inventory.manifest.prompt_count} prompt token counts match")
 
 
-@app.command("run")
+@app.command("run", epilog=EXIT_CODES_HELP)
 @one_line_errors
 def run_command(
     inventory: Path = typer.Option(..., help="prompt inventory directory"),
-    out: Path = typer.Option(..., help="run record directory to write"),
+    out: Path = typer.Option(..., help="run record directory to write (refused if it holds a run)"),
+    force: bool = typer.Option(False, help="move a run already in --out aside to OUT.replaced-<run id>"),
     base_url: str | None = typer.Option(None, help="server base URL, e.g. http://127.0.0.1:8000"),
     service_uuid: str | None = typer.Option(None, help="Polyaxon service run measured (reached in-cluster "
                                             "unless --base-url says where)"),
@@ -253,7 +275,14 @@ def run_command(
     cold: bool = typer.Option(False, help="declare the run cold: prefix-cache hits make it invalid"),
     sample_interval_s: float = typer.Option(1.0, help="seconds between /metrics scrapes"),
     max_dispatch_lag_ms: float = typer.Option(10.0, help="p99 dispatch lag above which the run is invalid"),
-    ready_timeout_s: float = typer.Option(600.0, help="seconds to wait for the server's /health"),
+    max_error_fraction: float = typer.Option(0.05, help="share of failed requests above which the run is invalid"),
+    read_timeout_s: float | None = typer.Option(None, help="longest wait for a request's first byte, s (default: "
+                                                "60 + every request in flight producing its cap at 40 tokens/s)"),
+    stall_timeout_s: float | None = typer.Option(None, help="no byte for this long once a response started ends "
+                                                 "the request as 'stalled', s (default: 30 + 0.1 per request in "
+                                                 "flight)"),
+    ready_timeout_s: float = typer.Option(600.0, help="seconds to wait for the server's /health (progress on "
+                                          "stderr; a server that answers but is not vLLM fails at once)"),
     project: str | None = typer.Option(None, envvar="HARNESS_PROJECT", help="track in this Polyaxon project"),
     offline_root: Path | None = typer.Option(None, envvar="HARNESS_OFFLINE_ROOT",
                                              help="track offline into this Polyaxon offline root"),
@@ -267,6 +296,7 @@ def run_command(
     """
     from harness.experiment import measure
     from harness.launch import engine_base_url
+    from harness.record import claim_run_dir
     from harness.runner import build_run_config
 
     if engine and (base_url or service_uuid):
@@ -278,15 +308,25 @@ def run_command(
         max_tokens=max_tokens, requests=requests, duration_s=duration_s, warmup=warmup, seed=seed, order=order,
         temperature=temperature, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, cold=cold,
         sample_interval_s=sample_interval_s, max_dispatch_lag_ms=max_dispatch_lag_ms,
+        max_error_fraction=max_error_fraction, read_timeout_s=read_timeout_s, stall_timeout_s=stall_timeout_s,
     )
+    moved = claim_run_dir(out, force=force)
+    if moved is not None:
+        print(f"moved the run that was in {out} to {moved}", file=sys.stderr)
     summary, tracked = measure(config, prompts, out, engine_argv=engine, ready_timeout_s=ready_timeout_s,
                                project=project, offline_root=offline_root)
     if tracked is not None:
         print(f"tracked as Polyaxon run {tracked.run_uuid} in {tracked.owner}/{tracked.project}", file=sys.stderr)
     if summary is None:  # not bad input: the record is the result, and says how far the engine got
         print(f"error: the engine did not start; its log and capacity are in {out}", file=sys.stderr)
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_ENGINE_DID_NOT_START)
     print(summary.model_dump_json(indent=2))
+    stopped = exit_code_for_signal(summary.stopped_by_signal)
+    if stopped is not None:
+        raise typer.Exit(stopped)
+    if not summary.valid:
+        print(f"invalid run: {'; '.join(summary.invalid_reasons)}", file=sys.stderr)
+        raise typer.Exit(EXIT_INVALID)
 
 
 @app.command()
@@ -338,6 +378,12 @@ def model_tiny(seed: int = typer.Option(0, help="weights seed; the same seed giv
     print(ensure_tiny_model(seed))
 
 
+def warn_overridden(names: list[str], params: dict[str, Any]) -> None:
+    """A -P value that every sweep point replaces is legal but does nothing: say so."""
+    for name in names:
+        print(f"warning: -P {name}={params[name]} is not used: every point of the sweep sets {name}", file=sys.stderr)
+
+
 @app.command()
 @one_line_errors
 def check(
@@ -345,9 +391,11 @@ def check(
     param: list[str] = typer.Option([], "-P", "--param", help="name=value, as for polyaxon run"),
 ) -> None:
     """Compile a polyaxonfile (+ presets) with Polyaxon's compiler; a sweep is compiled point by point."""
-    from harness.specs import check_files, parse_param_options
+    from harness.specs import check_files, overridden_params, parse_param_options
 
-    points = check_files(files, parse_param_options(param))
+    params = parse_param_options(param)
+    points = check_files(files, params)
+    warn_overridden(overridden_params(files, params), params)
     described = " + ".join(str(path) for path in files)
     if points:
         print(f"{described}: valid, {len(points)} sweep points each compiled")
@@ -357,7 +405,7 @@ def check(
         print(f"{described}: valid")
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_HELP)
 @one_line_errors
 def serve(
     files: list[Path] = typer.Option(..., "-f", "--file", help="service polyaxonfile, then presets"),
@@ -366,7 +414,7 @@ def serve(
     port: int | None = typer.Option(None, help="local port (default: a free one)"),
     health_timeout_s: float = typer.Option(300.0, help="seconds to wait for /health"),
 ) -> None:
-    """Run a service polyaxonfile on the local vLLM engine until interrupted (Ctrl-C stops it cleanly)."""
+    """Run a service polyaxonfile on the local vLLM engine until interrupted (Ctrl-C stops it cleanly, exit 130)."""
     from harness.launch import local_engine, wait_while_healthy
     from harness.specs import parse_param_options
 
@@ -375,8 +423,9 @@ def serve(
         try:
             print(f"engine healthy at {engine.base_url} (pid {engine.pid}, log {engine.log_path})", flush=True)
             wait_while_healthy(engine)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the engine stops on the way out; the exit code says it was stopped
             print("stopping the engine", flush=True)
+            raise
 
 
 @app.command()
@@ -400,7 +449,7 @@ def report(
     print(f"report: {written.markdown} and {written.html}")
 
 
-@app.command("run-local")
+@app.command("run-local", epilog=EXIT_CODES_HELP)
 @one_line_errors
 def run_local(
     files: list[Path] = typer.Option(..., "-f", "--file", help="job polyaxonfile or sweep, then presets"),
@@ -410,21 +459,27 @@ def run_local(
     project: str = typer.Option("local/vllm-harness", help="project the offline runs belong to"),
 ) -> None:
     """Execute a compiled experiment (or every point of its sweep) as local processes, tracked offline."""
+    from harness.launch import stop_on_sigterm
     from harness.local_executor import run_locally
-    from harness.specs import parse_param_options
+    from harness.specs import overridden_params, parse_param_options
     from harness.tracking import offline_tracking_env
 
     def announce(index: int, total: int, point: dict[str, object]) -> None:
         print(f"point {index + 1}/{total}: {point}", file=sys.stderr, flush=True)
 
-    runs = run_locally(files, parse_param_options(param), out_root=out,
-                       env=offline_tracking_env(offline_root, project), on_start=announce)
+    params = parse_param_options(param)
+    warn_overridden(overridden_params(files, params), params)
+    with stop_on_sigterm():
+        runs = run_locally(files, params, out_root=out,
+                           env=offline_tracking_env(offline_root, project), on_start=announce)
     for run in runs:
         print(f"point {run.index}: exit {run.exit_code}, outputs {run.outputs_dir}")
     print(f"offline runs in {offline_root} (polyaxon ops ls --offline --path {offline_root} -io)")
+    if any(run.exit_code != 0 for run in runs):
+        raise typer.Exit(EXIT_INVALID)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_HELP)
 @one_line_errors
 def sweep(
     files: list[Path] = typer.Option(..., "-f", "--file", help="sweep polyaxonfile (its matrix gives the points)"),
@@ -443,15 +498,28 @@ def sweep(
     """Vary one limit over a vLLM service: start it, run the harness job against it, stop it; next point."""
     from harness.launch import stop_on_sigterm
     from harness.specs import parse_param_options
-    from harness.sweep import Backend, LocalBackend, PolyaxonBackend, run_sweep, service_params, sweep_points
+    from harness.sweep import (
+        Backend,
+        LocalBackend,
+        Outcome,
+        PolyaxonBackend,
+        check_harness_params,
+        run_sweep,
+        service_params,
+        sweep_points,
+    )
     from harness.tracking import DEFAULT_PROJECT, offline_tracking_env
 
     if project is None and not local:
         raise HarnessError("give --project OWNER/NAME, or --local to run on this machine")
     params = parse_param_options(param)
+    if (out / "sweep.json").exists():
+        raise HarnessError(f"--out {out}: already holds a sweep ({out / 'sweep.json'}); give a new directory")
     limit, points = sweep_points(files, service_files, params)
     for_service = service_params(service_files, params)
     for_harness = {name: value for name, value in params.items() if name not in for_service}
+    check_harness_params(harness_files, for_harness)
+    warn_overridden([limit] if limit in params else [], params)
     backend: Backend
     if local:
         tracking = offline_tracking_env(out / "polyaxon", project or DEFAULT_PROJECT)
@@ -467,9 +535,11 @@ def sweep(
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
     print(f"sweep over {limit}: {out / 'sweep.json'}")
+    if any(point.outcome != Outcome.MEASURED for point in result.points):
+        raise typer.Exit(EXIT_INVALID)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_HELP)
 @one_line_errors
 def demo(
     out: Path | None = typer.Option(None, help="directory for the demo's runs and report (default: runs/demo-TIME)"),
@@ -480,8 +550,13 @@ def demo(
     from rich.console import Console
 
     from harness.demo import run_demo
+    from harness.launch import stop_on_sigterm
 
     console = Console() if sys.stdout.isatty() else Console(width=120)  # a log file is not 80 columns wide
-    result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), console)
+    with stop_on_sigterm():
+        result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), console)
     failed = f"; points that failed: {result.failed_points}" if result.failed_points else ""
-    print(f"demo finished in {result.seconds:.0f} s{failed}")
+    invalid = f"; invalid points: {result.invalid_points}" if result.invalid_points else ""
+    print(f"demo finished in {result.seconds:.0f} s{failed}{invalid}")
+    if result.failed_points or result.invalid_points:
+        raise typer.Exit(EXIT_INVALID)

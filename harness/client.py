@@ -13,6 +13,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -30,6 +31,8 @@ class ErrorClass(StrEnum):
     http_4xx = "http_4xx"
     http_5xx = "http_5xx"
     timeout = "timeout"
+    stalled = "stalled"
+    connection_refused = "connection_refused"
     connection_reset = "connection_reset"
     cancelled = "cancelled"
 
@@ -76,7 +79,8 @@ class ClientSettings:
     temperature: float = 0.0
     pool_size: int = 256
     connect_timeout_s: float = 10.0
-    read_timeout_s: float = 300.0
+    read_timeout_s: float = 300.0  # from sending to the first response byte: queueing in the server counts
+    stall_timeout_s: float = 60.0  # the longest silence once the response has started
     api_key_env: str = "OPENAI_API_KEY"
 
 
@@ -98,8 +102,13 @@ def request_body(model: str, prompt: PromptRequest, temperature: float) -> tuple
 
 
 def classify_exception(error: BaseException) -> ErrorClass:
-    """httpx_aiohttp maps some aiohttp disconnects to httpx timeouts, so look at the cause first."""
+    """httpx_aiohttp maps some aiohttp disconnects to httpx timeouts (a refused connect included), so
+    look at the cause first."""
     cause = error.__cause__ or error
+    if isinstance(cause, ConnectionRefusedError) or isinstance(
+        getattr(cause, "os_error", None), ConnectionRefusedError
+    ):
+        return ErrorClass.connection_refused
     if isinstance(cause, (TimeoutError, asyncio.TimeoutError)) or (
         cause is error and isinstance(error, httpx.TimeoutException)
     ):
@@ -165,7 +174,8 @@ class StreamingClient:
         api_key = os.environ.get(settings.api_key_env)
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s, pool=None)
+        # Reads are bounded by `send`'s own deadline (read timeout, then stall timeout), not per socket read.
+        timeout = httpx.Timeout(None, connect=settings.connect_timeout_s, pool=None)
         self.http = httpx.AsyncClient(
             base_url=settings.base_url,
             headers=headers,
@@ -191,21 +201,37 @@ class StreamingClient:
         status: int | None = None
         error_class: ErrorClass | None = None
         error: str | None = None
+        loop = asyncio.get_running_loop()
+        deadline = asyncio.timeout(self.settings.read_timeout_s)
         try:
-            async with self.http.stream("POST", path, content=json.dumps(body).encode(), headers=JSON) as response:
+            async with deadline, self.http.stream(
+                "POST", path, content=json.dumps(body).encode(), headers=JSON
+            ) as response:
                 status = response.status_code
                 if status >= 400:
                     message = (await response.aread()).decode(errors="replace")
                     error_class, error = classify_status(status, message), message[:500]
                 else:
-                    await stream.consume(response, self.clock_zero)
+                    await stream.consume(
+                        response, self.clock_zero,
+                        on_read=lambda: deadline.reschedule(loop.time() + self.settings.stall_timeout_s),
+                    )
                     if stream.error is not None:
                         error_class, error = stream.error
                     elif not stream.done:
                         error_class, error = ErrorClass.connection_reset, "stream ended before [DONE]"
+        except TimeoutError as exc:
+            if not deadline.expired():
+                error_class, error = classify_exception(exc), f"{type(exc).__name__}: {exc}"[:500]
+            elif stream.reads:
+                error_class = ErrorClass.stalled
+                error = f"no byte for {self.settings.stall_timeout_s:g} s (stall timeout) after {stream.reads} reads"
+            else:
+                error_class = ErrorClass.timeout
+                error = f"no response byte within {self.settings.read_timeout_s:g} s (read timeout)"
         except asyncio.CancelledError:
             error_class, error = ErrorClass.cancelled, "run stopped while the request was in flight"
-        except (httpx.HTTPError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
             error_class, error = classify_exception(exc), f"{type(exc).__name__}: {exc}"[:500]
         except (ValueError, KeyError, TypeError) as exc:  # a 200 stream that is not vLLM's SSE shape
             error_class, error = ErrorClass.http_5xx, f"malformed stream: {type(exc).__name__}: {exc}"[:500]
@@ -241,16 +267,20 @@ class StreamState:
         self.finish_reason: str | None = None
         self.error: tuple[ErrorClass, str] | None = None
         self.done = False
+        self.reads = 0
         self.completion_tokens_seen = 0
 
-    async def consume(self, response: httpx.Response, clock_zero: float) -> None:
-        """Each read is decoded once; json.loads of bytes would sniff the encoding of every event."""
+    async def consume(self, response: httpx.Response, clock_zero: float, on_read: Callable[[], object]) -> None:
+        """Each read is decoded once; json.loads of bytes would sniff the encoding of every event.
+        `on_read` runs after every read: the stall clock restarts from there."""
         utf8 = codecs.getincrementaldecoder("utf-8")()
         pending = ""
         async for raw in response.aiter_raw():
             arrived_s = time.perf_counter() - clock_zero
             events = (pending + utf8.decode(raw)).split("\n\n")
             pending = events.pop()
+            self.reads += 1
+            on_read()
             for event in events:
                 if event.startswith("data: "):
                     self.on_event(event[6:], arrived_s)

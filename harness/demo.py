@@ -17,7 +17,7 @@ from rich.table import Table
 from analysis.report import WrittenReport, write_report
 from harness.budget import plan_budget
 from harness.budget_table import budget_renderable
-from harness.errors import HarnessError
+from harness.errors import EXIT_INVALID, HarnessError
 from harness.inventory import load_inventory
 from harness.launch import engine_python
 from harness.local_executor import run_locally
@@ -41,7 +41,8 @@ class DemoResult(BaseModel):
     offline_root: str
     report_markdown: str
     report_html: str
-    failed_points: list[int]
+    failed_points: list[int]  # the engine or the harness failed
+    invalid_points: list[int] = []  # measured, but the summary says the run is invalid
     seconds: float
 
 
@@ -84,7 +85,9 @@ def run_demo(out: Path, console: Console) -> DemoResult:
     console.print(f"Polyaxon offline runs: {offline_root} — `polyaxon ops ls --offline --path {offline_root} -io`, "
                   f"`haupt viewer --path {offline_root}`, or `polyaxon ops push -p PROJECT --path {offline_root} -a`")
     return DemoResult(points_dir=str(points_dir), offline_root=str(offline_root), report_markdown=str(written.markdown),
-                      report_html=str(written.html), failed_points=[r.index for r in runs if r.exit_code != 0],
+                      report_html=str(written.html),
+                      failed_points=[r.index for r in runs if r.exit_code not in (0, EXIT_INVALID)],
+                      invalid_points=[r.index for r in runs if r.exit_code == EXIT_INVALID],
                       seconds=time.monotonic() - started)
 
 

@@ -7,6 +7,25 @@ from pathlib import Path
 import pydantic
 
 
+# Exit codes a script can trust; `harness --help` and the README list them.
+EXIT_OK = 0  # finished, and the run (every point) is valid
+EXIT_ENGINE_DID_NOT_START = 1  # `harness run -- <engine>`: the record keeps the engine's log and says why
+EXIT_BAD_INPUT = 2  # could not start: bad input, or a server that is not there or not vLLM
+EXIT_INVALID = 3  # finished, but the summary is invalid (its reasons say why) or a point failed
+EXIT_SIGINT = 130  # stopped by SIGINT (Ctrl-C); what had finished is on disk
+EXIT_SIGTERM = 143  # stopped by SIGTERM
+EXIT_CODES_HELP = (
+    "Exit codes: 0 finished and valid; 3 finished but invalid (reasons in the summary) or a point failed; "
+    "2 bad input or could not start; 1 the engine did not start (its log is in the record); "
+    "130 / 143 stopped by SIGINT / SIGTERM."
+)
+
+
+def exit_code_for_signal(name: str | None) -> int | None:
+    """128 + the signal's number, as a shell reports a process stopped by it."""
+    return {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}.get(name or "")
+
+
 class HarnessError(Exception):
     """Bad input or an unusable environment; the message names the file, field or value."""
 

@@ -108,6 +108,25 @@ def build_text_inventory(name: str, recipe: TextRecipe) -> Inventory:
     return assemble_inventory(name, recipe, identity, prompts)
 
 
+def check_vocabulary(vocabulary: dict[str, Any], tokenizer: str, revision: str | None) -> list[str]:
+    """Token ids the tokenizer does not have cannot be served: refused. Special ids inside the range are
+    legal but act as control tokens: returned as warnings."""
+    directory, _ = resolve_tokenizer(tokenizer, revision)
+    loaded = _TokenCounter(directory, chat=False).tokenizer
+    size = len(loaded)
+    high, low = vocabulary["high"], vocabulary.get("low", 0)
+    if high > size:
+        raise HarnessError(f"--vocab-high {high}: tokenizer {tokenizer} has {size:,} ids (0 to {size - 1}); "
+                           f"give at most {size}")
+    excluded = set(vocabulary.get("excluded_ids") or [])
+    special = sorted(i for i in set(loaded.all_special_ids) if low <= i < high and i not in excluded)
+    if not special:
+        return []
+    shown = ",".join(str(i) for i in special[:10])
+    return [f"ids {shown} in [{low}, {high}) are tokenizer {tokenizer}'s special tokens; "
+            f"add them to --exclude-ids unless that is meant"]
+
+
 def resolve_tokenizer(source: str, revision: str | None) -> tuple[Path, TokenizerIdentity]:
     """A local directory as is, or a hub id at a pinned revision (from the local cache when offline)."""
     directory = Path(source)

@@ -10,6 +10,7 @@ free loopback port. Every point is checked before the first one starts.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -21,6 +22,9 @@ from pydantic import BaseModel
 from harness.errors import HarnessError
 from harness.launch import ENGINE_MODULE, engine_python, engine_reference, free_port, local_engine_words
 from harness.specs import check_files, render
+
+# A stopped point records its requests in flight, tracks its run and stops its engine within this.
+POINT_STOP_GRACE_S = 120.0
 
 
 class LocalRun(BaseModel):
@@ -42,6 +46,7 @@ def run_locally(
     """Each point's container command as a local process, one after another; returns their exit codes."""
     files = [Path(path) for path in polyaxonfiles]
     points = check_files(files, params) or [dict(params)]  # a file without a matrix is one point
+    refuse_used_outputs(out_root, len(points))
     runs = []
     for index, point in enumerate(points):
         outputs = (out_root / f"point-{index}").resolve()
@@ -57,10 +62,35 @@ def run_locally(
         argv = local_job_argv(rendered.argv, extra_args)
         with (outputs / "stdout.log").open("wb") as stdout:  # progress stays on stderr, results go to the file
             local = {"HARNESS_IMAGE_REFERENCE": engine_reference()}  # not the image the spec pins
-            completed = subprocess.run(argv, env=os.environ | rendered.env | local | (env or {}), stdout=stdout,
-                                       check=False)
-        runs.append(LocalRun(index=index, params=point, outputs_dir=str(outputs), exit_code=completed.returncode))
+            process = subprocess.Popen(argv, env=os.environ | rendered.env | local | (env or {}), stdout=stdout)
+            exit_code = wait_passing_stop(process)
+        runs.append(LocalRun(index=index, params=point, outputs_dir=str(outputs), exit_code=exit_code))
     return runs
+
+
+def refuse_used_outputs(out_root: Path, points: int) -> None:
+    """Every point writes into out_root/point-N; an earlier sweep's outputs there would mix two runs."""
+    used = [f"point-{index}" for index in range(points)
+            if (out_root / f"point-{index}").is_dir() and any((out_root / f"point-{index}").iterdir())]
+    if used:
+        raise HarnessError(f"--out {out_root}: an earlier run's outputs are in {', '.join(used)}; "
+                           "give a new directory")
+
+
+def wait_passing_stop(process: subprocess.Popen[bytes]) -> int:
+    """Wait for a point's process. When this process is stopped, the point is stopped the same way and
+    waited for, so it records its requests in flight and stops its engine before the sweep exits: Ctrl-C
+    reaches the whole process group already; SIGTERM (SystemExit under `stop_on_sigterm`) is passed on."""
+    try:
+        return process.wait()
+    except (KeyboardInterrupt, SystemExit) as stop:
+        if isinstance(stop, SystemExit):
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=POINT_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        raise
 
 
 def local_job_argv(words: list[str], extra_args: Sequence[str] = ()) -> list[str]:

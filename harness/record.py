@@ -12,7 +12,10 @@ A run killed without warning still leaves requests.jsonl with every request that
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import time
 from pathlib import Path
 from typing import IO
 
@@ -25,9 +28,17 @@ from harness.schedule import LoadShape
 from harness.server_metrics import MetricsSnapshot
 
 RECORD_SCHEMA_VERSION = 1
+CONFIG_JSON = "config.json"
+SUMMARY_JSON = "summary.json"
 REQUESTS_JSONL = "requests.jsonl"
 REQUESTS_PARQUET = "requests.parquet"
 SAMPLES_JSONL = "samples.jsonl"
+# Any one of these makes a directory a run record that a new run must not write into.
+RUN_FILES = {CONFIG_JSON, "environment.json", "engine.json", "capacity.json", "engine.log", SUMMARY_JSON,
+             REQUESTS_JSONL, REQUESTS_PARQUET, SAMPLES_JSONL, "tracking.json"}
+# Above this share of failed requests the figures describe a failing server, not a loaded one
+# (load tools commonly fail a test at 5 %).
+DEFAULT_MAX_ERROR_FRACTION = 0.05
 
 
 class Slo(BaseModel):
@@ -50,6 +61,9 @@ class RunConfig(BaseModel):
     slo: Slo
     cold: bool
     max_dispatch_lag_ms: float
+    max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION
+    read_timeout_s: float | None = Field(None, description="longest wait for a request's first byte")
+    stall_timeout_s: float | None = Field(None, description="longest silence once a response has started")
     sample_interval_s: float
     clock_zero_unix_s: float | None = Field(None, description="wall clock at t=0 of the run's monotonic clock")
 
@@ -73,14 +87,45 @@ class ServerSample(BaseModel):
     error: str | None = None
 
 
+def claim_run_dir(run_dir: Path, *, force: bool = False) -> Path | None:
+    """Make `run_dir` an empty home for one run. A folder that already holds a run is refused, or with
+    `force` moved aside whole (returned), so two runs' files never mix."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise HarnessError(f"--out {run_dir}: is a file, not a run directory")
+    held = sorted(path.name for path in run_dir.glob("*") if path.name in RUN_FILES) if run_dir.is_dir() else []
+    if not held:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return None
+    old_id = _recorded_run_id(run_dir)
+    if not force:
+        raise HarnessError(f"--out {run_dir}: already holds run {old_id or '(unknown id)'} ({', '.join(held)}); "
+                           "give a new directory, or --force to move the old run aside")
+    aside = run_dir.with_name(f"{run_dir.name}.replaced-{old_id or time.strftime('%Y%m%d-%H%M%S')}")
+    if aside.exists():
+        raise HarnessError(f"--force: cannot move {run_dir} aside, {aside} exists")
+    run_dir.rename(aside)
+    run_dir.mkdir(parents=True)
+    return aside
+
+
+def _recorded_run_id(run_dir: Path) -> str | None:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return str(json.loads((run_dir / CONFIG_JSON).read_text(encoding="utf-8"))["run_id"])
+    return None
+
+
 class RunWriter:
-    """Appends requests and samples as they happen; `finish` adds the table and the summary."""
+    """Appends requests and samples as they happen; `finish` adds the table and the summary.
+    The record files must not exist yet: appending to another run's would mix two runs."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.requests: IO[str] = open(run_dir / REQUESTS_JSONL, "a", encoding="utf-8")  # noqa: SIM115
-        self.samples: IO[str] = open(run_dir / SAMPLES_JSONL, "a", encoding="utf-8")  # noqa: SIM115
+        try:
+            self.requests: IO[str] = open(run_dir / REQUESTS_JSONL, "x", encoding="utf-8")  # noqa: SIM115
+            self.samples: IO[str] = open(run_dir / SAMPLES_JSONL, "x", encoding="utf-8")  # noqa: SIM115
+        except FileExistsError as error:
+            raise HarnessError(f"{error.filename}: already written by another run; use a new directory") from None
 
     def write_model(self, name: str, model: BaseModel) -> None:
         """Whole-file JSON, replaced atomically so a reader never sees half of it."""
@@ -125,6 +170,59 @@ def read_requests(run_dir: Path) -> list[RequestRecord]:
         return [RequestRecord.model_validate_json(line) for line in read_jsonl_lines(run_dir / REQUESTS_JSONL)]
     except ValidationError as error:
         raise HarnessError(describe_validation_error(error, run_dir / REQUESTS_JSONL)) from None
+
+
+def check_run_files(run_dir: Path) -> None:
+    """A record's files belong to one run and are whole; anything else is one line naming the file.
+
+    summary.json names its run: a config.json from another run beside it means two runs were mixed. A
+    finished run's request table, its JSONL and its summary agree on the number of requests; a run without
+    a summary may have lost the last line it was writing, and nothing else.
+    """
+    config_id = _recorded_run_id(run_dir)
+    summary_path = run_dir / SUMMARY_JSON
+    summary: dict = {}
+    if summary_path.exists():
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise HarnessError(f"{summary_path}: not JSON ({error}); the record is damaged") from None
+    if summary.get("run_id") and config_id and summary["run_id"] != config_id:
+        raise HarnessError(f"{run_dir}: summary.json is run {summary['run_id']} but config.json is run {config_id}; "
+                           "two runs were written into one folder")
+    jsonl = run_dir / REQUESTS_JSONL
+    text = jsonl.read_text(encoding="utf-8", errors="replace") if jsonl.exists() else ""
+    lines = [line for line in text.split("\n") if line.strip()]
+    complete = len(lines) - (1 if text and not text.endswith("\n") else 0)
+    parquet = run_dir / REQUESTS_PARQUET
+    if summary and not parquet.exists():
+        raise HarnessError(f"{parquet}: missing, though summary.json says the run finished")
+    if summary and text and not text.endswith("\n"):
+        raise HarnessError(f"{jsonl}: last line cut short, though summary.json says the run finished")
+    if parquet.exists():
+        rows = _parquet_rows(parquet)
+        if summary and rows != summary.get("requests_sent", rows):
+            raise HarnessError(f"{parquet}: {rows} requests, but summary.json says {summary['requests_sent']} were sent")
+        if text and rows != complete:
+            raise HarnessError(f"{run_dir}: {REQUESTS_JSONL} holds {complete} requests but {REQUESTS_PARQUET} {rows}; "
+                               "the record is truncated or mixes two runs")
+        return
+    for number, line in enumerate(lines[:complete], start=1):
+        try:
+            RequestRecord.model_validate_json(line)
+        except ValidationError as error:
+            raise HarnessError(f"{jsonl}: line {number} is not a request record "
+                               f"({error.errors()[0]['msg']})") from None
+
+
+def _parquet_rows(path: Path) -> int:
+    """The row count from the footer: a half-written file has none."""
+    import pyarrow.parquet
+
+    try:
+        return pyarrow.parquet.read_metadata(path).num_rows
+    except (OSError, pyarrow.ArrowException) as error:
+        raise HarnessError(f"{path}: not a readable Parquet table ({error}); half-written?") from None
 
 
 def read_samples(run_dir: Path) -> list[ServerSample]:

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import httpx
 import uvloop
 from pydantic import ValidationError
 from rich.console import Console
@@ -31,15 +30,16 @@ from harness.client import (
     PromptRequest,
     RequestRecord,
     StreamingClient,
-    aiohttp_transport,
 )
 from harness.errors import HarnessError, describe_validation_error
 from harness.inventory import Inventory, InventoryPrompt, check_fits, load_inventory, prompt_token_mismatches
 from harness.loop_lag import LoopLagProbe
-from harness.record import Environment, RunConfig, RunWriter, ServerSample, Slo
+from harness.ready import discover_server
+from harness.record import DEFAULT_MAX_ERROR_FRACTION, Environment, RunConfig, RunWriter, ServerSample, Slo
 from harness.sampler import MetricsSampler
 from harness.schedule import LoadShape, Slot, plan
 from harness.stats import RunSummary, summarize
+from harness.timeouts import request_timeouts
 from harness.tracking import managed_run_uuid
 
 UNCAPPED_POOL_SIZE = 4096
@@ -67,6 +67,9 @@ def build_run_config(
     cold: bool,
     sample_interval_s: float,
     max_dispatch_lag_ms: float,
+    max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION,
+    read_timeout_s: float | None = None,
+    stall_timeout_s: float | None = None,
 ) -> tuple[RunConfig, Inventory]:
     """Command-line values checked and assembled; every problem is one line naming the option."""
     if base_url is None and service_uuid is None:
@@ -85,7 +88,11 @@ def build_run_config(
         raise HarnessError(f"--max-tokens must be at least 1, not {max_tokens}")
     if sample_interval_s <= 0:
         raise HarnessError(f"--sample-interval-s must be positive, not {sample_interval_s}")
+    if not 0 <= max_error_fraction <= 1:
+        raise HarnessError(f"--max-error-fraction must be between 0 and 1, not {max_error_fraction}")
     prompts = load_inventory(inventory)
+    read_timeout_s, stall_timeout_s = request_timeouts(load, _longest_output(max_tokens, prompts), read_timeout_s,
+                                                       stall_timeout_s)
     config = RunConfig(
         run_id=managed_run_uuid() or uuid.uuid4().hex,  # inside Polyaxon, the record's id is the run's
         base_url=base_url.rstrip("/"),
@@ -98,6 +105,9 @@ def build_run_config(
         slo=Slo(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms),
         cold=cold,
         max_dispatch_lag_ms=max_dispatch_lag_ms,
+        max_error_fraction=max_error_fraction,
+        read_timeout_s=read_timeout_s,
+        stall_timeout_s=stall_timeout_s,
         sample_interval_s=sample_interval_s,
     )
     return config, prompts
@@ -145,7 +155,8 @@ async def _run(
         ),
     )
     clock_zero = time.perf_counter()
-    config = config.model_copy(update={"clock_zero_unix_s": time.time()})
+    timeouts = _timeouts(config, inventory)
+    config = config.model_copy(update={"clock_zero_unix_s": time.time(), **timeouts})
     writer.write_model("config.json", config)
     records: list[RequestRecord] = []
     samples: list[ServerSample] = []
@@ -160,6 +171,7 @@ async def _run(
         model=served_model,
         temperature=config.temperature,
         pool_size=limit or UNCAPPED_POOL_SIZE,
+        **timeouts,
     )
     sampler = MetricsSampler(config.base_url, config.sample_interval_s, clock_zero, keep_sample)
     keep_sample(await sampler.scrape())
@@ -178,6 +190,8 @@ async def _run(
         async with StreamingClient(settings, clock_zero) as client:
             load = asyncio.create_task(send_all(config, inventory, client, finished))
             loop = asyncio.get_running_loop()
+            # asyncio resets a removed handler to the default; the caller's (an engine's stop on SIGTERM) returns
+            previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, _stop, load, interrupted, signal.Signals(signum).name)
             try:
@@ -186,8 +200,10 @@ async def _run(
                 if not interrupted:
                     raise
             finally:
-                for signum in (signal.SIGINT, signal.SIGTERM):
+                for signum, handler in previous.items():
                     loop.remove_signal_handler(signum)
+                    if handler is not None:  # None: set outside Python, nothing to give back
+                        signal.signal(signum, handler)
     for background in (sampling, probing):
         background.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -208,7 +224,8 @@ async def _run(
         loop_lags_ms=loop_lag.lags_ms,
         prompt_token_mismatches=len(prompt_token_mismatches(inventory, usage)),
         interrupted_by=interrupted[0] if interrupted else None,
-    )
+        max_error_fraction=config.max_error_fraction,
+    ).model_copy(update={"run_id": config.run_id})
     writer.finish(records, summary)
     return summary
 
@@ -303,35 +320,22 @@ def _request(slot: Slot, prompt: InventoryPrompt, config: RunConfig) -> PromptRe
     )
 
 
+def _timeouts(config: RunConfig, inventory: Inventory) -> dict[str, float]:
+    """The record's request timeouts; a config built without them gets the defaults its load warrants."""
+    read_s, stall_s = request_timeouts(config.load, _longest_output(config.max_tokens, inventory),
+                                       config.read_timeout_s, config.stall_timeout_s)
+    return {"read_timeout_s": read_s, "stall_timeout_s": stall_s}
+
+
+def _longest_output(max_tokens: int | None, inventory: Inventory) -> int:
+    return max_tokens or max(prompt.output_cap_tokens for prompt in inventory.prompts)
+
+
 def _planned_count(config: RunConfig, inventory: Inventory) -> int | None:
     load = config.load
     if load.requests is not None:
         return load.warmup_requests + load.requests
     return None if load.duration_s is not None else load.warmup_requests + len(inventory.prompts)
-
-
-async def discover_server(base_url: str, ready_timeout_s: float) -> tuple[str, int | None, str | None]:
-    """Wait for /health, then read the served model, its context length and the engine version."""
-    transport = aiohttp_transport(base_url, 1)
-    async with httpx.AsyncClient(base_url=base_url, timeout=10.0, transport=transport) as http:
-        deadline = time.monotonic() + ready_timeout_s
-        while True:
-            try:
-                if (await http.get("/health")).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise HarnessError(f"server {base_url} not ready (GET /health) within {ready_timeout_s:g} s")
-            await asyncio.sleep(1.0)
-        try:
-            card = (await http.get("/v1/models")).json()["data"][0]
-        except (httpx.HTTPError, ValueError, KeyError, IndexError) as error:
-            raise HarnessError(f"server {base_url}: GET /v1/models gave no model: {error}") from None
-        engine_version = None
-        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
-            engine_version = (await http.get("/version")).json()["version"]
-    return card["id"], card.get("max_model_len"), engine_version
 
 
 def _harness_version() -> str:

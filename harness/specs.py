@@ -87,6 +87,28 @@ def load_operation(polyaxonfiles: Sequence[Path], params: Params | None = None) 
         raise HarnessError(f"{_describe(files)}: {reason}") from None
 
 
+def declared_inputs(polyaxonfiles: Sequence[Path]) -> set[str]:
+    """The inputs a polyaxonfile (+ presets) declares, whether or not the given params would satisfy them."""
+    files = [Path(path) for path in polyaxonfiles]
+    for path in files:
+        if not path.is_file():
+            raise HarnessError(f"{path}: no such polyaxonfile")
+    try:
+        with _quiet_serializer():
+            operation = check_polyaxonfile(polyaxonfile=[str(path) for path in files], is_cli=False, verbose=False,
+                                           validate_params=False)
+            compiled = OperationSpecification.compile_operation(operation)
+    except Exception as error:  # the compiler raises several types; each is a bad spec, not a bug here
+        raise HarnessError(f"{_describe(files)}: {_cause(error)}") from None
+    return {io.name for io in compiled.inputs or []}
+
+
+def overridden_params(polyaxonfiles: Sequence[Path], params: Params) -> list[str]:
+    """-P values that no point uses, because every point of the file's sweep sets that input itself."""
+    points = render(polyaxonfiles, params).matrix_points
+    return [name for name in params if points and all(name in point for point in points)]
+
+
 def _missing_inputs(files: list[Path], params: Params) -> list[str]:
     """Polyaxon says that some required input is missing, not which: read the declarations to name them."""
     with _quiet_serializer():

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from harness.client import RequestRecord
 from harness.engine_time import engine_time
 from harness.loop_lag import PROBE_INTERVAL_S
-from harness.record import ServerSample, Slo
+from harness.record import DEFAULT_MAX_ERROR_FRACTION, ServerSample, Slo
 from harness.stream_pacing import PACED_BURST_FRACTION_MAX, run_pacing
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -45,10 +45,14 @@ class RunSummary(BaseModel):
     """Every figure names its unit; `latency` keys read like `ttft_ms_p99`."""
 
     schema_version: int = SUMMARY_SCHEMA_VERSION
+    run_id: str | None = None  # the config's: a reader refuses a folder whose files disagree
     requests_sent: int
     requests_measured: int
     requests_ok: int
     errors_by_class: dict[str, int]
+    error_fraction_by_class: dict[str, float] = {}
+    error_rate_fraction: float = 0.0
+    max_error_fraction: float | None = None  # the threshold the run was judged by
     window_s: float
     latency: dict[str, float | None]
     requests_per_s: float
@@ -91,6 +95,7 @@ class RunSummary(BaseModel):
     valid: bool
     invalid_reasons: list[str]
     qualifications: list[str] = []  # figures that stand, but not for what their names say
+    stopped_by_signal: str | None = None
 
 
 def distribution(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
@@ -165,6 +170,7 @@ def summarize(
     loop_lags_ms: Sequence[float] = (),
     prompt_token_mismatches: int = 0,
     interrupted_by: str | None = None,
+    max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION,
 ) -> RunSummary:
     measured = [record for record in records if not record.warmup]
     ok = [record for record in measured if record.error_class is None and record.first_token_s is not None]
@@ -187,8 +193,11 @@ def summarize(
     }
     server = server_figures(samples)
     health = client_health(samples, loop_lags_ms)
+    errors = dict(Counter(str(r.error_class) for r in measured if r.error_class is not None))
+    error_rate = error_rate_fraction(errors, len(measured))
     reasons = validity_problems(latency, server, health, ok, cold=cold, max_dispatch_lag_ms=max_dispatch_lag_ms,
-                                sample_interval_s=sample_interval_s)
+                                sample_interval_s=sample_interval_s, error_rate=error_rate,
+                                max_error_fraction=max_error_fraction, errors=errors)
     if interrupted_by is not None:
         reasons.append(f"run stopped early by {interrupted_by}")
     has_slo = slo.ttft_ms is not None or slo.tpot_ms is not None
@@ -197,7 +206,10 @@ def summarize(
         requests_sent=len(records),
         requests_measured=len(measured),
         requests_ok=len(ok),
-        errors_by_class=dict(Counter(str(r.error_class) for r in measured if r.error_class is not None)),
+        errors_by_class=errors,
+        error_fraction_by_class={name: count / len(measured) for name, count in errors.items()},
+        error_rate_fraction=error_rate,
+        max_error_fraction=max_error_fraction,
         window_s=window_s,
         latency=latency,
         requests_per_s=per_s(len(ok)),
@@ -218,6 +230,7 @@ def summarize(
         valid=not reasons,
         invalid_reasons=reasons,
         qualifications=qualifications(pacing),
+        stopped_by_signal=interrupted_by,
         **server,
     )
 
@@ -259,12 +272,16 @@ def validity_problems(
     cold: bool,
     max_dispatch_lag_ms: float,
     sample_interval_s: float | None,
+    error_rate: float = 0.0,
+    max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION,
+    errors: dict[str, int] | None = None,
 ) -> list[str]:
-    """Why the run does not measure what it claims: the client fell behind, sent late, stalled or sampled
-    too rarely, or a cold run hit the cache. Each reason names its figure and threshold."""
+    """Why the run does not measure what it claims: requests failed, the client fell behind, sent late,
+    stalled or sampled too rarely, or a cold run hit the cache. Each reason names its figure and threshold."""
     reasons = []
     if not ok:
         reasons.append("no measured request succeeded")
+    reasons += error_rate_problems(error_rate, max_error_fraction, errors or {})
     lag = latency["dispatch_lag_ms_p99"]
     if lag is not None and lag > max_dispatch_lag_ms:
         reasons.append(f"client fell behind its schedule: dispatch_lag_ms_p99 {lag:.1f} > {max_dispatch_lag_ms:g}")
@@ -285,3 +302,18 @@ def validity_problems(
     if cold and hits:
         reasons.append(f"run declared cold but the prefix cache hit {hits} tokens")
     return reasons
+
+
+def error_rate_fraction(errors: dict[str, int], measured: int) -> float:
+    """Failed measured requests over all measured ones; requests the client itself cancelled (a stopped run)
+    are not the server's failures and do not count."""
+    failed = sum(count for name, count in errors.items() if name != "cancelled")
+    return failed / measured if measured else 0.0
+
+
+def error_rate_problems(error_rate: float, max_error_fraction: float, errors: dict[str, int]) -> list[str]:
+    """A run with too many failed requests measured a failing server; the reason names each class."""
+    if error_rate <= max_error_fraction:
+        return []
+    by_class = ", ".join(f"{name} {count}" for name, count in sorted(errors.items()) if name != "cancelled")
+    return [f"requests failed: error_rate_fraction {error_rate:.3f} > {max_error_fraction:g} ({by_class})"]

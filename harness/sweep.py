@@ -20,20 +20,22 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from harness.errors import HarnessError
+from harness.errors import EXIT_INVALID, HarnessError
 from harness.experiment import SERVICE_LOG_ENV
 from harness.launch import EngineStartError, RunningEngine, local_engine
 from harness.local_executor import run_locally
 from harness.polyaxon_client import polyaxon_call
-from harness.specs import check_sweep, load_operation, render
+from harness.specs import check_sweep, declared_inputs, load_operation, render
 
 SWEEP_SCHEMA_VERSION = 1
 RUNNING = "running"
+PLACEHOLDER_SERVICE_UUID = "0" * 32  # stands for the service each point starts, when checking the harness job
 ENDED = {"succeeded", "failed", "stopped", "upstream_failed", "skipped", "done"}
 
 
 class Outcome(StrEnum):
     MEASURED = "measured"
+    MEASURED_INVALID = "measured_invalid"  # the harness finished, but its summary says the run is invalid
     SERVICE_FAILED = "service_failed"
     SERVICE_LATE = "service_late"
     HARNESS_FAILED = "harness_failed"
@@ -72,13 +74,22 @@ class Backend(Protocol):
 def sweep_points(
     sweep_files: Sequence[Path], service_files: Sequence[Path], params: dict[str, Any]
 ) -> tuple[str, list[dict[str, Any]]]:
-    """The sweep file's matrix points, each checked against the service with Polyaxon's compiler."""
-    points = render(sweep_files).matrix_points
+    """The sweep file's matrix points, each checked with Polyaxon's compiler against the sweep file and
+    against the service, each with the -P values it declares (the sweep file's own loop needs them)."""
+    declared = declared_inputs(sweep_files)
+    for_sweep = {name: value for name, value in params.items() if name in declared}
+    points = render(sweep_files, for_sweep).matrix_points
     if not points:
         raise HarnessError(f"{sweep_files[0]}: no matrix; a sweep needs one limit and its values")
-    check_sweep(sweep_files, points, {})  # one limit at a time, the refusal naming the sweep file
+    check_sweep(sweep_files, points, for_sweep)  # one limit at a time, the refusal naming the sweep file
     check_sweep(service_files, points, service_params(service_files, params))
     return next(iter(points[0])), points
+
+
+def check_harness_params(harness_files: Sequence[Path], params: dict[str, Any]) -> None:
+    """The harness job compiled with its -P values before any service starts: a bad value or an input it
+    does not declare fails here, not after a GPU service was created for nothing."""
+    render(harness_files, {**params, "service_uuid": PLACEHOLDER_SERVICE_UUID})
 
 
 def service_params(service_files: Sequence[Path], params: dict[str, Any]) -> dict[str, Any]:
@@ -166,9 +177,11 @@ class PolyaxonBackend:
         run = self._create(self.harness_files, {**self.harness_params, "service_uuid": service},
                            f"harness-{service}")
         status = self._wait(run, ENDED, self.harness_deadline_s)
-        if status != "succeeded":
-            return run.run_uuid, Outcome.HARNESS_FAILED, f"harness run ended '{status}'"
-        return run.run_uuid, Outcome.MEASURED, None
+        if status == "succeeded":
+            return run.run_uuid, Outcome.MEASURED, None
+        if status == "failed" and (run.run_data.outputs or {}).get("valid") is False:  # exit 3 after tracking
+            return run.run_uuid, Outcome.MEASURED_INVALID, str(run.run_data.outputs.get("invalid_reasons"))
+        return run.run_uuid, Outcome.HARNESS_FAILED, f"harness run ended '{status}'"
 
     def _save_logs(self, run: Any, index: int) -> Path:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -210,6 +223,8 @@ class LocalBackend:
                             env={**self.env, SERVICE_LOG_ENV: str(engine.log_path)},
                             extra_args=["--base-url", engine.base_url])
         record = Path(run.outputs_dir) / "run"
+        if run.exit_code == EXIT_INVALID:
+            return str(record), Outcome.MEASURED_INVALID, f"harness exited with {run.exit_code}: run invalid"
         if run.exit_code != 0:
             return str(record), Outcome.HARNESS_FAILED, f"harness exited with {run.exit_code}"
         return str(record), Outcome.MEASURED, None

@@ -128,14 +128,16 @@ def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:
 def run_outputs(summary: RunSummary) -> dict[str, Any]:
     """Every scalar of the summary, latency percentiles flattened to `ttft_ms_p99`-style names."""
     outputs: dict[str, Any] = {}
-    for name, value in summary.model_dump(exclude={"latency", "errors_by_class", "invalid_reasons",
-                                                   "qualifications", "schema_version"}).items():
+    for name, value in summary.model_dump(exclude={"latency", "errors_by_class", "error_fraction_by_class",
+                                                   "invalid_reasons", "qualifications", "schema_version",
+                                                   "run_id"}).items():
         if value is not None:
             outputs[name] = value
     per_token = ("tpot_ms_", "itl_ms_")  # left out when the tokens came in bursts: they would read as per-token
     outputs.update({name: value for name, value in summary.latency.items() if value is not None
                     and (summary.per_token_latency_paced is not False or not name.startswith(per_token))})
     outputs.update({f"errors_{name}": count for name, count in summary.errors_by_class.items()})
+    outputs.update({f"error_rate_{name}_fraction": share for name, share in summary.error_fraction_by_class.items()})
     outputs["invalid_reasons"] = "; ".join(summary.invalid_reasons)
     outputs["qualifications"] = "; ".join(summary.qualifications)
     return outputs

@@ -106,6 +106,13 @@ def polyaxon_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @contextmanager
 def emulator(**options: object) -> Iterator[str]:
     """`harness emulate` in a subprocess; yields its base URL once /health answers."""
+    with emulator_process(**options) as (base_url, _):
+        yield base_url
+
+
+@contextmanager
+def emulator_process(**options: object) -> Iterator[tuple[str, subprocess.Popen]]:
+    """The emulator and its process, for tests that kill or freeze the server mid-run."""
     port = free_port()
     args = [HARNESS, "emulate", "--port", str(port)]
     for name, value in options.items():
@@ -123,9 +130,11 @@ def emulator(**options: object) -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"emulator did not start: {process.stderr.read().decode() if process.stderr else ''}")
             time.sleep(0.05)
-        yield base_url
+        yield base_url, process
     finally:
-        process.terminate()
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a frozen emulator cannot act on SIGTERM
+            process.terminate()
         process.wait(timeout=10)
 
 

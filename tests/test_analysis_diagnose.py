@@ -16,6 +16,7 @@ from analysis.diagnose import (
     NO_LIMIT,
     RULES,
     SCHEDULING,
+    SERVER_FAILED,
     WEIGHTS,
     diagnose,
     diagnose_runs,
@@ -24,6 +25,7 @@ from analysis.diagnose import (
 from analysis.sources import runs_from_directories
 from analysis.table import build_table
 
+from harness.client import ErrorClass
 from test_analysis_records import STARVED_LOG, write_failed_run, write_run
 
 
@@ -41,6 +43,26 @@ def test_engine_that_failed_to_start_is_weights_and_headroom(tmp_path: Path):
     assert "No available memory for the cache blocks" in verdict.text  # the crash log's own words
     assert "engine_failure_stage=" in verdict.text
     assert "kv_cache_memory_bytes=1073741824" in verdict.text
+
+
+def test_a_dead_server_is_named_instead_of_a_limit(tmp_path: Path):
+    # 2 answered, then 6 refused and 2 reset: 8 failed of 10 = 0.8 > 0.05. The queue beside a full cache
+    # would otherwise say KV capacity.
+    refused, reset = ErrorClass.connection_refused, ErrorClass.connection_reset
+    run_dir = write_run(tmp_path, requests=2, failed=(refused,) * 6 + (reset,) * 2,
+                        samples=[(0, 4, 0.5, 0), (3, 4, 0.95, 0)])
+    verdict = verdict_of(run_dir)
+    assert verdict.bound_by == SERVER_FAILED
+    for cited in ("error_rate_fraction=0.8", "max_error_fraction=0.05", "errors_connection_refused=6",
+                  "errors_connection_reset=2", "requests_ok=2"):
+        assert cited in verdict.evidence
+    assert verdict.evidence[-1].startswith("threshold: error_rate_fraction above the run's max_error_fraction")
+
+
+def test_a_few_failed_requests_under_the_threshold_leave_the_limit_verdict(tmp_path: Path):
+    # 1 timeout of 40 = 0.025 <= 0.05: the queue beside a full cache still says KV capacity.
+    run_dir = write_run(tmp_path, requests=39, failed=(ErrorClass.timeout,), samples=[(0, 4, 0.5, 0), (3, 4, 0.95, 0)])
+    assert verdict_of(run_dir).bound_by == KV_CAPACITY
 
 
 def test_client_that_fell_behind_is_an_invalid_measurement(tmp_path: Path):
@@ -153,6 +175,7 @@ def test_every_verdict_is_implied_by_the_evidence_it_cites():
     grid = itertools.product(
         [True, False],  # engine started
         [True, False],  # valid
+        [0.0, 0.5],  # error_rate_fraction against max_error_fraction 0.05
         [0, 3],  # preemptions
         [0.0, 4.0],  # engine_waiting_requests_mean
         [0, 2],  # peak_waiting_requests
@@ -162,8 +185,9 @@ def test_every_verdict_is_implied_by_the_evidence_it_cites():
         [100.0, 300.0],  # ttft_ms_p99 against the baseline's 100
     )
     reached = set()
-    for index, (started, valid, preempted, waiting_mean, waiting_peak, usage, seqs, front, ttft) in enumerate(grid):
-        row = figures_row(f"run{index}", engine_started=started, valid=valid, preemptions_during_run=preempted,
+    for index, (started, valid, failed, preempted, waiting_mean, waiting_peak, usage, seqs, front, ttft) in enumerate(grid):
+        row = figures_row(f"run{index}", engine_started=started, valid=valid, error_rate_fraction=failed,
+                          max_error_fraction=0.05, preemptions_during_run=preempted,
                           engine_waiting_requests_mean=waiting_mean, peak_waiting_requests=waiting_peak,
                           peak_kv_cache_usage_fraction=usage, max_num_seqs=seqs, num_blocks_logged=5,
                           kv_cache_tokens_logged=5 * 128, frontend_share=front, ttft_ms_p99=ttft)

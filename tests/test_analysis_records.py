@@ -16,7 +16,7 @@ import pytest
 from analysis.sources import collect_runs, runs_from_directories, runs_from_offline_root, runs_from_polyaxon
 from analysis.table import build_table
 from harness.capacity import build_capacity_report
-from harness.client import RequestRecord
+from harness.client import ErrorClass, RequestRecord
 from harness.errors import HarnessError
 from harness.record import RunConfig, RunWriter, ServerSample, Slo
 from harness.schedule import LoadShape
@@ -51,8 +51,10 @@ def write_run(
     log: str | None = STARTED_LOG,
     run_id: str | None = None,
     service_uuid: str | None = None,
+    failed: tuple[ErrorClass, ...] = (),
 ) -> Path:
-    """A finished run record; `samples` are (waiting, running, kv usage fraction, preemptions total) per scrape."""
+    """A finished run record; `samples` are (waiting, running, kv usage fraction, preemptions total) per scrape;
+    each of `failed` adds a request that ended with that error class, after the successful ones."""
     run_id = run_id or uuid.uuid4().hex
     run_dir = root / run_id
     config = RunConfig(
@@ -71,6 +73,11 @@ def write_run(
             dispatch_s=scheduled + dispatch_lag_ms / 1000, first_token_s=first, end_s=chunks[-1],
             chunk_times_s=chunks, chunk_tokens=[1] * output_tokens, prompt_tokens=prompt_tokens,
             output_tokens=output_tokens, finish_reason="length", http_status=200,
+        ))
+    for index, error_class in enumerate(failed, start=requests):
+        records.append(RequestRecord(
+            index=index, prompt_id=f"p{index}", warmup=False, max_tokens=output_tokens, scheduled_s=index * 0.5,
+            dispatch_s=index * 0.5, end_s=index * 0.5 + 0.01, error_class=error_class, error=str(error_class),
         ))
     scrapes = [
         ServerSample(t_s=float(t), snapshot=MetricsSnapshot(num_requests_waiting=waiting, num_requests_running=running,

@@ -227,3 +227,13 @@ def test_check_command_prints_one_line_and_exits_2_on_bad_input(tmp_path: Path) 
     assert "6 sweep points each compiled" in good.output
     malformed = CliRunner().invoke(app, ["check", "-f", str(SERVICE), "-P", "max_num_seqs"])
     assert malformed.exit_code == 2 and "expected name=value" in malformed.output
+
+
+def test_a_p_value_every_sweep_point_replaces_is_warned_about() -> None:
+    sweep = str(FILES / "sweep-max-num-seqs.yaml")
+    result = CliRunner().invoke(app, ["check", "-f", sweep, "-P", "concurrency=4", "-P", "max_num_seqs=4"])
+    assert result.exit_code == 0, result.output
+    assert "warning: -P max_num_seqs=4 is not used: every point of the sweep sets max_num_seqs" in result.output
+    assert "-P concurrency=4 is not used" not in result.output
+    quiet = CliRunner().invoke(app, ["check", "-f", sweep, "-P", "concurrency=4"])
+    assert "warning" not in quiet.output

@@ -120,11 +120,33 @@ def test_a_late_client_and_cache_hits_in_a_cold_run_make_the_run_invalid() -> No
     assert any("cold" in reason for reason in result.invalid_reasons)
 
 
-def test_the_same_records_pass_with_a_tolerant_threshold_in_a_warm_run() -> None:
-    result = summary(cold=False, max_dispatch_lag_ms=60.0)
+def test_the_same_records_pass_with_tolerant_thresholds_in_a_warm_run() -> None:
+    result = summary(cold=False, max_dispatch_lag_ms=60.0, max_error_fraction=0.5)
     assert result.valid and result.invalid_reasons == []
-    interrupted = summary(cold=False, max_dispatch_lag_ms=60.0, interrupted_by="SIGTERM")
+    interrupted = summary(cold=False, max_dispatch_lag_ms=60.0, max_error_fraction=0.5, interrupted_by="SIGTERM")
     assert not interrupted.valid and interrupted.invalid_reasons == ["run stopped early by SIGTERM"]
+    assert interrupted.stopped_by_signal == "SIGTERM"
+
+
+def test_failed_requests_above_the_error_threshold_make_the_run_invalid_by_class() -> None:
+    # Measured: R1, TIMED_OUT, R2 (the warm-up is left out): 1 failed of 3 = 0.333 > 0.05 (the default).
+    result = summary(cold=False, max_dispatch_lag_ms=60.0)
+    assert result.errors_by_class == {"timeout": 1}
+    assert result.error_rate_fraction == pytest.approx(1 / 3)
+    assert result.error_fraction_by_class == {"timeout": pytest.approx(1 / 3)}
+    assert result.invalid_reasons == ["requests failed: error_rate_fraction 0.333 > 0.05 (timeout 1)"]
+    # At a 0.34 threshold the same third is tolerated.
+    assert summary(cold=False, max_dispatch_lag_ms=60.0, max_error_fraction=0.34).valid
+
+
+def test_requests_the_client_cancelled_are_not_server_errors() -> None:
+    cancelled = record(4, 1.5, 1.5, [], 1.6, error=ErrorClass.cancelled)
+    result = summarize([R1, R2, cancelled], SAMPLES, slo=Slo(), offered_requests_per_s=None, offered_concurrency=2,
+                       cold=False, max_dispatch_lag_ms=60.0, interrupted_by="SIGINT")
+    # 3 measured, 1 cancelled: by class 1/3, but the server failed none of them.
+    assert result.error_fraction_by_class == {"cancelled": pytest.approx(1 / 3)}
+    assert result.error_rate_fraction == 0.0
+    assert result.invalid_reasons == ["run stopped early by SIGINT"]
 
 
 def test_no_goodput_without_slos_and_no_figures_without_values() -> None:
@@ -146,7 +168,8 @@ def test_a_stalled_loop_and_a_lagging_sampler_make_the_run_invalid() -> None:
     assert result.sample_gap_s_max == pytest.approx(0.5)
     assert not any("sampler" in reason for reason in result.invalid_reasons)
     # With a 0.1 s interval the allowed gap is max(0.3, 1.1) = 1.1 s: still fine; nothing else is late.
-    steady = summary(cold=False, max_dispatch_lag_ms=60.0, loop_lags_ms=[2.0] * 200, sample_interval_s=0.1)
+    steady = summary(cold=False, max_dispatch_lag_ms=60.0, loop_lags_ms=[2.0] * 200, sample_interval_s=0.1,
+                     max_error_fraction=0.5)  # the one timeout of 3 is allowed here
     assert steady.valid and steady.loop_stall_share == 0.0
 
 

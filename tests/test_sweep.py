@@ -111,7 +111,8 @@ def test_interrupting_the_sweep_stops_the_service_it_started(tmp_path: Path, pol
     sweep = sweep_file(tmp_path, "[{max_num_seqs: 4}, {max_num_seqs: 8}]")
     driver = subprocess.Popen(
         [HARNESS, "sweep", "-f", str(sweep), "--service", str(SERVICE[0]), "--harness", str(HARNESS_JOB[0]),
-         "--project", "default/sweep-interrupted", "--running-deadline-s", "600", "--out", str(tmp_path / "out")],
+         "--project", "default/sweep-interrupted", "--running-deadline-s", "600", "--out", str(tmp_path / "out"),
+         "-P", "concurrency=4"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     client = RunClient(owner="default", project="sweep-interrupted")
     # SIGTERM once the driver holds the service (it announces that on stderr, maybe after warnings)
@@ -127,4 +128,32 @@ def test_interrupting_the_sweep_stops_the_service_it_started(tmp_path: Path, pol
             break
         time.sleep(0.5)
     assert str(stopped.run_data.status) in {"stopping", "stopped"}
-    assert driver.returncode != 0
+    assert driver.returncode == 143  # 128 + SIGTERM
+
+
+def test_the_experiment_sweep_is_checked_with_the_p_values_it_declares():
+    """The README's `harness sweep -f polyaxonfiles/sweep-max-num-seqs.yaml ... -P concurrency=32`: the sweep
+    file's own loop needs concurrency, the service never declares it."""
+    sweep = [ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"]
+    service = [*SERVICE, ROOT / "polyaxonfiles" / "presets" / "gpu-a100-80gb.yaml"]
+    limit, points = sweep_points(sweep, service, {"concurrency": "32"})
+    assert limit == "max_num_seqs" and [point["max_num_seqs"] for point in points] == [1, 2, 4, 8, 16, 32]
+
+
+@pytest.mark.parametrize(("param", "message"), [
+    ("concurrency=-1", "greater than or equal to `1`"),
+    ("bogus_param=1", "undeclared param `bogus_param`"),
+])
+def test_bad_harness_params_stop_the_sweep_before_any_service_is_created(
+    tmp_path: Path, polyaxon_api: str, param: str, message: str
+):
+    ProjectClient(owner="default").create({"name": f"sweep-bad-{param.split('=')[0].replace('_', '-')}"})
+    project = f"default/sweep-bad-{param.split('=')[0].replace('_', '-')}"
+    extra = [] if param.startswith("concurrency") else ["-P", "concurrency=4"]
+    done = subprocess.run(
+        [HARNESS, "sweep", "-f", str(sweep_file(tmp_path, "[{max_num_seqs: 4}]")), "--service", str(SERVICE[0]),
+         "--harness", str(HARNESS_JOB[0]), "--project", project, "-P", param, *extra, "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert RunClient(owner="default", project=project.split("/")[1]).list(limit=10).results == []
