@@ -21,7 +21,8 @@ from harness.budget import V1_DEFAULT_SINCE, GiB, CapacityPrediction, predict_ca
 from harness.errors import HarnessError
 from harness.field_corpus import FieldCase, load_corpus
 from harness.gpu_catalog import gpu_memory
-from harness.memory_model import MemoryConstants, model_size, plan_waterfall, profiling_batch
+from harness.memory_model import (MemoryConstants, activation_regressors, model_size, plan_waterfall,
+                                  profiling_batch)
 from harness.model_shape import ModelShape, load_model_shape
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
@@ -264,11 +265,10 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         if "activation_peak" in logged and total is not None:
             version = Version(facts.vllm_version)
             v0 = (facts.engine or ("V0" if version < V1_DEFAULT_SINCE else "V1")) == "V0"
-            size = model_size(config)
             tokens, sampler_rows, _ = profiling_batch(version, v0, total[0], facts.max_model_len,
                                                       facts.max_num_batched_tokens, facts.max_num_seqs)
-            rows.append([tokens * (size.hidden + 2 * size.mlp_width / facts.tensor_parallel_size) * 2,
-                         sampler_rows * size.vocab / facts.tensor_parallel_size * 4])
+            rows.append(list(activation_regressors(model_size(config), tokens, sampler_rows,
+                                                   facts.tensor_parallel_size)))
             targets.append(logged["activation_peak"])
             used.add(case.id)
     if len(rows) >= MIN_ROWS_FOR_TWO_COEFFICIENTS:

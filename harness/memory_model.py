@@ -67,6 +67,7 @@ class ModelSize(BaseModel):
 
     hidden: int
     mlp_width: int  # intermediate size one token passes through (routed experts × their width for MoE)
+    expert_output_width: int = 0  # MoE: each routed copy of a token gets its own hidden-wide down-projection output
     vocab: int
     linear_params: int
     embedding_params: int
@@ -100,14 +101,28 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         dense_layers = config.get("first_k_dense_replace") or 0
         moe_mlp = 3 * hidden * expert_width * (experts + shared) + hidden * experts
         mlp = dense_layers * 3 * hidden * dense_width + (layers - dense_layers) * moe_mlp
-        active = (config.get("num_experts_per_tok") or config.get("experts_per_token") or 1) + shared
-        mlp_width = active * expert_width
+        routed = config.get("num_experts_per_tok") or config.get("experts_per_token") or 1
+        mlp_width = (routed + shared) * expert_width
+        expert_output = routed * hidden
     else:
         mlp = layers * 3 * hidden * dense_width
-        mlp_width = dense_width
+        mlp_width, expert_output = dense_width, 0
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return ModelSize(hidden=hidden, mlp_width=mlp_width, vocab=vocab, linear_params=layers * attention + mlp,
-                     embedding_params=embeddings, layers=layers)
+    return ModelSize(hidden=hidden, mlp_width=mlp_width, expert_output_width=expert_output, vocab=vocab,
+                     linear_params=layers * attention + mlp, embedding_params=embeddings, layers=layers)
+
+
+def activation_regressors(size: ModelSize, tokens: int, sampler_rows: int, tensor_parallel_size: int,
+                          dtype_bytes: int = 2) -> tuple[float, float]:
+    """The two quantities the activation peak scales with: token-width bytes and sampler logits.
+
+    A token's widest tensors are its hidden state and its MLP input/output on this rank; an MoE
+    layer also keeps a hidden-wide down-projection output for every routed copy of the token
+    (vLLM's fused-MoE cache is tokens × top_k × hidden, not split by tensor parallelism). The
+    sampler sees the full vocabulary: vocabulary-parallel logits are gathered before sampling.
+    """
+    width = size.hidden + size.expert_output_width + 2 * size.mlp_width / tensor_parallel_size
+    return tokens * width * dtype_bytes, sampler_rows * size.vocab * 4.0
 
 
 def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
@@ -172,8 +187,7 @@ def plan_waterfall(
     parallel = tensor_parallel_size * pipeline_parallel_size
     tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, max_model_len,
                                                  max_num_batched_tokens, max_num_seqs)
-    width_bytes = tokens * (size.hidden + 2 * size.mlp_width / tensor_parallel_size) * dtype_bytes
-    logits = rows * size.vocab / tensor_parallel_size * 4
+    width_bytes, logits = activation_regressors(size, tokens, rows, tensor_parallel_size, dtype_bytes)
     activation = constants.activation_per_token_width * width_bytes + constants.activation_per_sampler_logit * logits
     share = constants.non_torch_share_parallel if parallel > 1 else constants.non_torch_share_single_gpu
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
@@ -216,8 +230,8 @@ FITTED_CONSTANTS = MemoryConstants(
     non_torch_share_parallel=0.00675,
     cuda_graph_gib=0.575,
     fitted_on=[
-        "v0101-qwen2-7b-a100-tp2-util05",
-        "v0101-qwen2-7b-a100-util05",
+        "v0101-qwen2-7b-a100-tp2-util025",
+        "v0101-qwen2-7b-a100-util025",
         "v063-llama31-8b-rtx3090-len29000-fails",
         "v065-llama3-8b-h100",
         "v07-qwen25-32b-l40s-tp2",
