@@ -227,9 +227,10 @@ FITTED_CONSTANTS = MemoryConstants(
     activation_per_token_width=1.7823268940486523,
     activation_per_sampler_logit=0.0,
     non_torch_share_single_gpu=0.01872,
-    non_torch_share_parallel=0.00675,
+    non_torch_share_parallel=0.00778,
     cuda_graph_gib=0.575,
     fitted_on=[
+        "v0101-gpt-oss-120b-h100-fails",
         "v0101-qwen2-7b-a100-tp2-util025",
         "v0101-qwen2-7b-a100-util025",
         "v063-llama31-8b-rtx3090-len29000-fails",

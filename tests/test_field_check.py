@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.budget import GiB
-from harness.field_check import check_logged, fit_constants, run_field_check, stage_shapes
+from harness.field_check import implied_overhead_bytes, check_logged, fit_constants, run_field_check, stage_shapes
 from harness.field_corpus import load_corpus
 from harness.field_report import score, summary_lines
 from harness.gpu_catalog import gpu_memory
@@ -76,19 +76,19 @@ def test_pipeline_and_mla_case_uses_each_stages_smallest_rank(report):
 
 
 def test_failed_starts_are_called_failures(report):
-    failed = [c for c in report.cases if not c.started]
+    failed = [c for c in report.cases if not c.cache_fit]
     assert len(failed) >= 4
     for case in failed:
         assert case.logged.fits in (False, None), case.id
         if case.id not in KNOWN_WRONG_CALLS:
             assert case.launch.fits_predicted in (False, None), case.id
-    assert all(c.logged.fits == c.started for c in report.cases if c.logged.fits is not None)
+    assert all(c.logged.fits == c.cache_fit for c in report.cases if c.logged.fits is not None)
 
 
 def test_before_launch_fit_calls_are_right_but_the_named_ones_and_the_score_is_printed(report):
     every, held = score(report.cases, held_back_only=False), score(report.cases)
     assert every.fit_calls >= 15
-    wrong = {c.id for c in report.cases if c.launch.fits_predicted is not None and c.launch.fits_predicted != c.started}
+    wrong = {c.id for c in report.cases if c.launch.fits_predicted is not None and c.launch.fits_predicted != c.cache_fit}
     assert wrong == KNOWN_WRONG_CALLS
     assert held.fit_calls_right == held.fit_calls
     lines = summary_lines(report)
@@ -151,6 +151,17 @@ def test_gpus_without_a_logged_total_say_their_figure_is_nvidia_smis():
     assert gpu_memory("a100-80gb").total_gib == 80.0 and "nvidia-smi" in gpu_memory("A100-80GB").source
     assert gpu_memory("L4").total_gib == 22.49 and "modal-client/pull/2797" in gpu_memory("L4").source
     assert "nvidia-smi" not in gpu_memory("H100-80GB").source
+
+
+def test_a_log_without_a_profile_implies_its_overhead_from_total_weights_and_kv():
+    # Two A100s (80.0 GiB as nvidia-smi states it) at 0.25: 20 GiB usable per GPU; the log states 7.1217 GiB of
+    # weights and 12.02 GiB of KV per GPU, so activation and non-torch memory together took 0.8583 GiB.
+    cases, _ = load_corpus(CORPUS)
+    case = next(c for c in cases if c.id == "v0101-qwen2-7b-a100-tp2-util025")
+    assert abs(implied_overhead_bytes(case, 80 * GiB) / GiB - 0.8583) < 1e-6
+    # A profile split over pipeline stages gives no single rank's remainder.
+    staged = next(c for c in cases if c.id == "v09-deepseek-v2-lite-l4-pp2-tp2")
+    assert implied_overhead_bytes(staged, 24 * GiB) is None
 
 
 def test_a_case_without_a_config_is_reported_not_scored():
