@@ -25,6 +25,8 @@ LARGE_BATCH_SINCE = Version("0.9")  # V1 API server: 8192 batched tokens, 1024 s
 LARGE_GPU_BYTES = 70 * GiB
 V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
 # Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
+# Formats vLLM applies to the MoE experts alone: attention, router and embeddings stay in the model dtype.
+EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
 QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": 4.25, "gptq": 4.25,
                   "bitsandbytes": 4.25, "4-bit": 4.25}
 
@@ -70,6 +72,7 @@ class ModelSize(BaseModel):
     expert_output_width: int = 0  # MoE: each routed copy of a token gets its own hidden-wide down-projection output
     vocab: int
     linear_params: int
+    expert_params: int = 0  # the routed and shared experts' share of linear_params
     embedding_params: int
     layers: int
 
@@ -104,12 +107,14 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         routed = config.get("num_experts_per_tok") or config.get("experts_per_token") or 1
         mlp_width = (routed + shared) * expert_width
         expert_output = routed * hidden
+        expert_params = (layers - dense_layers) * 3 * hidden * expert_width * (experts + shared)
     else:
         mlp = layers * 3 * hidden * dense_width
-        mlp_width, expert_output = dense_width, 0
+        mlp_width, expert_output, expert_params = dense_width, 0, 0
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
     return ModelSize(hidden=hidden, mlp_width=mlp_width, expert_output_width=expert_output, vocab=vocab,
-                     linear_params=layers * attention + mlp, embedding_params=embeddings, layers=layers)
+                     linear_params=layers * attention + mlp, expert_params=expert_params,
+                     embedding_params=embeddings, layers=layers)
 
 
 def activation_regressors(size: ModelSize, tokens: int, sampler_rows: int, tensor_parallel_size: int,
@@ -127,16 +132,18 @@ def activation_regressors(size: ModelSize, tokens: int, sampler_rows: int, tenso
 
 def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
                  pipeline_parallel_size: int = 1) -> Term:
-    """Checkpoint bytes one GPU holds: linear layers in their stored format, embeddings in the dtype."""
-    bits = dtype_bytes * 8.0
+    """Checkpoint bytes one GPU holds: linear layers (or only the experts) in their stored format, the rest in the dtype."""
+    bits, key = dtype_bytes * 8.0, None
     if quantization:
         key = quantization.lower().split()[0]
         if key not in QUANTIZED_BITS:
             raise HarnessError(f"quantization '{quantization}' is not priced here (known: {', '.join(QUANTIZED_BITS)})")
         bits = QUANTIZED_BITS[key]
-    linear = size.linear_params * bits / 8
+    quantized = size.expert_params if key in EXPERTS_ONLY_FORMATS else size.linear_params
+    linear = quantized * bits / 8 + (size.linear_params - quantized) * dtype_bytes
     total = (linear + size.embedding_params * dtype_bytes) / tensor_parallel_size / pipeline_parallel_size
-    fmt = f"{quantization} ({bits:g} bits per linear weight)" if quantization else f"{dtype_bytes} B per weight"
+    scope = "expert" if key in EXPERTS_ONLY_FORMATS else "linear"
+    fmt = f"{quantization} ({bits:g} bits per {scope} weight)" if quantization else f"{dtype_bytes} B per weight"
     return Term(name="weights", bytes=int(total), subtracted=True,
                 source=f"{size.linear_params + size.embedding_params:,} parameters from config.json, {fmt}, "
                        f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")

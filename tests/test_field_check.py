@@ -14,7 +14,7 @@ from harness.field_check import implied_overhead_bytes, check_logged, fit_consta
 from harness.field_corpus import load_corpus
 from harness.field_report import score, summary_lines
 from harness.gpu_catalog import gpu_memory
-from harness.memory_model import FITTED_CONSTANTS, activation_regressors, model_size
+from harness.memory_model import FITTED_CONSTANTS, activation_regressors, model_size, weights_term
 from harness.model_shape import load_model_shape
 from harness.server_logs import parse_startup_log
 
@@ -138,6 +138,14 @@ def test_moe_activation_counts_each_routed_copys_hidden_output():
     config = load_model_shape(str(CORPUS / "configs" / "Qwen--Qwen3-235B-A22B-FP8.json")).config
     widths, logits = activation_regressors(model_size(config), 8192, 1024, 4)
     assert (widths, logits) == (704_643_072, 622_329_856)
+
+
+def test_mxfp4_prices_only_the_experts_at_four_bits():
+    # gpt-oss-120b: experts 36 × 3 × 2,880 × 2,880 × 128 = 114,661,785,600 at 4.25 bits = 60,914,073,600 B;
+    # attention 36 × 2,880 × 64 × (2·64 + 2·8) = 955,514,880 and router 36 × 2,880 × 128 = 13,271,040 in bf16
+    # = 1,937,571,840 B; embeddings 2 × 201,088 × 2,880 × 2 B = 2,316,533,760. Sum 65,168,179,200 B on one GPU.
+    config = load_model_shape(str(CORPUS / "configs" / "openai--gpt-oss-120b.json")).config
+    assert weights_term(model_size(config), 2, "mxfp4", 1).bytes == 65_168_179_200
 
 
 def test_a_dense_model_has_no_expert_output_width():
