@@ -27,7 +27,10 @@ from harness.model_shape import ModelShape, load_model_shape
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
 KV_TOKENS_TOLERANCE = 0.05
-MIN_ROWS_FOR_TWO_COEFFICIENTS = 4  # fewer activation figures than this fit one coefficient, not two
+# Fewer activation figures than this fit one coefficient (token widths), not two. Four V0 profiles, all
+# sampling 256 rows or fewer, gave 3.3 B per sampler logit: 1.9 GiB for a V1 start sampling 1,024 rows of a
+# 152,064-word vocabulary, more than the 0.74 GiB such a log leaves for activation and non-torch together.
+MIN_ROWS_FOR_TWO_COEFFICIENTS = 8
 TERM_LOG_KEYS = {
     "weights": ("model_weights_bytes",),
     "activation_peak": ("pytorch_activation_peak_memory_bytes", "torch_peak_increase_bytes"),
