@@ -132,7 +132,7 @@ def activation_regressors(size: ModelSize, tokens: int, sampler_rows: int, tenso
 
 def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
                  pipeline_parallel_size: int = 1) -> Term:
-    """Checkpoint bytes one GPU holds: linear layers (or only the experts) in their stored format, the rest in the dtype."""
+    """Checkpoint bytes one GPU holds: linear layers (or only experts) in their stored format, the rest in the dtype."""
     bits, key = dtype_bytes * 8.0, None
     if quantization:
         key = quantization.lower().split()[0]
