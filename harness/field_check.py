@@ -21,12 +21,16 @@ from harness.budget import V1_DEFAULT_SINCE, GiB, CapacityPrediction, predict_ca
 from harness.errors import HarnessError
 from harness.field_corpus import FieldCase, load_corpus
 from harness.gpu_catalog import gpu_memory
-from harness.memory_model import MemoryConstants, model_size, plan_waterfall, profiling_batch
+from harness.memory_model import (GRAPHS_RESERVED_SINCE, MemoryConstants, activation_regressors, model_size,
+                                  plan_waterfall, profiling_batch)
 from harness.model_shape import ModelShape, load_model_shape
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
 KV_TOKENS_TOLERANCE = 0.05
-MIN_ROWS_FOR_TWO_COEFFICIENTS = 4  # fewer activation figures than this fit one coefficient, not two
+# Fewer activation figures than this fit one coefficient (token widths), not two. Four V0 profiles, all
+# sampling 256 rows or fewer, gave 3.3 B per sampler logit: 1.9 GiB for a V1 start sampling 1,024 rows of a
+# 152,064-word vocabulary, more than the 0.74 GiB such a log leaves for activation and non-torch together.
+MIN_ROWS_FOR_TWO_COEFFICIENTS = 8
 TERM_LOG_KEYS = {
     "weights": ("model_weights_bytes",),
     "activation_peak": ("pytorch_activation_peak_memory_bytes", "torch_peak_increase_bytes"),
@@ -73,6 +77,7 @@ class CaseResult(BaseModel):
     release: str
     family: str
     started: bool
+    cache_fit: bool  # whether a max_model_len request fitted the cache: what the fit / no-fit calls are scored on
     logged: LoggedCheck
     launch: LaunchCheck
 
@@ -93,7 +98,8 @@ def run_field_check(directory: Path) -> FieldReport:
         shape = shapes.get(case.facts.config or "")
         results.append(CaseResult(
             id=case.id, source=str(case.source), release=case.facts.vllm_version, family=case.family,
-            started=case.facts.started, logged=check_logged(case, shape),
+            started=case.facts.started, cache_fit=case.facts.started or case.facts.failed_after_cache_sized,
+            logged=check_logged(case, shape),
             launch=check_launch(case, shape, config, constants, held_back=case.id not in fit_ids),
         ))
     return FieldReport(constants=constants, cases=results)
@@ -245,8 +251,14 @@ def logged_term_bytes(log: Any) -> dict[str, int]:
 
 
 def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) -> MemoryConstants:
-    """Least squares for the activation's two coefficients; medians for non-torch and graph memory."""
+    """Least squares for the activation's two coefficients; medians for non-torch and graph memory.
+
+    Non-torch memory is read from the profile where a release prints it; where a log gives only
+    the GPU total, the weights and the KV memory, the remainder less the fitted activation is what
+    the profile must have held outside torch, and it counts too.
+    """
     rows, targets, single, parallel, graphs, used = [], [], [], [], [], set()
+    implied: list[tuple[FieldCase, dict[str, Any], int]] = []
     for case in cases:
         config = configs.get(case.facts.config or "")
         total = _total_bytes(case)
@@ -254,21 +266,16 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
             continue
         facts, log = case.facts, case.parsed()
         logged = logged_term_bytes(log)
-        parallel_gpus = facts.tensor_parallel_size * facts.pipeline_parallel_size
         if "non_torch" in logged and total is not None:
-            (parallel if parallel_gpus > 1 else single).append(logged["non_torch"] / total[0])
+            _shares(case, single, parallel).append(logged["non_torch"] / total[0])
             used.add(case.id)
+        elif total is not None:
+            implied.append((case, config, total[0]))
         if "cuda_graphs" in logged:
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
         if "activation_peak" in logged and total is not None:
-            version = Version(facts.vllm_version)
-            v0 = (facts.engine or ("V0" if version < V1_DEFAULT_SINCE else "V1")) == "V0"
-            size = model_size(config)
-            tokens, sampler_rows, _ = profiling_batch(version, v0, total[0], facts.max_model_len,
-                                                      facts.max_num_batched_tokens, facts.max_num_seqs)
-            rows.append([tokens * (size.hidden + 2 * size.mlp_width / facts.tensor_parallel_size) * 2,
-                         sampler_rows * size.vocab / facts.tensor_parallel_size * 4])
+            rows.append(list(_activation_regressors(case, config, total[0])))
             targets.append(logged["activation_peak"])
             used.add(case.id)
     if len(rows) >= MIN_ROWS_FOR_TWO_COEFFICIENTS:
@@ -279,6 +286,12 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         per_width, per_logit = float(widths @ np.array(targets, dtype=float) / (widths @ widths)), 0.0
     else:
         raise HarnessError("no fit case states its activation peak: the activation term cannot be fitted")
+    for case, config, total_bytes in implied:
+        rest = implied_overhead_bytes(case, total_bytes)
+        if rest is not None:
+            widths, logits = _activation_regressors(case, config, total_bytes)
+            _shares(case, single, parallel).append((rest - per_width * widths - per_logit * logits) / total_bytes)
+            used.add(case.id)
     single_share = statistics.median(single) if single else 0.0
     return MemoryConstants(
         activation_per_token_width=per_width, activation_per_sampler_logit=per_logit,
@@ -287,3 +300,31 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),
     )
+
+
+def _shares(case: FieldCase, single: list[float], parallel: list[float]) -> list[float]:
+    return parallel if case.facts.tensor_parallel_size * case.facts.pipeline_parallel_size > 1 else single
+
+
+def _activation_regressors(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[float, float]:
+    facts = case.facts
+    version = Version(facts.vllm_version)
+    v0 = (facts.engine or ("V0" if version < V1_DEFAULT_SINCE else "V1")) == "V0"
+    tokens, sampler_rows, _ = profiling_batch(version, v0, total_bytes, facts.max_model_len,
+                                              facts.max_num_batched_tokens, facts.max_num_seqs)
+    return activation_regressors(model_size(config), tokens, sampler_rows, facts.tensor_parallel_size)
+
+
+def implied_overhead_bytes(case: FieldCase, total_bytes: int) -> int | None:
+    """total × utilisation − logged weights − logged KV: activation and non-torch together, on one rank.
+
+    Only where nothing else is subtracted before the cache (graphs are, from 0.21) and the log
+    states both figures for a single stage.
+    """
+    facts, log = case.facts, case.parsed()
+    if Version(facts.vllm_version) >= GRAPHS_RESERVED_SINCE or facts.pipeline_parallel_size > 1:
+        return None
+    kv = _stage_memory(case, log.available_kv_cache_bytes_by_rank, log.available_kv_cache_bytes)
+    if kv is None or not log.model_weights_bytes:
+        return None
+    return int(total_bytes * facts.gpu_memory_utilization) - log.model_weights_bytes - kv[0]

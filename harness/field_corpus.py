@@ -39,6 +39,7 @@ class CaseFacts(pydantic.BaseModel, extra="forbid"):
     block_size: int = 16
     engine: str | None = None  # "V0" or "V1" when the release could run either
     started: bool = True
+    failed_after_cache_sized: bool = False  # the cache held a full-length request; the start failed later
 
 
 class FieldCase(pydantic.BaseModel, extra="forbid"):

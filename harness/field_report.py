@@ -38,7 +38,7 @@ def score(cases: list[CaseResult], held_back_only: bool = True) -> Score:
         logged_exact=sum(c.logged.status == "exact" for c in logged), logged_scored=len(logged),
         launch_within=sum(abs(c.launch.kv_tokens_residual) <= KV_TOKENS_TOLERANCE for c in launch),
         launch_scored=len(launch),
-        fit_calls_right=sum(c.launch.fits_predicted == c.started for c in calls), fit_calls=len(calls),
+        fit_calls_right=sum(c.launch.fits_predicted == c.cache_fit for c in calls), fit_calls=len(calls),
     )
 
 
@@ -55,7 +55,7 @@ def summary_lines(report: FieldReport) -> list[str]:
         f"{every.launch_scored}",
         f"fit / no-fit before launch: {every.fit_calls_right} of {every.fit_calls} right "
         f"(held-back: {held.fit_calls_right} of {held.fit_calls})",
-        f"fit / no-fit from logged memory: {sum(c.logged.fits == c.started for c in logged_calls)} of "
+        f"fit / no-fit from logged memory: {sum(c.logged.fits == c.cache_fit for c in logged_calls)} of "
         f"{len(logged_calls)} right",
     ]
 
@@ -98,7 +98,7 @@ def _launch_table(report: FieldReport) -> Table:
             f"{launch.kv_tokens_predicted:,} / "
             + (f"{launch.kv_tokens_logged:,}" if launch.kv_tokens_logged else "—"),
             "—" if launch.kv_tokens_residual is None else f"{100 * launch.kv_tokens_residual:+.1f}",
-            f"{_yes(launch.fits_predicted)} / {_yes(case.started)}",
+            f"{_yes(launch.fits_predicted)} / {_yes(case.cache_fit)}",
         )
     return table
 

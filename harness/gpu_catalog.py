@@ -1,8 +1,11 @@
 """GPU memory as vLLM sees it: the total CUDA reports, which is less than the card's printed size.
 
-vLLM multiplies this total (not the marketing size) by `gpu_memory_utilization`, so only figures a
-real start-up log or CUDA error printed are listed, each with where it was printed. A GPU that is
-not here is refused by name; `--gpu-memory-gib` takes any other figure.
+vLLM multiplies this total (not the marketing size) by `gpu_memory_utilization`, so figures a real
+start-up log or CUDA error printed come first. Where no such figure was found, nvidia-smi's
+`memory.total` stands in and its source says so: it is the larger of the two (an H100 shows
+81,559 MiB = 79.65 GiB in nvidia-smi but 79.11-79.22 GiB in vLLM's logs), so those entries
+overstate the total by about half a GiB. A GPU that is not here is refused by name;
+`--gpu-memory-gib` takes any other figure.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+
+
+NVIDIA_SMI_TOTALS = "https://github.com/modal-labs/modal-client/pull/2797"
 
 
 class GpuMemory(BaseModel, frozen=True):
@@ -29,6 +35,12 @@ GPUS = {
                   source="`total_gpu_memory=23.58GiB`, https://github.com/vllm-project/vllm/issues/10517"),
         GpuMemory(name="A10-24GB", total_gib=22.18,
                   source="`a total capacity of 22.18 GiB`, https://github.com/OpenBMB/MiniCPM-V/issues/640"),
+        GpuMemory(name="A100-80GB", total_gib=80.0,
+                  source=f"nvidia-smi `81920MiB`, {NVIDIA_SMI_TOTALS} (nvidia-smi's total, above CUDA's)"),
+        GpuMemory(name="A100-40GB", total_gib=40.0,
+                  source=f"nvidia-smi `40960MiB`, {NVIDIA_SMI_TOTALS} (nvidia-smi's total, above CUDA's)"),
+        GpuMemory(name="L4", total_gib=22.49,
+                  source=f"nvidia-smi `23034MiB`, {NVIDIA_SMI_TOTALS} (nvidia-smi's total, above CUDA's)"),
     )
 }
 

@@ -25,6 +25,8 @@ LARGE_BATCH_SINCE = Version("0.9")  # V1 API server: 8192 batched tokens, 1024 s
 LARGE_GPU_BYTES = 70 * GiB
 V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
 # Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
+# Formats vLLM applies to the MoE experts alone: attention, router and embeddings stay in the model dtype.
+EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
 QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": 4.25, "gptq": 4.25,
                   "bitsandbytes": 4.25, "4-bit": 4.25}
 
@@ -67,8 +69,10 @@ class ModelSize(BaseModel):
 
     hidden: int
     mlp_width: int  # intermediate size one token passes through (routed experts × their width for MoE)
+    expert_output_width: int = 0  # MoE: each routed copy of a token gets its own hidden-wide down-projection output
     vocab: int
     linear_params: int
+    expert_params: int = 0  # the routed and shared experts' share of linear_params
     embedding_params: int
     layers: int
 
@@ -100,28 +104,46 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         dense_layers = config.get("first_k_dense_replace") or 0
         moe_mlp = 3 * hidden * expert_width * (experts + shared) + hidden * experts
         mlp = dense_layers * 3 * hidden * dense_width + (layers - dense_layers) * moe_mlp
-        active = (config.get("num_experts_per_tok") or config.get("experts_per_token") or 1) + shared
-        mlp_width = active * expert_width
+        routed = config.get("num_experts_per_tok") or config.get("experts_per_token") or 1
+        mlp_width = (routed + shared) * expert_width
+        expert_output = routed * hidden
+        expert_params = (layers - dense_layers) * 3 * hidden * expert_width * (experts + shared)
     else:
         mlp = layers * 3 * hidden * dense_width
-        mlp_width = dense_width
+        mlp_width, expert_output, expert_params = dense_width, 0, 0
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return ModelSize(hidden=hidden, mlp_width=mlp_width, vocab=vocab, linear_params=layers * attention + mlp,
+    return ModelSize(hidden=hidden, mlp_width=mlp_width, expert_output_width=expert_output, vocab=vocab,
+                     linear_params=layers * attention + mlp, expert_params=expert_params,
                      embedding_params=embeddings, layers=layers)
+
+
+def activation_regressors(size: ModelSize, tokens: int, sampler_rows: int, tensor_parallel_size: int,
+                          dtype_bytes: int = 2) -> tuple[float, float]:
+    """The two quantities the activation peak scales with: token-width bytes and sampler logits.
+
+    A token's widest tensors are its hidden state and its MLP input/output on this rank; an MoE
+    layer also keeps a hidden-wide down-projection output for every routed copy of the token
+    (vLLM's fused-MoE cache is tokens × top_k × hidden, not split by tensor parallelism). The
+    sampler sees the full vocabulary: vocabulary-parallel logits are gathered before sampling.
+    """
+    width = size.hidden + size.expert_output_width + 2 * size.mlp_width / tensor_parallel_size
+    return tokens * width * dtype_bytes, sampler_rows * size.vocab * 4.0
 
 
 def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
                  pipeline_parallel_size: int = 1) -> Term:
-    """Checkpoint bytes one GPU holds: linear layers in their stored format, embeddings in the dtype."""
-    bits = dtype_bytes * 8.0
+    """Checkpoint bytes one GPU holds: linear layers (or only experts) in their stored format, the rest in the dtype."""
+    bits, key = dtype_bytes * 8.0, None
     if quantization:
         key = quantization.lower().split()[0]
         if key not in QUANTIZED_BITS:
             raise HarnessError(f"quantization '{quantization}' is not priced here (known: {', '.join(QUANTIZED_BITS)})")
         bits = QUANTIZED_BITS[key]
-    linear = size.linear_params * bits / 8
+    quantized = size.expert_params if key in EXPERTS_ONLY_FORMATS else size.linear_params
+    linear = quantized * bits / 8 + (size.linear_params - quantized) * dtype_bytes
     total = (linear + size.embedding_params * dtype_bytes) / tensor_parallel_size / pipeline_parallel_size
-    fmt = f"{quantization} ({bits:g} bits per linear weight)" if quantization else f"{dtype_bytes} B per weight"
+    scope = "expert" if key in EXPERTS_ONLY_FORMATS else "linear"
+    fmt = f"{quantization} ({bits:g} bits per {scope} weight)" if quantization else f"{dtype_bytes} B per weight"
     return Term(name="weights", bytes=int(total), subtracted=True,
                 source=f"{size.linear_params + size.embedding_params:,} parameters from config.json, {fmt}, "
                        f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
@@ -172,8 +194,7 @@ def plan_waterfall(
     parallel = tensor_parallel_size * pipeline_parallel_size
     tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, max_model_len,
                                                  max_num_batched_tokens, max_num_seqs)
-    width_bytes = tokens * (size.hidden + 2 * size.mlp_width / tensor_parallel_size) * dtype_bytes
-    logits = rows * size.vocab / tensor_parallel_size * 4
+    width_bytes, logits = activation_regressors(size, tokens, rows, tensor_parallel_size, dtype_bytes)
     activation = constants.activation_per_token_width * width_bytes + constants.activation_per_sampler_logit * logits
     share = constants.non_torch_share_parallel if parallel > 1 else constants.non_torch_share_single_gpu
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
@@ -210,16 +231,18 @@ def plan_waterfall(
 # What `harness budget --field-check tests/fixtures/field` fits on the corpus's fit half (a test keeps
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
-    activation_per_token_width=1.7823268940486523,
+    activation_per_token_width=1.7833446798451935,
     activation_per_sampler_logit=0.0,
-    non_torch_share_single_gpu=0.01872,
-    non_torch_share_parallel=0.00675,
-    cuda_graph_gib=0.575,
+    non_torch_share_single_gpu=0.01484,
+    non_torch_share_parallel=0.00778,
+    cuda_graph_gib=0.5,
     fitted_on=[
-        "v0101-qwen2-7b-a100-tp2-util05",
-        "v0101-qwen2-7b-a100-util05",
+        "v0101-gpt-oss-120b-h100-fails",
+        "v0101-qwen2-7b-a100-tp2-util025",
+        "v0101-qwen2-7b-a100-util025",
         "v063-llama31-8b-rtx3090-len29000-fails",
         "v065-llama3-8b-h100",
         "v07-qwen25-32b-l40s-tp2",
+        "v09-qwen3-06b-v0-util08",
     ],
 )

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from harness.budget import GiB
-from harness.field_check import check_logged, fit_constants, run_field_check, stage_shapes
+from harness.field_check import implied_overhead_bytes, check_logged, fit_constants, run_field_check, stage_shapes
 from harness.field_corpus import load_corpus
 from harness.field_report import score, summary_lines
-from harness.memory_model import FITTED_CONSTANTS, model_size
+from harness.gpu_catalog import gpu_memory
+from harness.memory_model import FITTED_CONSTANTS, activation_regressors, model_size, weights_term
 from harness.model_shape import load_model_shape
 from harness.server_logs import parse_startup_log
 
@@ -23,6 +24,10 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 # One rank's memory line quoted for a TP=4 run: the other ranks had less (11,180 logged blocks × 770,048 B
 # per block = 8.02 GiB, below the quoted 8.11 GiB), so the quoted figure cannot reproduce the log.
 KNOWN_OFF = {"v09-qwen3-235b-a22b-fp8-tp4"}
+# gpt-oss-120b on one H100 left 7.5-8.5 GiB of the profile to neither weights nor KV, whether the batch was
+# 8,192 or 1,024 tokens (usable − logged weights − logged KV); the activation model fitted on dense profiles
+# prices under 1.1 GiB, so both refused starts are called fits. Kept visible until the term is modelled.
+KNOWN_WRONG_CALLS = {"v0101-gpt-oss-120b-h100-fails", "v011-gpt-oss-120b-h100-util095-fails"}
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +37,7 @@ def report():
 
 def test_every_case_names_its_public_source_and_its_config():
     cases, configs = load_corpus(CORPUS)
-    assert len(cases) >= 14
+    assert len(cases) >= 20
     for case in cases:
         assert case.source.host == "github.com", case.id
         assert case.where and case.edits, case.id
@@ -71,18 +76,22 @@ def test_pipeline_and_mla_case_uses_each_stages_smallest_rank(report):
 
 
 def test_failed_starts_are_called_failures(report):
-    failed = [c for c in report.cases if not c.started]
+    failed = [c for c in report.cases if not c.cache_fit]
     assert len(failed) >= 4
     for case in failed:
         assert case.logged.fits in (False, None), case.id
-        assert case.launch.fits_predicted in (False, None), case.id
-    assert all(c.logged.fits == c.started for c in report.cases if c.logged.fits is not None)
+        if case.id not in KNOWN_WRONG_CALLS:
+            assert case.launch.fits_predicted in (False, None), case.id
+    assert all(c.logged.fits == c.cache_fit for c in report.cases if c.logged.fits is not None)
 
 
-def test_before_launch_fit_calls_are_all_right_and_the_score_is_printed(report):
-    every = score(report.cases, held_back_only=False)
-    assert every.fit_calls >= 5
-    assert every.fit_calls_right == every.fit_calls
+def test_before_launch_fit_calls_are_right_but_the_named_ones_and_the_score_is_printed(report):
+    every, held = score(report.cases, held_back_only=False), score(report.cases)
+    assert every.fit_calls >= 15
+    called = [c for c in report.cases if c.launch.fits_predicted is not None]
+    wrong = {c.id for c in called if c.launch.fits_predicted != c.cache_fit}
+    assert wrong == KNOWN_WRONG_CALLS
+    assert held.fit_calls_right == held.fit_calls
     lines = summary_lines(report)
     assert lines[2].startswith("before launch, held-back cases: ")
 
@@ -120,6 +129,48 @@ def test_new_log_lines_are_read():
     )
     assert ranks.available_kv_cache_bytes_by_rank == {0: round(12.00 * GiB), 1: round(12.13 * GiB)}
     assert ranks.num_gpu_blocks == 5867
+
+
+def test_moe_activation_counts_each_routed_copys_hidden_output():
+    # Qwen3-235B-A22B: 8 routed experts of width 1,536, hidden 4,096, TP=4, a profiling batch of 8,192 tokens.
+    # Width per token: 4,096 (hidden) + 8 × 4,096 (each routed copy's down-projection output, not split by TP)
+    # + 2 × 8 × 1,536 / 4 (gate/up on this rank) = 4,096 + 32,768 + 6,144 = 43,008; × 8,192 × 2 B = 704,643,072.
+    # Sampler: 1,024 rows × 151,936 vocabulary entries × 4 B = 622,329,856 (logits are gathered before sampling).
+    config = load_model_shape(str(CORPUS / "configs" / "Qwen--Qwen3-235B-A22B-FP8.json")).config
+    widths, logits = activation_regressors(model_size(config), 8192, 1024, 4)
+    assert (widths, logits) == (704_643_072, 622_329_856)
+
+
+def test_mxfp4_prices_only_the_experts_at_four_bits():
+    # gpt-oss-120b: experts 36 × 3 × 2,880 × 2,880 × 128 = 114,661,785,600 at 4.25 bits = 60,914,073,600 B;
+    # attention 36 × 2,880 × 64 × (2·64 + 2·8) = 955,514,880 and router 36 × 2,880 × 128 = 13,271,040 in bf16
+    # = 1,937,571,840 B; embeddings 2 × 201,088 × 2,880 × 2 B = 2,316,533,760. Sum 65,168,179,200 B on one GPU.
+    config = load_model_shape(str(CORPUS / "configs" / "openai--gpt-oss-120b.json")).config
+    assert weights_term(model_size(config), 2, "mxfp4", 1).bytes == 65_168_179_200
+
+
+def test_a_dense_model_has_no_expert_output_width():
+    # Llama-3.1-8B at TP=1, 2,048 tokens: (4,096 + 2 × 14,336) × 2,048 × 2 B = 134,217,728.
+    config = load_model_shape(str(CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json")).config
+    assert activation_regressors(model_size(config), 2048, 256, 1)[0] == 134_217_728
+
+
+def test_gpus_without_a_logged_total_say_their_figure_is_nvidia_smis():
+    # 81,920 MiB / 1,024 = 80.0 GiB; 23,034 MiB / 1,024 = 22.49 GiB.
+    assert gpu_memory("a100-80gb").total_gib == 80.0 and "nvidia-smi" in gpu_memory("A100-80GB").source
+    assert gpu_memory("L4").total_gib == 22.49 and "modal-client/pull/2797" in gpu_memory("L4").source
+    assert "nvidia-smi" not in gpu_memory("H100-80GB").source
+
+
+def test_a_log_without_a_profile_implies_its_overhead_from_total_weights_and_kv():
+    # Two A100s (80.0 GiB as nvidia-smi states it) at 0.25: 20 GiB usable per GPU; the log states 7.1217 GiB of
+    # weights and 12.02 GiB of KV per GPU, so activation and non-torch memory together took 0.8583 GiB.
+    cases, _ = load_corpus(CORPUS)
+    case = next(c for c in cases if c.id == "v0101-qwen2-7b-a100-tp2-util025")
+    assert abs(implied_overhead_bytes(case, 80 * GiB) / GiB - 0.8583) < 1e-6
+    # A profile split over pipeline stages gives no single rank's remainder.
+    staged = next(c for c in cases if c.id == "v09-deepseek-v2-lite-l4-pp2-tp2")
+    assert implied_overhead_bytes(staged, 24 * GiB) is None
 
 
 def test_a_case_without_a_config_is_reported_not_scored():
