@@ -157,13 +157,13 @@ def test_no_goodput_without_slos_and_no_figures_without_values() -> None:
 
 
 def test_a_stalled_loop_and_a_lagging_sampler_make_the_run_invalid() -> None:
-    # 200 probe ticks of 5 ms: 199 on time (2 ms late, under the 5 ms jitter floor) and one 300 ms stall.
-    # Stalled share: (300 - 5) / (200 x 5 + 199 x 2 + 300) = 295 / 1,698 = 0.174 > 0.05.
+    # 200 probe ticks of 5 ms: 199 on time (2 ms late, under the 10 ms jitter floor) and one 300 ms stall.
+    # Stalled share: (300 - 10) / (200 x 5 + 199 x 2 + 300) = 290 / 1,698 = 0.171 > 0.05.
     lags = [2.0] * 199 + [300.0]
     result = summary(cold=False, max_dispatch_lag_ms=60.0, loop_lags_ms=lags, sample_interval_s=0.25)
-    assert result.loop_stall_share == pytest.approx(295 / 1698)
+    assert result.loop_stall_share == pytest.approx(290 / 1698)
     assert result.loop_lag_ms_max == 300.0
-    assert any(reason.startswith("client event loop stalled: loop_stall_share 0.174") for reason in result.invalid_reasons)
+    assert any(reason.startswith("client event loop stalled: loop_stall_share 0.171") for reason in result.invalid_reasons)
     # The samples are 0.5 s apart; with a 0.25 s interval the allowed gap is max(0.75, 1.25) = 1.25 s: fine.
     assert result.sample_gap_s_max == pytest.approx(0.5)
     assert not any("sampler" in reason for reason in result.invalid_reasons)
