@@ -22,7 +22,12 @@ COMPARED_FIGURES = (
     "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "e2e_ms_p99", "requests_per_s",
     "output_tokens_per_s", "peak_waiting_requests", PEAK_RUNNING, "peak_kv_cache_usage_fraction",
     "preemptions_during_run", "kv_cache_tokens_logged", "kv_cache_tokens_predicted",
+    "engine_waiting_requests_mean", "engine_running_requests_mean", "engine_queue_ms_mean",
+    "engine_decode_ms_mean", "frontend_share", "burst_token_fraction",
 )
+# A change between two points is real when the ranges of their repeats do not overlap; with one run a
+# point has no range, so its changes cannot be told from run-to-run noise.
+REAL, WITHIN_SPREAD, SPREAD_UNKNOWN = "real", "within spread", "spread unknown (one run)"
 UUIDS_SHOWN_PER_VALUE = 3
 
 
@@ -92,3 +97,20 @@ def _aggregate(runs: pd.DataFrame, limit: str) -> pd.DataFrame:
     points.insert(0, "n", uuids.size())
     points.index.name = limit
     return points
+
+
+def point_differences(comparison: Comparison, figures: tuple[str, ...]) -> pd.DataFrame:
+    """Each figure from one point to the next: the change of the means, and whether it exceeds the spread."""
+    points, rows = comparison.points, []
+    for (low, a), (high, b) in zip(points.iterrows(), list(points.iterrows())[1:], strict=False):
+        for name in figures:
+            if f"{name}_mean" not in points or pd.isna(a[f"{name}_mean"]) or pd.isna(b[f"{name}_mean"]):
+                continue
+            if a["n"] < 2 or b["n"] < 2:
+                called = SPREAD_UNKNOWN
+            else:
+                apart = a[f"{name}_max"] < b[f"{name}_min"] or b[f"{name}_max"] < a[f"{name}_min"]
+                called = REAL if apart else WITHIN_SPREAD
+            rows.append({"figure": name, comparison.limit: f"{shown_value(low)} → {shown_value(high)}",
+                         "mean": f"{a[f'{name}_mean']:.4g} → {b[f'{name}_mean']:.4g}", "difference": called})
+    return pd.DataFrame(rows, columns=["figure", comparison.limit, "mean", "difference"])

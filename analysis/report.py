@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compare import Comparison, compare_one_limit, shown_value
+from analysis.compare import Comparison, compare_one_limit, point_differences, shown_value
 from analysis.diagnose import Verdict, diagnose_runs
 from analysis.plots import latency_vs_limit_png, server_series_png, throughput_vs_ttft_png
 from analysis.sources import DEFAULT_API_LIMIT, collect_runs
@@ -29,8 +29,12 @@ RUN_FIGURES = ("ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "requ
                "error_rate_fraction", "valid")
 CAPACITY_FIGURES = ("kv_cache_tokens_predicted", "kv_cache_tokens_logged", "max_concurrency_predicted",
                     "max_concurrency_logged", "num_blocks_predicted", "num_blocks_logged", "prediction_matches_log")
-POINT_FIGURES = ("ttft_ms_p99", "tpot_ms_p50", "output_tokens_per_s", "peak_waiting_requests",
-                 "peak_kv_cache_usage_fraction", "preemptions_during_run")
+POINT_FIGURES = ("ttft_ms_p99", "tpot_ms_p50", "output_tokens_per_s", "engine_waiting_requests_mean",
+                 "engine_running_requests_mean", "peak_kv_cache_usage_fraction", "preemptions_during_run",
+                 "frontend_share", "burst_token_fraction")
+ENGINE_FIGURES = ("engine_queue_ms_mean", "engine_prefill_ms_mean", "engine_decode_ms_mean", "engine_itl_ms_mean",
+                  "client_e2e_ms_mean", "frontend_ms_mean", "frontend_share", "burst_token_fraction",
+                  "largest_burst_tokens", "per_token_latency_paced", "qualifications")
 MISSING = "–"
 
 
@@ -106,7 +110,15 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
     return [
         Section("Held fixed", held or "nothing else was recorded as an input"),
         Section(f"Points of {limit}", "each figure: mean [min, max] over the point's runs", point_rows),
+        Section(f"Differences between points of {limit}",
+                "a change is called real only when the ranges of the two points' repeats do not overlap "
+                "(`harness demo --repeats N`, or repeated points in a sweep)",
+                point_differences(comparison, POINT_FIGURES)),
         Section("Runs", "", _run_table(runs, limit, RUN_FIGURES)),
+        Section("Where the time went", "vLLM's own histograms over the run (queue, prefill, decode, inter-token) "
+                "beside the client's end-to-end time; the front end is the rest (API server, HTTP, client). "
+                "When tokens arrived in bursts, TPOT and ITL are not per-token figures",
+                _run_table(runs, limit, ENGINE_FIGURES)),
         Section("Predicted vs logged capacity", "the calculator's prediction beside what the engine logged at start-up",
                 _run_table(runs, limit, CAPACITY_FIGURES)),
         Section("Diagnosis", "which limit bound each run, with the figures that say so", diagnosis),

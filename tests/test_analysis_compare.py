@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.compare import compare_one_limit
+from analysis.compare import REAL, SPREAD_UNKNOWN, WITHIN_SPREAD, compare_one_limit, point_differences
 from analysis.sources import runs_from_directories
 from analysis.table import build_table
 from harness.errors import HarnessError
@@ -67,3 +67,15 @@ def test_unknown_limit_and_service_uuid_handling(tmp_path: Path):
         compare_one_limit(table, "max_num_sequences")
     # each point has its own service run: that is identity, not a confound
     assert list(compare_one_limit(table, "max_num_seqs").points["n"]) == [1, 1]
+
+
+def test_a_difference_is_real_only_beyond_the_spread_of_repeats(tmp_path: Path):
+    # max_num_seqs 2: TTFT 40 and 60 ms; 4: 55 and 65 ms (overlaps [40, 60]); 8: 90 and 100 ms (clear of [55, 65]);
+    # 16: one run, no range
+    for seqs, ttfts in ((2, (40.0, 60.0)), (4, (55.0, 65.0)), (8, (90.0, 100.0)), (16, (200.0,))):
+        for ttft in ttfts:
+            write_run(tmp_path, limits={"max_num_seqs": seqs}, ttft_ms=ttft)
+    differences = point_differences(compare_one_limit(table_of(tmp_path), "max_num_seqs"), ("ttft_ms_p99",))
+    assert list(differences["max_num_seqs"]) == ["2 → 4", "4 → 8", "8 → 16"]
+    assert list(differences["difference"]) == [WITHIN_SPREAD, REAL, SPREAD_UNKNOWN]
+    assert list(differences["mean"]) == ["50 → 60", "60 → 95", "95 → 200"]
