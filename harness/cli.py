@@ -543,6 +543,7 @@ def sweep(
 @one_line_errors
 def demo(
     out: Path | None = typer.Option(None, help="directory for the demo's runs and report (default: runs/demo-TIME)"),
+    repeats: int = typer.Option(1, help="runs per point, each with its own engine: the report shows the spread"),
 ) -> None:
     """The whole loop on this machine: predict, launch the real CPU engine, measure a sweep, explain."""
     import time
@@ -554,7 +555,7 @@ def demo(
 
     console = Console() if sys.stdout.isatty() else Console(width=120)  # a log file is not 80 columns wide
     with stop_on_sigterm():
-        result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), console)
+        result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), console, repeats)
     failed = f"; points that failed: {result.failed_points}" if result.failed_points else ""
     invalid = f"; invalid points: {result.invalid_points}" if result.invalid_points else ""
     print(f"demo finished in {result.seconds:.0f} s{failed}{invalid}")

