@@ -22,7 +22,7 @@ from test_analysis_records import write_run
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 README_PROJECT = "ACME/serving"  # the README's example project; the sandbox's owner is "default"
-KINDS = ("make demo", "make test", "polyaxon run", "harness check", "harness sweep", "harness report")
+KINDS = ("make demo", "make test", "harness demo", "polyaxon run", "harness check", "harness sweep", "harness report")
 
 
 def readme_commands() -> list[list[str]]:
@@ -64,6 +64,18 @@ def test_make_demo_and_make_test_are_targets() -> None:
         dry = subprocess.run([*words[:1], "-n", *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert dry.returncode == 0, dry.stderr
         assert f"harness {words[1]}" in dry.stdout or "pytest" in dry.stdout
+
+
+def test_harness_demo_repeats_as_written(tmp_path: Path) -> None:
+    """The demo itself runs in test_demo.py (once per point: three engines per point is too long for the suite);
+    here: `--repeats 3` makes a sweep that Polyaxon's compiler expands into each point three times."""
+    from harness.demo import PRESET, repeated_sweep
+    from harness.specs import check_files
+
+    [words] = commands_of("harness demo")
+    repeats = int(words[words.index("--repeats") + 1])
+    points = check_files([repeated_sweep(tmp_path, repeats), PRESET], {"model": "tiny", "concurrency": 8})
+    assert [point["max_num_seqs"] for point in points] == [1, 1, 1, 2, 2, 2, 4, 4, 4, 8, 8, 8]
 
 
 def test_harness_check_as_written() -> None:
