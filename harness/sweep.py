@@ -171,7 +171,19 @@ class PolyaxonBackend:
                                   f"{self.running_deadline_s:g} s, not running (logs: {logs})")
             yield uuid
         finally:
-            polyaxon_call(f"could not stop service {uuid}; stop it by hand", run.stop)
+            self._stop(run)
+
+    def _stop(self, run: Any, attempts: int = 5) -> None:
+        """A busy API may refuse a stop while it is still compiling the run it just created (HTTP 405):
+        ask again for a few seconds before telling the user to stop it by hand."""
+        for attempt in range(attempts):
+            try:
+                polyaxon_call(f"could not stop service {run.run_uuid}; stop it by hand", run.stop)
+                return
+            except HarnessError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(2.0)
 
     def harness(self, index: int, service: str) -> tuple[str, Outcome, str | None]:
         run = self._create(self.harness_files, {**self.harness_params, "service_uuid": service},
