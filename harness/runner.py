@@ -173,6 +173,8 @@ async def _run(
             progress.advance(record.error_class is not None)
 
         async with StreamingClient(settings, clock_zero) as client:
+            if limit is not None:
+                await client.open_connections(limit)
             load = asyncio.create_task(send_all(config, inventory, client, finished))
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGINT, signal.SIGTERM):
