@@ -4,8 +4,8 @@ The engine is started once, as the project starts it (polyaxonfiles/vllm-service
 preset, through `harness.launch.local_engine`, serving the generated tiny model), so it runs with whatever
 CPU placement the preset and the launcher give it; the two clients get none of their own. Each round runs
 `harness run` and `vllm bench serve` one after the other (order flipped each round) with the same token-id
-prompts, the same concurrency, the same output length (ignore_eos, same max_tokens, temperature 0) and the
-same number of warm-up requests. Printed: each tool's TTFT/TPOT/ITL/E2E p50 and p99 and output tok/s as the
+prompts, the same concurrency, the same output length (ignore_eos, same max_tokens, temperature 0), the
+same stream options (usage on every chunk) and the same number of warm-up requests. Printed: each tool's TTFT/TPOT/ITL/E2E p50 and p99 and output tok/s as the
 median over rounds with the round-to-round min–max and relative spread ((max − min) / median), how far the
 two medians are apart, and the share of token gaps over 1 ms ("paced"); then per round, the harness's run
 id, the engine's generated tokens and prefix-cache hits over each tool's run (from /metrics).
@@ -60,6 +60,9 @@ REPO = Path(__file__).resolve().parent.parent
 SERVICE = [REPO / "polyaxonfiles" / "vllm-service.yaml", REPO / "polyaxonfiles" / "presets" / "local-cpu.yaml"]
 HARNESS = str(Path(sys.executable).with_name("harness"))
 PACED_GAP_S = 0.001
+# What the harness asks for (harness.client.request_body): usage on every chunk costs the API server work
+# per token, and the API server is the busy part here, so vLLM's tool is given the same.
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 
 VLLM_DRIVER = """
 import asyncio, json, sys
@@ -77,7 +80,7 @@ result = asyncio.run(benchmark(
     num_warmups=spec["warmup"], profile=False, selected_percentile_metrics=["ttft", "tpot", "itl", "e2el"],
     selected_percentiles=[50.0, 99.0], ignore_eos=True, goodput_config_dict={},
     max_concurrency=spec["concurrency"], lora_modules=None, extra_headers=None,
-    extra_body={"temperature": 0.0}, ready_check_timeout_sec=0,
+    extra_body={"temperature": 0.0, "stream_options": spec["stream_options"]}, ready_check_timeout_sec=0,
 ))
 figures = {key: value for key, value in result.items() if isinstance(value, (int, float))}
 ok = [not error for error in result["errors"]]
@@ -230,7 +233,7 @@ def main() -> None:
         served = httpx.get(f"{engine.base_url}/v1/models", timeout=10).json()["data"][0]["id"]
         spec = {
             "model": served, "tokenizer": str(model), "prompts": [p.token_ids for p in inventory.prompts], "output_tokens": args.output_tokens,
-            "concurrency": args.concurrency, "warmup": args.warmup,
+            "concurrency": args.concurrency, "warmup": args.warmup, "stream_options": STREAM_OPTIONS,
         }
         console.print(
             f"engine: {' '.join(engine.argv[1:])}\n{args.prompts} prompts of {args.prompt_tokens} tokens, "
