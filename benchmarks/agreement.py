@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -169,6 +170,12 @@ def vllm_trial(args: argparse.Namespace, base_url: str, spec: dict, work: Path, 
     return Trial("vllm", round_index, figures, output_tokens=set(result["output_tokens"]))
 
 
+def relative_spread(values: list[float], median: float) -> float:
+    """(max − min) / median; unbounded when the median is 0 and the rounds differ (ITL p50 of burst rounds)."""
+    width = max(values) - min(values)
+    return width / abs(median) if median else (math.inf if width else 0.0)
+
+
 def agreement_table(trials: list[Trial]) -> Table:
     table = Table(title=escape("harness run vs vllm bench serve: median over rounds [min–max] (relative spread)"))
     table.add_column("figure")
@@ -184,7 +191,7 @@ def agreement_table(trials: list[Trial]) -> Table:
         if any(value is None for values in per_tool for value in values):
             continue
         medians = [float(np.median(values)) for values in per_tool]
-        spreads = [(max(values) - min(values)) / median if median else 0.0 for values, median in zip(per_tool, medians)]
+        spreads = [relative_spread(values, median) for values, median in zip(per_tool, medians)]
         cells = [
             escape(f"{median:,.3f} [{min(values):,.3f}–{max(values):,.3f}] ({spread:.0%})")
             for values, median, spread in zip(per_tool, medians, spreads)
