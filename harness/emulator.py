@@ -189,11 +189,9 @@ class Emulator:
         return web.json_response({"first_token_lateness_ms": late_ms})
 
     async def connections(self, request: web.Request) -> web.Response:
-        """How many connections the server has seen, and how many streams were a connection's first request:
-        a stream that had to connect first carries the connect in its TTFT."""
-        return web.json_response(
-            {"connections_seen": len(self.peers_seen), "streams_on_new_connections": self.streams_on_new_connections}
-        )
+        """How many streams were a connection's first request: such a stream had to connect first, and
+        carries the connect in its TTFT."""
+        return web.json_response({"streams_on_new_connections": self.streams_on_new_connections})
 
     async def _note_peer(self, request: web.Request, response: web.StreamResponse) -> None:
         peer = request.transport.get_extra_info("peername") if request.transport is not None else None
