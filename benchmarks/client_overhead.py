@@ -5,8 +5,11 @@ one emulator process, each client in its own process (with --pin: clients on one
 another). Printed per stream count: each tool's achieved chunks/s and client CPU time (user + sys) per
 1,000 streamed chunks, the harness/vLLM CPU ratio, TTFT and ITL error against the emulator's configured
 values (p50/p99; this harness's and, for comparison, `vllm bench serve`'s own), how late the emulator
-itself wrote first tokens (the server's share of any TTFT error), and the emulator's CPU use (near
-100 % means the emulator, not the client, set the achieved rate).
+itself wrote first tokens (the server's share of any TTFT error), the emulator's CPU use (near
+100 % means the emulator, not the client, set the achieved rate), and the TTFT error of the first wave
+alone (the first request of every stream, all opened at the load's zero). The streams stay in step
+(same lengths, same timing), so every later wave is a burst of sends too, made of streams that ended
+together: there each send waits for the client's send work on the streams before it.
 
     .venv/bin/python benchmarks/client_overhead.py [--streams 16 64 256] [--rounds 2]
 
@@ -76,9 +79,11 @@ result = asyncio.run(benchmark(
 ))
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
 served = [(ttft, itl) for ttft, itl in zip(result["ttfts"], result["itls"]) if ttft]
+first_wave = sorted((start, ttft) for start, ttft in zip(result["start_times"], result["ttfts"]) if ttft)[:spec["streams"]]
 print(json.dumps({
     "cpu_s": cpu, "wall_s": wall, "chunks": sum(len(itl) + 1 for _, itl in served),
     "ttft_error_ms": [ttft * 1000 - spec["ttft_ms"] for ttft, _ in served],
+    "first_wave_ttft_error_ms": [ttft * 1000 - spec["ttft_ms"] for _, ttft in first_wave],
     "itl_error_ms": [gap * 1000 - spec["itl_ms"] for _, itl in served for gap in itl],
 }))
 """
@@ -141,6 +146,8 @@ def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.P
     records = [r for r in read_requests(out) if r.error_class is None]
     result["chunks"] = sum(len(r.chunk_times_s) for r in records)
     result["ttft_error_ms"] = [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in records]
+    first_wave = sorted(records, key=lambda r: r.scheduled_s)[: spec["streams"]]
+    result["first_wave_ttft_error_ms"] = [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in first_wave]
     result["itl_error_ms"] = [
         (later - earlier) * 1000 / tokens - args.itl_ms
         for r in records
@@ -225,7 +232,7 @@ def print_table(rows: list[tuple[int, dict[str, list[dict]]]]) -> None:
     header = (
         f"{'streams':>7} | {'chunks/s harness':>16} {'vllm':>7} | {'cpu ms/1k chunks harness':>24} {'vllm':>6} "
         f"{'ratio':>6} | {'ttft err ms p50/p99 harness':>27} {'vllm':>13} | {'itl err ms harness':>18} "
-        f"{'vllm':>13} | {'emulator late ms':>16} {'cpu %':>5}"
+        f"{'vllm':>13} | {'emulator late ms':>16} {'cpu %':>5} | {'first wave ttft err harness':>27} {'vllm':>13}"
     )
     print(header)
     print("-" * len(header))
@@ -237,7 +244,8 @@ def print_table(rows: list[tuple[int, dict[str, list[dict]]]]) -> None:
             f"{per_1000(vllm):>6.1f} {per_1000(harness) / per_1000(vllm):>6.2f} | "
             f"{error(harness, 'ttft_error_ms'):>27} {error(vllm, 'ttft_error_ms'):>13} | "
             f"{error(harness, 'itl_error_ms'):>18} {error(vllm, 'itl_error_ms'):>13} | "
-            f"{error(harness + vllm, 'emulator_late_ms'):>16} {emulator:>5.0f}"
+            f"{error(harness + vllm, 'emulator_late_ms'):>16} {emulator:>5.0f} | "
+            f"{error(harness, 'first_wave_ttft_error_ms'):>27} {error(vllm, 'first_wave_ttft_error_ms'):>13}"
         )
 
 

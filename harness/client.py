@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import contextvars
 import json
 import os
@@ -191,6 +192,17 @@ class StreamingClient:
 
     def now(self) -> float:
         return time.perf_counter() - self.clock_zero
+
+    async def open_connections(self, count: int) -> None:
+        """Open `count` keep-alive connections at once, each with a cheap request, before the load's zero.
+        Streams that open together would otherwise each connect first, and the connects (and the server's
+        accepts) would land in their TTFT. A failure here is left for the load's own requests to record."""
+
+        async def touch() -> None:
+            with contextlib.suppress(httpx.HTTPError):
+                await self.http.get("/health")
+
+        await asyncio.gather(*(touch() for _ in range(count)))
 
     async def send(self, prompt: PromptRequest, scheduled_s: float) -> RequestRecord:
         path, body = request_body(self.settings.model, prompt, self.settings.temperature)

@@ -148,6 +148,8 @@ class Emulator:
         self.metrics = EngineMetrics(config, self.admission)
         self.arrivals = itertools.count(1)
         self.first_token_lateness_s: list[float] = []
+        self.peers_seen: set[tuple] = set()
+        self.streams_on_new_connections = 0
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -159,6 +161,8 @@ class Emulator:
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/version", self.version)
         app.router.add_post("/emulator/lateness", self.lateness)
+        app.router.add_get("/emulator/connections", self.connections)
+        app.on_response_prepare.append(self._note_peer)
         return app
 
     async def health(self, request: web.Request) -> web.Response:
@@ -183,6 +187,19 @@ class Emulator:
         late_ms = [late_s * 1000 for late_s in self.first_token_lateness_s]
         self.first_token_lateness_s = []
         return web.json_response({"first_token_lateness_ms": late_ms})
+
+    async def connections(self, request: web.Request) -> web.Response:
+        """How many streams were a connection's first request: such a stream had to connect first, and
+        carries the connect in its TTFT."""
+        return web.json_response({"streams_on_new_connections": self.streams_on_new_connections})
+
+    async def _note_peer(self, request: web.Request, response: web.StreamResponse) -> None:
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        if peer is None or peer in self.peers_seen:
+            return
+        self.peers_seen.add(peer)
+        if request.path.endswith("completions"):
+            self.streams_on_new_connections += 1
 
     async def prometheus(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain")

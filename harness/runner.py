@@ -188,6 +188,8 @@ async def _run(
             progress.advance(record.error_class is not None)
 
         async with StreamingClient(settings, clock_zero) as client:
+            if limit is not None:
+                await client.open_connections(limit)
             load = asyncio.create_task(send_all(config, inventory, client, finished))
             loop = asyncio.get_running_loop()
             # asyncio resets a removed handler to the default; the caller's (an engine's stop on SIGTERM) returns
@@ -255,7 +257,11 @@ async def send_all(
 ) -> None:
     """Closed loop: N workers, each sending its next request the moment its last one ends.
     Open loop: a dispatcher that sends at the scheduled times, waiting for a free slot under a cap.
-    On cancellation, requests in flight end as 'cancelled' records."""
+    On cancellation, requests in flight end as 'cancelled' records.
+
+    Sends start one per loop turn: aiohttp writes a request's bytes from a task of the next turn (Python
+    3.11 has no eager tasks), so streams started in the same turn would each wait, bytes unsent, for every
+    other stream's send work (~0.4 ms each) and carry it in their TTFT."""
     slots = plan(config.load, len(inventory.prompts))
     load_start_s = client.now()  # the schedule's zero: after the baseline scrape, not at the clock's zero
 
@@ -275,7 +281,17 @@ async def send_all(
                 if record.error_class == ErrorClass.cancelled:
                     return
 
-        await asyncio.gather(*(worker() for _ in range(config.load.concurrency)))
+        workers: list[asyncio.Task] = []
+        try:
+            for _ in range(config.load.concurrency):
+                workers.append(asyncio.create_task(worker()))
+                await asyncio.sleep(0)
+            await asyncio.gather(*workers)
+        except asyncio.CancelledError:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise
         return
 
     free_slots = asyncio.Semaphore(config.load.max_concurrency) if config.load.max_concurrency else None
@@ -292,9 +308,7 @@ async def send_all(
         for slot in slots:
             assert slot.send_at_s is not None
             scheduled_s = load_start_s + slot.send_at_s
-            delay = scheduled_s - client.now()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await asyncio.sleep(max(scheduled_s - client.now(), 0.0))  # a late send still waits one turn
             if free_slots is not None:
                 await free_slots.acquire()
             task = asyncio.create_task(one(slot, scheduled_s))

@@ -128,6 +128,19 @@ def test_a_thousand_concurrent_streams_complete_without_error(tmp_path: Path) ->
     assert summary.peak_waiting_requests == 0
 
 
+@pytest.mark.parametrize("load", [{"concurrency": 16}, {"rate": 1000.0, "max_concurrency": 16}])
+def test_the_pool_is_open_before_the_first_scheduled_send(inventory_dir: Path, tmp_path: Path, load: dict) -> None:
+    """16 streams that open at once each find a kept-alive connection opened before the load's zero, so no
+    stream's TTFT carries a connect: the emulator sees no stream arrive as a connection's first request.
+    Without the pool opened first, each of the first 16 sends would connect."""
+    with emulator(ttft_ms=5, itl_ms=1) as base_url:
+        run(inventory_dir, base_url, tmp_path, requests=20, max_tokens=4, **load)
+        connections = httpx.get(f"{base_url}/emulator/connections").json()
+    records = read_requests(tmp_path)
+    assert len(records) == 20 and all(r.error_class is None for r in records)
+    assert connections["streams_on_new_connections"] == 0
+
+
 def test_an_output_cap_beyond_the_servers_context_is_refused_before_sending(inventory_dir: Path, tmp_path: Path) -> None:
     with emulator(max_model_len=64) as base_url:  # the longest prompt has 40 tokens; 40 + 30 > 64
         with pytest.raises(HarnessError, match="--max-tokens 30: the longest prompt \\(40 tokens\\)"):
