@@ -553,7 +553,7 @@ def demo(
     from harness.demo import run_demo
     from harness.launch import stop_on_sigterm
 
-    console = Console() if sys.stdout.isatty() else Console(width=120)  # a log file is not 80 columns wide
+    console = Console() if sys.stdout.isatty() else Console(width=160)  # a log file is not 80 columns wide
     with stop_on_sigterm():
         result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), console, repeats)
     failed = f"; points that failed: {result.failed_points}" if result.failed_points else ""

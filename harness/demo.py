@@ -119,24 +119,30 @@ def repeated_sweep(out: Path, repeats: int) -> Path:
 
 
 def summary_table(written: WrittenReport) -> Table:
-    """One line per run: capacity, where the time went (engine queue / engine / front end, from vLLM's own
-    histograms), what the client saw, and the verdict. The full run UUIDs are in the report."""
+    """One line per run: capacity, how many waited and ran and where each request's time went (means, from
+    vLLM's own histograms), what the client saw, and the verdict. The full run UUIDs are in the report."""
     verdicts = {verdict.run_uuid: verdict.bound_by for verdict in written.verdicts}
-    table = Table(title=f"{LIMIT} swept with {CONCURRENCY} requests in flight")
-    for title in (LIMIT, "KV tokens predicted / logged", "engine waiting / running (mean)", "preemptions",
-                  "queue / prefill+decode / front end (ms, mean)", "ttft_ms_p99", "tokens paced", "bound by", "run"):
-        table.add_column(title, overflow="fold")
+    table = Table(title=f"{LIMIT} swept with {CONCURRENCY} requests in flight (engine figures: means per request)",
+                  caption="wait / run: requests waiting and running; queue, engine (prefill + decode) and front end "
+                          "(the rest of what the client saw) in ms; paced: share of tokens not in a burst")
+    for title in (LIMIT, "KV tokens pred / log", "wait / run", "preempt", "queue ms", "engine ms", "front ms",
+                  "ttft p99 ms", "paced", "bound by", "run"):
+        table.add_column(title, overflow="fold", no_wrap=title != "bound by")
     for uuid, row in written.runs.sort_values(LIMIT).iterrows():
-        engine_ms = _sum(row.get("engine_prefill_ms_mean"), row.get("engine_decode_ms_mean"))
         table.add_row(
             _cell(row.get(LIMIT)),
             f"{_cell(row.get('kv_cache_tokens_predicted'))} / {_cell(row.get('kv_cache_tokens_logged'))}",
             f"{_cell(row.get('engine_waiting_requests_mean'))} / {_cell(row.get('engine_running_requests_mean'))}",
-            _cell(row.get("preemptions_during_run")),
-            f"{_cell(row.get('engine_queue_ms_mean'))} / {_cell(engine_ms)} / {_cell(row.get('frontend_ms_mean'))}",
-            _cell(row.get("ttft_ms_p99")), _paced(row), verdicts.get(str(uuid), "?"), str(uuid)[:8],
+            _cell(row.get("preemptions_during_run")), _ms(row.get("engine_queue_ms_mean")),
+            _ms(_sum(row.get("engine_prefill_ms_mean"), row.get("engine_decode_ms_mean"))),
+            _ms(row.get("frontend_ms_mean")), _ms(row.get("ttft_ms_p99")), _paced(row),
+            verdicts.get(str(uuid), "?"), str(uuid)[:8],
         )
     return table
+
+
+def _ms(value: object) -> str:
+    return f"{value:,.0f}" if isinstance(value, int | float) and value == value else "—"
 
 
 def _sum(*values: object) -> float | None:

@@ -122,8 +122,8 @@ def test_report_and_summary_trace_every_point_to_its_run_uuid(demo, records):
         assert uuid in markdown and uuid in html
         assert uuid[:8] in printed
     assert "data:image/png;base64," in html
-    assert "KV tokens predicted / logged" in printed and "4,096 / 4,096" in printed
-    assert "queue / prefill+decode / front end" in printed  # where the time went, per point
+    assert "KV tokens pred / log" in printed and "4,096 / 4,096" in printed
+    assert "front ms" in printed and "queue ms" in printed  # where the time went, per point
 
 
 def test_no_burst_delivered_run_shows_per_token_figures(records):
