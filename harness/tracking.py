@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from harness.capacity import CapacityReport
 from harness.device import DEVICE_JSON, DeviceRecord
 from harness.errors import HarnessError
+from harness.point_name import name_matrix_child
 from harness.polyaxon_client import polyaxon_call
 from harness.record import RunConfig, ServerSample, read_samples
 from harness.server_metrics import Histogram, MetricsSnapshot
@@ -76,6 +77,8 @@ class LiveRun:
         run = _init(owner, project_name, config.run_id, offline_root, name)
         live = cls(run, run.owner or owner, run.project or project_name, offline_root)
         run.log_inputs(**run_inputs(config, limits))
+        if managed_run_uuid():
+            name_matrix_child(live.owner, live.project, run.run_uuid)
         return live
 
     def log_inputs(self, **inputs: Any) -> None:

@@ -20,6 +20,7 @@ from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
 from harness.runner import build_run_config, run_load
 from harness.server_logs import parse_startup_log
+from harness.point_name import name_matrix_child, swept_inputs
 from harness.specs import render
 from harness.tracking import capacity_outputs, run_io
 
@@ -100,3 +101,25 @@ def test_every_figure_a_run_record_gives_is_a_declared_output_of_its_type(tmp_pa
             # an int is a valid float; every other value must have the declared type
             allowed = {"float", "int"} if declared[name] == "float" else {declared[name]}
             assert TYPES[type(value)] in allowed, f"{component}: {name}={value!r} is not {declared[name]}"
+
+
+@pytest.mark.sandbox
+def test_each_child_of_a_sweep_names_and_tags_itself_after_its_point(polyaxon_api: str):
+    ProjectClient(owner="default").create({"name": "named-points"})
+    points = [point["max_num_seqs"] for point in render([SWEEP], {"concurrency": 32}).matrix_points]
+    submit("named-points", "-f", str(SWEEP), "-P", "concurrency=32")
+    jobs = children("named-points", len(points))
+    for job in jobs:  # what each child's harness does when its tracking starts
+        assert name_matrix_child("default", "named-points", job.uuid) == f"max_num_seqs-{job.inputs['max_num_seqs']}"
+    renamed = children("named-points", len(points))
+    assert sorted(job.name for job in renamed) == sorted(f"max_num_seqs-{value}" for value in points)
+    assert all(f"max_num_seqs={job.inputs['max_num_seqs']}" in job.tags for job in renamed)
+    sweep = next(run for run in RunClient(owner="default", project="named-points").list(limit=100).results
+                 if run.kind == "matrix")
+    assert name_matrix_child("default", "named-points", sweep.uuid) is None  # the sweep itself is no point
+
+
+def test_a_grid_sweep_names_its_points_by_its_params_and_a_mapping_by_its_keys():
+    assert swept_inputs({"kind": "grid", "params": {"max_model_len": {"kind": "choice", "value": [1, 2]}}}) == [
+        "max_model_len"]
+    assert swept_inputs({"kind": "mapping", "values": [{"max_num_seqs": 1}, {"max_num_seqs": 2}]}) == ["max_num_seqs"]
