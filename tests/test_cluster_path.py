@@ -21,7 +21,7 @@ from harness.inventory_build import build_token_id_inventory
 from harness.runner import build_run_config, run_load
 from harness.server_logs import parse_startup_log
 from harness.point_name import name_matrix_child, swept_inputs
-from harness.specs import render
+from harness.specs import load_operation, render
 from harness.tracking import capacity_outputs, run_io
 
 from conftest import emulator
@@ -123,3 +123,40 @@ def test_a_grid_sweep_names_its_points_by_its_params_and_a_mapping_by_its_keys()
     assert swept_inputs({"kind": "grid", "params": {"max_model_len": {"kind": "choice", "value": [1, 2]}}}) == [
         "max_model_len"]
     assert swept_inputs({"kind": "mapping", "values": [{"max_num_seqs": 1}, {"max_num_seqs": 2}]}) == ["max_num_seqs"]
+
+
+def compiled(*files: str, **params: object):
+    from polyaxon.polyaxonfile import OperationSpecification
+
+    operation = load_operation([ROOT / "polyaxonfiles" / name for name in files], params)
+    return OperationSpecification.compile_operation(operation)
+
+
+@pytest.mark.parametrize("component, params", [
+    ("experiment.yaml", {"concurrency": 8}),
+    ("harness-job.yaml", {"concurrency": 8, "service_uuid": "0123456789abcdef0123456789abcdef"}),
+    ("vllm-service.yaml", {}),
+])
+def test_every_component_measures_fresh_stops_by_itself_and_collects_resources(component: str, params: dict):
+    spec = compiled(component, **params)
+    assert spec.cache.disable is True
+    assert spec.termination.timeout > 0
+    assert spec.plugins.collect_resources is True and spec.plugins.collect_logs is True
+
+
+@pytest.mark.parametrize("component, params", [
+    ("experiment.yaml", {"concurrency": 8}),
+    ("harness-job.yaml", {"concurrency": 8, "service_uuid": "0123456789abcdef0123456789abcdef"}),
+])
+def test_the_harness_asks_for_cpu_and_memory(component: str, params: dict):
+    requests = compiled(component, **params).run.container.resources["requests"]
+    assert float(requests["cpu"]) >= 2 and requests["memory"].endswith("Gi")
+
+
+def test_the_weights_preset_mounts_the_volume_and_points_hf_home_at_it_keeping_the_image_record():
+    preset = "presets/hf-weights-volume.yaml"
+    spec = compiled("experiment.yaml", preset, concurrency=8)
+    assert spec.run.connections == ["hf-weights"]
+    env = render([ROOT / "polyaxonfiles" / name for name in ("experiment.yaml", preset)], {"concurrency": 8}).env
+    assert env["HF_HOME"] == "/hf-home" and env["HARNESS_IMAGE_REFERENCE"].startswith("vllm/vllm-openai:v0.11.2@sha256:")
+    assert render([ROOT / "polyaxonfiles" / name for name in ("vllm-service.yaml", preset)]).env["HF_HOME"] == "/hf-home"
