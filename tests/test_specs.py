@@ -58,7 +58,7 @@ COMMAND_LINE_PARAMS = {
 def test_every_committed_polyaxonfile_compiles() -> None:
     files = sorted(FILES.rglob("*.yaml"))
     presets = [path for path in files if yaml.safe_load(path.read_text()).get("isPreset")]
-    assert {path.name for path in presets} == {"local-cpu.yaml", "gpu-a100-80gb.yaml"}
+    assert {path.name for path in presets} == {"local-cpu.yaml", "gpu-a100-80gb.yaml", "hf-weights-volume.yaml"}
     for path in files:
         if path in presets:
             check_files([SERVICE, path], {})
