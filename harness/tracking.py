@@ -117,19 +117,32 @@ class LiveRun:
         return tracked
 
     def _log_record_files(self, run_dir: Path) -> None:
-        """Files already under the run's outputs are referenced, others copied; one lineage name per file."""
-        from polyaxon.schemas import V1ArtifactKind
+        log_files(self.run, {file_name.replace(".", "-"): run_dir / file_name for file_name in RECORD_FILES})
 
-        outputs_path = self.run.get_outputs_path()
-        for file_name in RECORD_FILES:
-            path = run_dir / file_name
-            if not path.exists():
-                continue
-            name = file_name.replace(".", "-")
-            if outputs_path and path.resolve().is_relative_to(Path(outputs_path).resolve()):
-                self.run.log_artifact_ref(path=str(path), kind=V1ArtifactKind.FILE, name=name)
-            else:
-                self.run.log_artifact(path=str(path), name=name, kind="file")
+
+def log_files(run: Any, files: dict[str, Path]) -> None:
+    """Files already under the run's outputs are referenced, others copied; each under its own lineage name."""
+    from polyaxon.schemas import V1ArtifactKind
+
+    outputs_path = run.get_outputs_path()
+    for name, path in files.items():
+        if not path.exists():
+            continue
+        if outputs_path and path.resolve().is_relative_to(Path(outputs_path).resolve()):
+            run.log_artifact_ref(path=str(path), kind=V1ArtifactKind.FILE, name=name)
+        else:
+            run.log_artifact(path=str(path), name=name, kind="file")
+
+
+def track_report(markdown: Path, page: Path, runs_compared: int) -> None:
+    """Inside a managed run (polyaxonfiles/report.yaml): the report as the run's artifacts, opened from the
+    dashboard, and how many runs it compared."""
+    from polyaxon import tracking
+
+    run = tracking.init(track_code=False, track_env=False, track_logs=False, collect_resources=False)
+    run.log_outputs(runs_compared=runs_compared)
+    log_files(run, {"report-html": page, "report-md": markdown})
+    run.end()
 
 
 def track_run(run_dir: Path, *, project: str, offline_root: Path | None = None, name: str | None = None) -> TrackedRun:

@@ -160,3 +160,28 @@ def test_the_weights_preset_mounts_the_volume_and_points_hf_home_at_it_keeping_t
     env = render([ROOT / "polyaxonfiles" / name for name in ("experiment.yaml", preset)], {"concurrency": 8}).env
     assert env["HF_HOME"] == "/hf-home" and env["HARNESS_IMAGE_REFERENCE"].startswith("vllm/vllm-openai:v0.11.2@sha256:")
     assert render([ROOT / "polyaxonfiles" / name for name in ("vllm-service.yaml", preset)]).env["HF_HOME"] == "/hf-home"
+
+
+@pytest.mark.sandbox
+def test_the_report_operation_joins_every_child_of_a_sweep(polyaxon_api: str):
+    ProjectClient(owner="default").create({"name": "joined-report"})
+    points = len(render([SWEEP], {"concurrency": 32}).matrix_points)
+    submit("joined-report", "-f", str(SWEEP), "-P", "concurrency=32")
+    jobs = children("joined-report", points)
+    client = RunClient(owner="default", project="joined-report")
+    [sweep] = [run for run in client.list(limit=100).results if run.kind == "matrix"]
+    submit("joined-report", "-f", str(ROOT / "polyaxonfiles" / "report.yaml"), "-P", f"sweep_uuid={sweep.uuid}",
+           "-P", "limit=max_num_seqs")
+    deadline = time.monotonic() + 60
+    while True:
+        [report] = [run for run in client.list(limit=100).results if run.name == "sweep-report"] or [None]
+        if (report is not None and report.inputs and report.inputs.get("uuids")) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert sorted(report.inputs["uuids"]) == sorted(job.uuid for job in jobs)
+    compiled_report = RunClient(owner="default", project="joined-report", run_uuid=report.uuid)
+    compiled_report.refresh_data()
+    [command] = json.loads(compiled_report.run_data.content)["run"]["container"]["args"]
+    assert "--project default/joined-report" in command and f"--out /plx-context/artifacts/{report.uuid}/outputs/report" in command
+    query = command.split("--query '")[1].split("'")[0]  # the query the report reads its runs with
+    assert sorted(run.uuid for run in client.list(query=query, limit=100).results) == sorted(job.uuid for job in jobs)

@@ -52,6 +52,7 @@ def test_production_service_renders_the_pinned_image_and_engine_arguments() -> N
 COMMAND_LINE_PARAMS = {
     "vllm-service.yaml": {},
     "harness-job.yaml": {"service_uuid": "0123456789abcdef0123456789abcdef", "concurrency": 8},
+    "report.yaml": {"sweep_uuid": "0123456789abcdef0123456789abcdef", "limit": "max_num_seqs"},
 }
 
 
