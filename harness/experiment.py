@@ -172,7 +172,8 @@ def engine_options(argv: list[str]) -> dict[str, Any]:
 def write_engine_record(run_dir: Path, *, argv: list[str] | None, limits: dict[str, Any]) -> None:
     """engine.json: the engine's command line (when this run started it) and its limits, for comparisons."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    engine = {"argv": argv, "limits": limits, "image_reference": os.environ.get("HARNESS_IMAGE_REFERENCE")}
+    engine = {"argv": argv, "limits": limits, "image_reference": os.environ.get("HARNESS_IMAGE_REFERENCE"),
+              "container_image": os.environ.get("HARNESS_CONTAINER_IMAGE") or None}
     (run_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2), encoding="utf-8")
 
 

@@ -56,7 +56,8 @@ def run_locally(
             on_start(index, len(points), point)
         argv = local_job_argv(rendered.argv, extra_args)
         with (outputs / "stdout.log").open("wb") as stdout:  # progress stays on stderr, results go to the file
-            local = {"HARNESS_IMAGE_REFERENCE": engine_reference()}  # not the image the spec pins
+            # not the images the spec names: no container runs here
+            local = {"HARNESS_IMAGE_REFERENCE": engine_reference(), "HARNESS_CONTAINER_IMAGE": ""}
             completed = subprocess.run(argv, env=os.environ | rendered.env | local | (env or {}), stdout=stdout,
                                        check=False)
         runs.append(LocalRun(index=index, params=point, outputs_dir=str(outputs), exit_code=completed.returncode))

@@ -212,6 +212,8 @@ def run_io(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     limits = dict(engine.get("limits", {}))
     if engine.get("image_reference"):  # the image is held fixed in a one-limit comparison like any limit
         limits["image"] = engine["image_reference"]
+    if engine.get("container_image"):  # the harness image built on it, by digest, when the job ran in one
+        limits["container_image"] = engine["container_image"]
     if (run_dir / DEVICE_JSON).exists():  # the device is held fixed too; its memory peaks are figures
         device = DeviceRecord.model_validate_json(_read(run_dir / DEVICE_JSON))
         limits.update(device.inputs())

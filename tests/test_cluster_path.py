@@ -185,3 +185,46 @@ def test_the_report_operation_joins_every_child_of_a_sweep(polyaxon_api: str):
     assert "--project default/joined-report" in command and f"--out /plx-context/artifacts/{report.uuid}/outputs/report" in command
     query = command.split("--query '")[1].split("'")[0]  # the query the report reads its runs with
     assert sorted(run.uuid for run in client.list(query=query, limit=100).results) == sorted(job.uuid for job in jobs)
+
+
+@pytest.mark.parametrize("preset, working_dir", [
+    ("presets/upload.yaml", "{{ globals.run_artifacts_path }}/uploads"),  # where `polyaxon run -u` puts the tree
+    ("presets/git-checkout.yaml", "{{ globals.artifacts_path }}/vllm-serving-harness"),  # where init git clones it
+])
+def test_the_iterating_presets_start_every_job_in_the_delivered_tree(preset: str, working_dir: str):
+    for component, params in (("experiment.yaml", {"concurrency": 8}),
+                              ("report.yaml", {"sweep_uuid": "0" * 32, "limit": "max_num_seqs"})):
+        assert compiled(component, preset, **params).run.container.working_dir == working_dir
+
+
+@pytest.mark.parametrize("component, params", [
+    ("experiment.yaml", {"concurrency": 8}),
+    ("harness-job.yaml", {"concurrency": 8, "service_uuid": "0123456789abcdef0123456789abcdef"}),
+    ("report.yaml", {"sweep_uuid": "0123456789abcdef0123456789abcdef", "limit": "max_num_seqs"}),
+])
+def test_a_job_installs_the_harness_only_into_its_own_venv_and_only_when_the_image_lacks_it(component, params):
+    rendered = render([ROOT / "polyaxonfiles" / component], params)
+    line = " ".join(rendered.args)
+    setup = line[: line.index("exec harness")]
+    assert setup.startswith("command -v harness >/dev/null ||")  # the harness image already has it
+    assert "python3 -m venv --system-site-packages /tmp/harness-venv" in setup
+    assert "/tmp/harness-venv/bin/pip install" in setup and "python3 -m pip install" not in setup
+    assert 'PATH="$PATH:/tmp/harness-venv/bin"' in setup  # appended: python3 stays the image's own
+    assert rendered.image == rendered.inputs["container_image"]  # the pinned vLLM image unless told otherwise
+    harness_image = "registry.example/vllm-serving-harness@sha256:" + "a" * 64
+    built = render([ROOT / "polyaxonfiles" / component], {**params, "container_image": harness_image})
+    assert built.image == harness_image
+    if component != "report.yaml":  # a measuring job records the image it ran in beside the engine's
+        assert built.env["HARNESS_CONTAINER_IMAGE"] == harness_image
+        assert built.env["HARNESS_IMAGE_REFERENCE"] == rendered.image
+
+
+def test_the_image_build_is_kaniko_on_the_root_dockerfile_from_the_pinned_engine_image():
+    build = yaml.safe_load((ROOT / "polyaxonfiles" / "build-image.yaml").read_text())
+    assert build["hubRef"] == "kaniko" and build["params"]["destination"]["connection"]
+    assert build["params"]["dockerfile"]["value"] == "Dockerfile"
+    assert build["params"]["context"]["value"] == "{{ globals.run_artifacts_path }}/uploads"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    pinned = render([ROOT / "polyaxonfiles" / "vllm-service.yaml"]).image
+    assert f"FROM {pinned}\n" in dockerfile  # the engine measured is the one the service pins
+    assert "venv --system-site-packages" in dockerfile and "pip freeze | diff" in dockerfile
