@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 import threading
@@ -212,3 +213,23 @@ def test_a_run_that_fails_ends_failed_offline_and_on_the_api(run_record: Path, t
                 project="default/failing", offline_root=None)
     [run] = RunClient(owner="default", project="failing").list(limit=10).results
     assert run.status == "failed" and run.inputs["concurrency"] == 2
+
+
+def test_a_record_under_the_runs_outputs_is_referenced_in_place_and_one_elsewhere_copied(run_record: Path, tmp_path: Path):
+    """In a managed run the record is written to {{ globals.run_outputs_path }}/run: logging it must not copy it
+    a second time. Offline, the run's outputs directory plays that part."""
+    offline = tmp_path / "offline"
+    config = json.loads((run_record / "config.json").read_text())
+    outputs = offline / "runs" / config["run_id"] / "outputs"
+    shutil.copytree(run_record, outputs / "run")
+    tracked = track_run(outputs / "run", project="local/in-place", offline_root=offline)
+    run_root = offline / "runs" / tracked.run_uuid
+    lineage = {entry["name"]: entry["path"] for entry in json.loads((run_root / "lineages.plx.json").read_text())}
+    assert lineage["summary-json"] == "outputs/run/summary.json"  # the file where it is, by reference
+    assert lineage["engine-json"] == "outputs/run/engine.json"
+    assert sorted(path.name for path in (run_root / "outputs").iterdir()) == ["run"]  # no second copy
+
+    elsewhere = track_run(run_record, project="local/copied", offline_root=tmp_path / "offline-copied")
+    copied = tmp_path / "offline-copied" / "runs" / elsewhere.run_uuid
+    lineage = {entry["name"]: entry["path"] for entry in json.loads((copied / "lineages.plx.json").read_text())}
+    assert lineage["summary-json"] == "outputs/summary.json" and (copied / "outputs" / "summary.json").exists()
