@@ -171,7 +171,7 @@ def live_series(snapshot: MetricsSnapshot, previous: tuple[float, MetricsSnapsho
     interval_s, before = previous
     if snapshot.generation_tokens_total is not None and before.generation_tokens_total is not None:
         values["output_tokens_per_s"] = (snapshot.generation_tokens_total - before.generation_tokens_total) / interval_s
-    for field in type(snapshot).model_fields:
+    for field in (name for name in type(snapshot).model_fields if name.endswith("_seconds")):
         now, then = getattr(snapshot, field), getattr(before, field)
         if isinstance(now, Histogram) and isinstance(then, Histogram) and now.count > then.count:
             mean_s = (now.sum - then.sum) / (now.count - then.count)
