@@ -207,8 +207,9 @@ def test_a_job_installs_the_harness_only_into_its_own_venv_and_only_when_the_ima
     line = " ".join(rendered.args)
     setup = line[: line.index("exec harness")]
     assert setup.startswith("command -v harness >/dev/null ||")  # the harness image already has it
-    assert "python3 -m venv --system-site-packages /tmp/harness-venv" in setup
-    assert "/tmp/harness-venv/bin/pip install" in setup and "python3 -m pip install" not in setup
+    # no pip or setuptools of the venv's own: they would shadow the versions the engine's packages require
+    assert "python3 -m venv --system-site-packages --without-pip /tmp/harness-venv" in setup
+    assert "/tmp/harness-venv/bin/python -m pip install" in setup and "python3 -m pip install" not in setup
     assert 'PATH="$PATH:/tmp/harness-venv/bin"' in setup  # appended: python3 stays the image's own
     assert rendered.image == rendered.inputs["container_image"]  # the pinned vLLM image unless told otherwise
     harness_image = "registry.example/vllm-serving-harness@sha256:" + "a" * 64

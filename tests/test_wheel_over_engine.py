@@ -1,10 +1,12 @@
 """The harness image without Docker: the built wheel in its own venv over the engine's packages, then the
 experiment's compiled command run from outside the repository against the real CPU engine.
 
-The Dockerfile installs the harness into a `--system-site-packages` venv over the pinned image's Python.
-Here the engine's venv stands in for that Python: the harness venv sees its packages through a .pth file
-(the engine's site-packages play the image's system site), the engine's `python3` comes first on PATH,
-and `harness` is the venv's script, exactly as the image links it.
+The Dockerfile installs the harness into a `--system-site-packages --without-pip` venv over the pinned
+image's Python. Here the engine's venv stands in for that Python. `--system-site-packages` would expose
+the site-packages of the interpreter the engine's venv was made from, not the engine's own, so the
+harness venv sees the engine's packages through a .pth file instead (the engine's site-packages play the
+image's system site, behind the venv's own); the engine's `python3` comes first on PATH, and `harness`
+is the venv's script, as the image links it.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def test_the_wheel_installs_beside_the_engine_without_changing_it_and_runs_the_e
     wheel = build_wheel(tmp_path)
 
     venv = tmp_path / "harness-venv"
-    subprocess.run([str(engine), "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    subprocess.run([str(engine), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     harness_python = venv / "bin" / "python"
     purelib = Path(subprocess.run([str(harness_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                   capture_output=True, text=True, check=True).stdout.strip())
@@ -93,8 +95,9 @@ def test_the_wheel_installs_beside_the_engine_without_changing_it_and_runs_the_e
     )
     elsewhere = tmp_path / "workdir"  # neither the repository nor a tree holding prompts/
     elsewhere.mkdir()
+    offline = tmp_path / "polyaxon"  # tracked offline, as a managed run would be tracked by its API
     env = {"PATH": f"{image_path}:/usr/bin:/bin", "HOME": os.environ["HOME"], **experiment.env,
-           "HARNESS_CONTAINER_IMAGE": ""}
+           "HARNESS_CONTAINER_IMAGE": "", "HARNESS_OFFLINE_ROOT": str(offline), "HARNESS_PROJECT": "local/wheel"}
     done = subprocess.run([*experiment.command, *experiment.args], cwd=elsewhere, env=env, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -109,3 +112,14 @@ def test_the_wheel_installs_beside_the_engine_without_changing_it_and_runs_the_e
     engine_record = json.loads((run_dir / "engine.json").read_text())
     assert engine_record["argv"][0] == "python3" and engine_record["limits"]["max_num_seqs"] == 8
     assert not (elsewhere / "prompts").exists()  # resolved from the package, not copied next to the command
+
+    device = json.loads((run_dir / "device.json").read_text())
+    assert device["engine_dtype"] == "bfloat16"  # the tiny model's config.json asks for bfloat16
+    assert device["gpu_name"] is None and device["cpu_model"]
+    assert device["peak_engine_rss_bytes"] > 200 * 2**20  # importing torch alone takes more than 200 MiB
+    uuid = json.loads((run_dir / "tracking.json").read_text())["run_uuid"]
+    tracked = json.loads((offline / "runs" / uuid / "run.plx.json").read_text())
+    assert tracked["status"] == "succeeded" and tracked["inputs"]["engine_dtype"] == "bfloat16"
+    assert tracked["outputs"]["peak_engine_rss_bytes"] == device["peak_engine_rss_bytes"]
+    series = offline / "runs" / uuid / "events" / "metric"
+    assert (series / "live_running_requests.plx").exists() and (series / "live_engine_rss_bytes.plx").exists()
