@@ -288,15 +288,18 @@ def capacity_outputs(report: CapacityReport) -> dict[str, Any]:
 def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, name: str | None) -> Any:
     from polyaxon import tracking
 
-    # CPU, memory and GPU series beside the harness's own; code, environment and logs Polyaxon has already
-    quiet = dict(track_code=False, track_env=False, track_logs=False, collect_resources=True)
-    if managed_run_uuid():  # a managed run: Polyaxon already knows who we are
-        return tracking.init(**quiet)
+    quiet = dict(track_code=False, track_env=False, track_logs=False)  # Polyaxon has these already
+    if managed_run_uuid():  # a managed run: Polyaxon already knows who we are; CPU, memory and GPU series
+        return tracking.init(collect_resources=True, **quiet)
+    # Outside the cluster the resources would be this machine's, not the engine's pod's. And a new run on
+    # an API syncs through a sidecar thread that 2.18 closes twice at the end: the second close blocks
+    # forever once that thread has died, which a run with resource collection on did here.
     offline_path = None if offline_root is None else str(offline_root.resolve() / "runs" / run_uuid)
     return polyaxon_call(
         f"cannot create a Polyaxon run in project '{owner}/{project}'",
         lambda: tracking.init(owner=owner, project=project, run_uuid=run_uuid, is_new=True, name=name,
-                              is_offline=offline_root is not None, artifacts_path=offline_path, **quiet),
+                              is_offline=offline_root is not None, artifacts_path=offline_path,
+                              collect_resources=False, **quiet),
     )
 
 
