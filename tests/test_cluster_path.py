@@ -40,12 +40,14 @@ def submit(project: str, *args: str) -> None:
 
 
 def children(project: str, expected: int, deadline_s: float = 90) -> list:
-    """The job runs of a project once the API has expanded at least `expected` of them."""
+    """The job runs of a project once the API has expanded at least `expected` of them and compiled each one
+    (while it is still writing them, the sandbox answers some writes with HTTP 405)."""
     client = RunClient(owner="default", project=project)
     deadline = time.monotonic() + deadline_s
     while True:
         jobs = [run for run in client.list(limit=100).results if run.kind == "job"]
-        if len(jobs) >= expected or time.monotonic() > deadline:
+        compiled = all(str(job.status) != "created" for job in jobs)
+        if (len(jobs) >= expected and compiled) or time.monotonic() > deadline:
             return jobs
         time.sleep(1)
 
