@@ -88,8 +88,8 @@ def _queued(f: Figures) -> bool:
 
 def _memory_bound(f: Figures) -> bool:
     cache_full = _at_least(f, "peak_kv_cache_usage_fraction", HIGH_KV_USAGE_FRACTION) or (
-        _num(f, "live_kv_tokens_padded") is not None and _num(f, "kv_cache_tokens_usable") is not None
-        and _num(f, "live_kv_tokens_padded") > _num(f, "kv_cache_tokens_usable"))
+        _num(f, "kv_tokens_needed_padded") is not None and _num(f, "kv_cache_tokens_usable") is not None
+        and _num(f, "kv_tokens_needed_padded") > _num(f, "kv_cache_tokens_usable"))
     return (_num(f, "preemptions_during_run") or 0) > 0 or (_queued(f) and cache_full)
 
 
@@ -103,7 +103,7 @@ def _grown(f: Figures) -> bool:
 
 
 QUEUE = ("engine_waiting_requests_mean", "peak_waiting_requests")
-MEMORY = ("preemptions_during_run", *QUEUE, "peak_kv_cache_usage_fraction", "live_kv_tokens_padded",
+MEMORY = ("preemptions_during_run", *QUEUE, "peak_kv_cache_usage_fraction", "kv_tokens_needed_padded",
           "kv_cache_tokens_logged", "kv_cache_tokens_usable")
 QUEUE_WORDS = (f"engine_waiting_requests_mean>={QUEUED_REQUESTS_MEAN} or "
                f"peak_waiting_requests>={QUEUED_REQUESTS_PEAK}")
@@ -121,7 +121,7 @@ RULES = (
          "the run's own validity checks failed, or it recorded no summary"),
     Rule(KV_CAPACITY, (*MEMORY, "max_num_seqs", "concurrency", "engine_running_requests_mean"), _memory_bound,
          f"preemptions_during_run>0, or a queue ({QUEUE_WORDS}) with peak_kv_cache_usage_fraction>="
-         f"{HIGH_KV_USAGE_FRACTION} or live_kv_tokens_padded>kv_cache_tokens_usable"),
+         f"{HIGH_KV_USAGE_FRACTION} or kv_tokens_needed_padded>kv_cache_tokens_usable"),
     Rule(SCHEDULING, (*MEMORY, "max_num_seqs", "concurrency", "engine_running_requests_mean"),
          lambda f: _queued(f) and not _memory_bound(f), f"a queue ({QUEUE_WORDS}) without memory pressure"),
     Rule(FRONTEND, (*MEMORY, "frontend_share", "frontend_ms_mean", "client_e2e_ms_mean", "engine_queue_ms_mean",
@@ -207,7 +207,7 @@ def live_kv_figures(f: Figures) -> dict[str, float]:
         per_sequence = (prompt_per_s + output_per_s) / per_s
         if block_size:
             per_sequence = math.ceil(round(per_sequence, 6) / block_size) * block_size
-        derived["live_kv_tokens_padded"] = in_flight * per_sequence
+        derived["kv_tokens_needed_padded"] = in_flight * per_sequence
     return derived
 
 

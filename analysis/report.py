@@ -10,6 +10,7 @@ import base64
 import html
 import math
 import numbers
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,18 @@ from typing import Any
 import pandas as pd
 
 from analysis.compare import Comparison, compare_one_limit, point_differences, shown_value
-from analysis.diagnose import Verdict, diagnose_runs
+from analysis.diagnose import (
+    CLIENT,
+    COMPUTE,
+    FRONTEND,
+    KV_CAPACITY,
+    NO_LIMIT,
+    SCHEDULING,
+    SERVER_FAILED,
+    WEIGHTS,
+    Verdict,
+    diagnose_runs,
+)
 from analysis.plots import latency_vs_limit_png, server_series_png, throughput_vs_ttft_png
 from analysis.sources import DEFAULT_API_LIMIT, collect_runs
 from analysis.table import PEAK_RUNNING, RunTable, build_table
@@ -36,6 +48,32 @@ ENGINE_FIGURES = ("engine_queue_ms_mean", "engine_prefill_ms_mean", "engine_deco
                   "client_e2e_ms_mean", "frontend_ms_mean", "frontend_share", "burst_token_fraction",
                   "largest_burst_tokens", "per_token_latency_paced", "qualifications")
 MISSING = "–"
+ADVICE = {  # what to change when a point is bound by each limit the diagnosis names
+    WEIGHTS: "give the engine room to start: a lower max_model_len, a higher gpu_memory_utilization, or more GPU memory",
+    SERVER_FAILED: "fix the server first: its requests failed (see the error classes), no limit was measured",
+    CLIENT: "fix the measurement first: the client, not the server, limited this run",
+    KV_CAPACITY: "more KV cache: raise gpu_memory_utilization or kv_cache_memory_bytes, use an fp8 kv_cache_dtype, "
+                 "or send fewer requests at once",
+    SCHEDULING: "raise max_num_seqs: requests waited while KV cache was free",
+    FRONTEND: "the API server, not the engine, set the latency: more API servers (--api-server-count), a larger "
+              "--stream-interval, or fewer streams per server",
+    COMPUTE: "more compute: a larger tensor_parallel_size or a faster GPU; a higher limit only adds queueing",
+    NO_LIMIT: "nothing bound it: send more load to find the limit",
+}
+# Wide tables wrap inside the page instead of running off its right edge: names break after their
+# underscores and paths after their slashes (<wbr>), run UUIDs anywhere (monospace, so they stay legible).
+PAGE_STYLE = ("body{font-family:sans-serif;margin:1.5em auto;max-width:80em;padding:0 1em;line-height:1.35}"
+              "table{border-collapse:collapse;font-size:13px;width:100%}"
+              "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;"
+              "overflow-wrap:break-word}th{background:#f4f4f4}"
+              "td.id{font-family:monospace;font-size:12px;word-break:break-all}img{max-width:100%;height:auto}")
+UNITS = {  # headers whose names do not carry their unit; the rest already do (ttft_ms_p99, output_tokens_per_s)
+    "n": "runs", "max_num_seqs": "sequences", "max_model_len": "tokens", "concurrency": "requests",
+    "peak_waiting_requests": "requests", PEAK_RUNNING: "requests", "preemptions_during_run": "preemptions",
+    "max_concurrency_predicted": "requests", "max_concurrency_logged": "requests", "num_blocks_predicted": "blocks",
+    "num_blocks_logged": "blocks", "block_size": "tokens", "tensor_parallel_size": "GPUs",
+    "gpu_memory_utilization": "fraction",
+}
 
 
 @dataclass(frozen=True)
@@ -91,7 +129,8 @@ def write_report(
 
 def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[Verdict]) -> list[Section]:
     limit, runs = comparison.limit, comparison.runs
-    held = ", ".join(f"{name}={shown_value(value)}" for name, value in comparison.held_fixed.items())
+    held = pd.DataFrame({"input": [header_with_unit(name) for name in comparison.held_fixed],
+                         "value": [_setting(value) for value in comparison.held_fixed.values()]})
     points = comparison.points
     point_rows = pd.DataFrame(
         {limit: [shown_value(value) for value in points.index], "n": points["n"].to_list(),
@@ -108,7 +147,8 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
         for uuid in runs.index if not table.series[uuid].empty
     ]
     return [
-        Section("Held fixed", held or "nothing else was recorded as an input"),
+        Section("Answer", "", answer_table(runs, limit, verdicts)),
+        Section("Held fixed", "" if len(held) else "nothing else was recorded as an input", held if len(held) else None),
         Section(f"Points of {limit}", "each figure: mean [min, max] over the point's runs", point_rows),
         Section(f"Differences between points of {limit}",
                 "a change is called real only when the ranges of the two points' repeats do not overlap "
@@ -129,6 +169,31 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
         Section("Server state over time", "waiting, running and KV cache usage as /metrics reported them",
                 plots=series_plots),
     ]
+
+
+def answer_table(runs: pd.DataFrame, limit: str, verdicts: Sequence[Verdict]) -> pd.DataFrame:
+    """Per point of the limit, in words: what bound it, the figures that show it, and what to change."""
+    by_uuid = {verdict.run_uuid: verdict for verdict in verdicts}
+    rows = []
+    for value, point in runs.groupby(limit, sort=True, dropna=False):
+        point_verdicts = [by_uuid[uuid] for uuid in point.index if uuid in by_uuid]
+        bound = Counter(verdict.bound_by for verdict in point_verdicts).most_common()
+        first = next(verdict for verdict in point_verdicts if verdict.bound_by == bound[0][0])
+        rows.append({
+            limit: shown_value(value),
+            "bound by": "; ".join(f"{name} ({count} of {len(point_verdicts)} runs)" if len(bound) > 1 else name
+                                  for name, count in bound),
+            "shown by": "; ".join(first.evidence[:3]) or MISSING,
+            "what to change": ADVICE.get(first.bound_by, MISSING),
+        })
+    return pd.DataFrame(rows, columns=[limit, "bound by", "shown by", "what to change"])
+
+
+def _setting(value: Any) -> str:
+    """A held-fixed value as a person reads it: no quotes, and a home directory shown as ~."""
+    shown = value if isinstance(value, str) else shown_value(value)
+    home = str(Path.home())
+    return "~" + shown[len(home):] if shown.startswith(home + "/") else shown
 
 
 def _run_table(runs: pd.DataFrame, limit: str, figures: Sequence[str]) -> pd.DataFrame:
@@ -154,6 +219,10 @@ def _cell(value: Any) -> str:
     return shown_value(value)
 
 
+def header_with_unit(name: str) -> str:
+    return f"{name} ({UNITS[name]})" if name in UNITS else name
+
+
 def render_markdown(title: str, sections: Sequence[Section]) -> str:
     lines = [f"# {title}", ""]
     for section in sections:
@@ -161,7 +230,7 @@ def render_markdown(title: str, sections: Sequence[Section]) -> str:
         if section.text:
             lines += [section.text, ""]
         if section.table is not None:
-            header = [str(column) for column in section.table.columns]
+            header = [header_with_unit(str(column)) for column in section.table.columns]
             lines.append("| " + " | ".join(header) + " |")
             lines.append("|" + "---|" * len(header))
             for row in section.table.itertuples(index=False):
@@ -172,20 +241,30 @@ def render_markdown(title: str, sections: Sequence[Section]) -> str:
     return "\n".join(lines)
 
 
+def _breakable(text: str) -> str:
+    """Escaped, with a line-break opportunity after each underscore, slash and '=' of long names and paths."""
+    escaped = html.escape(text)
+    for mark in ("_", "/", "="):
+        escaped = escaped.replace(mark, mark + "<wbr>")
+    return escaped
+
+
 def render_html(title: str, sections: Sequence[Section]) -> str:
     """One page with the plots inlined as base64 PNGs, so it can be mailed or attached as it is."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
-             "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}img{max-width:100%}</style>",
+             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+             f"<style>{PAGE_STYLE}</style>",
              f"</head><body><h1>{html.escape(title)}</h1>"]
     for section in sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         if section.text:
             parts.append(f"<p>{html.escape(section.text)}</p>")
         if section.table is not None:
-            header = "".join(f"<th>{html.escape(str(column))}</th>" for column in section.table.columns)
-            body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(value))}</td>" for value in row) + "</tr>"
-                           for row in section.table.itertuples(index=False))
+            columns = [str(column) for column in section.table.columns]
+            header = "".join(f"<th>{_breakable(header_with_unit(column))}</th>" for column in columns)
+            cells = ["<td class='id'>" if column.endswith(("uuid", "uuids")) else "<td>" for column in columns]
+            body = "".join("<tr>" + "".join(f"{cell}{_breakable(_cell(value))}</td>" for cell, value in zip(cells, row))
+                           + "</tr>" for row in section.table.itertuples(index=False))
             parts.append(f"<table><tr>{header}</tr>{body}</table>")
         for plot in section.plots:
             encoded = base64.b64encode(plot.png).decode("ascii")

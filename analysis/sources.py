@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
 from harness.record import check_run_files, read_samples
-from harness.tracking import ENGINE_JSON, SERIES, TRACKING_JSON, TrackedRun, run_io
+from harness.tracking import ENGINE_JSON, SERIES, TRACKING_JSON, TrackedRun, live_name, run_io
 
 SERIES_NAMES = tuple(SERIES)
 # What each record model is read from, so a validation error can name its file.
@@ -120,9 +120,9 @@ def _offline_series(metric_dir: Path) -> pd.DataFrame:
 
     frames = []
     for name in SERIES_NAMES:
-        path = metric_dir / f"{name}.plx"
+        path = metric_dir / f"{live_name(name)}.plx"
         if path.exists():
-            events = V1Events.read(kind="metric", name=name, data=str(path), parse_dates=False).df
+            events = V1Events.read(kind="metric", name=live_name(name), data=str(path), parse_dates=False).df
             frames.append(events[["step", "timestamp", "metric"]].rename(columns={"metric": name}))
     return _series_from_events(frames)
 
@@ -141,9 +141,9 @@ def runs_from_polyaxon(project: str, query: str | None = None, limit: int = DEFA
         runs = []
         for run in listed:
             client = RunClient(owner=owner, project=name, run_uuid=run.uuid)
-            metrics = client.get_metrics(names=list(SERIES_NAMES))
-            frames = [pd.DataFrame(metrics[series]["data"]).rename(columns={"metric": series})[["step", "timestamp", series]]
-                      for series in SERIES_NAMES if series in metrics]
+            metrics = client.get_metrics(names=[live_name(series) for series in SERIES_NAMES])
+            frames = [pd.DataFrame(metrics[live_name(series)]["data"]).rename(columns={"metric": series})
+                      [["step", "timestamp", series]] for series in SERIES_NAMES if live_name(series) in metrics]
             runs.append(SourcedRun(run_uuid=run.uuid, inputs=dict(run.inputs or {}), outputs=dict(run.outputs or {}),
                                    series=_series_from_events(frames), origin=f"{project}/{run.uuid}"))
         return runs

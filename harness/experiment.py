@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.capacity import build_capacity_report
+from harness.capacity import CapacityReport, build_capacity_report
+from harness.device import DEVICE_JSON, DeviceRecord, MemoryMonitor, device_facts
 from harness.errors import HarnessError
 from harness.inventory import Inventory
 from harness.launch import EngineStartError, start_engine
@@ -23,7 +24,7 @@ from harness.runner import run_load
 from harness.server_logs import fetch_polyaxon_run_log, parse_startup_log
 from harness.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.stats import RunSummary
-from harness.tracking import DEFAULT_PROJECT, ENGINE_JSON, TrackedRun, managed_run, track_run
+from harness.tracking import DEFAULT_PROJECT, ENGINE_JSON, LiveRun, TrackedRun, managed_run
 
 ENGINE_LOG = "engine.log"
 SERVICE_LOG_ENV = "HARNESS_SERVICE_LOG"  # a local service's start-up log, for the harness run measuring it
@@ -40,19 +41,34 @@ def measure(
     project: str | None,
     offline_root: Path | None,
 ) -> tuple[RunSummary | None, TrackedRun | None]:
-    """`harness run`: against a running server, or against an engine it starts itself; then tracked.
+    """`harness run`: against a running server, or against an engine it starts itself; tracked throughout.
 
-    Tracking happens inside a managed Polyaxon run, or when a project or an offline root is given.
+    Tracking happens inside a managed Polyaxon run, or when a project or an offline root is given. It starts
+    before the engine, so a run that dies or times out shows its inputs and its series so far; a run whose
+    engine did not start, or that raised, ends *failed*.
     """
-    if engine_argv:
-        summary = run_with_engine(config, inventory, run_dir, engine_argv, health_timeout_s=ready_timeout_s)
-    else:
-        summary = run_load(config, inventory, run_dir, ready_timeout_s=ready_timeout_s)
-        if config.service_uuid:
-            attach_service(run_dir, config.service_uuid, config.base_url)
-    tracked = None
+    live = None
     if managed_run() or project or offline_root:
-        tracked = track_run(run_dir, project=project or DEFAULT_PROJECT, offline_root=offline_root)
+        live = LiveRun.start(config, engine_limits(engine_argv or []), project=project or DEFAULT_PROJECT,
+                             offline_root=offline_root)
+    try:
+        if engine_argv:
+            summary = run_with_engine(config, inventory, run_dir, engine_argv, health_timeout_s=ready_timeout_s,
+                                      live=live)
+        else:
+            summary = run_load(config, inventory, run_dir, ready_timeout_s=ready_timeout_s,
+                               on_sample=live.on_sample if live else None)
+            if config.service_uuid:
+                attach_service(run_dir, config.service_uuid, config.base_url)
+    except BaseException as error:
+        if live is not None:
+            if not (run_dir / "config.json").exists():
+                _write_config(run_dir, config)
+            live.finish(run_dir, failure=str(error) or type(error).__name__)
+        raise
+    tracked = None
+    if live is not None:
+        tracked = live.finish(run_dir, failure=None if summary is not None else engine_failure(run_dir))
     return summary, tracked
 
 
@@ -63,12 +79,17 @@ def run_with_engine(
     engine_argv: list[str],
     *,
     health_timeout_s: float = 900.0,
+    live: LiveRun | None = None,
 ) -> RunSummary | None:
-    """Start the engine from its command line, run the load against it, then record its capacity.
+    """Start the engine from its command line, run the load against it, then record its capacity and the
+    device it ran on (device.json; its memory sampled while the load runs).
 
     Returns the run's summary, or None when the engine did not start (the record then says why).
     """
     write_engine_record(run_dir, argv=engine_argv, limits=engine_limits(engine_argv))
+    facts = device_facts()
+    if live is not None:
+        live.log_inputs(**facts.model_dump())
     summary: RunSummary | None = None
     snapshot: MetricsSnapshot | None = None
     with contextlib.ExitStack() as stack:
@@ -79,10 +100,26 @@ def run_with_engine(
         except EngineStartError:
             _write_config(run_dir, config)
         else:
-            summary = run_load(config, inventory, run_dir)
+            monitor = stack.enter_context(
+                MemoryMonitor(engine.pid, max(config.sample_interval_s, 1.0), live.log_series if live else None)
+            )
+            summary = run_load(config, inventory, run_dir, on_sample=live.on_sample if live else None)
             snapshot = scrape_metrics(engine.base_url)
-    record_capacity(run_dir, run_dir / ENGINE_LOG, snapshot)
+            facts = monitor.record(facts)
+    report = record_capacity(run_dir, run_dir / ENGINE_LOG, snapshot)
+    dtype = report.log.dtype if report.log is not None else None
+    record = DeviceRecord(**{**facts.model_dump(), "engine_dtype": dtype})
+    (run_dir / DEVICE_JSON).write_text(record.model_dump_json(indent=2), encoding="utf-8")
     return summary
+
+
+def engine_failure(run_dir: Path) -> str:
+    """Why the engine did not start, in one line, from the record's capacity report."""
+    if (run_dir / CAPACITY_JSON).exists():
+        report = CapacityReport.model_validate_json((run_dir / CAPACITY_JSON).read_text(encoding="utf-8"))
+        if report.log is not None and report.log.failure is not None:
+            return f"the engine did not start ({report.log.failure.stage}): {report.log.failure.error}"
+    return "the engine did not start"
 
 
 def attach_service(run_dir: Path, service_uuid: str, base_url: str) -> None:
@@ -135,7 +172,8 @@ def engine_options(argv: list[str]) -> dict[str, Any]:
 def write_engine_record(run_dir: Path, *, argv: list[str] | None, limits: dict[str, Any]) -> None:
     """engine.json: the engine's command line (when this run started it) and its limits, for comparisons."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    engine = {"argv": argv, "limits": limits, "image_reference": os.environ.get("HARNESS_IMAGE_REFERENCE")}
+    engine = {"argv": argv, "limits": limits, "image_reference": os.environ.get("HARNESS_IMAGE_REFERENCE"),
+              "container_image": os.environ.get("HARNESS_CONTAINER_IMAGE") or None}
     (run_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2), encoding="utf-8")
 
 
@@ -146,17 +184,19 @@ def scrape_metrics(base_url: str) -> MetricsSnapshot | None:
     return None
 
 
-def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot | None) -> None:
+def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot | None) -> CapacityReport:
     """capacity.json from the start-up log (copied into the record) and /metrics, with the prediction."""
     log_text = engine_log.read_text(encoding="utf-8", errors="replace")
     if engine_log.resolve() != (run_dir / ENGINE_LOG).resolve():
         (run_dir / ENGINE_LOG).write_text(log_text, encoding="utf-8")
     report = build_capacity_report(parse_startup_log(log_text), snapshot)
     (run_dir / CAPACITY_JSON).write_text(report.model_dump_json(indent=2), encoding="utf-8")
+    return report
 
 
 def _write_config(run_dir: Path, config: RunConfig) -> None:
     """What was asked, kept even when nothing could be sent."""
+    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2), encoding="utf-8")
 
 

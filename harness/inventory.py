@@ -24,6 +24,7 @@ from harness.errors import HarnessError, describe_validation_error
 SCHEMA_VERSION = 1
 PROMPTS_FILE = "prompts.jsonl"
 MANIFEST_FILE = "manifest.json"
+BUNDLED_DIR = "prompts"  # where a checkout keeps the frozen inventories
 
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 PositiveTokens = Annotated[int, Field(gt=0)]
@@ -295,9 +296,24 @@ def write_inventory(inventory: Inventory, directory: Path) -> Path:
 
 def load_inventory(path: Path) -> Inventory:
     """Read and fully re-check an inventory; any problem is a HarnessError naming file and line/prompt."""
+    path = resolve_inventory(path)
     manifest = _load_manifest(path / MANIFEST_FILE)
     prompts = _load_prompts(path / PROMPTS_FILE, manifest)
     return Inventory(manifest=manifest, prompts=prompts)
+
+
+def resolve_inventory(path: Path) -> Path:
+    """`prompts/<name>` as given when it exists here, else the inventory of that name that travels with the
+    harness: a job's command names the same inventory whether the harness came in an image, a wheel, an
+    upload or a git checkout, and whatever its working directory."""
+    path = Path(path)
+    if path.exists() or path.is_absolute() or path.parts[:1] != (BUNDLED_DIR,):
+        return path
+    package = Path(__file__).resolve().parent
+    for root in (package / "bundled_prompts", package.parent / BUNDLED_DIR):  # installed; a checkout
+        if root.joinpath(*path.parts[1:]).is_dir():
+            return root.joinpath(*path.parts[1:])
+    return path
 
 
 def _read_text(file: Path) -> str:

@@ -61,7 +61,8 @@ def run_locally(
             on_start(index, len(points), point)
         argv = local_job_argv(rendered.argv, extra_args)
         with (outputs / "stdout.log").open("wb") as stdout:  # progress stays on stderr, results go to the file
-            local = {"HARNESS_IMAGE_REFERENCE": engine_reference()}  # not the image the spec pins
+            # not the images the spec names: no container runs here
+            local = {"HARNESS_IMAGE_REFERENCE": engine_reference(), "HARNESS_CONTAINER_IMAGE": ""}
             process = subprocess.Popen(argv, env=os.environ | rendered.env | local | (env or {}), stdout=stdout)
             exit_code = wait_passing_stop(process)
         runs.append(LocalRun(index=index, params=point, outputs_dir=str(outputs), exit_code=exit_code))

@@ -119,11 +119,13 @@ def run_load(
     run_dir: Path,
     *,
     ready_timeout_s: float = 600.0,
+    on_sample: Callable[[ServerSample], None] | None = None,
 ) -> RunSummary:
     """Blocking entry point for the CLI and tests. uvloop: the client must never be the bottleneck, and
-    libuv's loop costs less CPU per streamed chunk than asyncio's own."""
+    libuv's loop costs less CPU per streamed chunk than asyncio's own. `on_sample` sees every scrape as it
+    is kept (live tracking); it runs in the event loop, so it must be quick."""
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_run(config, inventory, run_dir, ready_timeout_s))
+        return runner.run(_run(config, inventory, run_dir, ready_timeout_s, on_sample))
 
 
 async def _run(
@@ -131,6 +133,7 @@ async def _run(
     inventory: Inventory,
     run_dir: Path,
     ready_timeout_s: float,
+    on_sample: Callable[[ServerSample], None] | None = None,
 ) -> RunSummary:
     served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s)
     if max_model_len is not None:
@@ -164,6 +167,8 @@ async def _run(
     def keep_sample(sample: ServerSample) -> None:
         samples.append(sample)
         writer.add_sample(sample)
+        if on_sample is not None:
+            on_sample(sample)
 
     limit = config.load.in_flight_limit
     settings = ClientSettings(

@@ -6,6 +6,7 @@ later, server-side), so every sweep point is compiled here with the same compile
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import warnings
@@ -220,10 +221,15 @@ def _matrix_points(operation: V1Operation, files: list[Path]) -> list[dict[str, 
 
 @contextmanager
 def _quiet_serializer() -> Iterator[None]:
-    """Polyaxon's own to_dict trips pydantic serializer warnings on input validations; they are not ours."""
+    """Polyaxon's own to_dict trips pydantic serializer warnings on input validations, and its client logs a
+    stack trace before raising (a `hubRef` it cannot fetch); the error it raises is reported in one line."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
-        yield
+        logging.disable(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
 
 
 def _env_pair(item: Any) -> tuple[str, str]:

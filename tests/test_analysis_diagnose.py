@@ -93,7 +93,7 @@ def test_queue_with_more_live_tokens_than_the_logged_cache_is_kv_capacity(tmp_pa
     assert verdict.bound_by == KV_CAPACITY
     # 520 tokens take ceil(520 / 128) = 5 blocks of 128, so 8 sequences hold 8 x 640 = 5,120 tokens; the cache's
     # 32 logged blocks less the null block hold 31 x 128 = 3,968
-    assert "live_kv_tokens_padded=5120" in verdict.evidence
+    assert "kv_tokens_needed_padded=5120" in verdict.evidence
     assert "kv_cache_tokens_usable=3968" in verdict.evidence
 
 
@@ -104,7 +104,7 @@ def test_queue_with_a_roomy_cache_is_max_num_seqs(tmp_path: Path):
     for cited in ("peak_waiting_requests=2", "max_num_seqs=2", "concurrency=4"):
         assert cited in verdict.evidence
     # only max_num_seqs=2 of the 4 in flight hold KV blocks: 2 x (100 + 20) tokens, one 128-token block each
-    assert "live_kv_tokens_padded=256" in verdict.evidence
+    assert "kv_tokens_needed_padded=256" in verdict.evidence
 
 
 def test_latency_up_without_memory_pressure_is_compute_against_the_lowest_load(tmp_path: Path):
@@ -159,7 +159,7 @@ def test_block_padding_makes_a_cache_that_holds_the_raw_tokens_too_small():
                       engine_waiting_requests_mean=3.0, peak_kv_cache_usage_fraction=0.42)
     verdict = diagnose("padded", row, None)
     assert verdict.bound_by == KV_CAPACITY
-    assert "live_kv_tokens_padded=4096" in verdict.evidence and "kv_cache_tokens_usable=3968" in verdict.evidence
+    assert "kv_tokens_needed_padded=4096" in verdict.evidence and "kv_cache_tokens_usable=3968" in verdict.evidence
 
 
 def test_time_spent_outside_the_engine_is_the_serving_front_end():

@@ -65,7 +65,7 @@ def test_report_on_a_real_kv_sweep_says_capacity_then_scheduling(tiny_model_dir:
     assert 0.5 < starved_row["engine_running_requests_mean"] <= 1.02
     assert starved_row["engine_waiting_requests_mean"] >= 0.5  # 7 of the 8 wait most of the run
     # 2 sequences of 600 + 300 tokens take ceil(900 / 128) = 8 blocks each: 2 x 8 x 128 = 2,048 > 8 x 128
-    assert "live_kv_tokens_padded=2048" in starved.evidence and "kv_cache_tokens_usable=1024" in starved.evidence
+    assert "kv_tokens_needed_padded=2048" in starved.evidence and "kv_cache_tokens_usable=1024" in starved.evidence
     # both seats busy nearly all the time, never more than max_num_seqs
     assert 1.5 < ample_row["engine_running_requests_mean"] <= 2.02
     assert ample_row["engine_waiting_requests_mean"] >= 0.5

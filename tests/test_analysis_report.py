@@ -52,7 +52,7 @@ def test_report_names_each_run_its_limit_and_evidence(kv_sweep: dict[str, Path],
     assert "| 4194304 | KV cache capacity |" in starved_line
     assert "preemptions_during_run=1" in starved_line and "kv_cache_tokens_logged=4096" in starved_line
     # max_num_seqs 2 of the 4 in flight x (1100 + 20 tokens in ceil(1120 / 128) = 9 blocks of 128) = 2 x 1,152
-    assert "live_kv_tokens_padded=2304" in starved_line
+    assert "kv_tokens_needed_padded=2304" in starved_line
     ample_line = next(line for line in diagnosis.splitlines() if kv_sweep["ample"].name in line)
     assert "peak_waiting_requests=2" in ample_line and "max_num_seqs=2" in ample_line
     # the ample point has two runs: TTFT 50 and 70 ms, so mean 60 [50, 70]
@@ -63,7 +63,7 @@ def test_report_names_each_run_its_limit_and_evidence(kv_sweep: dict[str, Path],
     capacity = markdown.split("## Predicted vs logged capacity")[1].split("## ")[0]
     # 4 MiB / 1,024 KV bytes per token = 4,096 tokens, predicted and logged; max concurrency 4096/1024 = 4
     assert f"| {kv_sweep['starved'].name} | 4194304 | 4096 | 4096 | 4 | 4 | 32 | 32 | True |" in capacity
-    assert "held fixed" not in markdown and "concurrency=4" in markdown.split("## Held fixed")[1]
+    assert "| concurrency (requests) | 4 |" in markdown.split("## Held fixed")[1].split("## ")[0]
 
     for name in ("latency.png", "throughput-vs-ttft.png", f"series-{kv_sweep['starved'].name}.png"):
         assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC), name

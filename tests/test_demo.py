@@ -105,7 +105,7 @@ def test_waiting_exactly_when_concurrency_exceeds_max_num_seqs_and_preemption_on
     # the queue is max_num_seqs'
     assert "max_num_seqs (scheduling)" in verdicts[1] and "max_num_seqs (scheduling)" in verdicts[2]
     # 4 running take 4 x ceil(900 / 128) = 32 blocks > 31 usable, although 4 x 900 = 3,600 raw tokens would fit
-    assert "KV cache capacity" in verdicts[4] and "live_kv_tokens_padded=4096" in verdicts[4]
+    assert "KV cache capacity" in verdicts[4] and "kv_tokens_needed_padded=4096" in verdicts[4]
     # all 8 running would need 8 x 8 blocks: the cache binds
     assert "KV cache capacity" in verdicts[8] and outputs(records[8])[1]["preemptions_during_run"] > 0
     # one seat: on average about 7 of the 8 wait, and never more than one runs (vLLM's histograms, no sampling)

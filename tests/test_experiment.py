@@ -65,6 +65,9 @@ def test_an_engine_that_cannot_start_is_a_recorded_result_diagnosed_as_start_up_
     uuid = json.loads((run_dir / "tracking.json").read_text())["run_uuid"]
     tracked = json.loads((offline / "runs" / uuid / "run.plx.json").read_text())
     assert tracked["inputs"]["kv_cache_memory_bytes"] == 1_048_576 and tracked["outputs"]["engine_started"] is False
+    assert tracked["status"] == "failed"  # a run whose engine never served is not a succeeded run
+    device = json.loads((run_dir / "device.json").read_text())
+    assert device["gpu_name"] is None and device["cpu_model"] == tracked["inputs"]["cpu_model"] != ""
 
     report = subprocess.run([HARNESS, "report", "--runs", str(run_dir), "--limit", "kv_cache_memory_bytes",
                              "--out", str(tmp_path / "report")], capture_output=True, text=True, timeout=120)

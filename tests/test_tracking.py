@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -15,12 +18,14 @@ from polyaxon.client import ProjectClient, RunClient
 
 from harness.capacity import build_capacity_report
 from harness.errors import HarnessError
+from harness.experiment import measure
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
 from harness.runner import build_run_config, run_load
 from harness.server_logs import parse_startup_log
+from harness.server_metrics import Histogram, HistogramBucket, MetricsSnapshot
 from harness.stats import RunSummary
-from harness.tracking import ENGINE_JSON, TRACKING_JSON, capacity_outputs, track_run
+from harness.tracking import ENGINE_JSON, TRACKING_JSON, capacity_outputs, live_series, track_run
 
 from conftest import emulator, free_port
 
@@ -69,7 +74,8 @@ def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tm
 
     stored = json.loads((offline / "runs" / tracked.run_uuid / "run.plx.json").read_text())
     assert_figures_match(stored["inputs"], stored["outputs"], run_record)
-    assert (offline / "runs" / tracked.run_uuid / "events" / "metric" / "waiting_requests.plx").exists()
+    assert (offline / "runs" / tracked.run_uuid / "events" / "metric" / "live_waiting_requests.plx").exists()
+    assert "waiting_requests" not in stored["outputs"]  # a last scrape is not a figure of the run
     listed = subprocess.run([POLYAXON, "ops", "ls", "--offline", "--path", str(offline), "-io"],
                             capture_output=True, text=True, timeout=60)
     assert tracked.run_uuid in listed.stdout
@@ -96,11 +102,14 @@ def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, 
     client.refresh_data()
     assert client.run_data.status == "succeeded"
     assert_figures_match(client.get_inputs(), client.get_outputs(), fresh)
-    series = client.get_metrics(names=["running_requests"])["running_requests"]["data"]["metric"]
+    series = client.get_metrics(names=["live_running_requests"])["live_running_requests"]["data"]["metric"]
     assert max(series) <= 2  # the emulator runs at most two sequences at once
     listed = subprocess.run([POLYAXON, "ops", "ls", "-p", "harness-online", "-io"], capture_output=True,
                             text=True, timeout=60)
     assert tracked.run_uuid in listed.stdout
+    lineage = {artifact.name for artifact in client.get_artifacts_lineage().results}
+    # one lineage entry per record file: engine.json and engine.log no longer share the name `engine`
+    assert {"config-json", "engine-json", "summary-json", "samples-jsonl", "requests-parquet"} <= lineage
 
 
 def test_unknown_project_and_unreachable_api_are_one_line(run_record: Path, polyaxon_api: str, monkeypatch):
@@ -129,3 +138,98 @@ def test_capacity_outputs_from_real_cpu_engine_logs():
     assert crashed["engine_started"] is False
     assert "No available memory for the cache blocks" in crashed["engine_error"]
     assert "kv_cache_tokens_logged" not in crashed
+
+
+def build_config(inventory_dir: Path, base_url: str, **options):
+    defaults = dict(inventory=inventory_dir, base_url=base_url, service_uuid=None, service_port=8000, concurrency=2,
+                    rate=None, burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None, duration_s=None,
+                    warmup=0, seed=0, order="inventory", temperature=0.0, slo_ttft_ms=None, slo_tpot_ms=None,
+                    cold=False, sample_interval_s=0.1, max_dispatch_lag_ms=50.0)
+    return build_run_config(**{**defaults, **options})
+
+
+def test_series_reach_the_run_while_the_load_runs(tmp_path: Path):
+    """Two requests of 8 tokens 1.5 s apart take about 12 s; Polyaxon's event writer flushes every 10 s,
+    so the series file must exist before the run's summary does."""
+    recipe = TokenIdRecipe(vocabulary=VocabularyRange(low=10, high=1000), prompt_tokens=[20, 20],
+                           output_cap_tokens=[8, 8], seed=1)
+    inventory_dir = write_inventory(build_token_id_inventory("live-2", recipe), tmp_path / "inventory")
+    offline, run_dir = tmp_path / "offline", tmp_path / "run"
+    seen_during_load: list[bool] = []
+    with emulator(itl_ms=1500) as base_url:
+        config, inventory = build_config(inventory_dir, base_url)
+        series = offline / "runs" / config.run_id / "events" / "metric" / "live_running_requests.plx"
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(0.2):
+                if series.exists() and series.stat().st_size > 0:
+                    seen_during_load.append(not (run_dir / "summary.json").exists())
+                    return
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        summary, tracked = measure(config, inventory, run_dir, engine_argv=None, ready_timeout_s=20,
+                                   project="local/live", offline_root=offline)
+        stop.set()
+        watcher.join()
+    assert summary is not None and summary.requests_ok == 2
+    assert seen_during_load == [True]
+    stored = json.loads((offline / "runs" / tracked.run_uuid / "run.plx.json").read_text())
+    assert stored["status"] == "succeeded"
+
+
+def test_live_series_read_gauges_as_scraped_and_counters_over_the_interval():
+    queue = lambda total_s, count: Histogram(buckets=[HistogramBucket(le=math.inf, count=count)], sum=total_s,  # noqa: E731
+                                             count=count)
+    before = MetricsSnapshot(num_requests_waiting=3, generation_tokens_total=1_000,
+                             request_queue_time_seconds=queue(2.0, 10))
+    after = MetricsSnapshot(num_requests_waiting=1, num_requests_running=4, kv_cache_usage_fraction=0.5,
+                            generation_tokens_total=1_600, request_queue_time_seconds=queue(2.9, 13))
+    assert live_series(before, None) == {"waiting_requests": 3.0}  # no interval yet: no rates
+    assert live_series(after, (2.0, before)) == pytest.approx({
+        "waiting_requests": 1.0, "running_requests": 4.0, "kv_cache_usage_fraction": 0.5,
+        "output_tokens_per_s": 300.0,  # (1,600 - 1,000) tokens / 2 s
+        "request_queue_time_ms_mean": 300.0,  # (2.9 - 2.0) s over (13 - 10) requests = 0.3 s each
+    })
+
+
+@pytest.mark.sandbox
+def test_a_run_that_fails_ends_failed_offline_and_on_the_api(run_record: Path, tmp_path: Path, polyaxon_api: str):
+    inventory_dir = Path(json.loads((run_record / "config.json").read_text())["inventory_path"])
+    nobody = f"http://127.0.0.1:{free_port()}"
+    offline = tmp_path / "offline"
+    config, inventory = build_config(inventory_dir, nobody)
+    with pytest.raises(HarnessError, match="not ready"):
+        measure(config, inventory, tmp_path / "offline-run", engine_argv=None, ready_timeout_s=1,
+                project="local/failing", offline_root=offline)
+    stored = json.loads((offline / "runs" / config.run_id / "run.plx.json").read_text())
+    assert stored["status"] == "failed" and stored["inputs"]["concurrency"] == 2
+
+    ProjectClient(owner="default").create({"name": "failing"})
+    config, inventory = build_config(inventory_dir, nobody)
+    with pytest.raises(HarnessError, match="not ready"):
+        measure(config, inventory, tmp_path / "api-run", engine_argv=None, ready_timeout_s=1,
+                project="default/failing", offline_root=None)
+    [run] = RunClient(owner="default", project="failing").list(limit=10).results
+    assert run.status == "failed" and run.inputs["concurrency"] == 2
+
+
+def test_a_record_under_the_runs_outputs_is_referenced_in_place_and_one_elsewhere_copied(run_record: Path, tmp_path: Path):
+    """In a managed run the record is written to {{ globals.run_outputs_path }}/run: logging it must not copy it
+    a second time. Offline, the run's outputs directory plays that part."""
+    offline = tmp_path / "offline"
+    config = json.loads((run_record / "config.json").read_text())
+    outputs = offline / "runs" / config["run_id"] / "outputs"
+    shutil.copytree(run_record, outputs / "run")
+    tracked = track_run(outputs / "run", project="local/in-place", offline_root=offline)
+    run_root = offline / "runs" / tracked.run_uuid
+    lineage = {entry["name"]: entry["path"] for entry in json.loads((run_root / "lineages.plx.json").read_text())}
+    assert lineage["summary-json"] == "outputs/run/summary.json"  # the file where it is, by reference
+    assert lineage["engine-json"] == "outputs/run/engine.json"
+    assert sorted(path.name for path in (run_root / "outputs").iterdir()) == ["run"]  # no second copy
+
+    elsewhere = track_run(run_record, project="local/copied", offline_root=tmp_path / "offline-copied")
+    copied = tmp_path / "offline-copied" / "runs" / elsewhere.run_uuid
+    lineage = {entry["name"]: entry["path"] for entry in json.loads((copied / "lineages.plx.json").read_text())}
+    assert lineage["summary-json"] == "outputs/summary.json" and (copied / "outputs" / "summary.json").exists()
