@@ -244,11 +244,14 @@ def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_outputs(summary: RunSummary) -> dict[str, Any]:
-    """Every scalar of the summary, latency percentiles flattened to `ttft_ms_p99`-style names."""
+    """Every scalar of the summary, latency percentiles flattened to `ttft_ms_p99`-style names.
+
+    The sample interval is a setting the run was given (an input of the components), not a figure: an
+    output of the same name would shadow the input in the components' templates."""
     outputs: dict[str, Any] = {}
     for name, value in summary.model_dump(exclude={"latency", "errors_by_class", "error_fraction_by_class",
                                                    "invalid_reasons", "qualifications", "schema_version",
-                                                   "run_id"}).items():
+                                                   "run_id", "sample_interval_s"}).items():
         if value is not None:
             outputs[name] = value
     per_token = ("tpot_ms_", "itl_ms_")  # left out when the tokens came in bursts: they would read as per-token

@@ -110,6 +110,15 @@ def test_every_figure_a_run_record_gives_is_a_declared_output_of_its_type(tmp_pa
             assert TYPES[type(value)] in allowed, f"{component}: {name}={value!r} is not {declared[name]}"
 
 
+def test_no_output_shadows_an_input_of_the_same_name():
+    """A template such as `{{ sample_interval_s }}` resolves to an output of that name when one is declared,
+    which rendered `--sample-interval-s None` into the experiment's command once."""
+    for component in ("experiment.yaml", "harness-job.yaml"):
+        spec = yaml.safe_load((ROOT / "polyaxonfiles" / component).read_text(encoding="utf-8"))
+        inputs = {entry["name"] for entry in spec.get("inputs", [])}
+        assert not inputs & set(declared_outputs(component)), component
+
+
 @pytest.mark.sandbox
 def test_each_child_of_a_sweep_names_and_tags_itself_after_its_point(polyaxon_api: str):
     ProjectClient(owner="default").create({"name": "named-points"})
