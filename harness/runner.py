@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -293,9 +293,7 @@ async def send_all(
                 await asyncio.sleep(0)
             await asyncio.gather(*workers)
         except asyncio.CancelledError:
-            for task in workers:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await _cancel_all(workers)
             raise
         return
 
@@ -321,10 +319,15 @@ async def send_all(
             task.add_done_callback(in_flight.discard)
         await asyncio.gather(*in_flight)
     except asyncio.CancelledError:
-        for task in in_flight:
-            task.cancel()
-        await asyncio.gather(*in_flight, return_exceptions=True)
+        await _cancel_all(in_flight)
         raise
+
+
+async def _cancel_all(tasks: Collection[asyncio.Task]) -> None:
+    """Cancel the load's tasks and wait until each has recorded its request as cancelled."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _request(slot: Slot, prompt: InventoryPrompt, config: RunConfig) -> PromptRequest:
