@@ -2,12 +2,17 @@
 
 The client logs a multi-line report before it raises, and raises many unrelated types (HTTP errors,
 connection errors, validation errors) that all mean the same to us: the call did not happen.
+
+One answer is not final: Polyaxon's API (the sandbox, at least) refuses some writes with HTTP 405 while it is
+busy compiling or stopping runs it was just sent, and takes the same write a moment later. A write that
+would otherwise fail a whole sweep asks again for a few seconds.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -17,14 +22,25 @@ os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
 
 T = TypeVar("T")
 
+BUSY_STATUS = 405
+BUSY_RETRY_INTERVAL_S = 1.0
+BUSY_RETRY_S = 10.0  # how long a write that a sweep depends on keeps asking
 
-def polyaxon_call(failure: str, call: Callable[[], T]) -> T:
-    """`call()`, or a HarnessError '<failure>: <ErrorType> <first line>' with the client kept quiet."""
+
+def polyaxon_call(failure: str, call: Callable[[], T], busy_retry_s: float = 0.0) -> T:
+    """`call()`, or a HarnessError '<failure>: <ErrorType> <first line>' with the client kept quiet.
+    An HTTP 405 is asked again every second until `busy_retry_s` have passed."""
+    deadline = time.monotonic() + busy_retry_s
     logging.disable(logging.CRITICAL)
     try:
-        return call()
-    except Exception as error:  # every client failure means the call did not happen
-        reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
-        raise HarnessError(f"{failure}: {type(error).__name__} {reason}".rstrip()) from None
+        while True:
+            try:
+                return call()
+            except Exception as error:  # every client failure means the call did not happen
+                if getattr(error, "status", None) == BUSY_STATUS and time.monotonic() < deadline:
+                    time.sleep(BUSY_RETRY_INTERVAL_S)
+                    continue
+                reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
+                raise HarnessError(f"{failure}: {type(error).__name__} {reason}".rstrip()) from None
     finally:
         logging.disable(logging.NOTSET)

@@ -24,7 +24,7 @@ from harness.errors import EXIT_INVALID, HarnessError
 from harness.experiment import SERVICE_LOG_ENV
 from harness.launch import EngineStartError, RunningEngine, local_engine
 from harness.local_executor import run_locally
-from harness.polyaxon_client import polyaxon_call
+from harness.polyaxon_client import BUSY_RETRY_S, polyaxon_call
 from harness.specs import check_sweep, declared_inputs, load_operation, render
 
 SWEEP_SCHEMA_VERSION = 1
@@ -142,7 +142,7 @@ class PolyaxonBackend:
         if self.queue:
             operation.queue = self.queue
         created = polyaxon_call(f"cannot create run '{name}' in {self.owner}/{self.project}",
-                                lambda: self.client.create(name=name, content=operation))
+                                lambda: self.client.create(name=name, content=operation), busy_retry_s=BUSY_RETRY_S)
         from polyaxon.client import RunClient
 
         return RunClient(owner=self.owner, project=self.project, run_uuid=created.uuid)
@@ -173,17 +173,9 @@ class PolyaxonBackend:
         finally:
             self._stop(run)
 
-    def _stop(self, run: Any, attempts: int = 5) -> None:
-        """A busy API may refuse a stop while it is still compiling the run it just created (HTTP 405):
-        ask again for a few seconds before telling the user to stop it by hand."""
-        for attempt in range(attempts):
-            try:
-                polyaxon_call(f"could not stop service {run.run_uuid}; stop it by hand", run.stop)
-                return
-            except HarnessError:
-                if attempt == attempts - 1:
-                    raise
-                time.sleep(2.0)
+    def _stop(self, run: Any) -> None:
+        polyaxon_call(f"could not stop service {run.run_uuid}; stop it by hand", run.stop,
+                      busy_retry_s=BUSY_RETRY_S)
 
     def harness(self, index: int, service: str) -> tuple[str, Outcome, str | None]:
         run = self._create(self.harness_files, {**self.harness_params, "service_uuid": service},

@@ -26,7 +26,7 @@ from harness.capacity import CapacityReport
 from harness.device import DEVICE_JSON, DeviceRecord
 from harness.errors import HarnessError
 from harness.point_name import name_matrix_child
-from harness.polyaxon_client import polyaxon_call
+from harness.polyaxon_client import BUSY_RETRY_S, polyaxon_call
 from harness.record import RunConfig, ServerSample, read_samples
 from harness.server_metrics import Histogram, MetricsSnapshot
 from harness.stats import RunSummary
@@ -308,6 +308,7 @@ def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, na
         lambda: tracking.init(owner=owner, project=project, run_uuid=run_uuid, is_new=True, name=name,
                               is_offline=offline_root is not None, artifacts_path=offline_path,
                               collect_resources=False, **quiet),
+        busy_retry_s=BUSY_RETRY_S,
     )
 
 

@@ -1,0 +1,54 @@
+"""A failed Polyaxon call is one HarnessError line; an API busy with what it was just sent (405) is asked again."""
+
+import pytest
+from polyaxon.exceptions import ApiException
+
+from harness import polyaxon_client
+from harness.errors import HarnessError
+from harness.polyaxon_client import polyaxon_call
+
+
+class Answers:
+    """A client call that fails with each of `failures` in turn, then returns 'created'."""
+
+    def __init__(self, *failures: Exception) -> None:
+        self.failures = list(failures)
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return "created"
+
+
+@pytest.fixture(autouse=True)
+def no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(polyaxon_client, "BUSY_RETRY_INTERVAL_S", 0.0)
+
+
+def test_a_busy_answer_is_asked_again_until_the_write_is_taken() -> None:
+    call = Answers(ApiException(status=405), ApiException(status=405))
+    assert polyaxon_call("cannot create run", call, busy_retry_s=5) == "created"
+    assert call.calls == 3  # two refusals, then the write
+
+
+def test_only_a_busy_answer_is_asked_again() -> None:
+    call = Answers(ApiException(status=404, reason="Not Found"))
+    with pytest.raises(HarnessError, match=r"^cannot create run: ApiException \(404\)"):
+        polyaxon_call("cannot create run", call, busy_retry_s=5)
+    assert call.calls == 1
+
+
+def test_a_busy_answer_is_final_when_no_retry_was_asked_for() -> None:
+    call = Answers(ApiException(status=405))
+    with pytest.raises(HarnessError, match=r"^could not stop: ApiException \(405\)"):
+        polyaxon_call("could not stop", call)
+    assert call.calls == 1
+
+
+def test_a_busy_answer_past_the_deadline_is_the_error() -> None:
+    call = Answers(*[ApiException(status=405)] * 1000)
+    with pytest.raises(HarnessError, match=r"\(405\)"):
+        polyaxon_call("cannot create run", call, busy_retry_s=0.05)
+    assert 1 < call.calls < 1000
