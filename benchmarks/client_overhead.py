@@ -45,17 +45,17 @@ HARNESS_DRIVER = """
 import io, json, sys, time
 from pathlib import Path
 import pandas as pd
-from harness.runner import build_run_config, run_load
+from harness.run_options import RunOptions, build_run_config
+from harness.runner import run_load
+from harness.schedule import LoadShape
 # One-time library start-up before timing, as vLLM's driver imports its modules before timing:
 # pandas/pyarrow spend ~50 ms of CPU on their first Parquet write whatever its size.
 pd.DataFrame({"warm": [[1.0]]}).to_parquet(io.BytesIO())
 spec = json.loads(open(sys.argv[1]).read())
-config, inventory = build_run_config(
-    inventory=Path(spec["inventory"]), base_url=spec["base_url"], service_uuid=None, service_port=0,
-    concurrency=spec["streams"], rate=None, burstiness=1.0, max_concurrency=None, max_tokens=spec["output_tokens"],
-    requests=spec["requests"], duration_s=None, warmup=0, seed=0, order="inventory", temperature=0.0,
-    slo_ttft_ms=None, slo_tpot_ms=None, cold=False, sample_interval_s=1.0, max_dispatch_lag_ms=10.0,
-)
+config, inventory = build_run_config(RunOptions(
+    inventory=Path(spec["inventory"]), base_url=spec["base_url"], max_tokens=spec["output_tokens"],
+    load=LoadShape(concurrency=spec["streams"], requests=spec["requests"]),
+))
 cpu, wall = time.process_time(), time.perf_counter()
 run_load(config, inventory, Path(spec["out"]), ready_timeout_s=30)
 print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}))

@@ -296,20 +296,21 @@ def run_command(
     """
     from harness.experiment import measure
     from harness.launch import engine_base_url
-    from harness.record import claim_run_dir
-    from harness.runner import build_run_config
+    from harness.record import Slo, claim_run_dir
+    from harness.run_options import build_run_config, command_line_options
 
     if engine and (base_url or service_uuid):
         raise HarnessError("an engine command after -- sets the server; drop --base-url/--service-uuid")
-    config, prompts = build_run_config(
+    options = command_line_options(
         inventory=inventory, base_url=engine_base_url(engine) if engine else base_url,
         service_uuid=service_uuid, service_port=service_port,
-        concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency,
-        max_tokens=max_tokens, requests=requests, duration_s=duration_s, warmup=warmup, seed=seed, order=order,
-        temperature=temperature, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, cold=cold,
-        sample_interval_s=sample_interval_s, max_dispatch_lag_ms=max_dispatch_lag_ms,
+        load=dict(concurrency=concurrency, rate_per_s=rate, burstiness=burstiness, max_concurrency=max_concurrency,
+                  requests=requests, duration_s=duration_s, warmup_requests=warmup, seed=seed, order=order),
+        max_tokens=max_tokens, temperature=temperature, slo=Slo(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms),
+        cold=cold, sample_interval_s=sample_interval_s, max_dispatch_lag_ms=max_dispatch_lag_ms,
         max_error_fraction=max_error_fraction, read_timeout_s=read_timeout_s, stall_timeout_s=stall_timeout_s,
     )
+    config, prompts = build_run_config(options)
     moved = claim_run_dir(out, force=force)
     if moved is not None:
         print(f"moved the run that was in {out} to {moved}", file=sys.stderr)
@@ -348,7 +349,11 @@ def capacity(
     """The KV capacity the engine logged, /metrics beside it, and the calculator's prediction; exit 1 if none."""
     from rich.console import Console
 
-    from harness.capacity import LogOverrides, capacity_from_sources, capacity_renderable
+    from harness.capacity import (
+        LogOverrides,
+        capacity_from_sources,
+        capacity_renderable,
+    )
 
     stated = LogOverrides(engine_version=engine_version, tensor_parallel_size=tensor_parallel_size,
                           kv_cache_dtype=kv_cache_dtype)

@@ -14,13 +14,11 @@ import platform
 import signal
 import sys
 import time
-import uuid
 from collections.abc import Callable, Collection, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import uvloop
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress
 
@@ -31,86 +29,28 @@ from harness.client import (
     RequestRecord,
     StreamingClient,
 )
-from harness.errors import HarnessError, describe_validation_error
-from harness.inventory import Inventory, InventoryPrompt, check_fits, load_inventory, prompt_token_mismatches
+from harness.errors import HarnessError
+from harness.inventory import (
+    Inventory,
+    InventoryPrompt,
+    check_fits,
+    prompt_token_mismatches,
+)
 from harness.loop_lag import LoopLagProbe
 from harness.ready import discover_server
-from harness.record import DEFAULT_MAX_ERROR_FRACTION, Environment, RunConfig, RunWriter, ServerSample, Slo
+from harness.record import (
+    Environment,
+    RunConfig,
+    RunWriter,
+    ServerSample,
+)
+from harness.run_options import longest_output_tokens
 from harness.sampler import MetricsSampler
-from harness.schedule import LoadShape, Slot, plan
+from harness.schedule import Slot, plan
 from harness.stats import RunSummary, summarize
 from harness.timeouts import request_timeouts
-from harness.tracking import managed_run_uuid
 
 UNCAPPED_POOL_SIZE = 4096
-
-
-def build_run_config(
-    *,
-    inventory: Path,
-    base_url: str | None,
-    service_uuid: str | None,
-    service_port: int,
-    concurrency: int | None,
-    rate: float | None,
-    burstiness: float,
-    max_concurrency: int | None,
-    max_tokens: int | None,
-    requests: int | None,
-    duration_s: float | None,
-    warmup: int,
-    seed: int,
-    order: str,
-    temperature: float,
-    slo_ttft_ms: float | None,
-    slo_tpot_ms: float | None,
-    cold: bool,
-    sample_interval_s: float,
-    max_dispatch_lag_ms: float,
-    max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION,
-    read_timeout_s: float | None = None,
-    stall_timeout_s: float | None = None,
-) -> tuple[RunConfig, Inventory]:
-    """Command-line values checked and assembled; every problem is one line naming the option."""
-    if base_url is None and service_uuid is None:
-        raise HarnessError("give --base-url, --service-uuid, or both (the service's run, reached at the URL)")
-    if base_url is None:
-        namespace = os.environ.get("POLYAXON_K8S_NAMESPACE", "polyaxon")
-        base_url = f"http://plx-operation-{service_uuid}.{namespace}.svc:{service_port}"
-    try:
-        load = LoadShape(
-            concurrency=concurrency, rate_per_s=rate, burstiness=burstiness, max_concurrency=max_concurrency,
-            requests=requests, duration_s=duration_s, warmup_requests=warmup, seed=seed, order=order,
-        )
-    except ValidationError as error:
-        raise HarnessError(describe_validation_error(error, "command line")) from None
-    if max_tokens is not None and max_tokens < 1:
-        raise HarnessError(f"--max-tokens must be at least 1, not {max_tokens}")
-    if sample_interval_s <= 0:
-        raise HarnessError(f"--sample-interval-s must be positive, not {sample_interval_s}")
-    if not 0 <= max_error_fraction <= 1:
-        raise HarnessError(f"--max-error-fraction must be between 0 and 1, not {max_error_fraction}")
-    prompts = load_inventory(inventory)
-    read_timeout_s, stall_timeout_s = request_timeouts(load, _longest_output(max_tokens, prompts), read_timeout_s,
-                                                       stall_timeout_s)
-    config = RunConfig(
-        run_id=managed_run_uuid() or uuid.uuid4().hex,  # inside Polyaxon, the record's id is the run's
-        base_url=base_url.rstrip("/"),
-        service_uuid=service_uuid,
-        inventory_path=str(inventory),
-        inventory_digest=prompts.digest,
-        load=load,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        slo=Slo(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms),
-        cold=cold,
-        max_dispatch_lag_ms=max_dispatch_lag_ms,
-        max_error_fraction=max_error_fraction,
-        read_timeout_s=read_timeout_s,
-        stall_timeout_s=stall_timeout_s,
-        sample_interval_s=sample_interval_s,
-    )
-    return config, prompts
 
 
 def run_load(
@@ -344,13 +284,9 @@ def _request(slot: Slot, prompt: InventoryPrompt, config: RunConfig) -> PromptRe
 
 def _timeouts(config: RunConfig, inventory: Inventory) -> dict[str, float]:
     """The record's request timeouts; a config built without them gets the defaults its load warrants."""
-    read_s, stall_s = request_timeouts(config.load, _longest_output(config.max_tokens, inventory),
+    read_s, stall_s = request_timeouts(config.load, longest_output_tokens(config.max_tokens, inventory),
                                        config.read_timeout_s, config.stall_timeout_s)
     return {"read_timeout_s": read_s, "stall_timeout_s": stall_s}
-
-
-def _longest_output(max_tokens: int | None, inventory: Inventory) -> int:
-    return max_tokens or max(prompt.output_cap_tokens for prompt in inventory.prompts)
 
 
 def _planned_count(config: RunConfig, inventory: Inventory) -> int | None:

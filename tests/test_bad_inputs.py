@@ -85,7 +85,7 @@ BAD_INPUTS = [
     ("run-local-out-used", lambda f: ["run-local", "-f", str(f["job"]), "--out", str(f["points"])],
      "error: --out {points}: an earlier run's outputs are in point-0; give a new directory"),
     ("error-fraction-above-1", lambda f: run_args(str(f["held"]) + "-new", "--max-error-fraction", "1.5"),
-     "error: --max-error-fraction must be between 0 and 1, not 1.5"),
+     "error: --max-error-fraction: Input should be less than or equal to 1, not 1.5"),
     ("negative-read-timeout", lambda f: run_args(str(f["held"]) + "-new", "--read-timeout-s", "-1"),
      "error: --read-timeout-s must be a positive number of seconds, not -1.0"),
     ("nan-stall-timeout", lambda f: run_args(str(f["held"]) + "-new", "--stall-timeout-s", "nan"),

@@ -12,16 +12,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import emulator
 
 from harness.client import ClientSettings, ErrorClass, PromptRequest, StreamingClient
 from harness.errors import HarnessError
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
 from harness.record import read_requests, read_samples
-from harness.runner import build_run_config, run_load
+from harness.run_options import RunOptions, build_run_config
+from harness.runner import run_load
+from harness.schedule import LoadShape
 from harness.stats import RunSummary
-
-from conftest import emulator
 
 
 @pytest.fixture(scope="module")
@@ -35,21 +36,16 @@ def inventory_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_inventory(build_token_id_inventory("emulated-20", recipe), tmp_path_factory.mktemp("inventory"))
 
 
-def run(inventory_dir: Path, base_url: str, out: Path, **load: object) -> RunSummary:
-    options: dict = dict(
-        base_url=base_url, service_uuid=None, service_port=8000, concurrency=None, rate=None, burstiness=1.0,
-        max_concurrency=None, max_tokens=None, requests=None, duration_s=None, warmup=0, seed=0,
-        order="inventory", temperature=0.0, slo_ttft_ms=None, slo_tpot_ms=None, cold=False,
-        sample_interval_s=0.2, max_dispatch_lag_ms=10.0,
-    )
-    config, inventory = build_run_config(inventory=inventory_dir, **(options | load))
+def run(inventory_dir: Path, base_url: str, out: Path, *, max_tokens: int | None = None, **load: object) -> RunSummary:
+    config, inventory = build_run_config(RunOptions(inventory=inventory_dir, base_url=base_url, load=LoadShape(**load),
+                                                    max_tokens=max_tokens, sample_interval_s=0.2))
     return run_load(config, inventory, out, ready_timeout_s=20)
 
 
 def test_injected_ttft_and_itl_are_recovered(inventory_dir: Path, tmp_path: Path) -> None:
     """Delays large enough that a busy machine's scheduling jitter stays inside a 5 % tolerance."""
     with emulator(ttft_ms=200, itl_ms=20, tokens_per_chunk=2) as base_url:
-        summary = run(inventory_dir, base_url, tmp_path, concurrency=8, requests=40, warmup=4)
+        summary = run(inventory_dir, base_url, tmp_path, concurrency=8, requests=40, warmup_requests=4)
         server_lateness_ms = httpx.post(f"{base_url}/emulator/lateness").json()["first_token_lateness_ms"]
     assert len(server_lateness_ms) == 44  # the emulator's own account of every first token it wrote
     assert summary.requests_ok == 40 and summary.errors_by_class == {}
@@ -69,7 +65,7 @@ def test_injected_ttft_and_itl_are_recovered(inventory_dir: Path, tmp_path: Path
 def test_client_queueing_under_a_rate_shows_in_latency_and_flags_the_run(inventory_dir: Path, tmp_path: Path) -> None:
     """40 req/s offered; 2 slots of ~220 ms each serve about 9 req/s, so requests wait on the client."""
     with emulator(ttft_ms=20, itl_ms=20) as base_url:
-        summary = run(inventory_dir, base_url, tmp_path, rate=40.0, max_concurrency=2, requests=30, max_tokens=10)
+        summary = run(inventory_dir, base_url, tmp_path, rate_per_s=40.0, max_concurrency=2, requests=30, max_tokens=10)
     records = read_requests(tmp_path)
     queued = [r for r in records if r.dispatch_s - r.scheduled_s > 0.1]
     assert len(queued) > 15
@@ -128,7 +124,7 @@ def test_a_thousand_concurrent_streams_complete_without_error(tmp_path: Path) ->
     assert summary.peak_waiting_requests == 0
 
 
-@pytest.mark.parametrize("load", [{"concurrency": 16}, {"rate": 1000.0, "max_concurrency": 16}])
+@pytest.mark.parametrize("load", [{"concurrency": 16}, {"rate_per_s": 1000.0, "max_concurrency": 16}])
 def test_the_pool_is_open_before_the_first_scheduled_send(inventory_dir: Path, tmp_path: Path, load: dict) -> None:
     """16 streams that open at once each find a kept-alive connection opened before the load's zero, so no
     stream's TTFT carries a connect: the emulator sees no stream arrive as a connection's first request.

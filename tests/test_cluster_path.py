@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import emulator
 from polyaxon.client import ProjectClient, RunClient
 
 from harness.capacity import build_capacity_report
@@ -19,13 +20,14 @@ from harness.client import ErrorClass
 from harness.device import DEVICE_JSON, DeviceRecord
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
-from harness.runner import build_run_config, run_load
 from harness.point_name import name_matrix_child, swept_inputs
+from harness.record import Slo
+from harness.run_options import RunOptions, build_run_config
+from harness.runner import run_load
+from harness.schedule import LoadShape
 from harness.server_logs import parse_startup_log
 from harness.specs import load_operation, render
 from harness.tracking import capacity_outputs, run_io
-
-from conftest import emulator
 
 ROOT = Path(__file__).resolve().parents[1]
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
@@ -88,11 +90,9 @@ def test_every_figure_a_run_record_gives_is_a_declared_output_of_its_type(tmp_pa
                            output_cap_tokens=[4, 4], seed=1)
     inventory_dir = write_inventory(build_token_id_inventory("declared-2", recipe), tmp_path / "inventory")
     with emulator() as base_url:
-        config, inventory = build_run_config(
-            inventory=inventory_dir, base_url=base_url, service_uuid=None, service_port=8000, concurrency=2,
-            rate=None, burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None, duration_s=None,
-            warmup=0, seed=0, order="inventory", temperature=0.0, slo_ttft_ms=100.0, slo_tpot_ms=None,
-            cold=False, sample_interval_s=0.1, max_dispatch_lag_ms=50.0)
+        config, inventory = build_run_config(RunOptions(
+            inventory=inventory_dir, base_url=base_url, load=LoadShape(concurrency=2), slo=Slo(ttft_ms=100.0),
+            sample_interval_s=0.1, max_dispatch_lag_ms=50.0))
         run_load(config, inventory, tmp_path / "run", ready_timeout_s=20)
     device = DeviceRecord(cpu_model="any", peak_engine_rss_bytes=1, peak_gpu_memory_used_bytes=2)
     (tmp_path / "run" / DEVICE_JSON).write_text(device.model_dump_json())

@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 from harness.experiment import engine_limits
-from harness.launch import ENGINE_MODULE, engine_base_url, engine_python, free_port, local_engine_words
-from harness.runner import build_run_config
+from harness.launch import (
+    ENGINE_MODULE,
+    engine_base_url,
+    engine_python,
+    free_port,
+    local_engine_words,
+)
+from harness.run_options import RunOptions, build_run_config
+from harness.schedule import LoadShape
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
 INVENTORY = Path(__file__).resolve().parents[1] / "prompts" / "tiny-qwen3-600x8"
@@ -33,13 +40,10 @@ def test_engine_limits_are_the_engine_options_with_types_and_without_the_address
 
 
 def test_inside_a_managed_run_the_record_id_is_the_polyaxon_run_uuid(monkeypatch):
-    options = dict(inventory=INVENTORY, base_url="http://127.0.0.1:1", service_uuid=None, service_port=8000,
-                   concurrency=1, rate=None, burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None,
-                   duration_s=None, warmup=0, seed=0, order="inventory", temperature=0.0, slo_ttft_ms=None,
-                   slo_tpot_ms=None, cold=False, sample_interval_s=1.0, max_dispatch_lag_ms=10.0)
-    assert len(build_run_config(**options)[0].run_id) == 32
+    options = RunOptions(inventory=INVENTORY, base_url="http://127.0.0.1:1", load=LoadShape(concurrency=1))
+    assert len(build_run_config(options)[0].run_id) == 32
     monkeypatch.setenv("POLYAXON_RUN_INSTANCE", "acme.serving.runs.0123456789abcdef0123456789abcdef")
-    assert build_run_config(**options)[0].run_id == "0123456789abcdef0123456789abcdef"
+    assert build_run_config(options)[0].run_id == "0123456789abcdef0123456789abcdef"
 
 
 @pytest.mark.engine

@@ -20,7 +20,9 @@ from conftest import HARNESS, local_cpu_engine
 from analysis.diagnose import SCHEDULING, diagnose
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
-from harness.runner import build_run_config, run_load
+from harness.run_options import RunOptions, build_run_config
+from harness.runner import run_load
+from harness.schedule import LoadShape
 from harness.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 from harness.tracking import run_outputs
 
@@ -43,12 +45,10 @@ def engine(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
 def measure(engine, *, sample_interval_s: float, out: Path):
     running, inventory, _ = engine
-    config, prompts = build_run_config(
-        inventory=inventory, base_url=running.base_url, service_uuid=None, service_port=0, concurrency=8, rate=None,
-        burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None, duration_s=None, warmup=0, seed=0,
-        order="inventory", temperature=0.0, slo_ttft_ms=None, slo_tpot_ms=None, cold=True,
-        sample_interval_s=sample_interval_s, max_dispatch_lag_ms=10.0,
-    )
+    config, prompts = build_run_config(RunOptions(
+        inventory=inventory, base_url=running.base_url, load=LoadShape(concurrency=8), cold=True,
+        sample_interval_s=sample_interval_s,
+    ))
     return run_load(config, prompts, out, ready_timeout_s=60)
 
 

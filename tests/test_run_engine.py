@@ -13,10 +13,17 @@ from pathlib import Path
 import pytest
 from conftest import local_cpu_engine
 
-from harness.inventory import TokenIdRecipe, VocabularyRange, load_inventory, write_inventory
+from harness.inventory import (
+    TokenIdRecipe,
+    VocabularyRange,
+    load_inventory,
+    write_inventory,
+)
 from harness.inventory_build import build_token_id_inventory
 from harness.record import read_requests, read_samples
-from harness.runner import build_run_config, run_load
+from harness.run_options import RunOptions, build_run_config
+from harness.runner import run_load
+from harness.schedule import LoadShape
 from harness.stats import RunSummary
 from harness.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 
@@ -41,12 +48,10 @@ def engine_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
         tiny_model_dir, work / "engine.log", max_num_seqs=MAX_NUM_SEQS, kv_cache_memory_bytes=4_194_304,
         max_model_len=1024,
     ) as engine:
-        config, inventory = build_run_config(
-            inventory=inventory_dir, base_url=engine.base_url, service_uuid=None, service_port=0,
-            concurrency=8, rate=None, burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None,
-            duration_s=None, warmup=0, seed=0, order="inventory", temperature=0.0, slo_ttft_ms=None,
-            slo_tpot_ms=None, cold=True, sample_interval_s=0.1, max_dispatch_lag_ms=10.0,
-        )
+        config, inventory = build_run_config(RunOptions(
+            inventory=inventory_dir, base_url=engine.base_url, load=LoadShape(concurrency=8), cold=True,
+            sample_interval_s=0.1,
+        ))
         summary = run_load(config, inventory, work / "run", ready_timeout_s=60)
     return summary, work / "run", inventory_dir
 

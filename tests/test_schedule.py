@@ -89,9 +89,11 @@ def test_contradictory_or_impossible_loads_are_refused(fields: dict) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--concurrency", "0"], "error: command line: field 'concurrency': Input should be greater than or equal to 1"),
+        (["--concurrency", "0"], "error: --concurrency: Input should be greater than or equal to 1, not 0"),
         (["--concurrency", "2", "--rate", "3"], "set exactly one of concurrency (closed loop) or rate_per_s"),
-        (["--rate", "3", "--order", "random"], "field 'order'"),
+        (["--rate", "3", "--order", "random"], "error: --order: Input should be 'inventory' or 'shuffled', not random"),
+        (["--rate", "-3"], "error: --rate: Input should be greater than 0, not -3.0"),
+        (["--concurrency", "2", "--warmup", "-1"], "error: --warmup: Input should be greater than or equal to 0, not -1"),
     ],
 )
 def test_a_bad_load_on_the_command_line_is_one_line_and_exit_code_2(options: list[str], message: str) -> None:

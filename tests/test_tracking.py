@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import emulator, free_port
 from polyaxon.client import ProjectClient, RunClient
 
 from harness.capacity import build_capacity_report
@@ -21,13 +22,19 @@ from harness.errors import HarnessError
 from harness.experiment import measure
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
-from harness.runner import build_run_config, run_load
+from harness.run_options import RunOptions, build_run_config
+from harness.runner import run_load
+from harness.schedule import LoadShape
 from harness.server_logs import parse_startup_log
 from harness.server_metrics import Histogram, HistogramBucket, MetricsSnapshot
 from harness.stats import RunSummary
-from harness.tracking import ENGINE_JSON, TRACKING_JSON, capacity_outputs, live_series, track_run
-
-from conftest import emulator, free_port
+from harness.tracking import (
+    ENGINE_JSON,
+    TRACKING_JSON,
+    capacity_outputs,
+    live_series,
+    track_run,
+)
 
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 LIMITS = {"max_num_seqs": 4, "max_model_len": 1024, "kv_cache_memory_bytes": 4_194_304}
@@ -41,11 +48,9 @@ def run_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            output_cap_tokens=[8] * 8, seed=1)
     inventory_dir = write_inventory(build_token_id_inventory("tracked-8", recipe), root / "inventory")
     with emulator(max_num_seqs=2) as base_url:
-        config, inventory = build_run_config(
-            inventory=inventory_dir, base_url=base_url, service_uuid=None, service_port=8000, concurrency=4,
-            rate=None, burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None, duration_s=None,
-            warmup=0, seed=0, order="inventory", temperature=0.0, slo_ttft_ms=None, slo_tpot_ms=None,
-            cold=False, sample_interval_s=0.1, max_dispatch_lag_ms=50.0)
+        config, inventory = build_run_config(RunOptions(
+            inventory=inventory_dir, base_url=base_url, load=LoadShape(concurrency=4), sample_interval_s=0.1,
+            max_dispatch_lag_ms=50.0))
         run_load(config, inventory, root / "run", ready_timeout_s=20)
     (root / "run" / ENGINE_JSON).write_text(json.dumps({"limits": LIMITS}))
     return root / "run"
@@ -140,12 +145,9 @@ def test_capacity_outputs_from_real_cpu_engine_logs():
     assert "kv_cache_tokens_logged" not in crashed
 
 
-def build_config(inventory_dir: Path, base_url: str, **options):
-    defaults = dict(inventory=inventory_dir, base_url=base_url, service_uuid=None, service_port=8000, concurrency=2,
-                    rate=None, burstiness=1.0, max_concurrency=None, max_tokens=None, requests=None, duration_s=None,
-                    warmup=0, seed=0, order="inventory", temperature=0.0, slo_ttft_ms=None, slo_tpot_ms=None,
-                    cold=False, sample_interval_s=0.1, max_dispatch_lag_ms=50.0)
-    return build_run_config(**{**defaults, **options})
+def build_config(inventory_dir: Path, base_url: str):
+    return build_run_config(RunOptions(inventory=inventory_dir, base_url=base_url, load=LoadShape(concurrency=2),
+                                       sample_interval_s=0.1, max_dispatch_lag_ms=50.0))
 
 
 def test_series_reach_the_run_while_the_load_runs(tmp_path: Path):
