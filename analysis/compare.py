@@ -15,15 +15,16 @@ import pandas as pd
 
 from analysis.table import PEAK_RUNNING, RunTable
 from harness.errors import HarnessError
+from harness.schema import Output
 
 # Inputs that identify a run rather than configure it: every point of a sweep has its own service run.
 IDENTITY_INPUTS = ("service_uuid",)
 COMPARED_FIGURES = (
-    "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "e2e_ms_p99", "requests_per_s",
-    "output_tokens_per_s", "peak_waiting_requests", PEAK_RUNNING, "peak_kv_cache_usage_fraction",
-    "preemptions_during_run", "kv_cache_tokens_logged", "kv_cache_tokens_predicted",
-    "engine_waiting_requests_mean", "engine_running_requests_mean", "engine_queue_ms_mean",
-    "engine_decode_ms_mean", "frontend_share", "burst_token_fraction",
+    Output.TTFT_MS_P50, Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.TPOT_MS_P99, Output.E2E_MS_P99, Output.REQUESTS_PER_S,
+    Output.OUTPUT_TOKENS_PER_S, Output.PEAK_WAITING_REQUESTS, PEAK_RUNNING, Output.PEAK_KV_CACHE_USAGE_FRACTION,
+    Output.PREEMPTIONS_DURING_RUN, Output.KV_CACHE_TOKENS_LOGGED, Output.KV_CACHE_TOKENS_PREDICTED,
+    Output.ENGINE_WAITING_REQUESTS_MEAN, Output.ENGINE_RUNNING_REQUESTS_MEAN, Output.ENGINE_QUEUE_MS_MEAN,
+    Output.ENGINE_DECODE_MS_MEAN, Output.FRONTEND_SHARE, Output.BURST_TOKEN_FRACTION,
 )
 # A change between two points is real when the ranges of their repeats do not overlap; with one run a
 # point has no range, so its changes cannot be told from run-to-run noise.

@@ -26,6 +26,7 @@ import pandas as pd
 
 from analysis.table import PEAK_RUNNING
 from harness.record import DEFAULT_MAX_ERROR_FRACTION
+from harness.schema import Output
 
 WEIGHTS = "weights and start-up headroom"
 SERVER_FAILED = "server dead or failing (requests failed)"
@@ -50,7 +51,7 @@ FRONTEND_SHARE = 0.5
 # Latency this many times the comparison's lowest-load point, with no queue, is the engine out of compute;
 # smaller changes are within what scheduling noise on a shared machine does to a short run.
 LATENCY_GROWTH_FACTOR = 2.0
-LATENCY_FIGURES = ("ttft_ms_p99", "tpot_ms_p50")
+LATENCY_FIGURES = (Output.TTFT_MS_P99, Output.TPOT_MS_P50)
 
 Figures = Mapping[str, Any]
 
@@ -82,19 +83,19 @@ class Verdict:
 
 
 def _queued(f: Figures) -> bool:
-    return _at_least(f, "engine_waiting_requests_mean", QUEUED_REQUESTS_MEAN) or _at_least(
-        f, "peak_waiting_requests", QUEUED_REQUESTS_PEAK)
+    return _at_least(f, Output.ENGINE_WAITING_REQUESTS_MEAN, QUEUED_REQUESTS_MEAN) or _at_least(
+        f, Output.PEAK_WAITING_REQUESTS, QUEUED_REQUESTS_PEAK)
 
 
 def _memory_bound(f: Figures) -> bool:
-    cache_full = _at_least(f, "peak_kv_cache_usage_fraction", HIGH_KV_USAGE_FRACTION) or (
+    cache_full = _at_least(f, Output.PEAK_KV_CACHE_USAGE_FRACTION, HIGH_KV_USAGE_FRACTION) or (
         _num(f, "kv_tokens_needed_padded") is not None and _num(f, "kv_cache_tokens_usable") is not None
         and _num(f, "kv_tokens_needed_padded") > _num(f, "kv_cache_tokens_usable"))
-    return (_num(f, "preemptions_during_run") or 0) > 0 or (_queued(f) and cache_full)
+    return (_num(f, Output.PREEMPTIONS_DURING_RUN) or 0) > 0 or (_queued(f) and cache_full)
 
 
 def _failing(f: Figures) -> bool:
-    rate, threshold = _num(f, "error_rate_fraction"), _num(f, "max_error_fraction")
+    rate, threshold = _num(f, Output.ERROR_RATE_FRACTION), _num(f, Output.MAX_ERROR_FRACTION)
     return rate is not None and rate > (DEFAULT_MAX_ERROR_FRACTION if threshold is None else threshold)
 
 
@@ -102,36 +103,36 @@ def _grown(f: Figures) -> bool:
     return any(_at_least(f, f"{name}_growth", LATENCY_GROWTH_FACTOR) for name in LATENCY_FIGURES)
 
 
-QUEUE = ("engine_waiting_requests_mean", "peak_waiting_requests")
-MEMORY = ("preemptions_during_run", *QUEUE, "peak_kv_cache_usage_fraction", "kv_tokens_needed_padded",
-          "kv_cache_tokens_logged", "kv_cache_tokens_usable")
+QUEUE = (Output.ENGINE_WAITING_REQUESTS_MEAN, Output.PEAK_WAITING_REQUESTS)
+MEMORY = (Output.PREEMPTIONS_DURING_RUN, *QUEUE, Output.PEAK_KV_CACHE_USAGE_FRACTION, "kv_tokens_needed_padded",
+          Output.KV_CACHE_TOKENS_LOGGED, "kv_cache_tokens_usable")
 QUEUE_WORDS = (f"engine_waiting_requests_mean>={QUEUED_REQUESTS_MEAN} or "
                f"peak_waiting_requests>={QUEUED_REQUESTS_PEAK}")
 RULES = (
-    Rule(WEIGHTS, ("engine_started", "engine_error", "engine_failure_stage", "model_weights_bytes_logged",
+    Rule(WEIGHTS, (Output.ENGINE_STARTED, Output.ENGINE_ERROR, Output.ENGINE_FAILURE_STAGE, Output.MODEL_WEIGHTS_BYTES_LOGGED,
                    "kv_cache_memory_bytes", "gpu_memory_utilization"),
-         lambda f: f.get("engine_started") is False or _present(f, "engine_error"),
+         lambda f: f.get(Output.ENGINE_STARTED) is False or _present(f, Output.ENGINE_ERROR),
          "the engine did not start"),
-    Rule(SERVER_FAILED, ("error_rate_fraction", "max_error_fraction", "requests_ok", "requests_measured"),
+    Rule(SERVER_FAILED, (Output.ERROR_RATE_FRACTION, Output.MAX_ERROR_FRACTION, Output.REQUESTS_OK, Output.REQUESTS_MEASURED),
          lambda f: _failing(f),
          "error_rate_fraction above the run's max_error_fraction: refused, reset, stalled and timed-out requests "
          "are a dead or frozen server, 5xx a failing one"),
-    Rule(CLIENT, ("valid", "invalid_reasons", "requests_ok", "dispatch_lag_ms_p99", "send_delay_ms_p99",
-                  "loop_stall_share", "loop_lag_ms_max", "sample_gap_s_max"), lambda f: f.get("valid") is not True,
+    Rule(CLIENT, (Output.VALID, Output.INVALID_REASONS, Output.REQUESTS_OK, Output.DISPATCH_LAG_MS_P99, Output.SEND_DELAY_MS_P99,
+                  Output.LOOP_STALL_SHARE, Output.LOOP_LAG_MS_MAX, Output.SAMPLE_GAP_S_MAX), lambda f: f.get(Output.VALID) is not True,
          "the run's own validity checks failed, or it recorded no summary"),
-    Rule(KV_CAPACITY, (*MEMORY, "max_num_seqs", "concurrency", "engine_running_requests_mean"), _memory_bound,
+    Rule(KV_CAPACITY, (*MEMORY, "max_num_seqs", "concurrency", Output.ENGINE_RUNNING_REQUESTS_MEAN), _memory_bound,
          f"preemptions_during_run>0, or a queue ({QUEUE_WORDS}) with peak_kv_cache_usage_fraction>="
          f"{HIGH_KV_USAGE_FRACTION} or kv_tokens_needed_padded>kv_cache_tokens_usable"),
-    Rule(SCHEDULING, (*MEMORY, "max_num_seqs", "concurrency", "engine_running_requests_mean"),
+    Rule(SCHEDULING, (*MEMORY, "max_num_seqs", "concurrency", Output.ENGINE_RUNNING_REQUESTS_MEAN),
          lambda f: _queued(f) and not _memory_bound(f), f"a queue ({QUEUE_WORDS}) without memory pressure"),
-    Rule(FRONTEND, (*MEMORY, "frontend_share", "frontend_ms_mean", "client_e2e_ms_mean", "engine_queue_ms_mean",
-                    "engine_prefill_ms_mean", "engine_decode_ms_mean", "burst_token_fraction"),
-         lambda f: not _memory_bound(f) and not _queued(f) and _at_least(f, "frontend_share", FRONTEND_SHARE),
+    Rule(FRONTEND, (*MEMORY, Output.FRONTEND_SHARE, Output.FRONTEND_MS_MEAN, Output.CLIENT_E2E_MS_MEAN, Output.ENGINE_QUEUE_MS_MEAN,
+                    Output.ENGINE_PREFILL_MS_MEAN, Output.ENGINE_DECODE_MS_MEAN, Output.BURST_TOKEN_FRACTION),
+         lambda f: not _memory_bound(f) and not _queued(f) and _at_least(f, Output.FRONTEND_SHARE, FRONTEND_SHARE),
          f"no queue, and frontend_share>={FRONTEND_SHARE} of client_e2e_ms_mean outside the engine"),
     Rule(COMPUTE, (*MEMORY, *(f"{name}_growth" for name in LATENCY_FIGURES), *LATENCY_FIGURES),
          lambda f: not _memory_bound(f) and not _queued(f) and _grown(f),
          f"no queue, and a latency at least {LATENCY_GROWTH_FACTOR:g}x the comparison's baseline run"),
-    Rule(NO_LIMIT, ("ttft_ms_p99", "tpot_ms_p50", "per_token_latency_paced", *MEMORY, "frontend_share"),
+    Rule(NO_LIMIT, (Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.PER_TOKEN_LATENCY_PACED, *MEMORY, Output.FRONTEND_SHARE),
          lambda f: True, ""),
 )
 
@@ -145,12 +146,12 @@ def diagnose_runs(runs: pd.DataFrame, limit: str | None = None) -> list[Verdict]
 
 def lowest_load_run(runs: pd.DataFrame) -> str | None:
     """The valid run with the least offered load, then the fewest sequences running at once."""
-    measured = runs[[bool(_num(row, "requests_ok")) and _flag(row, "valid") is True for _, row in runs.iterrows()]]
+    measured = runs[[bool(_num(row, Output.REQUESTS_OK)) and _flag(row, Output.VALID) is True for _, row in runs.iterrows()]]
     if measured.empty:
         return None
     keys = {uuid: (_num(row, "concurrency") or _num(row, "max_concurrency") or math.inf,
                    _num(row, "rate_per_s") or 0.0, _num(row, PEAK_RUNNING) or 0.0,
-                   _num(row, "achieved_concurrency_mean") or 0.0)
+                   _num(row, Output.ACHIEVED_CONCURRENCY_MEAN) or 0.0)
             for uuid, row in measured.iterrows()}
     return str(min(keys, key=keys.__getitem__))
 
@@ -162,13 +163,13 @@ def diagnose(run_uuid: str, row: pd.Series, baseline: pd.Series | None, limit: s
     notes = []
     if rule.bound_by == SERVER_FAILED:  # which failures, by class (the client's own cancellations aside)
         notes = [_shown(name, figures[name]) for name in sorted(figures) if name.startswith("errors_")
-                 and name != "errors_cancelled" and (_num(figures, name) or 0) > 0]
-    if rule.bound_by == CLIENT and not _present(figures, "valid"):
+                 and name != Output.ERRORS_CANCELLED and (_num(figures, name) or 0) > 0]
+    if rule.bound_by == CLIENT and not _present(figures, Output.VALID):
         notes.append("summary missing: the run recorded no figures")
     if rule.bound_by == COMPUTE and baseline is not None:
         where = f"{limit}={baseline.get(limit)}" if limit else "its lowest load"
         notes.append(f"baseline run {baseline.name} ({where})")
-    if rule.bound_by == NO_LIMIT and figures.get("per_token_latency_paced") is False:
+    if rule.bound_by == NO_LIMIT and figures.get(Output.PER_TOKEN_LATENCY_PACED) is False:
         notes.append("tpot_ms_p50 is not a per-token figure: the server delivered tokens in bursts")
     return Verdict(run_uuid=run_uuid, bound_by=rule.bound_by, figures=cited, threshold=rule.threshold, notes=notes)
 
@@ -180,8 +181,8 @@ def run_figures(row: pd.Series, baseline: pd.Series | None) -> dict[str, Any]:
     if baseline is not None and baseline.name != row.name:
         for name in LATENCY_FIGURES:
             value, base = _num(figures, name), _num(baseline, name)
-            per_token = name != "tpot_ms_p50" or (row.get("per_token_latency_paced") is not False
-                                                  and baseline.get("per_token_latency_paced") is not False)
+            per_token = name != Output.TPOT_MS_P50 or (row.get(Output.PER_TOKEN_LATENCY_PACED) is not False
+                                                  and baseline.get(Output.PER_TOKEN_LATENCY_PACED) is not False)
             if value is not None and base and per_token:
                 figures[f"{name}_growth"] = value / base
     return figures
@@ -194,15 +195,15 @@ def live_kv_figures(f: Figures) -> dict[str, float]:
     Requests beyond max_num_seqs wait without holding KV blocks, so they cannot make the cache the limit.
     """
     derived: dict[str, float] = {}
-    blocks, tokens = _num(f, "num_blocks_logged"), _num(f, "kv_cache_tokens_logged")
+    blocks, tokens = _num(f, Output.NUM_BLOCKS_LOGGED), _num(f, Output.KV_CACHE_TOKENS_LOGGED)
     block_size = _num(f, "block_size") or (tokens / blocks if blocks and tokens else None)
     if blocks and block_size:
         derived["kv_cache_tokens_usable"] = (blocks - 1) * block_size
-    in_flight = _num(f, "concurrency") or _num(f, "max_concurrency") or _num(f, "achieved_concurrency_mean")
+    in_flight = _num(f, "concurrency") or _num(f, "max_concurrency") or _num(f, Output.ACHIEVED_CONCURRENCY_MEAN)
     if in_flight and _num(f, "max_num_seqs"):
         in_flight = min(in_flight, _num(f, "max_num_seqs"))
-    per_s = _num(f, "requests_per_s")
-    prompt_per_s, output_per_s = _num(f, "prompt_tokens_per_s"), _num(f, "output_tokens_per_s")
+    per_s = _num(f, Output.REQUESTS_PER_S)
+    prompt_per_s, output_per_s = _num(f, Output.PROMPT_TOKENS_PER_S), _num(f, Output.OUTPUT_TOKENS_PER_S)
     if in_flight and per_s and prompt_per_s is not None and output_per_s is not None:
         per_sequence = (prompt_per_s + output_per_s) / per_s
         if block_size:

@@ -9,9 +9,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.compare import Comparison, shown_value
+from harness.schema import Output
 
-LATENCY_PANELS = (("time to first token", ("ttft_ms_p50", "ttft_ms_p99")),
-                  ("time per output token", ("tpot_ms_p50", "tpot_ms_p99")))
+LATENCY_PANELS = (("time to first token", (Output.TTFT_MS_P50, Output.TTFT_MS_P99)),
+                  ("time per output token", (Output.TPOT_MS_P50, Output.TPOT_MS_P99)))
 DPI = 100
 WIDE_RANGE_RATIO = 10  # limits swept over a decade or more (KV bytes, lengths) read better on a log axis
 
@@ -63,10 +64,10 @@ def throughput_vs_ttft_png(runs: pd.DataFrame, limit: str) -> bytes:
     """Each run's output throughput against its TTFT p99, labelled with its value of the limit."""
     figure = Figure(figsize=(6, 4), dpi=DPI, layout="constrained")
     axes = figure.subplots()
-    measured = runs.dropna(subset=["ttft_ms_p99", "output_tokens_per_s"]) if "ttft_ms_p99" in runs else runs.iloc[0:0]
-    axes.scatter(measured.get("ttft_ms_p99", []), measured.get("output_tokens_per_s", []))
+    measured = runs.dropna(subset=[Output.TTFT_MS_P99, Output.OUTPUT_TOKENS_PER_S]) if Output.TTFT_MS_P99 in runs else runs.iloc[0:0]
+    axes.scatter(measured.get(Output.TTFT_MS_P99, []), measured.get(Output.OUTPUT_TOKENS_PER_S, []))
     for _, row in measured.iterrows():
-        axes.annotate(f"{limit}={shown_value(row[limit])}", (row["ttft_ms_p99"], row["output_tokens_per_s"]),
+        axes.annotate(f"{limit}={shown_value(row[limit])}", (row[Output.TTFT_MS_P99], row[Output.OUTPUT_TOKENS_PER_S]),
                       textcoords="offset points", xytext=(4, 4), fontsize=8)
     axes.set_xlabel("ttft_ms_p99 (ms)")
     axes.set_ylabel("output_tokens_per_s (tokens/s)")

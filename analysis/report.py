@@ -18,7 +18,12 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compare import Comparison, compare_one_limit, point_differences, shown_value
+from analysis.compare import (
+    Comparison,
+    compare_one_limit,
+    point_differences,
+    shown_value,
+)
 from analysis.diagnose import (
     CLIENT,
     COMPUTE,
@@ -31,22 +36,27 @@ from analysis.diagnose import (
     Verdict,
     diagnose_runs,
 )
-from analysis.plots import latency_vs_limit_png, server_series_png, throughput_vs_ttft_png
+from analysis.plots import (
+    latency_vs_limit_png,
+    server_series_png,
+    throughput_vs_ttft_png,
+)
 from analysis.sources import DEFAULT_API_LIMIT, collect_runs
 from analysis.table import PEAK_RUNNING, RunTable, build_table
 from harness.errors import HarnessError
+from harness.schema import Output
 
-RUN_FIGURES = ("ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "requests_per_s", "output_tokens_per_s",
-               "peak_waiting_requests", PEAK_RUNNING, "peak_kv_cache_usage_fraction", "preemptions_during_run",
-               "error_rate_fraction", "valid")
-CAPACITY_FIGURES = ("kv_cache_tokens_predicted", "kv_cache_tokens_logged", "max_concurrency_predicted",
-                    "max_concurrency_logged", "num_blocks_predicted", "num_blocks_logged", "prediction_matches_log")
-POINT_FIGURES = ("ttft_ms_p99", "tpot_ms_p50", "output_tokens_per_s", "engine_waiting_requests_mean",
-                 "engine_running_requests_mean", "peak_kv_cache_usage_fraction", "preemptions_during_run",
-                 "frontend_share", "burst_token_fraction")
-ENGINE_FIGURES = ("engine_queue_ms_mean", "engine_prefill_ms_mean", "engine_decode_ms_mean", "engine_itl_ms_mean",
-                  "client_e2e_ms_mean", "frontend_ms_mean", "frontend_share", "burst_token_fraction",
-                  "largest_burst_tokens", "per_token_latency_paced", "qualifications")
+RUN_FIGURES = (Output.TTFT_MS_P50, Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.TPOT_MS_P99, Output.REQUESTS_PER_S, Output.OUTPUT_TOKENS_PER_S,
+               Output.PEAK_WAITING_REQUESTS, PEAK_RUNNING, Output.PEAK_KV_CACHE_USAGE_FRACTION, Output.PREEMPTIONS_DURING_RUN,
+               Output.ERROR_RATE_FRACTION, Output.VALID)
+CAPACITY_FIGURES = (Output.KV_CACHE_TOKENS_PREDICTED, Output.KV_CACHE_TOKENS_LOGGED, Output.MAX_CONCURRENCY_PREDICTED,
+                    Output.MAX_CONCURRENCY_LOGGED, Output.NUM_BLOCKS_PREDICTED, Output.NUM_BLOCKS_LOGGED, Output.PREDICTION_MATCHES_LOG)
+POINT_FIGURES = (Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.OUTPUT_TOKENS_PER_S, Output.ENGINE_WAITING_REQUESTS_MEAN,
+                 Output.ENGINE_RUNNING_REQUESTS_MEAN, Output.PEAK_KV_CACHE_USAGE_FRACTION, Output.PREEMPTIONS_DURING_RUN,
+                 Output.FRONTEND_SHARE, Output.BURST_TOKEN_FRACTION)
+ENGINE_FIGURES = (Output.ENGINE_QUEUE_MS_MEAN, Output.ENGINE_PREFILL_MS_MEAN, Output.ENGINE_DECODE_MS_MEAN, Output.ENGINE_ITL_MS_MEAN,
+                  Output.CLIENT_E2E_MS_MEAN, Output.FRONTEND_MS_MEAN, Output.FRONTEND_SHARE, Output.BURST_TOKEN_FRACTION,
+                  Output.LARGEST_BURST_TOKENS, Output.PER_TOKEN_LATENCY_PACED, Output.QUALIFICATIONS)
 MISSING = "–"
 ADVICE = {  # what to change when a point is bound by each limit the diagnosis names
     WEIGHTS: "give the engine room to start: a lower max_model_len, a higher gpu_memory_utilization, or more GPU memory",
@@ -69,9 +79,9 @@ PAGE_STYLE = ("body{font-family:sans-serif;margin:1.5em auto;max-width:80em;padd
               "td.id{font-family:monospace;font-size:12px;word-break:break-all}img{max-width:100%;height:auto}")
 UNITS = {  # headers whose names do not carry their unit; the rest already do (ttft_ms_p99, output_tokens_per_s)
     "n": "runs", "max_num_seqs": "sequences", "max_model_len": "tokens", "concurrency": "requests",
-    "peak_waiting_requests": "requests", PEAK_RUNNING: "requests", "preemptions_during_run": "preemptions",
-    "max_concurrency_predicted": "requests", "max_concurrency_logged": "requests", "num_blocks_predicted": "blocks",
-    "num_blocks_logged": "blocks", "block_size": "tokens", "tensor_parallel_size": "GPUs",
+    Output.PEAK_WAITING_REQUESTS: "requests", PEAK_RUNNING: "requests", Output.PREEMPTIONS_DURING_RUN: "preemptions",
+    Output.MAX_CONCURRENCY_PREDICTED: "requests", Output.MAX_CONCURRENCY_LOGGED: "requests", Output.NUM_BLOCKS_PREDICTED: "blocks",
+    Output.NUM_BLOCKS_LOGGED: "blocks", "block_size": "tokens", "tensor_parallel_size": "GPUs",
     "gpu_memory_utilization": "fraction",
 }
 

@@ -20,14 +20,15 @@ from pydantic import ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
 from harness.record import check_run_files, read_samples
-from harness.tracking import ENGINE_JSON, SERIES, TRACKING_JSON, TrackedRun, live_name, run_io
+from harness.schema import RunFile
+from harness.tracking import SERIES, TrackedRun, live_name, run_io
 
 SERIES_NAMES = tuple(SERIES)
 # What each record model is read from, so a validation error can name its file.
-MODEL_FILES = {"RunConfig": "config.json", "RunSummary": "summary.json", "CapacityReport": "capacity.json",
-               "ServerSample": "samples.jsonl", "TrackedRun": TRACKING_JSON}
+MODEL_FILES = {"RunConfig": RunFile.CONFIG, "RunSummary": RunFile.SUMMARY, "CapacityReport": RunFile.CAPACITY,
+               "ServerSample": RunFile.SAMPLES, "TrackedRun": RunFile.TRACKING, "EngineRecord": RunFile.ENGINE}
 # config.json alone is also a model's or an inventory's; a run record has one of these beside it.
-RUN_MARKERS = ("summary.json", ENGINE_JSON, "capacity.json", "requests.jsonl")
+RUN_MARKERS = (RunFile.SUMMARY, RunFile.ENGINE, RunFile.CAPACITY, RunFile.REQUESTS)
 OFFLINE_RUN_FILE = "run.plx.json"
 DEFAULT_API_LIMIT = 100
 
@@ -49,7 +50,7 @@ def runs_from_directories(roots: Sequence[Path]) -> list[SourcedRun]:
     for root in roots:
         if not root.is_dir():
             raise HarnessError(f"{root}: not a directory of run records")
-        for config in sorted(root.rglob("config.json")):
+        for config in sorted(root.rglob(RunFile.CONFIG)):
             in_offline_run = any((parent / "run.plx.json").exists() for parent in config.parents)
             if not in_offline_run and any((config.parent / marker).exists() for marker in RUN_MARKERS):
                 runs.append(read_run_directory(config.parent))  # an offline run's artifacts are copies
@@ -66,16 +67,16 @@ def read_run_directory(run_dir: Path) -> SourcedRun:
     except ValidationError as error:
         raise HarnessError(describe_validation_error(error, run_dir / MODEL_FILES.get(error.title, error.title))) from None
     except json.JSONDecodeError as error:
-        raise HarnessError(f"{run_dir / ENGINE_JSON}: not JSON: {error}") from None
+        raise HarnessError(f"{run_dir / RunFile.ENGINE}: not JSON: {error}") from None
     return SourcedRun(run_uuid=run_uuid, inputs=inputs, outputs=outputs, series=series, origin=str(run_dir))
 
 
 def _record_uuid(run_dir: Path) -> str:
     """The tracked run's UUID when the record was tracked, else the record's own id (they are equal outside managed runs)."""
-    tracking = run_dir / TRACKING_JSON
+    tracking = run_dir / RunFile.TRACKING
     if tracking.exists():
         return TrackedRun.model_validate_json(tracking.read_text(encoding="utf-8")).run_uuid
-    return json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["run_id"]
+    return json.loads((run_dir / RunFile.CONFIG).read_text(encoding="utf-8"))["run_id"]
 
 
 def _samples_frame(run_dir: Path) -> pd.DataFrame:

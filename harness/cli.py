@@ -19,6 +19,7 @@ from harness.errors import (
     HarnessError,
     exit_code_for_signal,
 )
+from harness.schema import RunFile
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -415,7 +416,7 @@ def check(
 def serve(
     files: list[Path] = typer.Option(..., "-f", "--file", help="service polyaxonfile, then presets"),
     param: list[str] = typer.Option([], "-P", "--param", help="name=value, as for polyaxon run"),
-    log: Path = typer.Option(Path("engine.log"), help="file that receives the engine's stdout and stderr"),
+    log: Path = typer.Option(Path(RunFile.ENGINE_LOG), help="file that receives the engine's stdout and stderr"),
     port: int | None = typer.Option(None, help="local port (default: a free one)"),
     health_timeout_s: float = typer.Option(300.0, help="seconds to wait for /health"),
 ) -> None:

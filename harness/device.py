@@ -20,7 +20,6 @@ from typing import Any
 import psutil
 from pydantic import BaseModel
 
-DEVICE_JSON = "device.json"
 MIB = 1024 * 1024
 GPU_QUERY = ("name", "driver_version", "memory.total", "memory.used")
 CUDA_VERSION = re.compile(r"CUDA Version:\s*([\d.]+)")

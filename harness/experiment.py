@@ -9,26 +9,24 @@ headroom".
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from harness.capacity import CapacityReport, build_capacity_report
-from harness.device import DEVICE_JSON, DeviceRecord, MemoryMonitor, device_facts
+from harness.device import DeviceRecord, MemoryMonitor, device_facts
 from harness.errors import HarnessError
 from harness.inventory import Inventory
 from harness.launch import EngineStartError, start_engine
 from harness.record import RunConfig
 from harness.runner import run_load
+from harness.schema import EngineRecord, RunFile
 from harness.server_logs import fetch_polyaxon_run_log, parse_startup_log
 from harness.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.stats import RunSummary
-from harness.tracking import DEFAULT_PROJECT, ENGINE_JSON, LiveRun, TrackedRun, managed_run
+from harness.tracking import DEFAULT_PROJECT, LiveRun, TrackedRun, managed_run
 
-ENGINE_LOG = "engine.log"
 SERVICE_LOG_ENV = "HARNESS_SERVICE_LOG"  # a local service's start-up log, for the harness run measuring it
-CAPACITY_JSON = "capacity.json"
 
 
 def measure(
@@ -62,7 +60,7 @@ def measure(
                 attach_service(run_dir, config.service_uuid, config.base_url)
     except BaseException as error:
         if live is not None:
-            if not (run_dir / "config.json").exists():
+            if not (run_dir / RunFile.CONFIG).exists():
                 _write_config(run_dir, config)
             live.finish(run_dir, failure=str(error) or type(error).__name__)
         raise
@@ -95,7 +93,7 @@ def run_with_engine(
     with contextlib.ExitStack() as stack:
         try:
             engine = stack.enter_context(
-                start_engine(engine_argv, log_path=run_dir / ENGINE_LOG, health_timeout_s=health_timeout_s)
+                start_engine(engine_argv, log_path=run_dir / RunFile.ENGINE_LOG, health_timeout_s=health_timeout_s)
             )
         except EngineStartError:
             _write_config(run_dir, config)
@@ -106,17 +104,17 @@ def run_with_engine(
             summary = run_load(config, inventory, run_dir, on_sample=live.on_sample if live else None)
             snapshot = scrape_metrics(engine.base_url)
             facts = monitor.record(facts)
-    report = record_capacity(run_dir, run_dir / ENGINE_LOG, snapshot)
+    report = record_capacity(run_dir, run_dir / RunFile.ENGINE_LOG, snapshot)
     dtype = report.log.dtype if report.log is not None else None
     record = DeviceRecord(**{**facts.model_dump(), "engine_dtype": dtype})
-    (run_dir / DEVICE_JSON).write_text(record.model_dump_json(indent=2), encoding="utf-8")
+    (run_dir / RunFile.DEVICE).write_text(record.model_dump_json(indent=2), encoding="utf-8")
     return summary
 
 
 def engine_failure(run_dir: Path) -> str:
     """Why the engine did not start, in one line, from the record's capacity report."""
-    if (run_dir / CAPACITY_JSON).exists():
-        report = CapacityReport.model_validate_json((run_dir / CAPACITY_JSON).read_text(encoding="utf-8"))
+    if (run_dir / RunFile.CAPACITY).exists():
+        report = CapacityReport.model_validate_json((run_dir / RunFile.CAPACITY).read_text(encoding="utf-8"))
         if report.log is not None and report.log.failure is not None:
             return f"the engine did not start ({report.log.failure.stage}): {report.log.failure.error}"
     return "the engine did not start"
@@ -138,11 +136,11 @@ def attach_service(run_dir: Path, service_uuid: str, base_url: str) -> None:
             return
     else:
         return
-    (run_dir / ENGINE_LOG).write_text(log_text, encoding="utf-8")
+    (run_dir / RunFile.ENGINE_LOG).write_text(log_text, encoding="utf-8")
     stated = parse_startup_log(log_text).non_default_args or {}
     write_engine_record(run_dir, argv=None, limits={name: value for name, value in stated.items()
                                                     if name not in ("host", "port")})
-    record_capacity(run_dir, run_dir / ENGINE_LOG, scrape_metrics(base_url))
+    record_capacity(run_dir, run_dir / RunFile.ENGINE_LOG, scrape_metrics(base_url))
 
 
 def engine_limits(argv: list[str]) -> dict[str, Any]:
@@ -172,9 +170,9 @@ def engine_options(argv: list[str]) -> dict[str, Any]:
 def write_engine_record(run_dir: Path, *, argv: list[str] | None, limits: dict[str, Any]) -> None:
     """engine.json: the engine's command line (when this run started it) and its limits, for comparisons."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    engine = {"argv": argv, "limits": limits, "image_reference": os.environ.get("HARNESS_IMAGE_REFERENCE"),
-              "container_image": os.environ.get("HARNESS_CONTAINER_IMAGE") or None}
-    (run_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2), encoding="utf-8")
+    engine = EngineRecord(argv=argv, limits=limits, image_reference=os.environ.get("HARNESS_IMAGE_REFERENCE"),
+                          container_image=os.environ.get("HARNESS_CONTAINER_IMAGE") or None)
+    (run_dir / RunFile.ENGINE).write_text(engine.model_dump_json(indent=2), encoding="utf-8")
 
 
 def scrape_metrics(base_url: str) -> MetricsSnapshot | None:
@@ -187,17 +185,17 @@ def scrape_metrics(base_url: str) -> MetricsSnapshot | None:
 def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot | None) -> CapacityReport:
     """capacity.json from the start-up log (copied into the record) and /metrics, with the prediction."""
     log_text = engine_log.read_text(encoding="utf-8", errors="replace")
-    if engine_log.resolve() != (run_dir / ENGINE_LOG).resolve():
-        (run_dir / ENGINE_LOG).write_text(log_text, encoding="utf-8")
+    if engine_log.resolve() != (run_dir / RunFile.ENGINE_LOG).resolve():
+        (run_dir / RunFile.ENGINE_LOG).write_text(log_text, encoding="utf-8")
     report = build_capacity_report(parse_startup_log(log_text), snapshot)
-    (run_dir / CAPACITY_JSON).write_text(report.model_dump_json(indent=2), encoding="utf-8")
+    (run_dir / RunFile.CAPACITY).write_text(report.model_dump_json(indent=2), encoding="utf-8")
     return report
 
 
 def _write_config(run_dir: Path, config: RunConfig) -> None:
     """What was asked, kept even when nothing could be sent."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(config.model_dump_json(indent=2), encoding="utf-8")
+    (run_dir / RunFile.CONFIG).write_text(config.model_dump_json(indent=2), encoding="utf-8")
 
 
 def _typed(value: Any) -> Any:

@@ -25,17 +25,13 @@ from pydantic import BaseModel, Field, ValidationError
 from harness.client import RequestRecord
 from harness.errors import HarnessError, describe_validation_error
 from harness.schedule import LoadShape
+from harness.schema import RunFile
 from harness.server_metrics import MetricsSnapshot
 
 RECORD_SCHEMA_VERSION = 1
-CONFIG_JSON = "config.json"
-SUMMARY_JSON = "summary.json"
-REQUESTS_JSONL = "requests.jsonl"
-REQUESTS_PARQUET = "requests.parquet"
-SAMPLES_JSONL = "samples.jsonl"
 # Any one of these makes a directory a run record that a new run must not write into.
-RUN_FILES = {CONFIG_JSON, "environment.json", "engine.json", "capacity.json", "engine.log", SUMMARY_JSON,
-             REQUESTS_JSONL, REQUESTS_PARQUET, SAMPLES_JSONL, "tracking.json"}
+RUN_FILES = {RunFile.CONFIG, RunFile.ENVIRONMENT, RunFile.ENGINE, RunFile.CAPACITY, RunFile.ENGINE_LOG, RunFile.SUMMARY,
+             RunFile.REQUESTS, RunFile.REQUESTS_PARQUET, RunFile.SAMPLES, RunFile.TRACKING}
 # Above this share of failed requests the figures describe a failing server, not a loaded one
 # (load tools commonly fail a test at 5 %).
 DEFAULT_MAX_ERROR_FRACTION = 0.05
@@ -110,7 +106,7 @@ def claim_run_dir(run_dir: Path, *, force: bool = False) -> Path | None:
 
 def _recorded_run_id(run_dir: Path) -> str | None:
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        return str(json.loads((run_dir / CONFIG_JSON).read_text(encoding="utf-8"))["run_id"])
+        return str(json.loads((run_dir / RunFile.CONFIG).read_text(encoding="utf-8"))["run_id"])
     return None
 
 
@@ -122,8 +118,8 @@ class RunWriter:
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self.requests: IO[str] = open(run_dir / REQUESTS_JSONL, "x", encoding="utf-8")  # noqa: SIM115
-            self.samples: IO[str] = open(run_dir / SAMPLES_JSONL, "x", encoding="utf-8")  # noqa: SIM115
+            self.requests: IO[str] = open(run_dir / RunFile.REQUESTS, "x", encoding="utf-8")  # noqa: SIM115
+            self.samples: IO[str] = open(run_dir / RunFile.SAMPLES, "x", encoding="utf-8")  # noqa: SIM115
         except FileExistsError as error:
             raise HarnessError(f"{error.filename}: already written by another run; use a new directory") from None
 
@@ -147,8 +143,8 @@ class RunWriter:
         self.samples.close()
         rows = [record.model_dump(mode="json") for record in records]
         table = pd.DataFrame(rows, columns=list(RequestRecord.model_fields))
-        table.to_parquet(self.run_dir / REQUESTS_PARQUET, index=False)
-        self.write_model("summary.json", summary)
+        table.to_parquet(self.run_dir / RunFile.REQUESTS_PARQUET, index=False)
+        self.write_model(RunFile.SUMMARY, summary)
 
 
 def read_jsonl_lines(path: Path) -> list[str]:
@@ -162,14 +158,14 @@ def read_jsonl_lines(path: Path) -> list[str]:
 
 def read_requests(run_dir: Path) -> list[RequestRecord]:
     """From the Parquet table when the run finished, else from the JSONL it appended while running."""
-    parquet = run_dir / REQUESTS_PARQUET
+    parquet = run_dir / RunFile.REQUESTS_PARQUET
     try:
         if parquet.exists():
             rows = pd.read_parquet(parquet).to_dict(orient="records")
             return [RequestRecord.model_validate(_plain(row)) for row in rows]
-        return [RequestRecord.model_validate_json(line) for line in read_jsonl_lines(run_dir / REQUESTS_JSONL)]
+        return [RequestRecord.model_validate_json(line) for line in read_jsonl_lines(run_dir / RunFile.REQUESTS)]
     except ValidationError as error:
-        raise HarnessError(describe_validation_error(error, run_dir / REQUESTS_JSONL)) from None
+        raise HarnessError(describe_validation_error(error, run_dir / RunFile.REQUESTS)) from None
 
 
 def check_run_files(run_dir: Path) -> None:
@@ -180,7 +176,7 @@ def check_run_files(run_dir: Path) -> None:
     a summary may have lost the last line it was writing, and nothing else.
     """
     config_id = _recorded_run_id(run_dir)
-    summary_path = run_dir / SUMMARY_JSON
+    summary_path = run_dir / RunFile.SUMMARY
     summary: dict = {}
     if summary_path.exists():
         try:
@@ -190,11 +186,11 @@ def check_run_files(run_dir: Path) -> None:
     if summary.get("run_id") and config_id and summary["run_id"] != config_id:
         raise HarnessError(f"{run_dir}: summary.json is run {summary['run_id']} but config.json is run {config_id}; "
                            "two runs were written into one folder")
-    jsonl = run_dir / REQUESTS_JSONL
+    jsonl = run_dir / RunFile.REQUESTS
     text = jsonl.read_text(encoding="utf-8", errors="replace") if jsonl.exists() else ""
     lines = [line for line in text.split("\n") if line.strip()]
     complete = len(lines) - (1 if text and not text.endswith("\n") else 0)
-    parquet = run_dir / REQUESTS_PARQUET
+    parquet = run_dir / RunFile.REQUESTS_PARQUET
     if summary and not parquet.exists():
         raise HarnessError(f"{parquet}: missing, though summary.json says the run finished")
     if summary and text and not text.endswith("\n"):
@@ -204,7 +200,7 @@ def check_run_files(run_dir: Path) -> None:
         if summary and rows != summary.get("requests_sent", rows):
             raise HarnessError(f"{parquet}: {rows} requests, but summary.json says {summary['requests_sent']} were sent")
         if text and rows != complete:
-            raise HarnessError(f"{run_dir}: {REQUESTS_JSONL} holds {complete} requests but {REQUESTS_PARQUET} {rows}; "
+            raise HarnessError(f"{run_dir}: {RunFile.REQUESTS} holds {complete} requests but {RunFile.REQUESTS_PARQUET} {rows}; "
                                "the record is truncated or mixes two runs")
         return
     for number, line in enumerate(lines[:complete], start=1):
@@ -226,7 +222,7 @@ def _parquet_rows(path: Path) -> int:
 
 
 def read_samples(run_dir: Path) -> list[ServerSample]:
-    return [ServerSample.model_validate_json(line) for line in read_jsonl_lines(run_dir / SAMPLES_JSONL)]
+    return [ServerSample.model_validate_json(line) for line in read_jsonl_lines(run_dir / RunFile.SAMPLES)]
 
 
 def _plain(row: dict) -> dict:

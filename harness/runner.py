@@ -47,6 +47,7 @@ from harness.record import (
 from harness.run_options import longest_output_tokens
 from harness.sampler import MetricsSampler
 from harness.schedule import Slot, plan
+from harness.schema import RunFile
 from harness.stats import RunSummary, summarize
 from harness.timeouts import request_timeouts
 
@@ -86,7 +87,7 @@ async def _run(
             )
     writer = RunWriter(run_dir)
     writer.write_model(
-        "environment.json",
+        RunFile.ENVIRONMENT,
         Environment(
             harness_version=_harness_version(),
             python_version=platform.python_version(),
@@ -100,7 +101,7 @@ async def _run(
     clock_zero = time.perf_counter()
     timeouts = _timeouts(config, inventory)
     config = config.model_copy(update={"clock_zero_unix_s": time.time(), **timeouts})
-    writer.write_model("config.json", config)
+    writer.write_model(RunFile.CONFIG, config)
     records: list[RequestRecord] = []
     samples: list[ServerSample] = []
 

@@ -21,6 +21,7 @@ import pydantic
 
 from harness.errors import HarnessError
 from harness.polyaxon_client import polyaxon_call
+from harness.schema import RunFile
 
 STARTUP_SCHEMA_VERSION = 1
 GIB_BYTES = 1 << 30
@@ -118,7 +119,6 @@ FAILURE_MARKERS = (
 # Wrappers that only point at the root cause printed earlier.
 GENERIC_FAILURES = ("See root cause above", "Engine core initialization failed", "Engine process failed to start")
 MAX_EVIDENCE_LINES = 8
-RUN_ENGINE_LOG = "engine.log"
 MAX_LOG_PAGES = 500
 
 Stage = Literal["starting", "loading_weights", "sizing_kv_cache", "after_kv_cache"]
@@ -233,11 +233,11 @@ def decode_log_bytes(data: bytes, name: str) -> str:
 
 def read_run_log(run_dir: Path) -> str:
     """The engine log a local run captured beside its record (`engine.log`)."""
-    path = Path(run_dir) / RUN_ENGINE_LOG
+    path = Path(run_dir) / RunFile.ENGINE_LOG
     if not Path(run_dir).is_dir():
         raise HarnessError(f"{run_dir}: not a run directory")
     if not path.is_file():
-        raise HarnessError(f"{run_dir}: no {RUN_ENGINE_LOG} in this run directory")
+        raise HarnessError(f"{run_dir}: no {RunFile.ENGINE_LOG} in this run directory")
     return read_log_text(path)
 
 

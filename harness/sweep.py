@@ -25,6 +25,7 @@ from harness.experiment import SERVICE_LOG_ENV
 from harness.launch import EngineStartError, RunningEngine, local_engine
 from harness.local_executor import run_locally
 from harness.polyaxon_client import BUSY_RETRY_S, polyaxon_call
+from harness.schema import RunFile
 from harness.specs import check_sweep, declared_inputs, load_operation, render
 
 SWEEP_SCHEMA_VERSION = 1
@@ -211,7 +212,7 @@ class LocalBackend:
     @contextmanager
     def service(self, index: int, params: dict[str, Any]) -> Iterator[str]:
         service_uuid = uuid.uuid4().hex
-        log = self.out / f"point-{index}" / "service" / "engine.log"
+        log = self.out / f"point-{index}" / "service" / RunFile.ENGINE_LOG
         with ExitStack() as stack:
             try:
                 engine = stack.enter_context(local_engine(self.service_files, params, log_path=log))

@@ -14,7 +14,6 @@ and a last scrape (usually 0 waiting, 0 running once the load is over) must not 
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import threading
 from pathlib import Path
@@ -23,20 +22,19 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.capacity import CapacityReport
-from harness.device import DEVICE_JSON, DeviceRecord
+from harness.device import DeviceRecord
 from harness.errors import HarnessError
 from harness.point_name import name_matrix_child
 from harness.polyaxon_client import BUSY_RETRY_S, polyaxon_call
 from harness.record import RunConfig, ServerSample, read_samples
+from harness.schema import EngineRecord, RunFile
 from harness.server_metrics import Histogram, MetricsSnapshot
 from harness.stats import RunSummary
 
-TRACKING_JSON = "tracking.json"
-ENGINE_JSON = "engine.json"  # the engine's command line and the limits it was given
 DEFAULT_OWNER = "local"
 DEFAULT_PROJECT = "local/vllm-harness"
-RECORD_FILES = ("config.json", "environment.json", "engine.json", DEVICE_JSON, "summary.json", "capacity.json",
-                "requests.parquet", "samples.jsonl", "engine.log")
+RECORD_FILES = (RunFile.CONFIG, RunFile.ENVIRONMENT, RunFile.ENGINE, RunFile.DEVICE, RunFile.SUMMARY, RunFile.CAPACITY,
+                RunFile.REQUESTS_PARQUET, RunFile.SAMPLES, RunFile.ENGINE_LOG)
 SERIES = {  # series name → MetricsSnapshot field; tracked as `live_<name>`
     "waiting_requests": "num_requests_waiting",
     "running_requests": "num_requests_running",
@@ -113,7 +111,7 @@ class LiveRun:
         self.run.end()
         tracked = TrackedRun(run_uuid=self.run.run_uuid, owner=self.owner, project=self.project,
                              offline_root=None if self.offline_root is None else str(self.offline_root))
-        (run_dir / TRACKING_JSON).write_text(tracked.model_dump_json(indent=2), encoding="utf-8")
+        (run_dir / RunFile.TRACKING).write_text(tracked.model_dump_json(indent=2), encoding="utf-8")
         return tracked
 
     def _log_record_files(self, run_dir: Path) -> None:
@@ -147,9 +145,9 @@ def track_report(markdown: Path, page: Path, runs_compared: int) -> None:
 
 def track_run(run_dir: Path, *, project: str, offline_root: Path | None = None, name: str | None = None) -> TrackedRun:
     """Log a finished run record to Polyaxon (the API, or an offline root that `polyaxon ops push` accepts)."""
-    config = RunConfig.model_validate_json(_read(run_dir / "config.json"))
-    engine = json.loads(_read(run_dir / ENGINE_JSON)) if (run_dir / ENGINE_JSON).exists() else {}
-    live = LiveRun.start(config, dict(engine.get("limits", {})), project=project, offline_root=offline_root,
+    config = RunConfig.model_validate_json(_read(run_dir / RunFile.CONFIG))
+    engine = read_engine_record(run_dir)
+    live = LiveRun.start(config, dict(engine.limits), project=project, offline_root=offline_root,
                          name=name)
     anchor = config.clock_zero_unix_s
     for sample in read_samples(run_dir):
@@ -202,23 +200,29 @@ def run_io(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
     A run whose engine never started has no summary: its outputs then say so, with the engine's error.
     """
-    config = RunConfig.model_validate_json(_read(run_dir / "config.json"))
-    engine = json.loads(_read(run_dir / ENGINE_JSON)) if (run_dir / ENGINE_JSON).exists() else {}
+    config = RunConfig.model_validate_json(_read(run_dir / RunFile.CONFIG))
+    engine = read_engine_record(run_dir)
     outputs: dict[str, Any] = {}
-    if (run_dir / "summary.json").exists():
-        outputs.update(run_outputs(RunSummary.model_validate_json(_read(run_dir / "summary.json"))))
-    if (run_dir / "capacity.json").exists():
-        outputs.update(capacity_outputs(CapacityReport.model_validate_json(_read(run_dir / "capacity.json"))))
-    limits = dict(engine.get("limits", {}))
-    if engine.get("image_reference"):  # the image is held fixed in a one-limit comparison like any limit
-        limits["image"] = engine["image_reference"]
-    if engine.get("container_image"):  # the harness image built on it, by digest, when the job ran in one
-        limits["container_image"] = engine["container_image"]
-    if (run_dir / DEVICE_JSON).exists():  # the device is held fixed too; its memory peaks are figures
-        device = DeviceRecord.model_validate_json(_read(run_dir / DEVICE_JSON))
+    if (run_dir / RunFile.SUMMARY).exists():
+        outputs.update(run_outputs(RunSummary.model_validate_json(_read(run_dir / RunFile.SUMMARY))))
+    if (run_dir / RunFile.CAPACITY).exists():
+        outputs.update(capacity_outputs(CapacityReport.model_validate_json(_read(run_dir / RunFile.CAPACITY))))
+    limits = dict(engine.limits)
+    if engine.image_reference:  # the image is held fixed in a one-limit comparison like any limit
+        limits["image"] = engine.image_reference
+    if engine.container_image:  # the harness image built on it, by digest, when the job ran in one
+        limits["container_image"] = engine.container_image
+    if (run_dir / RunFile.DEVICE).exists():  # the device is held fixed too; its memory peaks are figures
+        device = DeviceRecord.model_validate_json(_read(run_dir / RunFile.DEVICE))
         limits.update(device.inputs())
         outputs.update(device.outputs())
     return run_inputs(config, limits), outputs
+
+
+def read_engine_record(run_dir: Path) -> EngineRecord:
+    """engine.json, or an empty record for a run measured against a server it did not start."""
+    path = run_dir / RunFile.ENGINE
+    return EngineRecord.model_validate_json(_read(path)) if path.exists() else EngineRecord()
 
 
 def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:

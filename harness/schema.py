@@ -1,0 +1,94 @@
+"""What a run leaves on disk and the names of the figures it reports, in one place.
+
+The record's files are named here and nowhere else. `Output` names every output the analysis, the report
+and the dashboard read: the analysis cites `Output.TTFT_MS_P99`, never a string, so a figure renamed in
+the record and not here fails the test that holds these against the components' declared outputs
+(`tests/test_schema.py`), instead of reading as a silent None. The record models themselves are defined
+beside the code that writes them (`record.py`, `stats.py`, `capacity.py`, `device.py`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Final
+
+from pydantic import BaseModel
+
+
+class RunFile:
+    """Every file of a run record directory (plain strings: pathlib cannot intern an enum member)."""
+
+    CONFIG: Final = "config.json"  # what was asked (`record.RunConfig`)
+    ENVIRONMENT: Final = "environment.json"  # what answered (`record.Environment`)
+    ENGINE: Final = "engine.json"  # the engine's command line and limits (`EngineRecord`)
+    DEVICE: Final = "device.json"  # the device and its memory peaks (`device.DeviceRecord`)
+    CAPACITY: Final = "capacity.json"  # logged and predicted KV capacity (`capacity.CapacityReport`)
+    ENGINE_LOG: Final = "engine.log"  # the engine's start-up log, verbatim
+    SUMMARY: Final = "summary.json"  # the run's figures (`stats.RunSummary`)
+    REQUESTS: Final = "requests.jsonl"  # one `client.RequestRecord` per line, appended as each ends
+    REQUESTS_PARQUET: Final = "requests.parquet"  # the same, columnar, written at the end
+    SAMPLES: Final = "samples.jsonl"  # one `record.ServerSample` per /metrics scrape
+    TRACKING: Final = "tracking.json"  # the Polyaxon run this record became (`tracking.TrackedRun`)
+
+
+class EngineRecord(BaseModel):
+    """engine.json: how the engine was started (argv when this run started it), the limits a comparison
+    holds fixed or varies, and the images by digest."""
+
+    argv: list[str] | None = None
+    limits: dict[str, Any] = {}
+    image_reference: str | None = None
+    container_image: str | None = None
+
+
+class Output(StrEnum):
+    """A run's outputs that the analysis reads, under their dashboard names (unit last)."""
+
+    ACHIEVED_CONCURRENCY_MEAN = "achieved_concurrency_mean"
+    BURST_TOKEN_FRACTION = "burst_token_fraction"
+    CLIENT_E2E_MS_MEAN = "client_e2e_ms_mean"
+    DISPATCH_LAG_MS_P99 = "dispatch_lag_ms_p99"
+    E2E_MS_P99 = "e2e_ms_p99"
+    ENGINE_DECODE_MS_MEAN = "engine_decode_ms_mean"
+    ENGINE_ERROR = "engine_error"
+    ENGINE_FAILURE_STAGE = "engine_failure_stage"
+    ENGINE_ITL_MS_MEAN = "engine_itl_ms_mean"
+    ENGINE_PREFILL_MS_MEAN = "engine_prefill_ms_mean"
+    ENGINE_QUEUE_MS_MEAN = "engine_queue_ms_mean"
+    ENGINE_RUNNING_REQUESTS_MEAN = "engine_running_requests_mean"
+    ENGINE_STARTED = "engine_started"
+    ENGINE_WAITING_REQUESTS_MEAN = "engine_waiting_requests_mean"
+    ERROR_RATE_FRACTION = "error_rate_fraction"
+    ERRORS_CANCELLED = "errors_cancelled"
+    FRONTEND_MS_MEAN = "frontend_ms_mean"
+    FRONTEND_SHARE = "frontend_share"
+    INVALID_REASONS = "invalid_reasons"
+    KV_CACHE_TOKENS_LOGGED = "kv_cache_tokens_logged"
+    KV_CACHE_TOKENS_PREDICTED = "kv_cache_tokens_predicted"
+    LARGEST_BURST_TOKENS = "largest_burst_tokens"
+    LOOP_LAG_MS_MAX = "loop_lag_ms_max"
+    LOOP_STALL_SHARE = "loop_stall_share"
+    MAX_CONCURRENCY_LOGGED = "max_concurrency_logged"
+    MAX_CONCURRENCY_PREDICTED = "max_concurrency_predicted"
+    MAX_ERROR_FRACTION = "max_error_fraction"
+    MODEL_WEIGHTS_BYTES_LOGGED = "model_weights_bytes_logged"
+    NUM_BLOCKS_LOGGED = "num_blocks_logged"
+    NUM_BLOCKS_PREDICTED = "num_blocks_predicted"
+    OUTPUT_TOKENS_PER_S = "output_tokens_per_s"
+    PEAK_KV_CACHE_USAGE_FRACTION = "peak_kv_cache_usage_fraction"
+    PEAK_WAITING_REQUESTS = "peak_waiting_requests"
+    PER_TOKEN_LATENCY_PACED = "per_token_latency_paced"
+    PREDICTION_MATCHES_LOG = "prediction_matches_log"
+    PREEMPTIONS_DURING_RUN = "preemptions_during_run"
+    PROMPT_TOKENS_PER_S = "prompt_tokens_per_s"
+    QUALIFICATIONS = "qualifications"
+    REQUESTS_MEASURED = "requests_measured"
+    REQUESTS_OK = "requests_ok"
+    REQUESTS_PER_S = "requests_per_s"
+    SAMPLE_GAP_S_MAX = "sample_gap_s_max"
+    SEND_DELAY_MS_P99 = "send_delay_ms_p99"
+    TPOT_MS_P50 = "tpot_ms_p50"
+    TPOT_MS_P99 = "tpot_ms_p99"
+    TTFT_MS_P50 = "ttft_ms_p50"
+    TTFT_MS_P99 = "ttft_ms_p99"
+    VALID = "valid"
