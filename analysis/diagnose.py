@@ -88,9 +88,9 @@ def _queued(f: Figures) -> bool:
 
 
 def _memory_bound(f: Figures) -> bool:
+    needed, usable = _num(f, "kv_tokens_needed_padded"), _num(f, "kv_cache_tokens_usable")
     cache_full = _at_least(f, Output.PEAK_KV_CACHE_USAGE_FRACTION, HIGH_KV_USAGE_FRACTION) or (
-        _num(f, "kv_tokens_needed_padded") is not None and _num(f, "kv_cache_tokens_usable") is not None
-        and _num(f, "kv_tokens_needed_padded") > _num(f, "kv_cache_tokens_usable"))
+        needed is not None and usable is not None and needed > usable)
     return (_num(f, Output.PREEMPTIONS_DURING_RUN) or 0) > 0 or (_queued(f) and cache_full)
 
 
@@ -200,8 +200,9 @@ def live_kv_figures(f: Figures) -> dict[str, float]:
     if blocks and block_size:
         derived["kv_cache_tokens_usable"] = (blocks - 1) * block_size
     in_flight = _num(f, "concurrency") or _num(f, "max_concurrency") or _num(f, Output.ACHIEVED_CONCURRENCY_MEAN)
-    if in_flight and _num(f, "max_num_seqs"):
-        in_flight = min(in_flight, _num(f, "max_num_seqs"))
+    max_num_seqs = _num(f, "max_num_seqs")
+    if in_flight and max_num_seqs:
+        in_flight = min(in_flight, max_num_seqs)
     per_s = _num(f, Output.REQUESTS_PER_S)
     prompt_per_s, output_per_s = _num(f, Output.PROMPT_TOKENS_PER_S), _num(f, Output.OUTPUT_TOKENS_PER_S)
     if in_flight and per_s and prompt_per_s is not None and output_per_s is not None:

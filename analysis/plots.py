@@ -77,8 +77,9 @@ def throughput_vs_ttft_png(runs: pd.DataFrame, limit: str) -> bytes:
 def _positions(values: list[object]) -> tuple[list[float], list[str]]:
     """Numbers stand at their value; anything else (a dtype name, a flag) at evenly spaced slots."""
     labels = [shown_value(value) for value in values]
-    if all(isinstance(value, numbers.Real) and not isinstance(value, bool) for value in values):
-        return [float(value) for value in values], labels
+    reals = [value for value in values if isinstance(value, numbers.Real) and not isinstance(value, bool)]
+    if len(reals) == len(values):
+        return [float(value) for value in reals], labels
     return [float(index) for index in range(len(values))], labels
 
 

@@ -142,11 +142,12 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
     held = pd.DataFrame({"input": [header_with_unit(name) for name in comparison.held_fixed],
                          "value": [_setting(value) for value in comparison.held_fixed.values()]})
     points = comparison.points
-    point_rows = pd.DataFrame(
-        {limit: [shown_value(value) for value in points.index], "n": points["n"].to_list(),
-         **{name: [_spread(row, name) for _, row in points.iterrows()] for name in POINT_FIGURES
-            if f"{name}_mean" in points},
-         "run_uuids": points["run_uuids"].to_list()})
+    point_columns: dict[str, list[Any]] = {
+        limit: [shown_value(value) for value in points.index], "n": points["n"].to_list(),
+        **{name: [_spread(row, name) for _, row in points.iterrows()] for name in POINT_FIGURES
+           if f"{name}_mean" in points},
+        "run_uuids": points["run_uuids"].to_list()}
+    point_rows = pd.DataFrame(point_columns)
     by_uuid = {verdict.run_uuid: verdict for verdict in verdicts}
     diagnosis = pd.DataFrame({"run_uuid": list(runs.index), limit: [shown_value(v) for v in runs[limit]],
                               "bound by": [by_uuid[uuid].bound_by for uuid in runs.index],

@@ -8,6 +8,8 @@ length it holds at once.
 
 from __future__ import annotations
 
+from functools import partial
+
 from pydantic import BaseModel
 from rich.console import Group
 from rich.table import Table
@@ -52,20 +54,21 @@ def answer_fit(
     if model_len is None:
         raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
     dtype_bytes = resolve_kv_dtype("auto", shape.dtype)[1]
-    checkpoint = (shape.weights_bytes, shape.weights_source) if shape.weights_bytes and not quantization else None
+    checkpoint = ((shape.weights_bytes, shape.weights_source) if shape.weights_bytes and shape.weights_source
+                  and not quantization else None)
     waterfall = plan_waterfall(
         shape.config, FITTED_CONSTANTS, total_bytes=total, total_source=total_source,
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=model_len, engine_version=engine_version,
         dtype_bytes=dtype_bytes, quantization=quantization, tensor_parallel_size=tensor_parallel_size,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, checkpoint=checkpoint,
     )
-    options = dict(block_size=block_size, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
-                   max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
-                   available_kv_source="before-launch waterfall")
-    kv = max(0, waterfall.kv_bytes)
-    capacity = predict_capacity(shape, available_kv_bytes=kv, max_model_len=model_len, **options)
+    predict = partial(predict_capacity, shape, available_kv_bytes=max(0, waterfall.kv_bytes), block_size=block_size,
+                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
+                      max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
+                      available_kv_source="before-launch waterfall")
+    capacity = predict(max_model_len=model_len)
     asked = asked_tokens or model_len
-    at_asked = predict_capacity(shape, available_kv_bytes=kv, max_model_len=asked, **options)
+    at_asked = predict(max_model_len=asked)
     fits = capacity.num_blocks > 0 and capacity.num_blocks >= capacity.blocks_per_request
     sequences = at_asked.whole_sequences_at_max_model_len
     return FitAnswer(waterfall=waterfall, capacity=capacity, asked_tokens=asked, sequences_of_asked_length=sequences,

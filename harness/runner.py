@@ -99,8 +99,10 @@ async def _run(
         ),
     )
     clock_zero = time.perf_counter()
-    timeouts = _timeouts(config, inventory)
-    config = config.model_copy(update={"clock_zero_unix_s": time.time(), **timeouts})
+    read_timeout_s, stall_timeout_s = request_timeouts(
+        config.load, longest_output_tokens(config.max_tokens, inventory), config.read_timeout_s, config.stall_timeout_s)
+    config = config.model_copy(update={"clock_zero_unix_s": time.time(), "read_timeout_s": read_timeout_s,
+                                       "stall_timeout_s": stall_timeout_s})  # a config built without them: defaults
     writer.write_model(RunFile.CONFIG, config)
     records: list[RequestRecord] = []
     samples: list[ServerSample] = []
@@ -117,7 +119,8 @@ async def _run(
         model=served_model,
         temperature=config.temperature,
         pool_size=limit or UNCAPPED_POOL_SIZE,
-        **timeouts,
+        read_timeout_s=read_timeout_s,
+        stall_timeout_s=stall_timeout_s,
     )
     sampler = MetricsSampler(config.base_url, config.sample_interval_s, clock_zero, keep_sample)
     keep_sample(await sampler.scrape())
@@ -281,13 +284,6 @@ def _request(slot: Slot, prompt: InventoryPrompt, config: RunConfig) -> PromptRe
         text=prompt.text,
         chat=prompt.chat,
     )
-
-
-def _timeouts(config: RunConfig, inventory: Inventory) -> dict[str, float]:
-    """The record's request timeouts; a config built without them gets the defaults its load warrants."""
-    read_s, stall_s = request_timeouts(config.load, longest_output_tokens(config.max_tokens, inventory),
-                                       config.read_timeout_s, config.stall_timeout_s)
-    return {"read_timeout_s": read_s, "stall_timeout_s": stall_s}
 
 
 def _planned_count(config: RunConfig, inventory: Inventory) -> int | None:

@@ -78,7 +78,7 @@ def ensure_tiny_model(seed: int = 0) -> Path:
 def write_tiny_model(directory: Path, seed: int) -> None:
     """Write config, generation config, tokenizer and weights for `seed` into an existing directory."""
     tokenizer = train_tokenizer()
-    ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
+    ids = {token: _special_id(tokenizer, token) for token in SPECIAL_TOKENS}
     _write_json(directory / "config.json", _model_config(ids))
     _write_json(directory / "generation_config.json", _generation_config(ids))
     tokenizer.save(str(directory / "tokenizer.json"))
@@ -143,6 +143,13 @@ def _random_weights(seed: int) -> dict[str, np.ndarray]:
         }
     weights["model.norm.weight"] = ones(HIDDEN_SIZE)
     return weights
+
+
+def _special_id(tokenizer: Tokenizer, token: str) -> int:
+    token_id = tokenizer.token_to_id(token)
+    if token_id is None:  # train_tokenizer adds every special token; without one the model cannot stop
+        raise RuntimeError(f"the trained tokenizer lacks {token}")
+    return token_id
 
 
 def _model_config(ids: dict[str, int]) -> dict[str, object]:
