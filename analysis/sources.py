@@ -20,8 +20,8 @@ from pydantic import ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
 from harness.record import check_run_files, read_samples
-from harness.schema import RunFile
-from harness.tracking import SERIES, TrackedRun, live_name, run_io
+from harness.schema import RunFile, TrackedRun
+from harness.tracking import SERIES, live_name, run_io
 
 SERIES_NAMES = tuple(SERIES)
 # What each record model is read from, so a validation error can name its file.

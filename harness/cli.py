@@ -453,7 +453,8 @@ def report(
     for verdict in written.verdicts:
         print(f"{verdict.run_uuid}: {verdict.bound_by}")
     print(f"report: {written.markdown} and {written.html}")
-    from harness.tracking import managed_run, track_report
+    from harness.polyaxon_client import managed_run
+    from harness.tracking import track_report
 
     if managed_run():  # the report operation: the HTML becomes the run's artifact in the dashboard
         track_report(written.markdown, written.html, len(written.runs))

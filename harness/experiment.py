@@ -18,13 +18,14 @@ from harness.device import DeviceRecord, MemoryMonitor, device_facts
 from harness.errors import HarnessError
 from harness.inventory import Inventory
 from harness.launch import EngineStartError, start_engine
+from harness.polyaxon_client import managed_run
 from harness.record import RunConfig
 from harness.runner import run_load
-from harness.schema import EngineRecord, RunFile
+from harness.schema import EngineRecord, RunFile, TrackedRun
 from harness.server_logs import fetch_polyaxon_run_log, parse_startup_log
 from harness.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.stats import RunSummary
-from harness.tracking import DEFAULT_PROJECT, LiveRun, TrackedRun, managed_run
+from harness.tracking import DEFAULT_PROJECT, LiveRun
 
 SERVICE_LOG_ENV = "HARNESS_SERVICE_LOG"  # a local service's start-up log, for the harness run measuring it
 

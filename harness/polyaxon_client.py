@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from harness.errors import HarnessError
+from harness.schema import TrackedRun
 
 os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
 
@@ -44,3 +45,16 @@ def polyaxon_call(failure: str, call: Callable[[], T], busy_retry_s: float = 0.0
                 raise HarnessError(f"{failure}: {type(error).__name__} {reason}".rstrip()) from None
     finally:
         logging.disable(logging.NOTSET)
+
+
+def managed_run() -> TrackedRun | None:
+    """Inside a Polyaxon-managed run, who it is: POLYAXON_RUN_INSTANCE is owner.project.runs.uuid."""
+    parts = os.environ.get("POLYAXON_RUN_INSTANCE", "").split(".")
+    if len(parts) != 4:
+        return None
+    return TrackedRun(run_uuid=parts[3], owner=parts[0], project=parts[1], offline_root=None)
+
+
+def managed_run_uuid() -> str | None:
+    managed = managed_run()
+    return managed.run_uuid if managed else None

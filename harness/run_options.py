@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
 from harness.inventory import Inventory, load_inventory
+from harness.polyaxon_client import managed_run_uuid
 from harness.record import DEFAULT_MAX_ERROR_FRACTION, RunConfig, Slo
 from harness.schedule import LoadShape
 from harness.timeouts import request_timeouts
-from harness.tracking import managed_run_uuid
 
 LOAD_OPTION_NAMES = {"rate_per_s": "rate", "warmup_requests": "warmup"}  # `LoadShape` fields the CLI shortens
 

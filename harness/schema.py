@@ -41,6 +41,15 @@ class EngineRecord(BaseModel):
     container_image: str | None = None
 
 
+class TrackedRun(BaseModel):
+    """tracking.json: the Polyaxon run a record became; analysis joins on its UUID."""
+
+    run_uuid: str
+    owner: str
+    project: str
+    offline_root: str | None
+
+
 class Output(StrEnum):
     """A run's outputs that the analysis reads, under their dashboard names (unit last)."""
 

@@ -14,20 +14,17 @@ and a last scrape (usually 0 waiting, 0 running once the load is over) must not 
 from __future__ import annotations
 
 import datetime
-import os
 import threading
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel
 
 from harness.capacity import CapacityReport
 from harness.device import DeviceRecord
 from harness.errors import HarnessError
 from harness.point_name import name_matrix_child
-from harness.polyaxon_client import BUSY_RETRY_S, polyaxon_call
+from harness.polyaxon_client import BUSY_RETRY_S, managed_run_uuid, polyaxon_call
 from harness.record import RunConfig, ServerSample, read_samples
-from harness.schema import EngineRecord, RunFile
+from harness.schema import EngineRecord, RunFile, TrackedRun
 from harness.server_metrics import Histogram, MetricsSnapshot
 from harness.stats import RunSummary
 
@@ -46,13 +43,6 @@ LIVE_PREFIX = "live_"
 def live_name(series: str) -> str:
     """The tracked metric's name for a series (its last value lands in outputs under this name too)."""
     return f"{LIVE_PREFIX}{series}"
-
-
-class TrackedRun(BaseModel):
-    run_uuid: str
-    owner: str
-    project: str
-    offline_root: str | None
 
 
 class LiveRun:
@@ -180,19 +170,6 @@ def live_series(snapshot: MetricsSnapshot, previous: tuple[float, MetricsSnapsho
 def offline_tracking_env(offline_root: Path, project: str) -> dict[str, str]:
     """The environment that makes a `harness run` started as a local process track offline here."""
     return {"HARNESS_OFFLINE_ROOT": str(offline_root.resolve()), "HARNESS_PROJECT": project}
-
-
-def managed_run() -> TrackedRun | None:
-    """Inside a Polyaxon-managed run, who it is: POLYAXON_RUN_INSTANCE is owner.project.runs.uuid."""
-    parts = os.environ.get("POLYAXON_RUN_INSTANCE", "").split(".")
-    if len(parts) != 4:
-        return None
-    return TrackedRun(run_uuid=parts[3], owner=parts[0], project=parts[1], offline_root=None)
-
-
-def managed_run_uuid() -> str | None:
-    managed = managed_run()
-    return managed.run_uuid if managed else None
 
 
 def run_io(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
