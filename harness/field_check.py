@@ -207,7 +207,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         engine_version=facts.vllm_version, dtype_bytes=2, quantization=facts.quantization,
         tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
         max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
-        engine_generation=facts.engine,
+        engine_generation=facts.engine, gpu_name=facts.gpu,
     )
     logged_terms = logged_term_bytes(log)
     terms = [TermCheck(name=t.name, predicted_bytes=t.bytes, logged_bytes=logged_terms.get(t.name),
@@ -311,7 +311,7 @@ def _activation_regressors(case: FieldCase, config: dict[str, Any], total_bytes:
     version = Version(facts.vllm_version)
     v0 = (facts.engine or ("V0" if version < V1_DEFAULT_SINCE else "V1")) == "V0"
     tokens, sampler_rows, _ = profiling_batch(version, v0, total_bytes, facts.max_model_len,
-                                              facts.max_num_batched_tokens, facts.max_num_seqs)
+                                              facts.max_num_batched_tokens, facts.max_num_seqs, facts.gpu)
     return activation_regressors(model_size(config), tokens, sampler_rows, facts.tensor_parallel_size)
 
 

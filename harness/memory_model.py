@@ -21,7 +21,11 @@ from harness.budget import GiB, V1_DEFAULT_SINCE
 from harness.errors import HarnessError
 
 GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
-LARGE_BATCH_SINCE = Version("0.9")  # V1 API server: 8192 batched tokens, 1024 sequences on ≥ 70 GiB GPUs
+# V1 API server defaults on a GPU of ≥ 70 GiB: 8,192 batched tokens and 1,024 sequences, else 2,048 and 256
+# (vllm/engine/arg_utils.py `_set_default_args_v1`, read in 0.8.5); from 0.9.0 an A100 keeps the small
+# defaults ("a100" not in device_name, PR #17885, read in 0.9.0, 0.9.2, 0.10.1.1 and 0.11.0).
+LARGE_BATCH_SINCE = Version("0.8.5")
+A100_SMALL_BATCH_SINCE = Version("0.9")
 LARGE_GPU_BYTES = 70 * GiB
 V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
 # Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
@@ -150,9 +154,11 @@ def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, te
 
 
 def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len: int,
-                    max_num_batched_tokens: int | None, max_num_seqs: int | None) -> tuple[int, int, str]:
+                    max_num_batched_tokens: int | None, max_num_seqs: int | None,
+                    gpu_name: str | None = None) -> tuple[int, int, str]:
     """(tokens, sampler rows) of vLLM's profiling forward pass, and where they come from."""
-    large = not v0 and version >= LARGE_BATCH_SINCE and total_bytes >= LARGE_GPU_BYTES
+    a100 = "a100" in (gpu_name or "").lower() and version >= A100_SMALL_BATCH_SINCE
+    large = not v0 and version >= LARGE_BATCH_SINCE and total_bytes >= LARGE_GPU_BYTES and not a100
     rows = max_num_seqs or (1024 if large else 256)
     if max_num_batched_tokens:
         return max_num_batched_tokens, rows, "--max-num-batched-tokens"
@@ -160,7 +166,8 @@ def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len:
         if max_model_len > V0_CHUNKED_ABOVE:
             return 512, rows, "V0 default with chunked prefill (max_model_len above 32,768)"
         return max(max_model_len, 2048), rows, "V0 default without chunked prefill: max(max_model_len, 2048)"
-    return (8192, rows, "V1 default on a ≥ 70 GiB GPU") if large else (2048, rows, "V1 default")
+    return (8192, rows, "V1 default on a ≥ 70 GiB GPU") if large else \
+        (2048, rows, "V1 default (an A100 from 0.9)" if a100 else "V1 default")
 
 
 def plan_waterfall(
@@ -180,6 +187,7 @@ def plan_waterfall(
     max_num_seqs: int | None = None,
     engine_generation: str | None = None,
     checkpoint: tuple[int, str] | None = None,
+    gpu_name: str | None = None,
 ) -> Waterfall:
     """Every term between the GPU's total and the KV cache, with the source of each.
 
@@ -193,7 +201,7 @@ def plan_waterfall(
     size = model_size(config)
     parallel = tensor_parallel_size * pipeline_parallel_size
     tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, max_model_len,
-                                                 max_num_batched_tokens, max_num_seqs)
+                                                 max_num_batched_tokens, max_num_seqs, gpu_name)
     width_bytes, logits = activation_regressors(size, tokens, rows, tensor_parallel_size, dtype_bytes)
     activation = constants.activation_per_token_width * width_bytes + constants.activation_per_sampler_logit * logits
     share = constants.non_torch_share_parallel if parallel > 1 else constants.non_torch_share_single_gpu
