@@ -79,6 +79,9 @@ class ModelSize(BaseModel):
     expert_params: int = 0  # the routed and shared experts' share of linear_params
     embedding_params: int
     layers: int
+    moe_layers: int = 0
+    experts: int = 0  # routed experts per MoE layer
+    expert_width: int = 0  # moe_intermediate_size
 
 
 def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
@@ -118,7 +121,8 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
     return ModelSize(hidden=hidden, mlp_width=mlp_width, expert_output_width=expert_output, vocab=vocab,
                      linear_params=layers * attention + mlp, expert_params=expert_params,
-                     embedding_params=embeddings, layers=layers)
+                     embedding_params=embeddings, layers=layers, moe_layers=layers - dense_layers if experts else 0,
+                     experts=experts or 0, expert_width=expert_width if experts else 0)
 
 
 def activation_regressors(size: ModelSize, tokens: int, sampler_rows: int, tensor_parallel_size: int,
@@ -136,21 +140,35 @@ def activation_regressors(size: ModelSize, tokens: int, sampler_rows: int, tenso
 
 def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
                  pipeline_parallel_size: int = 1) -> Term:
-    """Checkpoint bytes one GPU holds: linear layers (or only experts) in their stored format, the rest in the dtype."""
+    """Checkpoint bytes one GPU holds: linear layers (or only experts) in their stored format, the rest in the dtype.
+
+    MXFP4 experts are held as vLLM lays them out for its Marlin kernel, the MoE path on GPUs without
+    FP4 units (A100, H100; mxfp4.py `create_weights`, 0.10.1-0.11): each rank's expert width rounded
+    up to 128 and the hidden size to 256, 4 bits per weight and one scale byte per 32.
+    """
     bits, key = dtype_bytes * 8.0, None
     if quantization:
         key = quantization.lower().split()[0]
         if key not in QUANTIZED_BITS:
             raise HarnessError(f"quantization '{quantization}' is not priced here (known: {', '.join(QUANTIZED_BITS)})")
         bits = QUANTIZED_BITS[key]
-    quantized = size.expert_params if key in EXPERTS_ONLY_FORMATS else size.linear_params
-    linear = quantized * bits / 8 + (size.linear_params - quantized) * dtype_bytes
-    total = (linear + size.embedding_params * dtype_bytes) / tensor_parallel_size / pipeline_parallel_size
+    tp = tensor_parallel_size
+    if key in EXPERTS_ONLY_FORMATS:
+        padded = size.moe_layers * size.experts * 3 * _round_up(math.ceil(size.expert_width / tp), 128) \
+            * _round_up(size.hidden, 256)
+        linear = padded * bits / 8 + (size.linear_params - size.expert_params) * dtype_bytes / tp
+    else:
+        linear = size.linear_params * bits / 8 / tp
+    total = (linear + size.embedding_params * dtype_bytes / tp) / pipeline_parallel_size
     scope = "expert" if key in EXPERTS_ONLY_FORMATS else "linear"
     fmt = f"{quantization} ({bits:g} bits per {scope} weight)" if quantization else f"{dtype_bytes} B per weight"
     return Term(name="weights", bytes=int(total), subtracted=True,
                 source=f"{size.linear_params + size.embedding_params:,} parameters from config.json, {fmt}, "
                        f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
 
 
 def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len: int,
