@@ -132,8 +132,8 @@ def _group_table(report: FieldReport, title: str, key: Callable[[CaseResult], st
 
 def _constants_text(report: FieldReport) -> Text:
     c = report.constants
-    return Text(f"constants fitted on {', '.join(c.fitted_on)}: activation {c.activation_per_token_width:.4g} B per "
-                f"token-width byte + {c.activation_per_sampler_logit:.4g} B per sampler logit; non-torch "
+    return Text(f"constants fitted on {', '.join(c.fitted_on)}: PyTorch sampler {c.sampler_bytes_per_logit:.4g} B per "
+                f"logit; non-torch "
                 f"{100 * c.non_torch_share_single_gpu:.2f}% of the total (1 GPU) / "
                 f"{100 * c.non_torch_share_parallel:.2f}% (parallel); "
                 f"CUDA graphs {c.cuda_graph_gib} GiB")

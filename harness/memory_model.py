@@ -28,6 +28,14 @@ LARGE_BATCH_SINCE = Version("0.8.5")
 A100_SMALL_BATCH_SINCE = Version("0.9")
 LARGE_GPU_BYTES = 70 * GiB
 V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
+FUSED_MOE_CHUNK = 32_768  # envs.VLLM_FUSED_MOE_CHUNK_SIZE default: tokens a fused-MoE call caches at once
+# FlashInfer's top_k_top_p_sampling_from_logits (V1's sampler when flashinfer is importable, as in vLLM's
+# image; topk_topp_sampler.py) holds the bf16 logits, their fp32 copy, the top-k-masked copy and the
+# softmax: 2 + 4 + 4 + 4 bytes per logit. The PyTorch path sorts the whole row (values and int64
+# indices) and is fitted (`MemoryConstants.sampler_bytes_per_logit`); V0 always takes it.
+FLASHINFER_BYTES_PER_LOGIT = 14
+SAMPLERS = ("flashinfer", "pytorch")
+DEFAULT_V1_SAMPLER = "flashinfer"
 # Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
 # Formats vLLM applies to the MoE experts alone: attention, router and embeddings stay in the model dtype.
 EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
@@ -38,8 +46,7 @@ QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": 4.
 class MemoryConstants(BaseModel, frozen=True):
     """The fitted part of the model; `fitted_on` names the corpus cases that set it."""
 
-    activation_per_token_width: float  # activation peak bytes per (batched token × layer-width byte)
-    activation_per_sampler_logit: float  # bytes per (sampler row × vocabulary entry on one rank)
+    sampler_bytes_per_logit: float  # peak of the PyTorch top-k/top-p sampler per (row × vocabulary entry)
     non_torch_share_single_gpu: float  # of the GPU's total; what the runtime keeps outside torch's allocator
     non_torch_share_parallel: float  # the same with tensor/pipeline parallelism (NCCL buffers on top)
     cuda_graph_gib: float
@@ -72,16 +79,17 @@ class ModelSize(BaseModel):
     """The widths and parameter counts the weights and activation terms need."""
 
     hidden: int
-    mlp_width: int  # intermediate size one token passes through (routed experts × their width for MoE)
-    expert_output_width: int = 0  # MoE: each routed copy of a token gets its own hidden-wide down-projection output
     vocab: int
     linear_params: int
     expert_params: int = 0  # the routed and shared experts' share of linear_params
     embedding_params: int
     layers: int
+    dense_width: int = 0  # intermediate_size of the dense MLP layers
     moe_layers: int = 0
     experts: int = 0  # routed experts per MoE layer
     expert_width: int = 0  # moe_intermediate_size
+    top_k: int = 0  # routed experts per token
+    shared_experts: int = 0
 
 
 def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
@@ -112,30 +120,47 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         moe_mlp = 3 * hidden * expert_width * (experts + shared) + hidden * experts
         mlp = dense_layers * 3 * hidden * dense_width + (layers - dense_layers) * moe_mlp
         routed = config.get("num_experts_per_tok") or config.get("experts_per_token") or 1
-        mlp_width = (routed + shared) * expert_width
-        expert_output = routed * hidden
         expert_params = (layers - dense_layers) * 3 * hidden * expert_width * (experts + shared)
     else:
         mlp = layers * 3 * hidden * dense_width
-        mlp_width, expert_output, expert_params = dense_width, 0, 0
+        expert_width = expert_params = shared = routed = dense_layers = 0
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return ModelSize(hidden=hidden, mlp_width=mlp_width, expert_output_width=expert_output, vocab=vocab,
-                     linear_params=layers * attention + mlp, expert_params=expert_params,
-                     embedding_params=embeddings, layers=layers, moe_layers=layers - dense_layers if experts else 0,
-                     experts=experts or 0, expert_width=expert_width if experts else 0)
+    return ModelSize(hidden=hidden, vocab=vocab, linear_params=layers * attention + mlp, expert_params=expert_params,
+                     embedding_params=embeddings, layers=layers,
+                     dense_width=dense_width if dense_layers or not experts else 0,
+                     moe_layers=layers - dense_layers if experts else 0, experts=experts or 0,
+                     expert_width=expert_width, top_k=routed, shared_experts=shared)
 
 
-def activation_regressors(size: ModelSize, tokens: int, sampler_rows: int, tensor_parallel_size: int,
-                          dtype_bytes: int = 2) -> tuple[float, float]:
-    """The two quantities the activation peak scales with: token-width bytes and sampler logits.
+def forward_peak_bytes(size: ModelSize, tokens: int, tensor_parallel_size: int, dtype_bytes: int = 2) -> int:
+    """The widest moment of one decoder layer in the profiling forward pass, on one rank.
 
-    A token's widest tensors are its hidden state and its MLP input/output on this rank; an MoE
-    layer also keeps a hidden-wide down-projection output for every routed copy of the token
-    (vLLM's fused-MoE cache is tokens × top_k × hidden, not split by tensor parallelism). The
-    sampler sees the full vocabulary: vocabulary-parallel logits are gathered before sampling.
+    Dense MLP (LlamaMLP, Qwen2MLP): the residual, the MLP input and the down-projection output are
+    hidden-wide while `gate_up` (2 × intermediate / TP) is still held beside the activated half
+    (intermediate / TP); with TP the all-reduce adds a hidden-wide output. MoE layer (fused_moe.py
+    `fused_experts_impl`, 0.8-0.11): per token and routed expert a shared cache of max(2 × width / TP,
+    hidden) and a second one of width / TP, for at most VLLM_FUSED_MOE_CHUNK_SIZE (32,768) tokens at
+    a time, beside the residual, the input, the output and the shared experts' output.
     """
-    width = size.hidden + size.expert_output_width + 2 * size.mlp_width / tensor_parallel_size
-    return tokens * width * dtype_bytes, sampler_rows * size.vocab * 4.0
+    tp, hidden = tensor_parallel_size, size.hidden
+    base = 3 * hidden + (hidden if tp > 1 else 0)
+    dense = tokens * (base + 3 * size.dense_width / tp) if size.dense_width else 0
+    moe = 0.0
+    if size.moe_layers:
+        width = size.expert_width / tp
+        routed = min(tokens, FUSED_MOE_CHUNK) * size.top_k * (max(2 * width, hidden) + width)
+        moe = tokens * (base + (hidden if size.shared_experts else 0)) + routed
+    return int(max(dense, moe) * dtype_bytes)
+
+
+def sampler_peak_bytes(size: ModelSize, tokens: int, rows: int, bytes_per_logit: float, dtype_bytes: int = 2) -> int:
+    """The sampler's peak over `rows` logits rows of the whole vocabulary, beside the batch's hidden states.
+
+    vLLM samples the profiling batch with top-k = vocabulary − 1 and top-p < 1 (V1 gpu_model_runner.py
+    `_dummy_sampler_run`, V0 model_runner.py `_dummy_run`), and vocabulary-parallel logits are gathered
+    first, so every row is the full vocabulary. The hidden states of all tokens are still held.
+    """
+    return int(tokens * size.hidden * dtype_bytes + rows * size.vocab * bytes_per_logit)
 
 
 def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
@@ -179,7 +204,7 @@ def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len:
     large = not v0 and version >= LARGE_BATCH_SINCE and total_bytes >= LARGE_GPU_BYTES and not a100
     rows = max_num_seqs or (1024 if large else 256)
     if max_num_batched_tokens:
-        return max_num_batched_tokens, rows, "--max-num-batched-tokens"
+        return max_num_batched_tokens, rows if v0 else min(rows, max_num_batched_tokens), "--max-num-batched-tokens"
     if v0:
         if max_model_len > V0_CHUNKED_ABOVE:
             return 512, rows, "V0 default with chunked prefill (max_model_len above 32,768)"
@@ -206,11 +231,13 @@ def plan_waterfall(
     engine_generation: str | None = None,
     checkpoint: tuple[int, str] | None = None,
     gpu_name: str | None = None,
+    sampler: str | None = None,
 ) -> Waterfall:
     """Every term between the GPU's total and the KV cache, with the source of each.
 
     `checkpoint` is the checkpoint's own byte count and its source, when known; it replaces the
-    parameter-count estimate of the weights.
+    parameter-count estimate of the weights. `sampler` is "flashinfer" or "pytorch", V1's top-k/top-p
+    implementation (FlashInfer when the install has it, as vLLM's image does); V0 always uses PyTorch's.
     """
     if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
@@ -220,8 +247,13 @@ def plan_waterfall(
     parallel = tensor_parallel_size * pipeline_parallel_size
     tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, max_model_len,
                                                  max_num_batched_tokens, max_num_seqs, gpu_name)
-    width_bytes, logits = activation_regressors(size, tokens, rows, tensor_parallel_size, dtype_bytes)
-    activation = constants.activation_per_token_width * width_bytes + constants.activation_per_sampler_logit * logits
+    sampler = "pytorch" if v0 else (sampler or DEFAULT_V1_SAMPLER)
+    if sampler not in SAMPLERS:
+        raise HarnessError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler}")
+    per_logit = FLASHINFER_BYTES_PER_LOGIT if sampler == "flashinfer" else constants.sampler_bytes_per_logit
+    forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
+    sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
+    activation = max(forward, sampling)
     share = constants.non_torch_share_parallel if parallel > 1 else constants.non_torch_share_single_gpu
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
     weights = weights_term(size, dtype_bytes, quantization, tensor_parallel_size, pipeline_parallel_size)
@@ -231,9 +263,9 @@ def plan_waterfall(
     terms = [
         weights,
         Term(name="activation_peak", bytes=int(activation), subtracted=True,
-             source=f"profiling run of {tokens:,} tokens ({batch_source}) and {rows} sampler rows; "
-                    f"fitted constants {constants.activation_per_token_width:.3g} and "
-                    f"{constants.activation_per_sampler_logit:.3g}"),
+             source=f"profiling run of {tokens:,} tokens ({batch_source}): the larger of the forward pass "
+                    f"({forward / GiB:.2f} GiB) and the {sampler} sampler over {rows} rows × {size.vocab:,} "
+                    f"logits at {per_logit:.3g} B each ({sampling / GiB:.2f} GiB)"),
         Term(name="non_torch", bytes=int(share * total_bytes), subtracted=True,
              source=f"fitted {'multi' if parallel > 1 else 'single'}-GPU share {100 * share:.2f}% of the total "
                     "(CUDA context, cuBLAS workspace, NCCL buffers)"),
@@ -257,10 +289,9 @@ def plan_waterfall(
 # What `harness budget --field-check tests/fixtures/field` fits on the corpus's fit half (a test keeps
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
-    activation_per_token_width=1.7833446798451935,
-    activation_per_sampler_logit=0.0,
+    sampler_bytes_per_logit=35.05,
     non_torch_share_single_gpu=0.01484,
-    non_torch_share_parallel=0.00778,
+    non_torch_share_parallel=0.00548,
     cuda_graph_gib=0.5,
     fitted_on=[
         "v0101-gpt-oss-120b-h100-fails",

@@ -14,7 +14,7 @@ from harness.field_check import implied_overhead_bytes, check_logged, fit_consta
 from harness.field_corpus import load_corpus
 from harness.field_report import score, summary_lines
 from harness.gpu_catalog import gpu_memory
-from harness.memory_model import FITTED_CONSTANTS, activation_regressors, model_size, weights_term
+from harness.memory_model import FITTED_CONSTANTS, model_size, weights_term
 from harness.model_shape import load_model_shape
 from harness.server_logs import parse_startup_log
 
@@ -131,16 +131,6 @@ def test_new_log_lines_are_read():
     assert ranks.num_gpu_blocks == 5867
 
 
-def test_moe_activation_counts_each_routed_copys_hidden_output():
-    # Qwen3-235B-A22B: 8 routed experts of width 1,536, hidden 4,096, TP=4, a profiling batch of 8,192 tokens.
-    # Width per token: 4,096 (hidden) + 8 × 4,096 (each routed copy's down-projection output, not split by TP)
-    # + 2 × 8 × 1,536 / 4 (gate/up on this rank) = 4,096 + 32,768 + 6,144 = 43,008; × 8,192 × 2 B = 704,643,072.
-    # Sampler: 1,024 rows × 151,936 vocabulary entries × 4 B = 622,329,856 (logits are gathered before sampling).
-    config = load_model_shape(str(CORPUS / "configs" / "Qwen--Qwen3-235B-A22B-FP8.json")).config
-    widths, logits = activation_regressors(model_size(config), 8192, 1024, 4)
-    assert (widths, logits) == (704_643_072, 622_329_856)
-
-
 def test_mxfp4_prices_only_the_experts_at_four_bits_in_marlins_padded_layout():
     # gpt-oss-120b, one GPU: Marlin pads the expert width 2,880 to 2,944 (a multiple of 128) and the hidden
     # size 2,880 to 3,072 (of 256): 36 layers × 128 experts × 3 × 2,944 × 3,072 = 125,023,813,632 weights at
@@ -153,12 +143,6 @@ def test_mxfp4_prices_only_the_experts_at_four_bits_in_marlins_padded_layout():
     # 17,326,669,824 B; plus a quarter of the bf16 rest, (1,937,571,840 + 2,316,533,760) / 4 = 1,063,526,400.
     # 18,390,196,224 B = 17.13 GiB a GPU ("Model loading took 17.2217 GiB" on each of four A100s).
     assert weights_term(model_size(config), 2, "mxfp4", 4).bytes == 18_390_196_224
-
-
-def test_a_dense_model_has_no_expert_output_width():
-    # Llama-3.1-8B at TP=1, 2,048 tokens: (4,096 + 2 × 14,336) × 2,048 × 2 B = 134,217,728.
-    config = load_model_shape(str(CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json")).config
-    assert activation_regressors(model_size(config), 2048, 256, 1)[0] == 134_217_728
 
 
 def test_gpus_without_a_logged_total_say_their_figure_is_nvidia_smis():
