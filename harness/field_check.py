@@ -21,7 +21,7 @@ from harness.budget import V1_DEFAULT_SINCE, GiB, CapacityPrediction, predict_ca
 from harness.errors import HarnessError
 from harness.field_corpus import FieldCase, load_corpus
 from harness.gpu_catalog import gpu_memory
-from harness.memory_model import (DEFAULT_V1_SAMPLER, FLASHINFER_BYTES_PER_LOGIT, GRAPHS_RESERVED_SINCE,
+from harness.memory_model import (CONTEXT_COUNTED_BEFORE, DEFAULT_V1_SAMPLER, FLASHINFER_BYTES_PER_LOGIT, GRAPHS_RESERVED_SINCE,
                                   MemoryConstants, forward_peak_bytes, model_size, plan_waterfall, profiling_batch,
                                   sampler_peak_bytes)
 from harness.model_shape import ModelShape, load_model_shape
@@ -257,7 +257,8 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
     the profile where a release prints it; where a log gives only the GPU total, the weights and the
     KV memory, the remainder less the predicted activation is what the profile held outside torch.
     """
-    rows, targets, single, parallel, graphs, used = [], [], [], [], [], set()
+    rows, targets, graphs, used = [], [], [], set()
+    non_torch: list[tuple[FieldCase, float]] = []  # GiB outside torch, as logged or implied
     implied: list[tuple[FieldCase, dict[str, Any], int]] = []
     for case in cases:
         config = configs.get(case.facts.config or "")
@@ -266,11 +267,11 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
             continue
         log = case.parsed()
         logged = logged_term_bytes(log)
-        if "non_torch" in logged and total is not None:
-            _shares(case, single, parallel).append(logged["non_torch"] / total[0])
+        if "non_torch" in logged:
+            non_torch.append((case, logged["non_torch"] / GiB))
             used.add(case.id)
-        elif total is not None:
-            implied.append((case, config, total[0]))
+        elif total is not None and (_v0(case) or case.facts.sampler):
+            implied.append((case, config, total[0]))  # nothing in the remainder may rest on an assumed sampler
         if "cuda_graphs" in logged:
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
@@ -286,21 +287,21 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
     for case, config, total_bytes in implied:
         rest = implied_overhead_bytes(case, total_bytes)
         if rest is not None:
-            _shares(case, single, parallel).append((rest - _activation(case, config, total_bytes, per_logit))
-                                                   / total_bytes)
+            non_torch.append((case, (rest - _activation(case, config, total_bytes, per_logit)) / GiB))
             used.add(case.id)
-    single_share = statistics.median(single) if single else 0.0
+    increase = [gib for case, gib in non_torch if not _context_counted(case)]
+    base = statistics.median(increase) if increase else 0.0
+    context = [gib - base for case, gib in non_torch if _context_counted(case)]
     return MemoryConstants(
-        sampler_bytes_per_logit=per_logit,
-        non_torch_share_single_gpu=round(single_share, 5),
-        non_torch_share_parallel=round(statistics.median(parallel), 5) if parallel else round(single_share, 5),
+        sampler_bytes_per_logit=per_logit, non_torch_gib=round(base, 3),
+        cuda_context_gib=round(max(0.0, statistics.median(context)), 3) if context else 0.0,
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),
     )
 
 
-def _shares(case: FieldCase, single: list[float], parallel: list[float]) -> list[float]:
-    return parallel if case.facts.tensor_parallel_size * case.facts.pipeline_parallel_size > 1 else single
+def _context_counted(case: FieldCase) -> bool:
+    return Version(case.facts.vllm_version) < CONTEXT_COUNTED_BEFORE["V0" if _v0(case) else "V1"]
 
 
 def _v0(case: FieldCase) -> bool:

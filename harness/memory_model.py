@@ -1,12 +1,14 @@
 """Before launch: what stands between total × utilisation and the KV cache, one term at a time.
 
 vLLM sizes its cache from a profiling run: KV = total × utilisation − (weights + activation peak of a
-forward pass over `max_num_batched_tokens` tokens + memory outside torch's allocator), and from 0.21
-on it also reserves its estimate of CUDA-graph memory. Each term here is computed from what
-determines it — the weights from the config's parameter count and storage format, the activation
-peak from the profiling batch and the layer widths, non-torch memory from the parallel layout — and
-the few constants the activation and the two fixed terms need are fitted on part of the field
-corpus (`harness/field_check.py`), never on the cases it is scored on.
+forward pass over `max_num_batched_tokens` tokens and a sampling step over `max_num_seqs` rows + memory
+outside torch's allocator), and from 0.21 on it also reserves its estimate of CUDA-graph memory. Each
+term here is computed from what determines it in vLLM's code (cited where used) — the weights from
+the config's parameter count and the layout its storage format takes, the activation peak from the
+widest tensors of one layer or of the sampler, non-torch memory from what the release counts — and
+the four constants left (the PyTorch sampler's bytes per logit, non-torch memory, the CUDA context,
+graph memory) are fitted on part of the field corpus (`harness/field_check.py`), never on the cases
+it is scored on.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from harness.budget import GiB, V1_DEFAULT_SINCE
 from harness.errors import HarnessError
 
 GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
+# Before these releases vLLM took non-torch memory as everything on the device outside torch's allocator, the
+# CUDA context included (V0 worker.py 0.6.4 and V1 gpu_worker.py 0.9.0: mem_get_info used − torch allocated);
+# from them on, only the increase since the worker's first snapshot, taken after the context exists
+# (utils.memory_profiling with a baseline: V0 0.6.5, V1 0.9.1).
+CONTEXT_COUNTED_BEFORE = {"V0": Version("0.6.5"), "V1": Version("0.9.1")}
 # V1 API server defaults on a GPU of ≥ 70 GiB: 8,192 batched tokens and 1,024 sequences, else 2,048 and 256
 # (vllm/engine/arg_utils.py `_set_default_args_v1`, read in 0.8.5); from 0.9.0 an A100 keeps the small
 # defaults ("a100" not in device_name, PR #17885, read in 0.9.0, 0.9.2, 0.10.1.1 and 0.11.0).
@@ -35,7 +42,7 @@ FUSED_MOE_CHUNK = 32_768  # envs.VLLM_FUSED_MOE_CHUNK_SIZE default: tokens a fus
 # indices) and is fitted (`MemoryConstants.sampler_bytes_per_logit`); V0 always takes it.
 FLASHINFER_BYTES_PER_LOGIT = 14
 SAMPLERS = ("flashinfer", "pytorch")
-DEFAULT_V1_SAMPLER = "flashinfer"
+DEFAULT_V1_SAMPLER = "flashinfer"  # vLLM's image ships FlashInfer
 # Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
 # Formats vLLM applies to the MoE experts alone: attention, router and embeddings stay in the model dtype.
 EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
@@ -47,8 +54,8 @@ class MemoryConstants(BaseModel, frozen=True):
     """The fitted part of the model; `fitted_on` names the corpus cases that set it."""
 
     sampler_bytes_per_logit: float  # peak of the PyTorch top-k/top-p sampler per (row × vocabulary entry)
-    non_torch_share_single_gpu: float  # of the GPU's total; what the runtime keeps outside torch's allocator
-    non_torch_share_parallel: float  # the same with tensor/pipeline parallelism (NCCL buffers on top)
+    non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot (cuBLAS, NCCL)
+    cuda_context_gib: float  # on top where the release counts the CUDA context (V0 before 0.6.5, V1 before 0.9.1)
     cuda_graph_gib: float
     fitted_on: list[str]
 
@@ -81,7 +88,7 @@ class ModelSize(BaseModel):
     hidden: int
     vocab: int
     linear_params: int
-    expert_params: int = 0  # the routed and shared experts' share of linear_params
+    expert_params: int = 0  # the routed experts' share of linear_params
     embedding_params: int
     layers: int
     dense_width: int = 0  # intermediate_size of the dense MLP layers
@@ -120,7 +127,7 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         moe_mlp = 3 * hidden * expert_width * (experts + shared) + hidden * experts
         mlp = dense_layers * 3 * hidden * dense_width + (layers - dense_layers) * moe_mlp
         routed = config.get("num_experts_per_tok") or config.get("experts_per_token") or 1
-        expert_params = (layers - dense_layers) * 3 * hidden * expert_width * (experts + shared)
+        expert_params = (layers - dense_layers) * 3 * hidden * expert_width * experts
     else:
         mlp = layers * 3 * hidden * dense_width
         expert_width = expert_params = shared = routed = dense_layers = 0
@@ -254,7 +261,8 @@ def plan_waterfall(
     forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
     sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
     activation = max(forward, sampling)
-    share = constants.non_torch_share_parallel if parallel > 1 else constants.non_torch_share_single_gpu
+    context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
+    non_torch = constants.non_torch_gib + (constants.cuda_context_gib if context else 0.0)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
     weights = weights_term(size, dtype_bytes, quantization, tensor_parallel_size, pipeline_parallel_size)
     if checkpoint is not None:
@@ -266,9 +274,10 @@ def plan_waterfall(
              source=f"profiling run of {tokens:,} tokens ({batch_source}): the larger of the forward pass "
                     f"({forward / GiB:.2f} GiB) and the {sampler} sampler over {rows} rows × {size.vocab:,} "
                     f"logits at {per_logit:.3g} B each ({sampling / GiB:.2f} GiB)"),
-        Term(name="non_torch", bytes=int(share * total_bytes), subtracted=True,
-             source=f"fitted {'multi' if parallel > 1 else 'single'}-GPU share {100 * share:.2f}% of the total "
-                    "(CUDA context, cuBLAS workspace, NCCL buffers)"),
+        Term(name="non_torch", bytes=int(non_torch * GiB), subtracted=True,
+             source=f"fitted {constants.non_torch_gib:.2f} GiB (cuBLAS workspace, NCCL buffers)"
+                    + (f" + {constants.cuda_context_gib:.2f} GiB of CUDA context, which {version} counts"
+                       if context else "")),
         Term(name="cuda_graphs", bytes=int(constants.cuda_graph_gib * GiB), subtracted=graphs_reserved,
              source=f"fitted {constants.cuda_graph_gib:.2f} GiB; "
                     + ("reserved before the cache from 0.21 on" if graphs_reserved
@@ -290,11 +299,10 @@ def plan_waterfall(
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=35.05,
-    non_torch_share_single_gpu=0.01484,
-    non_torch_share_parallel=0.00548,
+    non_torch_gib=0.3,
+    cuda_context_gib=0.05,
     cuda_graph_gib=0.5,
     fitted_on=[
-        "v0101-gpt-oss-120b-h100-fails",
         "v0101-qwen2-7b-a100-tp2-util025",
         "v0101-qwen2-7b-a100-util025",
         "v063-llama31-8b-rtx3090-len29000-fails",

@@ -90,3 +90,21 @@ def test_activation_is_the_larger_of_forward_and_sampler_and_the_sampler_is_an_i
     assert activation(sampler="pytorch") == 1_571_815_424
     # V0 has no FlashInfer sampler unless asked: the PyTorch one, whatever is given.
     assert activation(sampler="flashinfer", engine_generation="V0") > 1_500_000_000
+
+
+def test_non_torch_memory_counts_the_cuda_context_only_where_the_release_does():
+    # V0 0.6.4 (worker.py) and V1 0.9.0 (gpu_worker.py) took everything on the device outside torch's allocator,
+    # the CUDA context included; V0 0.6.5 and V1 0.9.1 count only the increase since the worker's first
+    # snapshot. With 0.25 GiB of increase and a 0.5 GiB context: 0.75 GiB = 805,306,368 B before, 0.25 GiB =
+    # 268,435,456 B after, whatever the GPU's size.
+    config = _config("Qwen--Qwen2-7B-Instruct.json")
+    constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25, "cuda_context_gib": 0.5})
+
+    def non_torch(version: str, total_gib: float = 80.0) -> int:
+        waterfall = plan_waterfall(config, constants, total_bytes=int(total_gib * GiB), total_source="test",
+                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version)
+        return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
+
+    assert non_torch("0.6.4") == non_torch("0.9.0") == 805_306_368
+    assert non_torch("0.6.5") == non_torch("0.9.1") == non_torch("0.11.0") == non_torch("0.11.0", 24.0) \
+        == 268_435_456
