@@ -42,7 +42,11 @@ FUSED_MOE_CHUNK = 32_768  # envs.VLLM_FUSED_MOE_CHUNK_SIZE default: tokens a fus
 # indices) and is fitted (`MemoryConstants.sampler_bytes_per_logit`); V0 always takes it.
 FLASHINFER_BYTES_PER_LOGIT = 14
 SAMPLERS = ("flashinfer", "pytorch")
-DEFAULT_V1_SAMPLER = "flashinfer"  # vLLM's image ships FlashInfer
+# Which one V1 runs depends on the install: vLLM's image ships FlashInfer, its wheel lists it only as an
+# extra (`Requires-Dist: flashinfer-python; extra == "flashinfer"`, 0.10.1.1 and 0.11.0), so `pip install
+# vllm` sorts. Unstated, the sort is assumed: it is the pip default and the larger figure, the safer side of
+# a fit / no-fit call.
+DEFAULT_V1_SAMPLER = "pytorch"
 # Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
 # Formats vLLM applies to the MoE experts alone: attention, router and embeddings stay in the model dtype.
 EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
@@ -244,7 +248,8 @@ def plan_waterfall(
 
     `checkpoint` is the checkpoint's own byte count and its source, when known; it replaces the
     parameter-count estimate of the weights. `sampler` is "flashinfer" or "pytorch", V1's top-k/top-p
-    implementation (FlashInfer when the install has it, as vLLM's image does); V0 always uses PyTorch's.
+    implementation (FlashInfer when the install has it, as vLLM's image does; unstated, PyTorch's, see
+    DEFAULT_V1_SAMPLER); V0 always uses PyTorch's.
     """
     if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")

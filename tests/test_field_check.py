@@ -24,10 +24,8 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 # One rank's memory line quoted for a TP=4 run: the other ranks had less (11,180 logged blocks × 770,048 B
 # per block = 8.02 GiB, below the quoted 8.11 GiB), so the quoted figure cannot reproduce the log.
 KNOWN_OFF = {"v09-qwen3-235b-a22b-fp8-tp4"}
-# gpt-oss-120b on one H100 at 0.95 left 7.5 GiB of the profile to neither weights nor KV with a batch of only
-# 1,024 tokens: the PyTorch sampler's sort over 1,024 rows of 201,088 logits, not FlashInfer's that the model
-# assumes. Kept visible until the case states its sampler.
-KNOWN_WRONG_CALLS = {"v011-gpt-oss-120b-h100-util095-fails"}
+# Every before-launch fit / no-fit call is right; a case whose call goes wrong is named here with why.
+KNOWN_WRONG_CALLS: set[str] = set()
 
 
 @pytest.fixture(scope="module")
