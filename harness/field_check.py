@@ -21,9 +21,9 @@ from harness.budget import V1_DEFAULT_SINCE, GiB, CapacityPrediction, predict_ca
 from harness.errors import HarnessError
 from harness.field_corpus import FieldCase, load_corpus
 from harness.gpu_catalog import gpu_memory
-from harness.memory_model import (CONTEXT_COUNTED_BEFORE, DEFAULT_V1_SAMPLER, FLASHINFER_BYTES_PER_LOGIT, GRAPHS_RESERVED_SINCE,
-                                  MemoryConstants, forward_peak_bytes, model_size, plan_waterfall, profiling_batch,
-                                  sampler_peak_bytes)
+from harness.memory_model import (CONTEXT_COUNTED_BEFORE, DEFAULT_V1_SAMPLER, FLASHINFER_BYTES_PER_LOGIT,
+                                  GRAPHS_RESERVED_SINCE, MemoryConstants, forward_peak_bytes, model_size,
+                                  plan_waterfall, profiling_batch, sampler_peak_bytes)
 from harness.model_shape import ModelShape, load_model_shape
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB

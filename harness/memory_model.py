@@ -210,18 +210,25 @@ def _round_up(value: int, multiple: int) -> int:
 def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len: int,
                     max_num_batched_tokens: int | None, max_num_seqs: int | None,
                     gpu_name: str | None = None) -> tuple[int, int, str]:
-    """(tokens, sampler rows) of vLLM's profiling forward pass, and where they come from."""
+    """(tokens, sampler rows) of vLLM's profiling run, and where they come from.
+
+    V0's `_dummy_run` spreads the tokens over max_num_seqs sequences and samples each; V1's `_dummy_run`
+    makes min(tokens, max_num_seqs) requests and samples one row per request.
+    """
     a100 = "a100" in (gpu_name or "").lower() and version >= A100_SMALL_BATCH_SINCE
     large = not v0 and version >= LARGE_BATCH_SINCE and total_bytes >= LARGE_GPU_BYTES and not a100
     rows = max_num_seqs or (1024 if large else 256)
     if max_num_batched_tokens:
-        return max_num_batched_tokens, rows if v0 else min(rows, max_num_batched_tokens), "--max-num-batched-tokens"
-    if v0:
-        if max_model_len > V0_CHUNKED_ABOVE:
-            return 512, rows, "V0 default with chunked prefill (max_model_len above 32,768)"
-        return max(max_model_len, 2048), rows, "V0 default without chunked prefill: max(max_model_len, 2048)"
-    return (8192, rows, "V1 default on a ≥ 70 GiB GPU") if large else \
-        (2048, rows, "V1 default (an A100 from 0.9)" if a100 else "V1 default")
+        tokens, source = max_num_batched_tokens, "--max-num-batched-tokens"
+    elif v0 and max_model_len > V0_CHUNKED_ABOVE:
+        tokens, source = 512, "V0 default with chunked prefill (max_model_len above 32,768)"
+    elif v0:
+        tokens, source = max(max_model_len, 2048), "V0 default without chunked prefill: max(max_model_len, 2048)"
+    elif large:
+        tokens, source = 8192, "V1 default on a ≥ 70 GiB GPU"
+    else:
+        tokens, source = 2048, "V1 default (an A100 from 0.9)" if a100 else "V1 default"
+    return tokens, rows if v0 else min(rows, tokens), source
 
 
 def plan_waterfall(
