@@ -266,6 +266,7 @@ def plan_waterfall(
     parallel = tensor_parallel_size * pipeline_parallel_size
     tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, max_model_len,
                                                  max_num_batched_tokens, max_num_seqs, gpu_name)
+    stated = sampler is not None
     sampler = "pytorch" if v0 else (sampler or DEFAULT_V1_SAMPLER)
     if sampler not in SAMPLERS:
         raise HarnessError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler}")
@@ -303,7 +304,9 @@ def plan_waterfall(
         engine_version=str(version),
         assumptions=[f"{'V0' if v0 else 'V1'} engine accounting of vLLM {version}",
                      "weights: the checkpoint's own size" if checkpoint is not None else
-                     "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors"],
+                     "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
+                     *([] if v0 or stated else ["sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
+                                                "image samples with FlashInfer, a smaller activation peak"])],
     )
 
 
