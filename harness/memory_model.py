@@ -306,8 +306,8 @@ def plan_waterfall(
         assumptions=[f"{'V0' if v0 else 'V1'} engine accounting of vLLM {version}",
                      "weights: the checkpoint's own size" if checkpoint is not None else
                      "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
-                     *([] if v0 or stated else ["sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
-                                                "image samples with FlashInfer, a smaller activation peak"])],
+                     *([] if v0 or stated else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
+                                                 "image samples with FlashInfer, a smaller activation peak")])],
     )
 
 

@@ -7,8 +7,15 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.budget import GiB
-from harness.memory_model import (FITTED_CONSTANTS, FLASHINFER_BYTES_PER_LOGIT, forward_peak_bytes, model_size,
-                                  plan_waterfall, profiling_batch, sampler_peak_bytes)
+from harness.memory_model import (
+    FITTED_CONSTANTS,
+    FLASHINFER_BYTES_PER_LOGIT,
+    forward_peak_bytes,
+    model_size,
+    plan_waterfall,
+    profiling_batch,
+    sampler_peak_bytes,
+)
 from harness.model_shape import load_model_shape
 
 CORPUS = Path(__file__).parent / "fixtures" / "field"
