@@ -21,16 +21,14 @@ from harness.budget import V1_DEFAULT_SINCE, GiB, CapacityPrediction, predict_ca
 from harness.errors import HarnessError
 from harness.field_corpus import FieldCase, load_corpus
 from harness.gpu_catalog import gpu_memory
-from harness.memory_model import (GRAPHS_RESERVED_SINCE, MemoryConstants, activation_regressors, model_size,
-                                  plan_waterfall, profiling_batch)
+from harness.memory_model import (CONTEXT_COUNTED_BEFORE, DEFAULT_V1_SAMPLER, FLASHINFER_BYTES_PER_LOGIT,
+                                  GRAPHS_RESERVED_SINCE, MemoryConstants, forward_peak_bytes, model_size,
+                                  plan_waterfall, profiling_batch, sampler_peak_bytes)
 from harness.model_shape import ModelShape, load_model_shape
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
 KV_TOKENS_TOLERANCE = 0.05
-# Fewer activation figures than this fit one coefficient (token widths), not two. Four V0 profiles, all
-# sampling 256 rows or fewer, gave 3.3 B per sampler logit: 1.9 GiB for a V1 start sampling 1,024 rows of a
-# 152,064-word vocabulary, more than the 0.74 GiB such a log leaves for activation and non-torch together.
-MIN_ROWS_FOR_TWO_COEFFICIENTS = 8
+SAMPLER_GRID = np.arange(0.0, 100.0, 0.01)  # bytes per logit tried when fitting the PyTorch sampler's peak
 TERM_LOG_KEYS = {
     "weights": ("model_weights_bytes",),
     "activation_peak": ("pytorch_activation_peak_memory_bytes", "torch_peak_increase_bytes"),
@@ -207,7 +205,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         engine_version=facts.vllm_version, dtype_bytes=2, quantization=facts.quantization,
         tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
         max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
-        engine_generation=facts.engine,
+        engine_generation=facts.engine, gpu_name=facts.gpu, sampler=facts.sampler,
     )
     logged_terms = logged_term_bytes(log)
     terms = [TermCheck(name=t.name, predicted_bytes=t.bytes, logged_bytes=logged_terms.get(t.name),
@@ -251,68 +249,83 @@ def logged_term_bytes(log: Any) -> dict[str, int]:
 
 
 def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) -> MemoryConstants:
-    """Least squares for the activation's two coefficients; medians for non-torch and graph memory.
+    """Least squares for the PyTorch sampler's bytes per logit; medians for non-torch and graph memory.
 
-    Non-torch memory is read from the profile where a release prints it; where a log gives only
-    the GPU total, the weights and the KV memory, the remainder less the fitted activation is what
-    the profile must have held outside torch, and it counts too.
+    The activation peak is the larger of the forward pass and the sampler (both from vLLM's code, see
+    `harness/memory_model.py`); only the PyTorch sampler's bytes per logit are fitted, on the logs that
+    print their activation and sampled with it (V0, or V1 stating it). Non-torch memory is read from
+    the profile where a release prints it; where a log gives only the GPU total, the weights and the
+    KV memory, the remainder less the predicted activation is what the profile held outside torch.
     """
-    rows, targets, single, parallel, graphs, used = [], [], [], [], [], set()
+    rows, targets, graphs, used = [], [], [], set()
+    non_torch: list[tuple[FieldCase, float]] = []  # GiB outside torch, as logged or implied
     implied: list[tuple[FieldCase, dict[str, Any], int]] = []
     for case in cases:
         config = configs.get(case.facts.config or "")
         total = _total_bytes(case)
         if config is None:
             continue
-        facts, log = case.facts, case.parsed()
+        log = case.parsed()
         logged = logged_term_bytes(log)
-        if "non_torch" in logged and total is not None:
-            _shares(case, single, parallel).append(logged["non_torch"] / total[0])
+        if "non_torch" in logged:
+            non_torch.append((case, logged["non_torch"] / GiB))
             used.add(case.id)
-        elif total is not None:
-            implied.append((case, config, total[0]))
+        elif total is not None and (_v0(case) or case.facts.sampler):
+            implied.append((case, config, total[0]))  # nothing in the remainder may rest on an assumed sampler
         if "cuda_graphs" in logged:
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
-        if "activation_peak" in logged and total is not None:
-            rows.append(list(_activation_regressors(case, config, total[0])))
+        if "activation_peak" in logged and total is not None and _sampler(case) == "pytorch":
+            rows.append(_activation_parts(case, config, total[0]))
             targets.append(logged["activation_peak"])
             used.add(case.id)
-    if len(rows) >= MIN_ROWS_FOR_TWO_COEFFICIENTS:
-        coefficients, *_ = np.linalg.lstsq(np.array(rows), np.array(targets, dtype=float), rcond=None)
-        per_width, per_logit = (max(0.0, float(c)) for c in coefficients)
-    elif rows:  # too few to separate the two: one coefficient on the token widths, least squares
-        widths = np.array([row[0] for row in rows])
-        per_width, per_logit = float(widths @ np.array(targets, dtype=float) / (widths @ widths)), 0.0
-    else:
-        raise HarnessError("no fit case states its activation peak: the activation term cannot be fitted")
+    if not rows:
+        raise HarnessError("no fit case states its activation peak: the sampler's peak cannot be fitted")
+    forward, base, logits = (np.array(column, dtype=float) for column in zip(*rows))
+    errors = [np.sum((np.maximum(forward, base + b * logits) - targets) ** 2) for b in SAMPLER_GRID]
+    per_logit = round(float(SAMPLER_GRID[int(np.argmin(errors))]), 2)
     for case, config, total_bytes in implied:
         rest = implied_overhead_bytes(case, total_bytes)
         if rest is not None:
-            widths, logits = _activation_regressors(case, config, total_bytes)
-            _shares(case, single, parallel).append((rest - per_width * widths - per_logit * logits) / total_bytes)
+            non_torch.append((case, (rest - _activation(case, config, total_bytes, per_logit)) / GiB))
             used.add(case.id)
-    single_share = statistics.median(single) if single else 0.0
+    increase = [gib for case, gib in non_torch if not _context_counted(case)]
+    base = statistics.median(increase) if increase else 0.0
+    context = [gib - base for case, gib in non_torch if _context_counted(case)]
     return MemoryConstants(
-        activation_per_token_width=per_width, activation_per_sampler_logit=per_logit,
-        non_torch_share_single_gpu=round(single_share, 5),
-        non_torch_share_parallel=round(statistics.median(parallel), 5) if parallel else round(single_share, 5),
+        sampler_bytes_per_logit=per_logit, non_torch_gib=round(base, 3),
+        cuda_context_gib=round(max(0.0, statistics.median(context)), 3) if context else 0.0,
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),
     )
 
 
-def _shares(case: FieldCase, single: list[float], parallel: list[float]) -> list[float]:
-    return parallel if case.facts.tensor_parallel_size * case.facts.pipeline_parallel_size > 1 else single
+def _context_counted(case: FieldCase) -> bool:
+    return Version(case.facts.vllm_version) < CONTEXT_COUNTED_BEFORE["V0" if _v0(case) else "V1"]
 
 
-def _activation_regressors(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[float, float]:
+def _v0(case: FieldCase) -> bool:
+    version = Version(case.facts.vllm_version)
+    return (case.facts.engine or ("V0" if version < V1_DEFAULT_SINCE else "V1")).upper() == "V0"
+
+
+def _sampler(case: FieldCase) -> str:
+    return "pytorch" if _v0(case) else (case.facts.sampler or DEFAULT_V1_SAMPLER)
+
+
+def _activation_parts(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[int, int, int]:
+    """(forward peak, the sampler's bytes besides its logits, sampler logits) of the case's profiling run."""
     facts = case.facts
-    version = Version(facts.vllm_version)
-    v0 = (facts.engine or ("V0" if version < V1_DEFAULT_SINCE else "V1")) == "V0"
-    tokens, sampler_rows, _ = profiling_batch(version, v0, total_bytes, facts.max_model_len,
-                                              facts.max_num_batched_tokens, facts.max_num_seqs)
-    return activation_regressors(model_size(config), tokens, sampler_rows, facts.tensor_parallel_size)
+    tokens, rows, _ = profiling_batch(Version(facts.vllm_version), _v0(case), total_bytes, facts.max_model_len,
+                                      facts.max_num_batched_tokens, facts.max_num_seqs, facts.gpu)
+    size = model_size(config)
+    return (forward_peak_bytes(size, tokens, facts.tensor_parallel_size), sampler_peak_bytes(size, tokens, 0, 0),
+            rows * size.vocab)
+
+
+def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> float:
+    forward, base, logits = _activation_parts(case, config, total_bytes)
+    return max(forward, base + logits * (FLASHINFER_BYTES_PER_LOGIT if _sampler(case) == "flashinfer" else per_logit))
 
 
 def implied_overhead_bytes(case: FieldCase, total_bytes: int) -> int | None:

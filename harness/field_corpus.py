@@ -38,6 +38,7 @@ class CaseFacts(pydantic.BaseModel, extra="forbid"):
     max_num_seqs: int | None = None
     block_size: int = 16
     engine: str | None = None  # "V0" or "V1" when the release could run either
+    sampler: str | None = None  # V1's top-k/top-p sampler when the log names it: "flashinfer" or "pytorch"
     started: bool = True
     failed_after_cache_sized: bool = False  # the cache held a full-length request; the start failed later
 

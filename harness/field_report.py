@@ -132,10 +132,9 @@ def _group_table(report: FieldReport, title: str, key: Callable[[CaseResult], st
 
 def _constants_text(report: FieldReport) -> Text:
     c = report.constants
-    return Text(f"constants fitted on {', '.join(c.fitted_on)}: activation {c.activation_per_token_width:.4g} B per "
-                f"token-width byte + {c.activation_per_sampler_logit:.4g} B per sampler logit; non-torch "
-                f"{100 * c.non_torch_share_single_gpu:.2f}% of the total (1 GPU) / "
-                f"{100 * c.non_torch_share_parallel:.2f}% (parallel); "
+    return Text(f"constants fitted on {', '.join(c.fitted_on)}: PyTorch sampler {c.sampler_bytes_per_logit:.4g} B per "
+                f"logit; non-torch {c.non_torch_gib:.3g} GiB + {c.cuda_context_gib:.3g} GiB of CUDA context where "
+                f"the release counts it; "
                 f"CUDA graphs {c.cuda_graph_gib} GiB")
 
 

@@ -61,6 +61,7 @@ def answer_fit(
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=model_len, engine_version=engine_version,
         dtype_bytes=dtype_bytes, quantization=quantization, tensor_parallel_size=tensor_parallel_size,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, checkpoint=checkpoint,
+        gpu_name=gpu,
     )
     predict = partial(predict_capacity, shape, available_kv_bytes=max(0, waterfall.kv_bytes), block_size=block_size,
                       kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,

@@ -109,8 +109,9 @@ def test_gpu_waterfall_says_it_fits_with_each_terms_source():
         assert step in out
     assert "pull/10511" in out  # the GPU's total names where it was logged
     assert "model.safetensors.index.json" in out  # the checkpoint's own size, not an estimate
-    # 79.22 GiB × 0.9 = 71.30 GiB, less 7.49 GiB of weights and well under 1 GiB of the rest: over 60 GiB
-    # of KV at 144 KiB per token is over 440,000 tokens, about 107 sequences of 4,096 tokens.
+    # 79.22 GiB × 0.9 = 71.30 GiB, less 7.49 GiB of weights, 0.30 GiB of non-torch memory and the sampler's
+    # sort over 1,024 rows × 151,936 logits (about 5.1 GiB): over 58 GiB of KV at 144 KiB per token is over
+    # 420,000 tokens, about 100 sequences of 4,096 tokens.
     assert "fits:" in out and "sequences of 4,096 tokens at once" in out
 
 
@@ -119,8 +120,8 @@ def test_gpu_waterfall_says_it_fits_with_each_terms_source():
     [
         # 8 GiB × 0.9 = 7.2 GiB is less than the 7.49 GiB of weights alone.
         ("8", "does not fit: nothing is left for the KV cache"),
-        # 12 GiB × 0.9 = 10.8 GiB − 7.49 weights − under 0.5 GiB activation and non-torch ≈ 2.8 GiB
-        # ≈ 20,000 tokens of 147,456 B: less than one 40,960-token request (the model's default length).
+        # 12 GiB × 0.9 = 10.8 GiB − 7.49 weights − about 1.6 GiB of sampler and non-torch memory ≈ 1.7 GiB
+        # ≈ 12,500 tokens of 147,456 B: less than one 40,960-token request (the model's default length).
         ("12", "less than one request of max_model_len 40,960"),
     ],
 )

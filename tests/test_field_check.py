@@ -14,7 +14,7 @@ from harness.field_check import implied_overhead_bytes, check_logged, fit_consta
 from harness.field_corpus import load_corpus
 from harness.field_report import score, summary_lines
 from harness.gpu_catalog import gpu_memory
-from harness.memory_model import FITTED_CONSTANTS, activation_regressors, model_size, weights_term
+from harness.memory_model import FITTED_CONSTANTS, model_size, weights_term
 from harness.model_shape import load_model_shape
 from harness.server_logs import parse_startup_log
 
@@ -24,10 +24,8 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 # One rank's memory line quoted for a TP=4 run: the other ranks had less (11,180 logged blocks × 770,048 B
 # per block = 8.02 GiB, below the quoted 8.11 GiB), so the quoted figure cannot reproduce the log.
 KNOWN_OFF = {"v09-qwen3-235b-a22b-fp8-tp4"}
-# gpt-oss-120b on one H100 left 7.5-8.5 GiB of the profile to neither weights nor KV, whether the batch was
-# 8,192 or 1,024 tokens (usable − logged weights − logged KV); the activation model fitted on dense profiles
-# prices under 1.1 GiB, so both refused starts are called fits. Kept visible until the term is modelled.
-KNOWN_WRONG_CALLS = {"v0101-gpt-oss-120b-h100-fails", "v011-gpt-oss-120b-h100-util095-fails"}
+# Every before-launch fit / no-fit call is right; a case whose call goes wrong is named here with why.
+KNOWN_WRONG_CALLS: set[str] = set()
 
 
 @pytest.fixture(scope="module")
@@ -131,28 +129,18 @@ def test_new_log_lines_are_read():
     assert ranks.num_gpu_blocks == 5867
 
 
-def test_moe_activation_counts_each_routed_copys_hidden_output():
-    # Qwen3-235B-A22B: 8 routed experts of width 1,536, hidden 4,096, TP=4, a profiling batch of 8,192 tokens.
-    # Width per token: 4,096 (hidden) + 8 × 4,096 (each routed copy's down-projection output, not split by TP)
-    # + 2 × 8 × 1,536 / 4 (gate/up on this rank) = 4,096 + 32,768 + 6,144 = 43,008; × 8,192 × 2 B = 704,643,072.
-    # Sampler: 1,024 rows × 151,936 vocabulary entries × 4 B = 622,329,856 (logits are gathered before sampling).
-    config = load_model_shape(str(CORPUS / "configs" / "Qwen--Qwen3-235B-A22B-FP8.json")).config
-    widths, logits = activation_regressors(model_size(config), 8192, 1024, 4)
-    assert (widths, logits) == (704_643_072, 622_329_856)
-
-
-def test_mxfp4_prices_only_the_experts_at_four_bits():
-    # gpt-oss-120b: experts 36 × 3 × 2,880 × 2,880 × 128 = 114,661,785,600 at 4.25 bits = 60,914,073,600 B;
-    # attention 36 × 2,880 × 64 × (2·64 + 2·8) = 955,514,880 and router 36 × 2,880 × 128 = 13,271,040 in bf16
-    # = 1,937,571,840 B; embeddings 2 × 201,088 × 2,880 × 2 B = 2,316,533,760. Sum 65,168,179,200 B on one GPU.
+def test_mxfp4_prices_only_the_experts_at_four_bits_in_marlins_padded_layout():
+    # gpt-oss-120b, one GPU: Marlin pads the expert width 2,880 to 2,944 (a multiple of 128) and the hidden
+    # size 2,880 to 3,072 (of 256): 36 layers × 128 experts × 3 × 2,944 × 3,072 = 125,023,813,632 weights at
+    # 4.25 bits = 66,418,900,992 B; attention 36 × 2,880 × 64 × (2·64 + 2·8) = 955,514,880 and router
+    # 36 × 2,880 × 128 = 13,271,040 in bf16 = 1,937,571,840 B; embeddings 2 × 201,088 × 2,880 × 2 B =
+    # 2,316,533,760. Sum 70,673,006,592 B = 65.82 GiB ("Model loading took 65.9651 GiB" on an H100).
     config = load_model_shape(str(CORPUS / "configs" / "openai--gpt-oss-120b.json")).config
-    assert weights_term(model_size(config), 2, "mxfp4", 1).bytes == 65_168_179_200
-
-
-def test_a_dense_model_has_no_expert_output_width():
-    # Llama-3.1-8B at TP=1, 2,048 tokens: (4,096 + 2 × 14,336) × 2,048 × 2 B = 134,217,728.
-    config = load_model_shape(str(CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json")).config
-    assert activation_regressors(model_size(config), 2048, 256, 1)[0] == 134_217_728
+    assert weights_term(model_size(config), 2, "mxfp4", 1).bytes == 70_673_006_592
+    # TP=4: each rank's expert width 720 pads to 768: 36 × 128 × 3 × 768 × 3,072 = 32,614,907,904 weights,
+    # 17,326,669,824 B; plus a quarter of the bf16 rest, (1,937,571,840 + 2,316,533,760) / 4 = 1,063,526,400.
+    # 18,390,196,224 B = 17.13 GiB a GPU ("Model loading took 17.2217 GiB" on each of four A100s).
+    assert weights_term(model_size(config), 2, "mxfp4", 4).bytes == 18_390_196_224
 
 
 def test_gpus_without_a_logged_total_say_their_figure_is_nvidia_smis():
