@@ -41,6 +41,9 @@ GPUS = {
                   source=f"nvidia-smi `40960MiB`, {NVIDIA_SMI_TOTALS} (nvidia-smi's total, above CUDA's)"),
         GpuMemory(name="L4", total_gib=22.49,
                   source=f"nvidia-smi `23034MiB`, {NVIDIA_SMI_TOTALS} (nvidia-smi's total, above CUDA's)"),
+        GpuMemory(name="H200", total_gib=140.4,
+                  source="nvidia-smi `~143,771 MiB per GPU`, https://github.com/vllm-project/recipes/issues/381 "
+                         "(nvidia-smi's total, above CUDA's)"),
     )
 }
 
