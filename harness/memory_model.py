@@ -317,13 +317,16 @@ FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=35.05,
     non_torch_gib=0.3,
     cuda_context_gib=0.05,
-    cuda_graph_gib=0.5,
+    cuda_graph_gib=0.575,
     fitted_on=[
+        "v0100-qwen3-30b-a3b-awq-rtx3090-len2048",
         "v0101-qwen2-7b-a100-tp2-util025",
         "v0101-qwen2-7b-a100-util025",
+        "v0112-llama3-8b-h200-len1024",
         "v063-llama31-8b-rtx3090-len29000-fails",
         "v065-llama3-8b-h100",
         "v07-qwen25-32b-l40s-tp2",
         "v09-qwen3-06b-v0-util08",
+        "v092-qwen3-14b-tp4-len8192",
     ],
 )
