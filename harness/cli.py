@@ -231,7 +231,8 @@ def prompts_verify(
     rebuild: bool = typer.Option(False, help="also rebuild from the manifest's recipe and compare"),
 ) -> None:
     """Re-hash an inventory (refusing any edit); optionally check it fits, rebuilds, and counts the same on a server."""
-    from harness.inventory import check_fits, load_inventory, verify_with_server
+    from harness.inventory import load_inventory
+    from harness.inventory_check import check_fits, verify_with_server
     from harness.inventory_build import check_rebuilds
 
     inventory = load_inventory(inventory_dir)

@@ -30,12 +30,8 @@ from harness.client import (
     StreamingClient,
 )
 from harness.errors import HarnessError
-from harness.inventory import (
-    Inventory,
-    InventoryPrompt,
-    check_fits,
-    prompt_token_mismatches,
-)
+from harness.inventory import Inventory, InventoryPrompt
+from harness.inventory_check import check_fits, prompt_token_mismatches
 from harness.loop_lag import LoopLagProbe
 from harness.ready import discover_server
 from harness.record import (

@@ -22,11 +22,8 @@ from harness.inventory import (
     TokenIdRecipe,
     VocabularyRange,
     assemble_inventory,
-    check_fits,
     load_inventory,
     make_prompt,
-    prompt_token_mismatches,
-    verify_with_server,
     write_inventory,
 )
 from harness.inventory_build import (
@@ -38,6 +35,11 @@ from harness.inventory_build import (
     text_recipe,
     token_id_recipe,
     token_shapes,
+)
+from harness.inventory_check import (
+    check_fits,
+    prompt_token_mismatches,
+    verify_with_server,
 )
 
 SMALL_VOCABULARY = VocabularyRange(low=3, high=50, excluded_ids=[10, 11, 12])

@@ -15,14 +15,21 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.inventory import (
     Inventory,
     assemble_inventory,
-    check_fits,
     load_inventory,
     make_prompt,
-    prompt_token_mismatches,
-    verify_with_server,
     write_inventory,
 )
-from harness.inventory_build import build_text_inventory, build_token_id_inventory, text_recipe, token_id_recipe
+from harness.inventory_build import (
+    build_text_inventory,
+    build_token_id_inventory,
+    text_recipe,
+    token_id_recipe,
+)
+from harness.inventory_check import (
+    check_fits,
+    prompt_token_mismatches,
+    verify_with_server,
+)
 from harness.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 
 pytestmark = pytest.mark.engine
