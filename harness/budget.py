@@ -12,21 +12,16 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.model_shape import LayerKind, LayerSpec, ModelShape
+from harness.releases import DERIVED_TOKENS_SINCE, engine_release, runs_v0
 
 SCHEMA_VERSION = 1
 GiB = 1 << 30
 KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32", "fp32": "float32"}
-PRODUCTION_ENGINE = "0.11.2"  # the pinned image; its log and grouping rules are the default
-OLDEST_RULES = Version("0.6")  # the oldest release whose sizing and log rules the calculator follows
-NEWEST_CHECKED = Version("0.33.99")  # releases after this are priced by 0.33's rules, with a warning
-DERIVED_TOKENS_SINCE = Version("0.32")  # logged tokens = max concurrency × max_model_len from here on
-V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows
 STATE_BLOCK_ALIGNMENT = 16  # attention block sizes are raised in multiples of this to hold one state page
 
@@ -228,7 +223,7 @@ def predict_capacity(
     _check_positive(block_size=block_size, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size)
     if available_kv_bytes < 0:
         raise HarnessError(f"available KV memory must not be negative, got {available_kv_bytes} bytes")
-    version = _engine_version(engine_version)
+    version = engine_release(engine_version)
     _, element = resolve_kv_dtype(kv_cache_dtype, shape.dtype)
     layers = _effective_layers(shape.layers, hybrid_kv_manager)
     assumptions = [f"grouping and log rules of vLLM {version}"]
@@ -273,7 +268,7 @@ def predict_capacity(
         assumptions.append(f"hybrid KV cache: {groups} groups of {group_size} layers sharing one block pool")
     num_blocks = available_kv_bytes // bytes_per_block if bytes_per_block else 0
     max_concurrency = num_blocks / per_request
-    v0 = (engine_generation or ("V0" if version < V1_DEFAULT_SINCE else "V1")).upper() == "V0"
+    v0 = runs_v0(version, engine_generation)
     if v0:
         assumptions.append("V0 engine: concurrency = blocks × block_size / max_model_len")
         max_concurrency = num_blocks * block_size / max_model_len
@@ -387,109 +382,7 @@ def _budget_assumptions(
     return notes
 
 
-def _engine_version(engine_version: str | None) -> Version:
-    try:
-        version = Version(engine_version or PRODUCTION_ENGINE)
-    except InvalidVersion:
-        raise HarnessError(f"engine version '{engine_version}' is not a version number") from None
-    if version < OLDEST_RULES:
-        raise HarnessError(
-            f"engine version {engine_version}: the calculator has no rules for vLLM releases before {OLDEST_RULES}"
-        )
-    return version
-
-
-def engine_version_warnings(engine_version: str | None) -> list[str]:
-    """A release newer than any the rules were checked against is priced, but not silently."""
-    version = _engine_version(engine_version)
-    if version > NEWEST_CHECKED:
-        return [f"engine version {version} is newer than any release the rules were checked against "
-                f"(0.6 to 0.33): priced by 0.33's rules"]
-    return []
-
-
-def _finite_positive(name: str, value: float | None) -> None:
-    """nan, inf, zero and negative memory figures are bad input, not a budget."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise HarnessError(f"{name} must be a finite positive number of GiB, got {value}")
-
-
 def _check_positive(**values: int) -> None:
     for name, value in values.items():
         if value <= 0:
             raise HarnessError(f"{name} must be positive, got {value}")
-
-
-def plan_budget(
-    shape: ModelShape,
-    *,
-    tokens: int | None = None,
-    sequences: int = 1,
-    lengths: str | None = None,
-    kv_cache_dtype: str = "auto",
-    tensor_parallel_size: int = 1,
-    block_size: int = 16,
-    shared_prefix_tokens: int = 0,
-    hybrid_kv_manager: bool = True,
-    available_kv_gib: float | None = None,
-    kv_cache_memory_bytes: int | None = None,
-    gpu_memory_gib: float | None = None,
-    gpu_memory_utilization: float = 0.9,
-    overhead_gib: float = 0.0,
-    max_model_len: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    engine_version: str | None = None,
-) -> BudgetResult:
-    """The forward budget, plus the capacity prediction when a KV memory figure is given one way or another."""
-    _finite_positive("--available-kv-gib", available_kv_gib)
-    _finite_positive("--gpu-memory-gib", gpu_memory_gib)
-    if not (math.isfinite(overhead_gib) and overhead_gib >= 0):
-        raise HarnessError(f"--overhead-gib must be a finite number ≥ 0, got {overhead_gib}")
-    warnings = engine_version_warnings(engine_version)
-    if lengths is not None:
-        try:
-            population = Population(sequence_tokens=[int(x) for x in lengths.split(",")],
-                                    shared_prefix_tokens=shared_prefix_tokens)
-        except ValueError:
-            raise HarnessError(f"lengths must be comma-separated integers, got '{lengths}'") from None
-    elif tokens is not None:
-        population = Population.uniform(sequences, tokens, shared_prefix_tokens)
-    else:
-        raise HarnessError("give --tokens (with --sequences) or --lengths")
-    result = estimate_budget(shape, population, kv_cache_dtype=kv_cache_dtype,
-                             tensor_parallel_size=tensor_parallel_size, block_size=block_size,
-                             hybrid_kv_manager=hybrid_kv_manager)
-    sources = [x is not None for x in (available_kv_gib, kv_cache_memory_bytes, gpu_memory_gib)]
-    if sum(sources) > 1:
-        raise HarnessError("give only one of --available-kv-gib, --kv-cache-memory-bytes, --gpu-memory-gib")
-    if max_model_len is not None and shape.max_position_embeddings and max_model_len > shape.max_position_embeddings:
-        warnings.append(f"--max-model-len {max_model_len:,} is above the model's max_position_embeddings "
-                        f"{shape.max_position_embeddings:,}: vLLM refuses it unless rope scaling or "
-                        "VLLM_ALLOW_LONG_MAX_MODEL_LEN allows it")
-    if not any(sources):
-        return result.model_copy(update={"warnings": warnings})
-    if available_kv_gib is not None:
-        available, source = int(available_kv_gib * GiB), f"{available_kv_gib} GiB as logged by vLLM"
-    elif kv_cache_memory_bytes is not None:
-        available, source = kv_cache_memory_bytes, "--kv-cache-memory-bytes reservation"
-    else:
-        if result.weights_bytes is None:
-            raise HarnessError(f"{shape.name}: weights unknown, so --gpu-memory-gib cannot be turned into KV memory")
-        overhead = int(overhead_gib * GiB)
-        usable = int(gpu_memory_gib * GiB * gpu_memory_utilization)
-        if result.weights_bytes + overhead > usable:
-            warnings.append(f"the weights ({result.weights_bytes / GiB:.2f} GiB per GPU) and overhead do not fit in "
-                            f"{gpu_memory_gib} GiB × {gpu_memory_utilization} = {usable / GiB:.2f} GiB: "
-                            "vLLM cannot start this model on this GPU (0 KV blocks)")
-        available = available_kv_bytes_from_gpu(int(gpu_memory_gib * GiB), gpu_memory_utilization,
-                                                 result.weights_bytes + overhead)
-        source = (f"{gpu_memory_gib} GiB × {gpu_memory_utilization} − weights − {overhead_gib} GiB overhead"
-                  + ("" if overhead else " (activation peak and non-torch memory not given: optimistic)"))
-    model_len = max_model_len or shape.max_position_embeddings
-    if model_len is None:
-        raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
-    capacity = predict_capacity(shape, available_kv_bytes=available, block_size=block_size, max_model_len=model_len,
-                                kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
-                                max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
-                                hybrid_kv_manager=hybrid_kv_manager, available_kv_source=source)
-    return result.model_copy(update={"capacity": capacity, "warnings": warnings})

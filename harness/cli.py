@@ -74,9 +74,6 @@ def emulate(
     )
 
 
-NOT_BUDGET_OPTIONS = ("model", "revision", "json_output", "gpu", "max_num_seqs", "quantization", "field_check")
-
-
 @app.command()
 @one_line_errors
 def budget(
@@ -105,10 +102,9 @@ def budget(
     json_output: bool = typer.Option(False, "--json", help="print the versioned JSON result"),
 ) -> None:
     """Predict KV bytes for a live-token population, the weights, and what vLLM makes of a KV budget."""
-    options = {name: value for name, value in locals().items() if name not in NOT_BUDGET_OPTIONS}
     from rich.console import Console
 
-    from harness.budget import plan_budget
+    from harness.budget_plan import BudgetOptions, plan_budget
     from harness.budget_table import budget_renderable
     from harness.model_shape import load_model_shape
 
@@ -120,7 +116,7 @@ def budget(
         print(report.model_dump_json(indent=2)) if json_output else Console().print(field_renderable(report))
         return
     if gpu is not None:
-        from harness.budget import PRODUCTION_ENGINE, engine_version_warnings
+        from harness.releases import PRODUCTION_ENGINE, engine_version_warnings
         from harness.fit_answer import answer_fit, answer_renderable
 
         for warning in engine_version_warnings(engine_version):
@@ -133,7 +129,15 @@ def budget(
         )
         print(answer.model_dump_json(indent=2)) if json_output else Console().print(answer_renderable(answer))
         return
-    result = plan_budget(load_model_shape(model, revision), **options)
+    options = BudgetOptions(
+        tokens=tokens, sequences=sequences, lengths=lengths, kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size, block_size=block_size, shared_prefix_tokens=shared_prefix_tokens,
+        hybrid_kv_manager=hybrid_kv_manager, available_kv_gib=available_kv_gib,
+        kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_gib=gpu_memory_gib,
+        gpu_memory_utilization=gpu_memory_utilization, overhead_gib=overhead_gib, max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
+    )
+    result = plan_budget(load_model_shape(model, revision), options)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if json_output:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.report import WrittenReport, write_report
-from harness.budget import plan_budget
+from harness.budget_plan import BudgetOptions, plan_budget
 from harness.budget_table import budget_renderable
 from harness.errors import EXIT_INVALID, HarnessError
 from harness.inventory import load_inventory
@@ -76,10 +76,10 @@ def run_demo(out: Path, console: Console, repeats: int = 1) -> DemoResult:
     tokens = inventory.prompts[0].prompt_tokens + inventory.prompts[0].output_cap_tokens
     console.print(f"workload: {inventory.manifest.name}, {CONCURRENCY} concurrent requests of {tokens} tokens "
                   f"(prompt + output cap); KV cache reserved: {engine['kv_cache_memory_bytes']:,} bytes")
-    console.print(budget_renderable(plan_budget(
-        load_model_shape(str(model)), tokens=tokens, sequences=CONCURRENCY, block_size=engine["block_size"],
+    console.print(budget_renderable(plan_budget(load_model_shape(str(model)), BudgetOptions(
+        tokens=tokens, sequences=CONCURRENCY, block_size=engine["block_size"],
         kv_cache_memory_bytes=engine["kv_cache_memory_bytes"], max_model_len=engine["max_model_len"],
-        engine_version=LOCAL_ENGINE_VERSION)))
+        engine_version=LOCAL_ENGINE_VERSION))))
 
     console.rule(f"3/4  Launch and measure: {SWEEP.name} with the local-cpu preset")
     console.print(f"each point: {CONCURRENCY} requests in flight for {LOAD_DURATION_S:g} s, then the ones in flight "

@@ -17,7 +17,8 @@ import numpy as np
 from packaging.version import Version
 from pydantic import BaseModel
 
-from harness.budget import V1_DEFAULT_SINCE, GiB, CapacityPrediction, predict_capacity
+from harness.budget import GiB, CapacityPrediction, predict_capacity
+from harness.releases import runs_v0
 from harness.errors import HarnessError
 from harness.field_corpus import FieldCase, load_corpus
 from harness.gpu_catalog import gpu_memory
@@ -306,7 +307,7 @@ def _context_counted(case: FieldCase) -> bool:
 
 def _v0(case: FieldCase) -> bool:
     version = Version(case.facts.vllm_version)
-    return (case.facts.engine or ("V0" if version < V1_DEFAULT_SINCE else "V1")).upper() == "V0"
+    return runs_v0(version, case.facts.engine)
 
 
 def _sampler(case: FieldCase) -> str:

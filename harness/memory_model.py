@@ -19,7 +19,8 @@ from typing import Any
 from packaging.version import Version
 from pydantic import BaseModel
 
-from harness.budget import GiB, V1_DEFAULT_SINCE
+from harness.budget import GiB
+from harness.releases import runs_v0
 from harness.errors import HarnessError
 
 GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
@@ -262,7 +263,7 @@ def plan_waterfall(
     if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     version = Version(engine_version)
-    v0 = (engine_generation or ("V0" if version < V1_DEFAULT_SINCE else "V1")).upper() == "V0"
+    v0 = runs_v0(version, engine_generation)
     size = model_size(config)
     parallel = tensor_parallel_size * pipeline_parallel_size
     tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, max_model_len,

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from harness.budget import GiB, Population, estimate_budget, plan_budget, predict_capacity
+from harness.budget import GiB, Population, estimate_budget, predict_capacity
+from harness.budget_plan import BudgetOptions, plan_budget
 from harness.errors import HarnessError
 from harness.model_shape import LayerKind, load_model_shape
 
@@ -202,8 +203,8 @@ def test_hybrid_capacity_groups_layers_like_vllm(tmp_path):
 
 
 def test_gpu_budget_subtracts_weights_and_overhead(qwen3_4b):
-    result = plan_budget(qwen3_4b, tokens=4096, sequences=8, gpu_memory_gib=24, gpu_memory_utilization=0.9,
-                         overhead_gib=1.5, max_model_len=4096)
+    result = plan_budget(qwen3_4b, BudgetOptions(tokens=4096, sequences=8, gpu_memory_gib=24,
+                                                 gpu_memory_utilization=0.9, overhead_gib=1.5, max_model_len=4096))
     available = int(24 * GiB * 0.9) - 8_044_936_192 - int(1.5 * GiB)
     assert result.capacity.available_kv_bytes == available
     assert result.capacity.num_blocks == available // (16 * QWEN3_4B_PER_TOKEN)

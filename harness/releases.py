@@ -1,0 +1,44 @@
+"""Which vLLM release's rules apply: the calculator follows each release's sizing and log arithmetic.
+
+A release is given as a version string (from a log, a flag or the pinned image); before the oldest release
+with rules it is refused, after the newest one checked it is priced by that one's rules, with a warning.
+"""
+
+from __future__ import annotations
+
+from packaging.version import InvalidVersion, Version
+
+from harness.errors import HarnessError
+
+PRODUCTION_ENGINE = "0.11.2"  # the pinned image; its log and grouping rules are the default
+OLDEST_RULES = Version("0.6")  # the oldest release whose sizing and log rules the calculator follows
+NEWEST_CHECKED = Version("0.33.99")  # releases after this are priced by 0.33's rules, with a warning
+DERIVED_TOKENS_SINCE = Version("0.32")  # logged tokens = max concurrency × max_model_len from here on
+V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on
+
+
+def engine_release(engine_version: str | None) -> Version:
+    """The release whose rules apply; the pinned image's when none is given."""
+    try:
+        version = Version(engine_version or PRODUCTION_ENGINE)
+    except InvalidVersion:
+        raise HarnessError(f"engine version '{engine_version}' is not a version number") from None
+    if version < OLDEST_RULES:
+        raise HarnessError(
+            f"engine version {engine_version}: the calculator has no rules for vLLM releases before {OLDEST_RULES}"
+        )
+    return version
+
+
+def engine_version_warnings(engine_version: str | None) -> list[str]:
+    """A release newer than any the rules were checked against is priced, but not silently."""
+    version = engine_release(engine_version)
+    if version > NEWEST_CHECKED:
+        return [f"engine version {version} is newer than any release the rules were checked against "
+                f"(0.6 to 0.33): priced by 0.33's rules"]
+    return []
+
+
+def runs_v0(version: Version, engine_generation: str | None = None) -> bool:
+    """Whether the V0 engine sized the cache: as stated ("V0"/"V1"), else the release's default engine."""
+    return (engine_generation or ("V0" if version < V1_DEFAULT_SINCE else "V1")).upper() == "V0"
