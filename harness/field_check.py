@@ -70,11 +70,21 @@ class LaunchCheck(BaseModel):
     fits_predicted: bool | None = None
 
 
+class SamplerFact(BaseModel):
+    """V1's top-k/top-p sampler and where the figure came from: "log" (`evidence` is the line), "stated" (the
+    case's `sampler:` fact), "assumed" (DEFAULT_V1_SAMPLER) or "V0" (which always sorts)."""
+
+    name: str
+    source: str
+    evidence: str | None = None
+
+
 class CaseResult(BaseModel):
     id: str
     source: str
     release: str
     family: str
+    sampler: SamplerFact
     started: bool
     cache_fit: bool  # whether a max_model_len request fitted the cache: what the fit / no-fit calls are scored on
     logged: LoggedCheck
@@ -97,7 +107,8 @@ def run_field_check(directory: Path) -> FieldReport:
         shape = shapes.get(case.facts.config or "")
         results.append(CaseResult(
             id=case.id, source=str(case.source), release=case.facts.vllm_version, family=case.family,
-            started=case.facts.started, cache_fit=case.facts.started or case.facts.failed_after_cache_sized,
+            sampler=sampler_fact(case), started=case.facts.started,
+            cache_fit=case.facts.started or case.facts.failed_after_cache_sized,
             logged=check_logged(case, shape),
             launch=check_launch(case, shape, config, constants, held_back=case.id not in fit_ids),
         ))
@@ -206,7 +217,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         engine_version=facts.vllm_version, dtype_bytes=2, quantization=facts.quantization,
         tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
         max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
-        engine_generation=facts.engine, gpu_name=facts.gpu, sampler=facts.sampler,
+        engine_generation=facts.engine, gpu_name=facts.gpu, sampler=_known_sampler(case),
     )
     logged_terms = logged_term_bytes(log)
     terms = [TermCheck(name=t.name, predicted_bytes=t.bytes, logged_bytes=logged_terms.get(t.name),
@@ -254,9 +265,10 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
 
     The activation peak is the larger of the forward pass and the sampler (both from vLLM's code, see
     `harness/memory_model.py`); only the PyTorch sampler's bytes per logit are fitted, on the logs that
-    print their activation and sampled with it (V0, or V1 stating it). Non-torch memory is read from
-    the profile where a release prints it; where a log gives only the GPU total, the weights and the
-    KV memory, the remainder less the predicted activation is what the profile held outside torch.
+    print their activation and sampled with it (V0, or V1 whose log prints its sampler line or whose facts
+    state it). Non-torch memory is read from the profile where a release prints it; where a log gives only
+    the GPU total, the weights and the KV memory, the remainder less the predicted activation is what the
+    profile held outside torch, counted only where the sampler behind that activation is known.
     """
     rows, targets, graphs, used = [], [], [], set()
     non_torch: list[tuple[FieldCase, float]] = []  # GiB outside torch, as logged or implied
@@ -271,12 +283,12 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         if "non_torch" in logged:
             non_torch.append((case, logged["non_torch"] / GiB))
             used.add(case.id)
-        elif total is not None and (_v0(case) or case.facts.sampler):
+        elif total is not None and _known_sampler(case):
             implied.append((case, config, total[0]))  # nothing in the remainder may rest on an assumed sampler
         if "cuda_graphs" in logged:
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
-        if "activation_peak" in logged and total is not None and _sampler(case) == "pytorch":
+        if "activation_peak" in logged and total is not None and _known_sampler(case) == "pytorch":
             rows.append(_activation_parts(case, config, total[0]))
             targets.append(logged["activation_peak"])
             used.add(case.id)
@@ -310,8 +322,28 @@ def _v0(case: FieldCase) -> bool:
     return runs_v0(version, case.facts.engine)
 
 
+def sampler_fact(case: FieldCase) -> SamplerFact:
+    """The sampler as the log prints it, else as the facts state it, else the assumed default."""
+    if _v0(case):
+        return SamplerFact(name="pytorch", source="V0")
+    logged, stated = case.logged_sampler(), case.facts.sampler
+    if logged and stated and logged[0] != stated:
+        raise HarnessError(f"case {case.id}: the log says {logged[0]} sampled, the facts say {stated}")
+    if logged:
+        return SamplerFact(name=logged[0], source="log", evidence=logged[1])
+    if stated:
+        return SamplerFact(name=stated, source="stated")
+    return SamplerFact(name=DEFAULT_V1_SAMPLER, source="assumed")
+
+
 def _sampler(case: FieldCase) -> str:
-    return "pytorch" if _v0(case) else (case.facts.sampler or DEFAULT_V1_SAMPLER)
+    return sampler_fact(case).name
+
+
+def _known_sampler(case: FieldCase) -> str | None:
+    """The sampler when the log or the facts establish it (V0 always sorts), None when it is assumed."""
+    fact = sampler_fact(case)
+    return None if fact.source == "assumed" else fact.name
 
 
 def _activation_parts(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[int, int, int]:

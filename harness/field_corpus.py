@@ -19,6 +19,16 @@ from harness.errors import HarnessError, describe_validation_error
 from harness.server_logs import StartupCapacity, parse_startup_log
 
 MODEL_SIZE = re.compile(r"\d+(?:\.\d+)?[BbMm]")
+# What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using
+# FlashInfer for top-p & top-k sampling." or a fallback to the sort, "FlashInfer is not available. Falling back
+# to the PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install
+# FlashInfer." (the corpus's 0.9.2 to 0.11.0 logs) or 0.8's "Currently, FlashInfer top-p & top-k sampling
+# sampler is disabled because FlashInfer>=v0.2.3 is not backward compatible. Falling back to the PyTorch-native
+# implementation of top-p & top-k sampling." A release that prints neither leaves the sampler to the facts.
+SAMPLER_LINES = {
+    "flashinfer": re.compile(r"Using FlashInfer for top-p & top-k sampling"),
+    "pytorch": re.compile(r"Falling back to the PyTorch-native implementation of top-p & top-k sampling"),
+}
 
 
 class CaseFacts(pydantic.BaseModel, extra="forbid"):
@@ -38,7 +48,7 @@ class CaseFacts(pydantic.BaseModel, extra="forbid"):
     max_num_seqs: int | None = None
     block_size: int = 16
     engine: str | None = None  # "V0" or "V1" when the release could run either
-    sampler: str | None = None  # V1's top-k/top-p sampler when the log names it: "flashinfer" or "pytorch"
+    sampler: str | None = None  # V1's top-k/top-p sampler as the thread states it: "flashinfer" or "pytorch"
     started: bool = True
     failed_after_cache_sized: bool = False  # the cache held a full-length request; the start failed later
 
@@ -53,6 +63,14 @@ class FieldCase(pydantic.BaseModel, extra="forbid"):
 
     def parsed(self) -> StartupCapacity:
         return parse_startup_log(self.log)
+
+    def logged_sampler(self) -> tuple[str, str] | None:
+        """(sampler, the first line naming it) when the log names V1's top-k/top-p sampler."""
+        found = [(name, line.strip()) for line in self.log.splitlines()
+                 for name, pattern in SAMPLER_LINES.items() if pattern.search(line)]
+        if len({name for name, _ in found}) > 1:
+            raise HarnessError(f"case {self.id}: the log names both samplers")
+        return found[0] if found else None
 
     @property
     def family(self) -> str:

@@ -82,16 +82,17 @@ def _logged_table(report: FieldReport) -> Table:
 
 
 def _launch_table(report: FieldReport) -> Table:
-    table = Table("case", "set", *[f"{t}_gib pred/logged" for t in TERMS], "kv_gib pred/logged",
+    table = Table("case", "set", "sampler (from)", *[f"{t}_gib pred/logged" for t in TERMS], "kv_gib pred/logged",
                   "kv_tokens pred/logged", "residual_pct", "fits pred/real", title="Before launch")
     for case in report.cases:
         launch = case.launch
+        sampler = f"{case.sampler.name} ({case.sampler.source})"
         if launch.status != "scored":
-            table.add_row(case.id, _set(case), *[""] * (len(TERMS) + 3), launch.status)
+            table.add_row(case.id, _set(case), sampler, *[""] * (len(TERMS) + 3), launch.status)
             continue
         terms = {t.name: t for t in launch.terms}
         table.add_row(
-            case.id, _set(case),
+            case.id, _set(case), sampler,
             *[_pair(terms[t].predicted_bytes, terms[t].logged_bytes) + ("" if terms[t].subtracted else " (after)")
               for t in TERMS],
             _pair(launch.kv_bytes_predicted, launch.kv_bytes_logged),

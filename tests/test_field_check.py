@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from harness.budget import GiB
-from harness.field_check import implied_overhead_bytes, check_logged, fit_constants, run_field_check, stage_shapes
+from harness.errors import HarnessError
+from harness.field_check import (SamplerFact, check_logged, fit_constants, implied_overhead_bytes, run_field_check,
+                                 sampler_fact, stage_shapes)
 from harness.field_corpus import load_corpus
 from harness.field_report import score, summary_lines
 from harness.gpu_catalog import gpu_memory
@@ -102,6 +104,34 @@ def test_shipped_constants_are_the_fit_on_the_fit_half_only(report):
     assert held.isdisjoint(FITTED_CONSTANTS.fitted_on)
 
 
+def test_the_sampler_is_read_from_the_log_line_and_priced_as_it_ran(report):
+    # Test 4 prints "Using FlashInfer for top-p & top-k sampling.", so its profiling run (Qwen2-7B on an A100
+    # under 0.10.1.1: 2,048 tokens, 256 rows) peaks at FlashInfer's 2,048 × 3,584 × 2 B + 256 × 152,064 × 14 B
+    # = 14,680,064 + 544,997,376 = 559,677,440 B, not at the sort's.
+    case = next(c for c in report.cases if c.id == "v0101-qwen2-7b-a100-util025")
+    line = ("(EngineCore_0 pid=1812) INFO 09-04 01:02:57 [topk_topp_sampler.py:50] "
+            "Using FlashInfer for top-p & top-k sampling.")
+    assert case.sampler == SamplerFact(name="flashinfer", source="log", evidence=line)
+    assert next(t.predicted_bytes for t in case.launch.terms if t.name == "activation_peak") == 559_677_440
+    # Test 1, the same release over Ray: "FlashInfer is not available. Falling back to the PyTorch-native ...".
+    two_nodes = next(c for c in report.cases if c.id == "v0101-qwen2-7b-a100-40gb-tp2-two-nodes")
+    assert (two_nodes.sampler.name, two_nodes.sampler.source) == ("pytorch", "log")
+    assert {c.sampler.source for c in report.cases} == {"log", "assumed", "V0"}
+
+
+def test_without_a_sampler_line_the_stated_fact_then_the_default_decides():
+    cases, _ = load_corpus(CORPUS)
+    case = next(c for c in cases if c.id == "v0101-qwen2-7b-a100-util025")
+    unlogged = case.model_copy(update={"log": "\n".join(
+        line for line in case.log.splitlines() if "topk_topp_sampler" not in line)})
+    stated = unlogged.model_copy(update={"facts": case.facts.model_copy(update={"sampler": "flashinfer"})})
+    assert sampler_fact(stated) == SamplerFact(name="flashinfer", source="stated")
+    assert sampler_fact(unlogged) == SamplerFact(name="pytorch", source="assumed")
+    contradicted = case.model_copy(update={"facts": case.facts.model_copy(update={"sampler": "pytorch"})})
+    with pytest.raises(HarnessError, match="the log says flashinfer sampled"):
+        sampler_fact(contradicted)
+
+
 def test_llama_parameter_count_by_hand():
     # Llama-3.1-8B: embeddings 128,256 × 4,096 twice (untied) = 1,050,673,152; per layer attention
     # 4,096 × 128 × (2·32 + 2·8) = 41,943,040 and MLP 3 × 4,096 × 14,336 = 176,160,768, × 32 layers
@@ -174,6 +204,7 @@ def test_field_check_command_prints_the_residual_table():
     assert "From the logged KV memory" in out and "Before launch" in out and "Error of each term" in out
     assert "Summary per release" in out and "Summary per model family" in out
     assert "from logged KV memory:" in out and "fit / no-fit before launch:" in out
+    assert "flashinfer (log)" in out
 
 
 def _case_log(tmp_path: Path, case_id: str) -> Path:
