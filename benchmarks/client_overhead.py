@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import numpy as np
 
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
+from harness.loopback import free_port
 from harness.record import read_requests
 
 ENGINE_VENV = Path(os.environ.get("HARNESS_ENGINE_VENV", Path.home() / ".cache/vllm-serving-harness/engine-venv"))
@@ -87,12 +87,6 @@ print(json.dumps({
     "itl_error_ms": [gap * 1000 - spec["itl_ms"] for _, itl in served for gap in itl],
 }))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def pinned(cpu: int | None):

@@ -25,11 +25,11 @@ from typing import Any
 import httpx
 
 from harness.errors import HarnessError
+from harness.loopback import LOCAL_HOST, free_port
 from harness.placement import place_engine
 from harness.specs import render
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
-LOCAL_HOST = "127.0.0.1"
 STOP_GRACE_S = 15.0
 HEALTH_POLL_S = 0.5
 
@@ -122,12 +122,6 @@ def _with_option(argv: list[str], option: str, value: str) -> list[str]:
         elif not word.startswith(option + "="):
             result.append(word)
     return [*result, option, value]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOCAL_HOST, 0))
-        return probe.getsockname()[1]
 
 
 def _refuse_busy_port(port: int) -> None:

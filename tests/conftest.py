@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from harness.loopback import free_port
 from harness.tiny_model import ensure_tiny_model
 
 if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests without an engine need not pay
@@ -137,9 +137,3 @@ def emulator_process(**options: object) -> Iterator[tuple[str, subprocess.Popen]
             process.terminate()
         process.wait(timeout=10)
 
-
-def free_port() -> int:
-    """A free loopback port (harness.launch has one too, but importing it loads polyaxon)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

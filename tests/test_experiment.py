@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.experiment import engine_limits
-from harness.launch import ENGINE_MODULE, engine_base_url, engine_python, free_port, local_engine_words
+from harness.launch import ENGINE_MODULE, engine_base_url, engine_python, local_engine_words
+from harness.loopback import free_port
 from harness.runner import build_run_config
 
 HARNESS = str(Path(sys.executable).with_name("harness"))

@@ -12,10 +12,10 @@ import pytest
 from polyaxon.client import ProjectClient, RunClient
 
 from harness.errors import HarnessError
+from harness.loopback import free_port
 from harness.specs import render
 from harness.sweep import Outcome, PolyaxonBackend, run_sweep, sweep_points
 
-from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))

@@ -21,13 +21,14 @@ from harness.errors import HarnessError
 from harness.experiment import measure
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
+from harness.loopback import free_port
 from harness.runner import build_run_config, run_load
 from harness.server_logs import parse_startup_log
 from harness.server_metrics import Histogram, HistogramBucket, MetricsSnapshot
 from harness.stats import RunSummary
 from harness.tracking import ENGINE_JSON, TRACKING_JSON, capacity_outputs, live_series, track_run
 
-from conftest import emulator, free_port
+from conftest import emulator
 
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 LIMITS = {"max_num_seqs": 4, "max_model_len": 1024, "kv_cache_memory_bytes": 4_194_304}
