@@ -36,6 +36,7 @@ import numpy as np
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
 from harness.loopback import free_port
+from harness.ready import wait_until_healthy
 from harness.record import read_requests
 
 ENGINE_VENV = Path(os.environ.get("HARNESS_ENGINE_VENV", Path.home() / ".cache/vllm-serving-harness/engine-venv"))
@@ -108,12 +109,9 @@ def start_emulator(args: argparse.Namespace, cpu: int | None) -> tuple[subproces
     ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, preexec_fn=pinned(cpu))
     base_url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
-                return process, base_url
-        except httpx.HTTPError:
-            time.sleep(0.05)
+    if wait_until_healthy(base_url, 10, process=process, poll_s=0.05, request_timeout_s=1) == "healthy":
+        return process, base_url
+    process.kill()
     raise SystemExit("emulator did not start")
 
 

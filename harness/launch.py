@@ -27,6 +27,7 @@ import httpx
 from harness.errors import HarnessError
 from harness.loopback import LOCAL_HOST, free_port
 from harness.placement import place_engine
+from harness.ready import is_healthy, wait_until_healthy
 from harness.specs import render
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
@@ -264,23 +265,14 @@ def _group_alive(pgid: int) -> bool:
 
 def _wait_until_healthy(engine: RunningEngine, process: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Poll /health until it answers 200; an engine that exits first ends the wait with its own error."""
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=2.0) as client:
-        while True:
-            code = process.poll()
-            if code is not None:
-                reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
-                raise EngineStartError(
-                    f"engine exited with code {code} before it was healthy: {reason} (log: {engine.log_path})"
-                )
-            try:
-                if client.get(f"{engine.base_url}/health").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise EngineStartError(f"engine not healthy after {timeout_s:g} s (log: {engine.log_path})")
-            time.sleep(HEALTH_POLL_S)
+    outcome = wait_until_healthy(engine.base_url, timeout_s, process=process, poll_s=HEALTH_POLL_S)
+    if outcome == "exited":
+        reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
+        raise EngineStartError(
+            f"engine exited with code {process.returncode} before it was healthy: {reason} (log: {engine.log_path})"
+        )
+    if outcome == "timed_out":
+        raise EngineStartError(f"engine not healthy after {timeout_s:g} s (log: {engine.log_path})")
 
 
 @contextmanager
@@ -311,10 +303,6 @@ def wait_while_healthy(engine: RunningEngine, poll_s: float = 5.0) -> None:
     with httpx.Client(timeout=10.0) as client:
         while True:
             time.sleep(poll_s)
-            try:
-                healthy = client.get(f"{engine.base_url}/health").status_code == 200
-            except httpx.TransportError:
-                healthy = False
-            if not healthy:
+            if not is_healthy(client, engine.base_url):
                 reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
                 raise HarnessError(f"engine stopped answering /health: {reason} (log: {engine.log_path})")

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from harness.loopback import free_port
+from harness.ready import wait_until_healthy
 from harness.tiny_model import ensure_tiny_model
 
 if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests without an engine need not pay
@@ -120,16 +121,10 @@ def emulator_process(**options: object) -> Iterator[tuple[str, subprocess.Popen]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"emulator did not start: {process.stderr.read().decode() if process.stderr else ''}")
-            time.sleep(0.05)
+        if wait_until_healthy(base_url, 20, process=process, poll_s=0.05, request_timeout_s=1) != "healthy":
+            process.kill()  # one that is still starting would keep its stderr open for ever
+            _, stderr = process.communicate(timeout=10)
+            raise RuntimeError(f"emulator did not start: {stderr.decode()}")
         yield base_url, process
     finally:
         if process.poll() is None:
