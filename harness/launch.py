@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from harness.engine_args import engine_port, option_value, with_option
 from harness.errors import HarnessError
 from harness.loopback import LOCAL_HOST, free_port
 from harness.placement import place_engine
@@ -108,21 +109,7 @@ def local_engine_words(words: list[str], python: Path, port: int) -> list[str]:
     if module_at < 2 or words[module_at - 1] != "-m":
         raise HarnessError(f"expected 'python -m {ENGINE_MODULE}' in the container command: {' '.join(words)}")
     argv = [str(python), "-m", ENGINE_MODULE, *words[module_at + 1 :]]
-    return _with_option(_with_option(argv, "--host", LOCAL_HOST), "--port", str(port))
-
-
-def _with_option(argv: list[str], option: str, value: str) -> list[str]:
-    """Set `option` to `value` whether it was written as two words, as option=value, or not at all."""
-    result: list[str] = []
-    skip_next = False
-    for index, word in enumerate(argv):
-        if skip_next:
-            skip_next = False
-        elif word == option:
-            skip_next = index + 1 < len(argv)
-        elif not word.startswith(option + "="):
-            result.append(word)
-    return [*result, option, value]
+    return with_option(with_option(argv, "--host", LOCAL_HOST), "--port", str(port))
 
 
 def _refuse_busy_port(port: int) -> None:
@@ -185,16 +172,6 @@ def start_engine(
         yield engine
 
 
-def engine_port(argv: list[str]) -> int:
-    """The engine command's --port (two words or option=value); vLLM's default is 8000."""
-    for index, word in enumerate(argv):
-        if word == "--port" and index + 1 < len(argv):
-            return int(argv[index + 1])
-        if word.startswith("--port="):
-            return int(word.split("=", 1)[1])
-    return 8000
-
-
 def engine_base_url(argv: list[str]) -> str:
     """Where an engine started here answers: loopback, whatever address it binds."""
     return f"http://{LOCAL_HOST}:{engine_port(argv)}"
@@ -229,7 +206,7 @@ def _engine_process(argv: list[str], env: dict[str, str], log: Any) -> Iterator[
 
 def _hub_env(argv: list[str]) -> dict[str, str]:
     """A model given as a local directory needs no hub: offline mode keeps transformers off the network."""
-    model = next((argv[index + 1] for index, word in enumerate(argv[:-1]) if word == "--model"), None)
+    model = option_value(argv, "--model")
     return {"HF_HUB_OFFLINE": "1"} if model and Path(model).is_dir() else {}
 
 

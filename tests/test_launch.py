@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
 from harness.cli import app
+from harness.engine_args import option_value
 from harness.errors import HarnessError
 from harness.launch import engine_error_line, engine_python, local_engine, local_engine_words, stop_process_group
 from harness.specs import render
@@ -117,7 +118,7 @@ def test_service_runs_on_the_real_engine_and_streams_a_token_id_prompt(start_eng
     engine = start_engine()
     assert engine.argv[0] == str(engine_python())
     assert engine.base_url == f"http://127.0.0.1:{engine.port}"
-    body = {"model": engine.argv[engine.argv.index("--model") + 1], "prompt": [11, 22, 33, 44, 55],
+    body = {"model": option_value(engine.argv, "--model"), "prompt": [11, 22, 33, 44, 55],
             "max_tokens": 6, "temperature": 0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
     with httpx.stream("POST", f"{engine.base_url}/v1/completions", json=body, timeout=60) as response:
