@@ -17,9 +17,9 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.model_shape import LayerKind, LayerSpec, ModelShape
+from harness.units import GiB  # re-exported: field_check and memory_model import it from here
 
 SCHEMA_VERSION = 1
-GiB = 1 << 30
 KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32", "fp32": "float32"}
 PRODUCTION_ENGINE = "0.11.2"  # the pinned image; its log and grouping rules are the default

