@@ -16,13 +16,14 @@ import httpx
 import pytest
 
 from harness.loopback import free_port
+from harness.polyaxon_client import QUIET_POLYAXON_ENV, quiet_polyaxon
 from harness.ready import wait_until_healthy
 from harness.tiny_model import ensure_tiny_model
 
 if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests without an engine need not pay
     from harness.launch import RunningEngine
 
-os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
+quiet_polyaxon()  # for the tests that import polyaxon themselves
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HARNESS = str(Path(sys.executable).with_name("harness"))
@@ -69,7 +70,7 @@ def polyaxon_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Polyaxon API (`haupt sandbox`, SQLite): it stores, compiles and expands runs, never executes them."""
     home = tmp_path_factory.mktemp("polyaxon-sandbox")
     port = free_port()
-    env = {**os.environ, "HOME": str(home), "POLYAXON_DISABLE_ERRORS_REPORTING": "true"}
+    env = {**os.environ, "HOME": str(home), **QUIET_POLYAXON_ENV}
     haupt = str(Path(sys.executable).with_name("haupt"))
     log = open(home / "sandbox.log", "wb")  # noqa: SIM115 - closed at teardown
     process = subprocess.Popen(
