@@ -31,6 +31,16 @@ SERVICE_FILE = REPO_ROOT / "polyaxonfiles" / "vllm-service.yaml"
 LOCAL_CPU_PRESET = REPO_ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml"
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects anything
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts a Polyaxon API (the polyaxon_api fixture, directly or through another fixture) is
+    marked `sandbox`, so that `-m "not sandbox"` leaves out every one of them: refuse the run otherwise."""
+    unmarked = [item.nodeid for item in items
+                if "polyaxon_api" in getattr(item, "fixturenames", ()) and item.get_closest_marker("sandbox") is None]
+    if unmarked:
+        raise pytest.UsageError("these tests use polyaxon_api without @pytest.mark.sandbox: " + ", ".join(unmarked))
+
+
 def local_cpu_engine(
     model_dir: Path, log_path: Path, health_timeout_s: float = 300, **params: object
 ) -> AbstractContextManager[RunningEngine]:

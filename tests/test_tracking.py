@@ -67,6 +67,7 @@ def assert_figures_match(inputs: dict, outputs: dict, run_dir: Path) -> None:
     assert outputs["valid"] is summary.valid
 
 
+@pytest.mark.sandbox
 def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tmp_path: Path, polyaxon_api: str):
     offline = tmp_path / "offline"
     tracked = track_run(run_record, project="local/harness-tests", offline_root=offline)
@@ -90,6 +91,7 @@ def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tm
     assert_figures_match(client.get_inputs(), client.get_outputs(), run_record)
 
 
+@pytest.mark.sandbox
 def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, polyaxon_api: str):
     ProjectClient(owner="default").create({"name": "harness-online"})
     fresh = run_record.parent / "online-run"
@@ -113,6 +115,7 @@ def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, 
     assert {"config-json", "engine-json", "summary-json", "samples-jsonl", "requests-parquet"} <= lineage
 
 
+@pytest.mark.sandbox
 def test_unknown_project_and_unreachable_api_are_one_line(run_record: Path, polyaxon_api: str, monkeypatch):
     with pytest.raises(HarnessError, match="'default/no-such-project'.*404"):
         track_run(run_record, project="default/no-such-project")
