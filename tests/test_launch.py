@@ -173,4 +173,4 @@ def test_no_engine_process_outlives_a_killed_caller(tiny_model_dir: Path, tmp_pa
         assert wait_until_group_gone(engine_pid, timeout_s=60) == []
     finally:
         caller.kill()
-        caller.wait()
+        caller.wait(timeout=30)

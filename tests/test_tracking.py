@@ -95,7 +95,7 @@ def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tm
 def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, polyaxon_api: str):
     ProjectClient(owner="default").create({"name": "harness-online"})
     fresh = run_record.parent / "online-run"
-    subprocess.run(["cp", "-r", str(run_record), str(fresh)], check=True)
+    subprocess.run(["cp", "-r", str(run_record), str(fresh)], check=True, timeout=60)
     config = json.loads((fresh / "config.json").read_text())
     config["run_id"] = uuid.uuid4().hex  # a second Polyaxon run of the same record
     (fresh / "config.json").write_text(json.dumps(config))
