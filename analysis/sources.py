@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
+from harness.polyaxon_client import quiet_polyaxon
 from harness.record import check_run_files, read_samples
 from harness.schema import RunFile, TrackedRun
 from harness.tracking import SERIES, live_name, run_io
@@ -109,7 +109,7 @@ def runs_from_offline_root(root: Path) -> list[SourcedRun]:
 
 
 def _offline_client() -> Any:
-    os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
+    quiet_polyaxon()
     from polyaxon.client import RunClient
 
     logging.getLogger("polyaxon").setLevel(logging.WARNING)  # "offline data loaded from ..." per run
@@ -130,7 +130,7 @@ def _offline_series(metric_dir: Path) -> pd.DataFrame:
 
 def runs_from_polyaxon(project: str, query: str | None = None, limit: int = DEFAULT_API_LIMIT) -> list[SourcedRun]:
     """Runs of a project on the Polyaxon API, each with its inputs, outputs and metric series."""
-    os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
+    quiet_polyaxon()
     from polyaxon.client import RunClient
 
     owner, _, name = project.rpartition("/")

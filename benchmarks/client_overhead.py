@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ import numpy as np
 
 from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.inventory_build import build_token_id_inventory
+from harness.loopback import free_port
+from harness.ready import wait_until_healthy
 from harness.record import read_requests
 
 ENGINE_VENV = Path(os.environ.get("HARNESS_ENGINE_VENV", Path.home() / ".cache/vllm-serving-harness/engine-venv"))
@@ -89,12 +90,6 @@ print(json.dumps({
 """
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def pinned(cpu: int | None):
     """A preexec function that pins the child to one core (when the machine has more than one)."""
     return (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
@@ -114,12 +109,9 @@ def start_emulator(args: argparse.Namespace, cpu: int | None) -> tuple[subproces
     ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, preexec_fn=pinned(cpu))
     base_url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
-                return process, base_url
-        except httpx.HTTPError:
-            time.sleep(0.05)
+    if wait_until_healthy(base_url, 10, process=process, poll_s=0.05, request_timeout_s=1) == "healthy":
+        return process, base_url
+    process.kill()
     raise SystemExit("emulator did not start")
 
 

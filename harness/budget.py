@@ -19,7 +19,6 @@ from harness.model_shape import LayerKind, LayerSpec, ModelShape
 from harness.releases import DERIVED_TOKENS_SINCE, engine_release, runs_v0
 
 SCHEMA_VERSION = 1
-GiB = 1 << 30
 KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32", "fp32": "float32"}
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows

@@ -11,10 +11,17 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.budget import GiB, BudgetResult, Population, available_kv_bytes_from_gpu, estimate_budget, predict_capacity
+from harness.budget import (
+    BudgetResult,
+    Population,
+    available_kv_bytes_from_gpu,
+    estimate_budget,
+    predict_capacity,
+)
 from harness.errors import HarnessError
 from harness.model_shape import ModelShape
 from harness.releases import engine_version_warnings
+from harness.units import GiB
 
 
 class BudgetOptions(BaseModel):

@@ -6,7 +6,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness.budget import GiB, BudgetResult, CapacityPrediction
+from harness.budget import BudgetResult, CapacityPrediction
+from harness.units import GiB
 
 
 def binary_size(num_bytes: float) -> str:

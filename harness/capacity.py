@@ -18,7 +18,6 @@ from harness.capacity_waterfall import WaterfallComparison, waterfall_beside_log
 from harness.errors import HarnessError
 from harness.model_shape import ModelShape, load_model_shape
 from harness.server_logs import (
-    GIB_BYTES,
     StartupCapacity,
     fetch_polyaxon_run_log,
     parse_startup_log,
@@ -26,13 +25,14 @@ from harness.server_logs import (
     read_run_log,
 )
 from harness.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
+from harness.units import GiB
 
 CAPACITY_SCHEMA_VERSION = 1
 # vLLM's default block size when nothing says otherwise: 16 tokens on CUDA, 128 on the CPU build.
 DEFAULT_BLOCK_SIZE = {"CPU": 128}
 CUDA_BLOCK_SIZE = 16
 # A GiB figure printed with two decimals is known to within half a hundredth of a GiB.
-GIB_PRINT_HALF_STEP_BYTES = GIB_BYTES // 200
+GIB_PRINT_HALF_STEP_BYTES = GiB // 200
 LOG_FIGURES = (
     "engine_version", "model", "kv_cache_device", "kv_cache_tokens", "max_concurrency", "max_concurrency_model_len",
     "max_model_len", "num_gpu_blocks", "num_cpu_blocks", "available_kv_cache_bytes", "kv_cache_memory_bytes",
@@ -264,7 +264,7 @@ def _kv_budget(log: StartupCapacity, cache_config: dict[str, str] | None) -> tup
     if log.available_kv_cache_bytes is not None:
         return log.available_kv_cache_bytes, "logged available KV cache memory (GiB, 2 decimals)", False
     if log.cpu_kv_space is not None:
-        kv_bytes = round(log.cpu_kv_space.kv_cache_gib * GIB_BYTES)
+        kv_bytes = round(log.cpu_kv_space.kv_cache_gib * GiB)
         return kv_bytes, f"CPU build's {log.cpu_kv_space.mode} KV space (GiB, 2 decimals)", False
     return None
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from harness.budget import GiB
 from harness.errors import HarnessError
 from harness.field_check import logged_term_bytes
 from harness.fit_answer import gpu_total
@@ -17,6 +16,7 @@ from harness.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.model_shape import ModelShape
 from harness.releases import PRODUCTION_ENGINE
 from harness.server_logs import StartupCapacity
+from harness.units import GiB
 
 
 class WaterfallRow(BaseModel):

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.capacity import CapacityReport, build_capacity_report
 from harness.device import DeviceRecord, MemoryMonitor, device_facts
+from harness.engine_args import engine_options
 from harness.errors import HarnessError
 from harness.inventory import Inventory
 from harness.launch import EngineStartError, start_engine
@@ -149,25 +150,6 @@ def engine_limits(argv: list[str]) -> dict[str, Any]:
     return {name: value for name, value in engine_options(argv).items() if name not in ("host", "port")}
 
 
-def engine_options(argv: list[str]) -> dict[str, Any]:
-    """The engine's options as named values: `--max-num-seqs 8` → max_num_seqs=8, `--no-x` → x=False."""
-    options: dict[str, Any] = {}
-    index = 0
-    while index < len(argv):
-        word = argv[index]
-        index += 1
-        if not word.startswith("--"):
-            continue
-        name, _, value = word[2:].partition("=")
-        if not value and index < len(argv) and not argv[index].startswith("--"):
-            value, index = argv[index], index + 1
-        key = name.replace("-", "_")
-        if not value:
-            key, value = (key[3:], False) if key.startswith("no_") else (key, True)
-        options[key] = _typed(value)
-    return options
-
-
 def write_engine_record(run_dir: Path, *, argv: list[str] | None, limits: dict[str, Any]) -> None:
     """engine.json: the engine's command line (when this run started it) and its limits, for comparisons."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -197,16 +179,3 @@ def _write_config(run_dir: Path, config: RunConfig) -> None:
     """What was asked, kept even when nothing could be sent."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / RunFile.CONFIG).write_text(config.model_dump_json(indent=2), encoding="utf-8")
-
-
-def _typed(value: Any) -> Any:
-    if isinstance(value, bool):
-        return value
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
-
-

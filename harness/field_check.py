@@ -17,15 +17,25 @@ import numpy as np
 from packaging.version import Version
 from pydantic import BaseModel
 
-from harness.budget import GiB, CapacityPrediction, predict_capacity
-from harness.releases import runs_v0
+from harness.budget import CapacityPrediction, predict_capacity
 from harness.errors import HarnessError
 from harness.field_corpus import FieldCase, load_corpus
 from harness.gpu_catalog import gpu_memory
-from harness.memory_model import (CONTEXT_COUNTED_BEFORE, DEFAULT_V1_SAMPLER, FLASHINFER_BYTES_PER_LOGIT,
-                                  GRAPHS_RESERVED_SINCE, MemoryConstants, forward_peak_bytes, model_size,
-                                  plan_waterfall, profiling_batch, sampler_peak_bytes)
+from harness.memory_model import (
+    CONTEXT_COUNTED_BEFORE,
+    DEFAULT_V1_SAMPLER,
+    FLASHINFER_BYTES_PER_LOGIT,
+    GRAPHS_RESERVED_SINCE,
+    MemoryConstants,
+    forward_peak_bytes,
+    model_size,
+    plan_waterfall,
+    profiling_batch,
+    sampler_peak_bytes,
+)
 from harness.model_shape import ModelShape, load_model_shape
+from harness.releases import runs_v0
+from harness.units import GiB
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
 KV_TOKENS_TOLERANCE = 0.05

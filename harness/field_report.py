@@ -10,8 +10,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness.budget import GiB
 from harness.field_check import KV_TOKENS_TOLERANCE, CaseResult, FieldReport
+from harness.units import GiB
 
 TERMS = ("weights", "activation_peak", "non_torch", "cuda_graphs")
 

@@ -15,12 +15,13 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness.budget import GiB, CapacityPrediction, predict_capacity, resolve_kv_dtype
+from harness.budget import CapacityPrediction, predict_capacity, resolve_kv_dtype
 from harness.budget_table import binary_size
 from harness.errors import HarnessError
 from harness.gpu_catalog import gpu_memory
 from harness.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
 from harness.model_shape import ModelShape
+from harness.units import GiB
 
 
 class FitAnswer(BaseModel):

@@ -9,7 +9,6 @@ process group, and a watchdog process kills that whole group as soon as the laun
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -24,12 +23,15 @@ from typing import Any
 
 import httpx
 
+from harness.engine_args import engine_port, option_value, with_option
 from harness.errors import HarnessError
+from harness.loopback import LOCAL_HOST, free_port
 from harness.placement import place_engine
+from harness.ready import is_healthy, wait_until_healthy
+from harness.server_logs import engine_error_line
 from harness.specs import render
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
-LOCAL_HOST = "127.0.0.1"
 STOP_GRACE_S = 15.0
 HEALTH_POLL_S = 0.5
 
@@ -56,12 +58,6 @@ if alive():
     if alive():
         os.killpg(pgid, signal.SIGKILL)
 """
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_LOG_HEADER = re.compile(r"^(?:\([\w:]+ pid=\d+\)\s+)?(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\]\s?)?")
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
-_ARGPARSE_LINE = re.compile(r"^\S+: error: ")
-
 
 class EngineStartError(HarnessError):
     """The engine exited or stayed unhealthy before serving: a result for a sweep point, not a crash."""
@@ -107,27 +103,7 @@ def local_engine_words(words: list[str], python: Path, port: int) -> list[str]:
     if module_at < 2 or words[module_at - 1] != "-m":
         raise HarnessError(f"expected 'python -m {ENGINE_MODULE}' in the container command: {' '.join(words)}")
     argv = [str(python), "-m", ENGINE_MODULE, *words[module_at + 1 :]]
-    return _with_option(_with_option(argv, "--host", LOCAL_HOST), "--port", str(port))
-
-
-def _with_option(argv: list[str], option: str, value: str) -> list[str]:
-    """Set `option` to `value` whether it was written as two words, as option=value, or not at all."""
-    result: list[str] = []
-    skip_next = False
-    for index, word in enumerate(argv):
-        if skip_next:
-            skip_next = False
-        elif word == option:
-            skip_next = index + 1 < len(argv)
-        elif not word.startswith(option + "="):
-            result.append(word)
-    return [*result, option, value]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOCAL_HOST, 0))
-        return probe.getsockname()[1]
+    return with_option(with_option(argv, "--host", LOCAL_HOST), "--port", str(port))
 
 
 def _refuse_busy_port(port: int) -> None:
@@ -139,15 +115,6 @@ def _refuse_busy_port(port: int) -> None:
             probe.bind((LOCAL_HOST, port))
         except OSError as error:
             raise HarnessError(f"port {port} on {LOCAL_HOST} is already in use ({error.strerror})") from None
-
-
-def engine_error_line(log_text: str) -> str | None:
-    """The engine's own explanation of why it stopped: the first exception or argument error it logged."""
-    for raw_line in log_text.splitlines():
-        line = _LOG_HEADER.sub("", _ANSI.sub("", raw_line)).strip()
-        if _EXCEPTION_LINE.match(line) or _ARGPARSE_LINE.match(line):
-            return line
-    return None
 
 
 @contextmanager
@@ -190,16 +157,6 @@ def start_engine(
         yield engine
 
 
-def engine_port(argv: list[str]) -> int:
-    """The engine command's --port (two words or option=value); vLLM's default is 8000."""
-    for index, word in enumerate(argv):
-        if word == "--port" and index + 1 < len(argv):
-            return int(argv[index + 1])
-        if word.startswith("--port="):
-            return int(word.split("=", 1)[1])
-    return 8000
-
-
 def engine_base_url(argv: list[str]) -> str:
     """Where an engine started here answers: loopback, whatever address it binds."""
     return f"http://{LOCAL_HOST}:{engine_port(argv)}"
@@ -234,7 +191,7 @@ def _engine_process(argv: list[str], env: dict[str, str], log: Any) -> Iterator[
 
 def _hub_env(argv: list[str]) -> dict[str, str]:
     """A model given as a local directory needs no hub: offline mode keeps transformers off the network."""
-    model = next((argv[index + 1] for index, word in enumerate(argv[:-1]) if word == "--model"), None)
+    model = option_value(argv, "--model")
     return {"HF_HUB_OFFLINE": "1"} if model and Path(model).is_dir() else {}
 
 
@@ -270,23 +227,14 @@ def _group_alive(pgid: int) -> bool:
 
 def _wait_until_healthy(engine: RunningEngine, process: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Poll /health until it answers 200; an engine that exits first ends the wait with its own error."""
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=2.0) as client:
-        while True:
-            code = process.poll()
-            if code is not None:
-                reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
-                raise EngineStartError(
-                    f"engine exited with code {code} before it was healthy: {reason} (log: {engine.log_path})"
-                )
-            try:
-                if client.get(f"{engine.base_url}/health").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise EngineStartError(f"engine not healthy after {timeout_s:g} s (log: {engine.log_path})")
-            time.sleep(HEALTH_POLL_S)
+    outcome = wait_until_healthy(engine.base_url, timeout_s, process=process, poll_s=HEALTH_POLL_S)
+    if outcome == "exited":
+        reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
+        raise EngineStartError(
+            f"engine exited with code {process.returncode} before it was healthy: {reason} (log: {engine.log_path})"
+        )
+    if outcome == "timed_out":
+        raise EngineStartError(f"engine not healthy after {timeout_s:g} s (log: {engine.log_path})")
 
 
 @contextmanager
@@ -317,10 +265,6 @@ def wait_while_healthy(engine: RunningEngine, poll_s: float = 5.0) -> None:
     with httpx.Client(timeout=10.0) as client:
         while True:
             time.sleep(poll_s)
-            try:
-                healthy = client.get(f"{engine.base_url}/health").status_code == 200
-            except httpx.TransportError:
-                healthy = False
-            if not healthy:
+            if not is_healthy(client, engine.base_url):
                 reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
                 raise HarnessError(f"engine stopped answering /health: {reason} (log: {engine.log_path})")

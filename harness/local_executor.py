@@ -20,7 +20,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.launch import ENGINE_MODULE, engine_python, engine_reference, free_port, local_engine_words
+from harness.launch import ENGINE_MODULE, engine_python, engine_reference, local_engine_words
+from harness.loopback import free_port
 from harness.specs import check_files, render
 
 # A stopped point records its requests in flight, tracks its run and stops its engine within this.

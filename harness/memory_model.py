@@ -19,9 +19,9 @@ from typing import Any
 from packaging.version import Version
 from pydantic import BaseModel
 
-from harness.budget import GiB
-from harness.releases import runs_v0
 from harness.errors import HarnessError
+from harness.releases import runs_v0
+from harness.units import GiB
 
 GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
 # Before these releases vLLM took non-torch memory as everything on the device outside torch's allocator, the

@@ -19,7 +19,19 @@ from typing import TypeVar
 from harness.errors import HarnessError
 from harness.schema import TrackedRun
 
-os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
+# Without it Polyaxon sets up Sentry to send its errors away. Its settings read the environment once, when
+# polyaxon is first imported: so every module of ours that loads polyaxon imports this one first (importing
+# it is enough), and a process started for Polyaxon (the test sandbox) gets QUIET_POLYAXON_ENV.
+QUIET_POLYAXON_ENV = {"POLYAXON_DISABLE_ERRORS_REPORTING": "true"}
+
+
+def quiet_polyaxon() -> None:
+    """Switch Polyaxon's error reporting off in this process, unless the environment already says."""
+    for name, value in QUIET_POLYAXON_ENV.items():
+        os.environ.setdefault(name, value)
+
+
+quiet_polyaxon()
 
 T = TypeVar("T")
 

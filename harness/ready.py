@@ -2,6 +2,9 @@
 
 A vLLM API server refuses connections while it loads, then answers GET /health with 200 (503 once its
 engine died). Any other answer means something else listens there, and waiting longer will not change it.
+
+Every GET /health in the project is asked here: `wait_healthy` for the server a load is sent to,
+`wait_until_healthy` for a server this process started (the engine, the emulator), `is_healthy` for one look.
 """
 
 from __future__ import annotations
@@ -9,16 +12,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import subprocess
 import sys
 import time
+from typing import Literal
 
 import httpx
 
 from harness.client import aiohttp_transport
 from harness.errors import HarnessError
 
+HEALTH_PATH = "/health"
 POLL_S = 1.0
 PROGRESS_EVERY_S = 10.0
+
+StartOutcome = Literal["healthy", "exited", "timed_out"]
 
 
 async def discover_server(base_url: str, ready_timeout_s: float) -> tuple[str, int | None, str | None]:
@@ -49,7 +57,7 @@ async def wait_healthy(http: httpx.AsyncClient, base_url: str, ready_timeout_s: 
     last_line = -math.inf
     while True:
         try:
-            status = (await http.get("/health")).status_code
+            status = (await http.get(HEALTH_PATH)).status_code
         except httpx.HTTPError as error:
             status, last = None, _describe(error)
         else:
@@ -66,6 +74,36 @@ async def wait_healthy(http: httpx.AsyncClient, base_url: str, ready_timeout_s: 
             print(f"waiting for {base_url}/health: {waited_s:.0f} of {ready_timeout_s:g} s ({last})",
                   file=sys.stderr, flush=True)
         await asyncio.sleep(POLL_S)
+
+
+def is_healthy(client: httpx.Client, base_url: str) -> bool:
+    """One GET /health: True when it answers 200; any other answer, or none (refused, reset, timed out), is False."""
+    try:
+        return client.get(f"{base_url}{HEALTH_PATH}").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_until_healthy(
+    base_url: str,
+    timeout_s: float,
+    *,
+    process: subprocess.Popen | None = None,
+    poll_s: float = POLL_S,
+    request_timeout_s: float = 2.0,
+) -> StartOutcome:
+    """Poll GET /health on a server this process started until it answers 200, `process` exits, or
+    `timeout_s` pass; which of the three happened is returned, for the caller to word its own error."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=request_timeout_s) as client:
+        while True:
+            if process is not None and process.poll() is not None:
+                return "exited"
+            if is_healthy(client, base_url):
+                return "healthy"
+            if time.monotonic() > deadline:
+                return "timed_out"
+            time.sleep(poll_s)
 
 
 def _describe(error: BaseException) -> str:

@@ -22,9 +22,9 @@ import pydantic
 from harness.errors import HarnessError
 from harness.polyaxon_client import polyaxon_call
 from harness.schema import RunFile
+from harness.units import GiB
 
 STARTUP_SCHEMA_VERSION = 1
-GIB_BYTES = 1 << 30
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # `(EngineCore_DP0 pid=12)`, `(Worker_TP1 pid=9)`, `(VllmWorkerProcess pid=3)`, `(RayWorkerWrapper pid=3, ip=…)`
@@ -105,7 +105,8 @@ GIB_PART = re.compile(rf"^(?P<label>.+?)(?::| takes| take| is)\s*(?P<gib>{NUMBER
 KEY_VALUE = re.compile(rf"(?P<key>\w+)=(?P<value>{NUMBER})(?P<unit>Gi[Bb])?")
 
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
-ARGUMENT_ERROR = re.compile(r"^\S+\.py: error: .+")  # argparse refusing the command line
+# argparse refusing the command line: `api_server.py: error: ...`, or a console script's `prog: error: ...`
+ARGUMENT_ERROR = re.compile(r"^\S+: error: .+")
 EXCEPTION_LINE = re.compile(r"^(?P<kind>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<text>.*))?$")
 FAILURE_MARKERS = (
     "Engine core initialization failed",
@@ -511,8 +512,14 @@ def _error_lines(lines: Iterable[LogLine]) -> list[str]:
     return list(dict.fromkeys(evidence))
 
 
+def engine_error_line(log_text: str) -> str | None:
+    """The engine's own explanation of why it stopped, from its log as written (prefixes, headers, colour)."""
+    return _root_cause(split_log_lines(log_text))
+
+
 def _root_cause(lines: list[LogLine]) -> str | None:
-    """The first specific exception: later ones usually just say 'see root cause above'."""
+    """The first specific exception or argument error: later ones usually just say 'see root cause above'.
+    Without one, the first failure marker, else the first ERROR line; None when there is none of those."""
     exceptions = [
         line.message for line in lines if EXCEPTION_LINE.search(line.message) or ARGUMENT_ERROR.search(line.message)
     ]
@@ -567,7 +574,7 @@ def _integer(text: str) -> int:
 
 
 def _gib_to_bytes(text: str) -> int:
-    return round(float(text) * GIB_BYTES)
+    return round(float(text) * GiB)
 
 
 def _snake(label: str) -> str:

@@ -7,7 +7,6 @@ later, server-side), so every sweep point is compiled here with the same compile
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
+from harness.polyaxon_client import quiet_polyaxon
+
+quiet_polyaxon()  # before polyaxon is imported
 
 from polyaxon.exceptions import PolyaxonfileError  # noqa: E402
 from polyaxon.polyaxonfile import (  # noqa: E402

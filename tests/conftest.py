@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,17 +15,30 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from harness.loopback import free_port
+from harness.polyaxon_client import QUIET_POLYAXON_ENV, quiet_polyaxon
+from harness.ready import wait_until_healthy
 from harness.tiny_model import ensure_tiny_model
 
 if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests without an engine need not pay
     from harness.launch import RunningEngine
 
-os.environ.setdefault("POLYAXON_DISABLE_ERRORS_REPORTING", "true")
+quiet_polyaxon()  # for the tests that import polyaxon themselves
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HARNESS = str(Path(sys.executable).with_name("harness"))
 SERVICE_FILE = REPO_ROOT / "polyaxonfiles" / "vllm-service.yaml"
 LOCAL_CPU_PRESET = REPO_ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects anything
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts a Polyaxon API (the polyaxon_api fixture, directly or through another fixture) is
+    marked `sandbox`, so that `-m "not sandbox"` leaves out every one of them: refuse the run otherwise."""
+    unmarked = [item.nodeid for item in items
+                if "polyaxon_api" in getattr(item, "fixturenames", ()) and item.get_closest_marker("sandbox") is None]
+    if unmarked:
+        raise pytest.UsageError("these tests use polyaxon_api without @pytest.mark.sandbox: " + ", ".join(unmarked))
 
 
 def local_cpu_engine(
@@ -68,7 +80,7 @@ def polyaxon_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Polyaxon API (`haupt sandbox`, SQLite): it stores, compiles and expands runs, never executes them."""
     home = tmp_path_factory.mktemp("polyaxon-sandbox")
     port = free_port()
-    env = {**os.environ, "HOME": str(home), "POLYAXON_DISABLE_ERRORS_REPORTING": "true"}
+    env = {**os.environ, "HOME": str(home), **QUIET_POLYAXON_ENV}
     haupt = str(Path(sys.executable).with_name("haupt"))
     log = open(home / "sandbox.log", "wb")  # noqa: SIM115 - closed at teardown
     process = subprocess.Popen(
@@ -120,16 +132,10 @@ def emulator_process(**options: object) -> Iterator[tuple[str, subprocess.Popen]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"emulator did not start: {process.stderr.read().decode() if process.stderr else ''}")
-            time.sleep(0.05)
+        if wait_until_healthy(base_url, 20, process=process, poll_s=0.05, request_timeout_s=1) != "healthy":
+            process.kill()  # one that is still starting would keep its stderr open for ever
+            _, stderr = process.communicate(timeout=10)
+            raise RuntimeError(f"emulator did not start: {stderr.decode()}")
         yield base_url, process
     finally:
         if process.poll() is None:
@@ -137,9 +143,3 @@ def emulator_process(**options: object) -> Iterator[tuple[str, subprocess.Popen]
             process.terminate()
         process.wait(timeout=10)
 
-
-def free_port() -> int:
-    """A free loopback port (harness.launch has one too, but importing it loads polyaxon)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from harness.budget import GiB, Population, estimate_budget, predict_capacity
+from harness.budget import Population, estimate_budget, predict_capacity
 from harness.budget_plan import BudgetOptions, plan_budget
 from harness.errors import HarnessError
 from harness.model_shape import LayerKind, load_model_shape
+from harness.units import GiB
 
 MiB = 1 << 20
 QWEN3_4B_PER_TOKEN = 36 * 2 * 8 * 128 * 2  # layers × (K, V) × KV heads × head_dim × bf16 bytes

@@ -136,6 +136,7 @@ def test_no_burst_delivered_run_shows_per_token_figures(records):
             assert figures["burst_token_fraction"] <= 0.1 and "tpot_ms_p50" in figures
 
 
+@pytest.mark.sandbox
 def test_offline_runs_are_listed_pushed_and_read_back_with_the_same_figures(demo, records, polyaxon_api):
     result, _ = demo
     listed = subprocess.run([POLYAXON, "ops", "ls", "--offline", "--path", result.offline_root, "-io"],

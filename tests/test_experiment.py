@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.engine_args import engine_port, option_value, with_option
 from harness.experiment import engine_limits
-from harness.launch import (
-    ENGINE_MODULE,
-    engine_base_url,
-    engine_python,
-    free_port,
-    local_engine_words,
-)
+from harness.launch import ENGINE_MODULE, engine_base_url, engine_python, local_engine_words
+from harness.loopback import free_port
 from harness.run_options import RunOptions, build_run_config
 from harness.schedule import LoadShape
 
@@ -37,6 +33,16 @@ def test_engine_limits_are_the_engine_options_with_types_and_without_the_address
     }
     assert engine_base_url(ENGINE) == "http://127.0.0.1:8123"
     assert engine_base_url(ENGINE[:3]) == "http://127.0.0.1:8000"  # vLLM's default port
+
+
+def test_the_engine_words_are_read_and_set_one_way():
+    argv = ["python", "-m", "m", "--port", "1", "--model=/a", "--enforce-eager", "--port=2", "--model", "/b"]
+    assert option_value(argv, "--port") == "2" and option_value(argv, "--model") == "/b"  # the last one, as argparse
+    assert option_value(argv, "--enforce-eager") is None and option_value(argv, "--seed") is None
+    assert engine_port(argv) == 2
+    assert with_option(argv, "--port", "9") == ["python", "-m", "m", "--model=/a", "--enforce-eager", "--model", "/b",
+                                                "--port", "9"]
+    assert with_option(["--host", "--enforce-eager"], "--host", "h") == ["--enforce-eager", "--host", "h"]
 
 
 def test_inside_a_managed_run_the_record_id_is_the_polyaxon_run_uuid(monkeypatch):

@@ -9,16 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from harness.budget import GiB
 from harness.errors import HarnessError
-from harness.field_check import (SamplerFact, check_logged, fit_constants, implied_overhead_bytes, run_field_check,
-                                 sampler_fact, stage_shapes)
+from harness.field_check import (
+    SamplerFact,
+    check_logged,
+    fit_constants,
+    implied_overhead_bytes,
+    run_field_check,
+    sampler_fact,
+    stage_shapes,
+)
 from harness.field_corpus import load_corpus
 from harness.field_report import score, summary_lines
 from harness.gpu_catalog import gpu_memory
 from harness.memory_model import FITTED_CONSTANTS, model_size, weights_term
 from harness.model_shape import load_model_shape
 from harness.server_logs import parse_startup_log
+from harness.units import GiB
 
 CORPUS = Path(__file__).parent / "fixtures" / "field"
 HARNESS = str(Path(sys.executable).parent / "harness")

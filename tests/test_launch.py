@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
 from harness.cli import app
+from harness.engine_args import option_value
 from harness.errors import HarnessError
-from harness.launch import engine_error_line, engine_python, local_engine, local_engine_words, stop_process_group
+from harness.launch import engine_python, local_engine, local_engine_words, stop_process_group
 from harness.specs import render
 
 
@@ -97,27 +98,12 @@ def test_stopping_kills_a_child_that_ignores_sigterm_after_the_grace_period() ->
     assert 1.0 <= elapsed_s < 5.0  # the leader obeyed SIGTERM, the child needed the SIGKILL after 1 s
 
 
-def test_engine_error_line_finds_the_root_cause_under_log_headers() -> None:
-    log = "\n".join(
-        [
-            "(APIServer pid=7) WARNING 11-29 15:42:20 [system_utils.py:255] failed with error `OSError: x`",
-            "(EngineCore pid=9) ERROR 11-29 15:42:38 [core.py:1510] ValueError: No available memory.",
-            "RuntimeError: Engine core initialization failed. See root cause above.",
-        ]
-    )
-    assert engine_error_line(log) == "ValueError: No available memory."
-    assert engine_error_line("usage: api_server.py [-h]\napi_server.py: error: unrecognized arguments: --x") == (
-        "api_server.py: error: unrecognized arguments: --x"
-    )
-    assert engine_error_line("INFO all good\n") is None
-
-
 @pytest.mark.engine
 def test_service_runs_on_the_real_engine_and_streams_a_token_id_prompt(start_engine, tiny_model_dir: Path) -> None:
     engine = start_engine()
     assert engine.argv[0] == str(engine_python())
     assert engine.base_url == f"http://127.0.0.1:{engine.port}"
-    body = {"model": engine.argv[engine.argv.index("--model") + 1], "prompt": [11, 22, 33, 44, 55],
+    body = {"model": option_value(engine.argv, "--model"), "prompt": [11, 22, 33, 44, 55],
             "max_tokens": 6, "temperature": 0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
     with httpx.stream("POST", f"{engine.base_url}/v1/completions", json=body, timeout=60) as response:
@@ -187,4 +173,4 @@ def test_no_engine_process_outlives_a_killed_caller(tiny_model_dir: Path, tmp_pa
         assert wait_until_group_gone(engine_pid, timeout_s=60) == []
     finally:
         caller.kill()
-        caller.wait()
+        caller.wait(timeout=30)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.budget import GiB
 from harness.memory_model import (
     FITTED_CONSTANTS,
     FLASHINFER_BYTES_PER_LOGIT,
@@ -17,6 +16,7 @@ from harness.memory_model import (
     sampler_peak_bytes,
 )
 from harness.model_shape import load_model_shape
+from harness.units import GiB
 
 CORPUS = Path(__file__).parent / "fixtures" / "field"
 

@@ -105,6 +105,7 @@ def submit(words: list[str], deadline_s: float = 60) -> subprocess.CompletedProc
         time.sleep(2)
 
 
+@pytest.mark.sandbox
 def test_polyaxon_run_as_written(polyaxon_api: str) -> None:
     """Each `polyaxon run`, with `$HARNESS_IMAGE` as each of its README values, is accepted by the API. `-u`
     (uploading the tree) is left out: the sandbox has no artifacts store; the upload preset is kept."""
@@ -139,6 +140,7 @@ def test_the_image_build_as_written_names_the_dockerfile_and_the_registry() -> N
     assert operation["params"]["context"]["value"].endswith("/uploads")
 
 
+@pytest.mark.sandbox
 def test_harness_sweep_as_written_reaches_the_services(polyaxon_api: str, tmp_path: Path) -> None:
     """The sandbox never runs a service, so each point ends 'service_late' after its deadline; what matters
     is that the command's -P values pass every check and each point's service is created."""
@@ -154,6 +156,7 @@ def test_harness_sweep_as_written_reaches_the_services(polyaxon_api: str, tmp_pa
     assert sorted(service.inputs["max_num_seqs"] for service in services) == [1, 2, 4, 8, 16, 32]
 
 
+@pytest.mark.sandbox
 def test_harness_report_as_written(polyaxon_api: str, tmp_path: Path) -> None:
     ProjectClient(owner="default").create({"name": "readme-report"})
     tracked = [track_run(write_run(tmp_path / "runs", limits={"max_num_seqs": seqs}), project="default/readme-report")

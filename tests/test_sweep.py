@@ -12,10 +12,10 @@ import pytest
 from polyaxon.client import ProjectClient, RunClient
 
 from harness.errors import HarnessError
+from harness.loopback import free_port
 from harness.specs import render
 from harness.sweep import Outcome, PolyaxonBackend, run_sweep, sweep_points
 
-from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
@@ -50,6 +50,7 @@ def test_points_come_from_the_sweep_file_and_are_checked(tmp_path: Path):
         sweep_points([sweep_file(tmp_path, "[{max_num_seqs: 4}, {max_num_seqs: eight}]")], SERVICE, {})
 
 
+@pytest.mark.sandbox
 def test_a_service_not_running_by_the_deadline_is_recorded_stopped_and_the_sweep_goes_on(
     tmp_path: Path, polyaxon_api: str
 ):
@@ -72,6 +73,7 @@ def test_a_service_not_running_by_the_deadline_is_recorded_stopped_and_the_sweep
     assert point.harness is None  # no harness job against a service that never ran
 
 
+@pytest.mark.sandbox
 def test_unknown_project_and_unreachable_api_stop_the_sweep_with_one_line(tmp_path: Path, polyaxon_api: str,
                                                                           monkeypatch):
     limit, points = sweep_points([sweep_file(tmp_path, "[{max_num_seqs: 4}]")], SERVICE, {})
@@ -84,6 +86,7 @@ def test_unknown_project_and_unreachable_api_stop_the_sweep_with_one_line(tmp_pa
         run_sweep(tmp_path / "sweep.yaml", limit, points, backend("default/sweep-late", tmp_path))
 
 
+@pytest.mark.sandbox
 def test_the_experiment_sweep_runs_natively_as_one_child_per_point(polyaxon_api: str):
     """`polyaxon run -f polyaxonfiles/sweep-max-num-seqs.yaml`: the CE-compatible sweep, expanded by the API."""
     ProjectClient(owner="default").create({"name": "native-matrix"})
@@ -106,6 +109,7 @@ def test_the_experiment_sweep_runs_natively_as_one_child_per_point(polyaxon_api:
     assert all(inputs == held[0] for inputs in held)  # one limit at a time
 
 
+@pytest.mark.sandbox
 def test_interrupting_the_sweep_stops_the_service_it_started(tmp_path: Path, polyaxon_api: str):
     ProjectClient(owner="default").create({"name": "sweep-interrupted"})
     sweep = sweep_file(tmp_path, "[{max_num_seqs: 4}, {max_num_seqs: 8}]")
@@ -140,6 +144,7 @@ def test_the_experiment_sweep_is_checked_with_the_p_values_it_declares():
     assert limit == "max_num_seqs" and [point["max_num_seqs"] for point in points] == [1, 2, 4, 8, 16, 32]
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize(("param", "message"), [
     ("concurrency=-1", "greater than or equal to `1`"),
     ("bogus_param=1", "undeclared param `bogus_param`"),

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import emulator, free_port
 from polyaxon.client import ProjectClient, RunClient
 
 from harness.capacity import build_capacity_report
@@ -29,7 +28,10 @@ from harness.schema import RunFile
 from harness.server_logs import parse_startup_log
 from harness.server_metrics import Histogram, HistogramBucket, MetricsSnapshot
 from harness.stats import RunSummary
+from harness.loopback import free_port
 from harness.tracking import capacity_outputs, live_series, track_run
+
+from conftest import emulator
 
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 LIMITS = {"max_num_seqs": 4, "max_model_len": 1024, "kv_cache_memory_bytes": 4_194_304}
@@ -66,6 +68,7 @@ def assert_figures_match(inputs: dict, outputs: dict, run_dir: Path) -> None:
     assert outputs["valid"] is summary.valid
 
 
+@pytest.mark.sandbox
 def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tmp_path: Path, polyaxon_api: str):
     offline = tmp_path / "offline"
     tracked = track_run(run_record, project="local/harness-tests", offline_root=offline)
@@ -89,10 +92,11 @@ def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tm
     assert_figures_match(client.get_inputs(), client.get_outputs(), run_record)
 
 
+@pytest.mark.sandbox
 def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, polyaxon_api: str):
     ProjectClient(owner="default").create({"name": "harness-online"})
     fresh = run_record.parent / "online-run"
-    subprocess.run(["cp", "-r", str(run_record), str(fresh)], check=True)
+    subprocess.run(["cp", "-r", str(run_record), str(fresh)], check=True, timeout=60)
     config = json.loads((fresh / "config.json").read_text())
     config["run_id"] = uuid.uuid4().hex  # a second Polyaxon run of the same record
     (fresh / "config.json").write_text(json.dumps(config))
@@ -112,6 +116,7 @@ def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, 
     assert {"config-json", "engine-json", "summary-json", "samples-jsonl", "requests-parquet"} <= lineage
 
 
+@pytest.mark.sandbox
 def test_unknown_project_and_unreachable_api_are_one_line(run_record: Path, polyaxon_api: str, monkeypatch):
     with pytest.raises(HarnessError, match="'default/no-such-project'.*404"):
         track_run(run_record, project="default/no-such-project")

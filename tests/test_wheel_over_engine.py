@@ -31,17 +31,17 @@ IN_CONTAINER_PORT = 8000  # experiment.yaml's engine listens here, inside its ow
 
 def engine_site_packages(python: Path) -> Path:
     return Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+                               capture_output=True, text=True, check=True, timeout=120).stdout.strip())
 
 
 def freeze(python: Path) -> list[str]:
     return subprocess.run([str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True,
-                          check=True).stdout.splitlines()
+                          check=True, timeout=300).stdout.splitlines()
 
 
 def pip_check(python: Path) -> set[str]:
     """The requirement problems pip finds in an environment, one per line; empty when there are none."""
-    checked = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True)
+    checked = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
     return set() if checked.returncode == 0 else set(checked.stdout.splitlines())
 
 
@@ -70,7 +70,7 @@ def test_the_wheel_installs_beside_the_engine_without_changing_it_and_runs_the_e
     subprocess.run([str(engine), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     harness_python = venv / "bin" / "python"
     purelib = Path(subprocess.run([str(harness_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  capture_output=True, text=True, check=True).stdout.strip())
+                                  capture_output=True, text=True, check=True, timeout=120).stdout.strip())
     (purelib / "engine-image-site.pth").write_text(f"{engine_site_packages(engine)}\n")
     installed = subprocess.run([str(harness_python), "-m", "pip", "install", "--quiet", str(wheel)],
                                capture_output=True, text=True, timeout=900)
