@@ -16,7 +16,7 @@ import pydantic
 import yaml
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.server_logs import StartupCapacity, parse_startup_log
+from harness.server_logs import LogLine, StartupCapacity, parse_startup_log, split_log_lines, split_starts
 
 MODEL_SIZE = re.compile(r"\d+(?:\.\d+)?[BbMm]")
 # What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using
@@ -60,14 +60,29 @@ class FieldCase(pydantic.BaseModel, extra="forbid"):
     edits: str
     facts: CaseFacts
     log: str
+    start: int | None = None  # which start (from 1) the case scores, where its log holds several
+
+    @pydantic.model_validator(mode="after")
+    def _one_start_named(self) -> FieldCase:
+        starts = parse_startup_log(self.log).starts
+        if starts > 1 and self.start is None:
+            raise ValueError(f"the log holds {starts} starts: name the one the case scores with 'start:'")
+        if self.start is not None and not 1 <= self.start <= starts:
+            raise ValueError(f"'start: {self.start}' but the log holds {starts} start(s)")
+        return self
 
     def parsed(self) -> StartupCapacity:
-        return parse_startup_log(self.log)
+        return parse_startup_log(self.log, self.start)
+
+    def start_lines(self) -> list[LogLine]:
+        """The lines of the start the case scores (the whole log when it holds one)."""
+        starts = split_starts(split_log_lines(self.log))
+        return starts[(self.start or len(starts)) - 1]
 
     def logged_sampler(self) -> tuple[str, str] | None:
         """(sampler, the first line naming it) when the log names V1's top-k/top-p sampler."""
-        found = [(name, line.strip()) for line in self.log.splitlines()
-                 for name, pattern in SAMPLER_LINES.items() if pattern.search(line)]
+        found = [(name, line.text) for line in self.start_lines()
+                 for name, pattern in SAMPLER_LINES.items() if pattern.search(line.text)]
         if len({name for name, _ in found}) > 1:
             raise HarnessError(f"case {self.id}: the log names both samplers")
         return found[0] if found else None

@@ -35,7 +35,7 @@ PROCESS_PREFIX = re.compile(
 PROCESS_RANK = re.compile(r"(?:_TP| TP| rank=)(?P<rank>\d+)$")
 # 0.11+: `INFO 11-29 14:50:31 [core.py:402] msg`; 0.6: `INFO 11-29 14:50:31 core.py:402] msg`.
 HEADER = re.compile(
-    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
     r"\[?(?P<source>[\w./-]+\.py:\d+)\]\s?(?P<message>.*)$"
 )
 
@@ -104,6 +104,9 @@ TABLE_KEYS = {"total_gpu_memory": "total_gpu_memory_bytes", "model weights take"
 GIB_PART = re.compile(rf"^(?P<label>.+?)(?::| takes| take| is)\s*(?P<gib>{NUMBER})\s*GiB\.?$")
 KEY_VALUE = re.compile(rf"(?P<key>\w+)=(?P<value>{NUMBER})(?P<unit>Gi[Bb])?")
 
+# Lines a start prints once it has sized its cache: memory, blocks, tokens or concurrency.
+SIZED_MARKERS = (KV_CACHE_SIZE, MAX_CONCURRENCY, BLOCKS, AVAILABLE_KV, V0_KV_REST, PROFILE_V06)
+
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
 # argparse refusing the command line: `api_server.py: error: ...`, or a console script's `prog: error: ...`
 ARGUMENT_ERROR = re.compile(r"^\S+: error: .+")
@@ -162,6 +165,8 @@ class StartupCapacity(pydantic.BaseModel):
     schema_version: int = STARTUP_SCHEMA_VERSION
     capacity_found: bool
     diagnosis: str
+    starts: int = 1  # how many start-ups the text holds (a retried launch, a file two launches appended to)
+    start: int = 1  # which of them (from 1) these figures are from: each start is read on its own
     engine_version: str | None = None
     engine_generation: str | None = None
     model: str | None = None
@@ -205,6 +210,8 @@ class LogLine:
     process: str | None
     level: str | None
     message: str
+    stamp: str | None = None  # "MM-DD HH:MM:SS" from the header, where the line has one
+    text: str = ""  # the physical line as logged (colour removed), prefix and header kept
 
 
 def read_log_text(source: str | Path) -> str:
@@ -281,17 +288,65 @@ def split_log_lines(text: str) -> list[LogLine]:
         rest = stripped[prefix.end():] if prefix else stripped
         header = HEADER.search(rest)
         if header:
-            lines.append(LogLine(process, header.group("level"), header.group("message").strip()))
+            lines.append(LogLine(process, header.group("level"), header.group("message").strip(),
+                                 header.group("stamp"), stripped))
         else:
-            lines.append(LogLine(process, None, rest))
+            lines.append(LogLine(process, None, rest, None, stripped))
     return lines
 
 
-def parse_startup_log(text: str) -> StartupCapacity:
-    """Parse a start-up log; unknown lines are ignored, a missing capacity line is diagnosed."""
+def parse_startup_log(text: str, start: int | None = None) -> StartupCapacity:
+    """Parse a start-up log; unknown lines are ignored, a missing capacity line is diagnosed.
+
+    A text that holds several start-ups (see `split_starts`) is never read as one: its figures come
+    from one start, the last unless `start` (counted from 1) names another.
+    """
     if "\x00" in text:
         raise HarnessError("not a text log: it contains NUL bytes")
-    lines = split_log_lines(text)
+    starts = split_starts(split_log_lines(text))
+    chosen = len(starts) if start is None else start
+    if not 1 <= chosen <= len(starts):
+        raise HarnessError(f"start {start} asked for, but the log holds {len(starts)} start(s)")
+    parsed = _parse_start(starts[chosen - 1])
+    return parsed.model_copy(update={"starts": len(starts), "start": chosen})
+
+
+def split_starts(lines: list[LogLine]) -> list[list[LogLine]]:
+    """The start-ups a log holds, each with its own lines, in order.
+
+    A new start begins where a line that opens a start-up (the server's version or arguments, an
+    engine's config) follows lines of a start that had already begun loading or sizing, or where a
+    process reports loading weights again after it had already sized its cache. Every rank printing
+    its own figures, and the API server's lines interleaved with the engine's, stay in one start.
+    """
+    starts: list[list[LogLine]] = [[]]
+    loading: set[str | None] = set()  # processes of the current start that began loading or sizing
+    sized: set[str | None] = set()  # processes of the current start that printed a capacity line
+    latest: str | None = None  # the current start's latest time stamp
+    for line in lines:
+        message = line.message
+        opens = bool(SERVER_VERSION.search(message) or BANNER_VERSION.search(message)
+                     or NON_DEFAULT_ARGS.search(message))
+        engine = bool(ENGINE_CONFIG.search(message))
+        weights = bool(MODEL_LOADING.search(message) or WEIGHTS_MEMORY_V06.search(message))
+        # A line stamped before the start's latest one was printed during it (excerpts are posted out of order).
+        later = line.stamp is None or latest is None or line.stamp >= latest
+        if later and ((opens and loading) or (engine and line.process in loading)
+                      or (weights and line.process in sized)):
+            starts.append([])
+            loading, sized, latest = set(), set(), None
+        starts[-1].append(line)
+        if line.stamp is not None and (latest is None or line.stamp > latest):
+            latest = line.stamp
+        if weights or STARTING_TO_LOAD.search(message) or _is_failure_marker(message):
+            loading.add(line.process)
+        if any(pattern.search(message) for pattern in SIZED_MARKERS):
+            loading.add(line.process)
+            sized.add(line.process)
+    return [start for start in starts if start] or [[]]
+
+
+def _parse_start(lines: list[LogLine]) -> StartupCapacity:
     found: dict[str, Any] = {}
     tokens: list[int] = []
     concurrency: list[float] = []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.budget import predict_capacity
 from harness.errors import HarnessError
 from harness.field_check import (
     SamplerFact,
@@ -30,8 +31,11 @@ from harness.units import GiB
 CORPUS = Path(__file__).parent / "fixtures" / "field"
 HARNESS = str(Path(sys.executable).parent / "harness")
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
-# One rank's memory line quoted for a TP=4 run: the other ranks had less (11,180 logged blocks × 770,048 B
-# per block = 8.02 GiB, below the quoted 8.11 GiB), so the quoted figure cannot reproduce the log.
+# A TP=4 run quoted as one rank's memory line and one "GPU KV cache size" line, which 0.9.2 prints once per
+# rank from that rank's own memory: 178,880 tokens are 11,180 blocks × 770,048 B = 8.0179 … 8.0186 GiB (printed
+# "8.02"), while the quoted "8.11 GiB" gives 180,816 … 181,040 tokens. Not an fp8 cache (361,856 tokens) nor a
+# total over four ranks (45,232): the two lines come from two ranks, so the quoted pair cannot agree
+# (test_qwen3_235b_quotes_two_ranks_by_hand).
 KNOWN_OFF = {"v09-qwen3-235b-a22b-fp8-tp4"}
 # Every before-launch fit / no-fit call is right; a case whose call goes wrong is named here with why.
 KNOWN_WRONG_CALLS: set[str] = set()
@@ -64,6 +68,24 @@ def test_qwen2_7b_blocks_by_hand(report):
     blocks = next(f for f in case.logged.figures if f.name == "num_blocks")
     assert (blocks.predicted_low, blocks.predicted_high, blocks.logged) == (5857, 5868, 5867)
     assert case.logged.status == "exact"
+
+
+def test_qwen3_235b_quotes_two_ranks_by_hand(report):
+    # 94 layers × (K, V) × 1 KV head a rank × 128 × 2 B × 16 tokens = 770,048 B per block.
+    shape = load_model_shape(str(CORPUS / "configs" / "Qwen--Qwen3-235B-A22B-FP8.json"))
+
+    def tokens(gib: float, kv_cache_dtype: str = "auto") -> int:
+        return predict_capacity(shape, available_kv_bytes=int(gib * GiB), block_size=16, max_model_len=40960,
+                                kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=4,
+                                engine_version="0.9.2").kv_cache_tokens
+
+    assert round(11_180 * 770_048 / GiB, 2) == 8.02 and round(11_181 * 770_048 / GiB, 2) == 8.02
+    assert tokens(8.018) == 178_880  # the token line, from a rank with 8.0179 … 8.0186 GiB (printed "8.02")
+    assert (tokens(8.105), tokens(8.115)) == (180_816, 181_040)  # what the quoted 8.11 GiB line gives
+    assert tokens(8.11, "fp8") == 361_856 and tokens(8.11 / 4) == 45_232  # neither fp8 nor a four-rank total
+    case = next(c for c in report.cases if c.id == "v09-qwen3-235b-a22b-fp8-tp4")
+    figure = next(f for f in case.logged.figures if f.name == "kv_cache_tokens")
+    assert (figure.predicted_low, figure.predicted_high, figure.logged) == (180_816, 181_040, 178_880)
 
 
 def test_pipeline_stages_split_layers_like_vllm():

@@ -391,3 +391,71 @@ def test_shapes_only_one_old_reader_knew_are_caught(line: str, cause: str) -> No
 def test_a_whole_real_log_gives_its_first_specific_cause(name: str, cause: str | None) -> None:
     found = engine_error_line((CPU / name).read_text())
     assert found == cause if cause is None else (found or "").startswith(cause)
+
+
+# vllm-project/vllm#10517, comment by kaspersiminski (2024-12-02): Llama-3.1-8B on an RTX 3090 started at
+# --max-model-len 20000 ("20k - OK") and again at 29000 ("29k - BAD"), the two code blocks as posted, in order
+# (the poster had cut the log headers, and the "#" before the first "GPU blocks").
+ISSUE_10517_TWO_STARTS = """\
+Loading model weights took 14.9888 GB
+Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.06GiB \
+memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=3.81GiB gpu_memory_utilization=0.90
+GPU blocks: 1952, # CPU blocks: 2048
+Maximum concurrency for 20000 tokens per request: 1.56x
+Loading model weights took 14.9888 GB
+Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.98GiB \
+memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=2.89GiB gpu_memory_utilization=0.90
+# GPU blocks: 1478, # CPU blocks: 2048
+Maximum concurrency for 29000 tokens per request: 0.82x
+The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache (23648). \
+Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.
+"""
+
+
+def test_a_log_with_two_starts_is_read_one_start_at_a_time() -> None:
+    # Read as one start, the two mixed: the concurrency was the smaller of 1.56x and 0.82x, the memory the smaller
+    # of 3.81 and 2.89 GiB, the profile the second's figures laid over the first's. Each start now stands alone.
+    last = parse_startup_log(ISSUE_10517_TWO_STARTS)
+    assert (last.starts, last.start) == (2, 2)
+    assert last.num_gpu_blocks == 1478 and last.max_concurrency_per_print == [0.82]
+    assert last.available_kv_cache_bytes_per_rank == [round(2.89 * GiB)]
+    assert last.kv_cache_tokens_at_failure == 23648 and last.failure is not None
+    assert last.memory_profile is not None
+    assert last.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(17.98 * GiB)
+
+    first = parse_startup_log(ISSUE_10517_TWO_STARTS, start=1)
+    assert (first.starts, first.start) == (2, 1)
+    assert first.num_gpu_blocks is None  # its "GPU blocks" line lost the "#" in the post
+    assert first.max_concurrency_per_print == [1.56] and first.max_concurrency_model_len == 20000
+    assert first.available_kv_cache_bytes_per_rank == [round(3.81 * GiB)]
+    assert first.failure is None and first.diagnosis == "capacity found"
+    assert first.memory_profile is not None
+    assert first.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(17.06 * GiB)
+
+    with pytest.raises(HarnessError, match="start 3 asked for, but the log holds 2"):
+        parse_startup_log(ISSUE_10517_TWO_STARTS, start=3)
+
+
+def test_a_relaunch_appended_to_a_served_start_is_its_own_start() -> None:
+    # Two real CPU-engine logs in the order they were captured (15:47, then 15:50): a start that served, then a
+    # relaunch with a 64 KiB cache that failed. Read as one, the failure looked like a crash after serving.
+    text = (CPU / "kv4m-len1024.log").read_text() + (CPU / "crash-kv64k-len1024.log").read_text()
+    relaunch = parse_startup_log(text)
+    assert (relaunch.starts, relaunch.start) == (2, 2)
+    assert not relaunch.capacity_found and relaunch.kv_cache_memory_bytes == 65536
+    assert relaunch.failure is not None and relaunch.failure.stage == "sizing_kv_cache"
+    served = parse_startup_log(text, start=1)
+    assert served.capacity_found and served.failure is None
+    assert served.kv_cache_tokens == 4 * 2**20 // TINY_KV_BYTES_PER_TOKEN
+
+
+def test_lines_posted_out_of_order_stay_in_their_start() -> None:
+    # An excerpt that quotes the capacity lines before the arguments line printed minutes earlier is one start:
+    # the arguments line is stamped before the capacity lines, so it cannot open a later start.
+    text = (
+        "(EngineCore pid=107) INFO 07-09 02:58:11 [kv_cache_utils.py:2146] GPU KV cache size: 569,878 tokens\n"
+        "(APIServer pid=1) INFO 07-09 02:56:25 [api_utils.py:273] non-default args: {'max_model_len': 131072}\n"
+    )
+    assert parse_startup_log(text).starts == 1
+    relaunched = text + "(APIServer pid=1) INFO 07-09 03:10:00 [api_utils.py:273] non-default args: {}\n"
+    assert parse_startup_log(relaunched).starts == 2
