@@ -16,14 +16,9 @@ import pydantic
 from harness.budget import CapacityPrediction, predict_capacity
 from harness.capacity_waterfall import WaterfallComparison, waterfall_beside_log
 from harness.errors import HarnessError
+from harness.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
 from harness.model_shape import ModelShape, load_model_shape
-from harness.server_logs import (
-    StartupCapacity,
-    fetch_polyaxon_run_log,
-    parse_startup_log,
-    read_log_text,
-    read_run_log,
-)
+from harness.server_logs import StartupCapacity, parse_startup_log
 from harness.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.units import GiB
 

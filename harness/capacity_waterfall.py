@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.field_check import logged_term_bytes
+from harness.memory_profile import logged_term_bytes
 from harness.fit_answer import gpu_total
 from harness.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.model_shape import ModelShape

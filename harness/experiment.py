@@ -19,11 +19,12 @@ from harness.engine_args import engine_options
 from harness.errors import HarnessError
 from harness.inventory import Inventory
 from harness.launch import EngineStartError, start_engine
+from harness.log_lines import fetch_polyaxon_run_log
 from harness.polyaxon_client import managed_run
 from harness.record import RunConfig
 from harness.runner import run_load
 from harness.schema import EngineRecord, RunFile, TrackedRun
-from harness.server_logs import fetch_polyaxon_run_log, parse_startup_log
+from harness.server_logs import parse_startup_log
 from harness.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.stats import RunSummary
 from harness.tracking import DEFAULT_PROJECT, LiveRun

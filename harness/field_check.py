@@ -33,6 +33,7 @@ from harness.memory_model import (
     profiling_batch,
     sampler_peak_bytes,
 )
+from harness.memory_profile import logged_term_bytes
 from harness.model_shape import ModelShape, load_model_shape
 from harness.releases import runs_v0
 from harness.units import GiB
@@ -40,11 +41,6 @@ from harness.units import GiB
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
 KV_TOKENS_TOLERANCE = 0.05
 SAMPLER_GRID = np.arange(0.0, 100.0, 0.01)  # bytes per logit tried when fitting the PyTorch sampler's peak
-TERM_LOG_KEYS = {
-    "weights": ("model_weights_bytes",),
-    "activation_peak": ("pytorch_activation_peak_memory_bytes", "torch_peak_increase_bytes"),
-    "non_torch": ("non_torch_memory_bytes", "non_torch_forward_increase_memory_bytes"),
-}
 
 
 class FigureCheck(BaseModel):
@@ -249,25 +245,6 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         kv_bytes_logged=log.available_kv_cache_bytes, kv_tokens_predicted=prediction.kv_cache_tokens,
         kv_tokens_logged=logged_tokens, kv_tokens_residual=residual, fits_predicted=fits(prediction),
     )
-
-
-def logged_term_bytes(log: Any) -> dict[str, int]:
-    """The terms a log states: weights, activation and non-torch from the profile, graphs from capture."""
-    parts = log.memory_profile.components_bytes if log.memory_profile else {}
-    found: dict[str, int] = {}
-    for term, keys in TERM_LOG_KEYS.items():
-        for key in keys:
-            if key in parts:
-                found[term] = parts[key]
-                break
-    weights = parts.get("model_weights_bytes") or log.model_weights_bytes
-    if "activation_peak" not in found and "peak_torch_memory_bytes" in parts and weights:
-        found["activation_peak"] = parts["peak_torch_memory_bytes"] - weights  # 0.6 logs the peak with weights
-    if "weights" not in found and log.model_weights_bytes:
-        found["weights"] = log.model_weights_bytes
-    if log.cuda_graph_bytes is not None:
-        found["cuda_graphs"] = log.cuda_graph_bytes
-    return found
 
 
 def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) -> MemoryConstants:

@@ -16,7 +16,8 @@ import pydantic
 import yaml
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.server_logs import LogLine, StartupCapacity, parse_startup_log, split_log_lines, split_starts
+from harness.log_lines import LogLine, split_log_lines
+from harness.server_logs import StartupCapacity, parse_startup_log, split_starts
 
 MODEL_SIZE = re.compile(r"\d+(?:\.\d+)?[BbMm]")
 # What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using

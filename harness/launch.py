@@ -24,11 +24,11 @@ from typing import Any
 import httpx
 
 from harness.engine_args import engine_port, option_value, with_option
+from harness.engine_failure import engine_error_line
 from harness.errors import HarnessError
 from harness.loopback import LOCAL_HOST, free_port
 from harness.placement import place_engine
 from harness.ready import is_healthy, wait_until_healthy
-from harness.server_logs import engine_error_line
 from harness.specs import render
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"

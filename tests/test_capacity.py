@@ -16,10 +16,15 @@ import yaml
 from traceml.logging.schemas import V1Log, V1Logs
 from typer.testing import CliRunner
 
-from harness.capacity import CapacityReport, build_capacity_report, capacity_from_sources
+from harness.capacity import (
+    CapacityReport,
+    build_capacity_report,
+    capacity_from_sources,
+)
 from harness.cli import app
 from harness.errors import HarnessError
-from harness.server_logs import fetch_polyaxon_run_log, parse_startup_log, read_log_text
+from harness.log_lines import fetch_polyaxon_run_log, read_log_text
+from harness.server_logs import parse_startup_log
 from harness.server_metrics import parse_metrics
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"

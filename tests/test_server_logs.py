@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.engine_failure import engine_error_line
 from harness.errors import HarnessError
-from harness.server_logs import engine_error_line, parse_startup_log, read_log_text
+from harness.log_lines import read_log_text
+from harness.server_logs import parse_startup_log
 from harness.units import GiB
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"

@@ -1,0 +1,119 @@
+"""A vLLM log as lines: read from a file, stdin, a run record or a Polyaxon run, then taken apart into the
+process that wrote each line, its level, its time stamp and its message."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.polyaxon_client import polyaxon_call
+from harness.schema import RunFile
+
+MAX_LOG_PAGES = 500
+LOGGED_NUMBER = r"-?[\d.]+"  # how a log line prints a figure: 0.41, 12, -1.5
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# `(EngineCore_DP0 pid=12)`, `(Worker_TP1 pid=9)`, `(VllmWorkerProcess pid=3)`, `(RayWorkerWrapper pid=3, ip=…)`
+PROCESS_PREFIX = re.compile(
+    r"\((?P<process>[A-Za-z][\w\-]*(?: (?:rank=|TP)\d+)?)(?: pid=\d+)?(?:, ip=[^)]*)?\)\s*"
+)
+# 0.11+: `INFO 11-29 14:50:31 [core.py:402] msg`; 0.6: `INFO 11-29 14:50:31 core.py:402] msg`.
+HEADER = re.compile(
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+    r"\[?(?P<source>[\w./-]+\.py:\d+)\]\s?(?P<message>.*)$"
+)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One physical log line with colour and process prefix removed."""
+
+    process: str | None
+    level: str | None
+    message: str
+    stamp: str | None = None  # "MM-DD HH:MM:SS" from the header, where the line has one
+    text: str = ""  # the physical line as logged (colour removed), prefix and header kept
+
+
+def read_log_text(source: str | Path) -> str:
+    """Read a log file or `-` (stdin); a binary file or a missing path is one line of bad input."""
+    if str(source) == "-":
+        data = sys.stdin.buffer.read()
+        name = "<stdin>"
+    else:
+        path = Path(source)
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            raise HarnessError(f"{path}: cannot read log: {error.strerror or error}") from None
+        name = str(path)
+    return decode_log_bytes(data, name)
+
+
+def decode_log_bytes(data: bytes, name: str) -> str:
+    """Logs are UTF-8 text; NUL bytes or undecodable data mean someone passed the wrong file."""
+    if b"\x00" in data:
+        raise HarnessError(f"{name}: binary file, not a text log (contains NUL bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise HarnessError(f"{name}: not a UTF-8 text log (undecodable byte at offset {error.start})") from None
+
+
+def read_run_log(run_dir: Path) -> str:
+    """The engine log a local run captured beside its record (`engine.log`)."""
+    path = Path(run_dir) / RunFile.ENGINE_LOG
+    if not Path(run_dir).is_dir():
+        raise HarnessError(f"{run_dir}: not a run directory")
+    if not path.is_file():
+        raise HarnessError(f"{run_dir}: no {RunFile.ENGINE_LOG} in this run directory")
+    return read_log_text(path)
+
+
+def fetch_polyaxon_run_log(run_uuid: str, project: str, client: Any = None) -> str:
+    """A Polyaxon run's logs joined into one text, page by page (the API returns up to 2,000 lines a call).
+
+    `client` is a polyaxon `RunClient` for that run; by default one is made from the CLI's configuration.
+    """
+    owner, _, name = project.partition("/")
+    if not owner or not name or "/" in name:
+        raise HarnessError(f"--project must be OWNER/NAME, got '{project}'")
+    if client is None:
+        from polyaxon.client import RunClient
+
+        client = RunClient(owner=owner, project=name, run_uuid=run_uuid, manual_exceptions_handling=True)
+    lines: list[str] = []
+    last_file = last_time = None
+    for _ in range(MAX_LOG_PAGES):
+        page = polyaxon_call(f"Polyaxon run {run_uuid} in {project}: could not read its logs",
+                             lambda: client.get_logs(last_file=last_file, last_time=last_time))
+        entries = (page.logs if page is not None else None) or []
+        if not entries:
+            break
+        lines.extend(entry.value for entry in entries if entry.value)
+        if (page.last_file, page.last_time) == (last_file, last_time):
+            break
+        last_file, last_time = page.last_file, page.last_time
+    return "\n".join(lines)
+
+
+def split_log_lines(text: str) -> list[LogLine]:
+    """Strip colour, carriage-return progress bars and process prefixes; keep header-less lines raw."""
+    lines: list[LogLine] = []
+    for physical in re.split(r"\r\n|\r|\n", ANSI_ESCAPE.sub("", text)):
+        stripped = physical.strip()
+        if not stripped:
+            continue
+        prefix = PROCESS_PREFIX.match(stripped)
+        process = prefix.group("process") if prefix else None
+        rest = stripped[prefix.end():] if prefix else stripped
+        header = HEADER.search(rest)
+        if header:
+            lines.append(LogLine(process, header.group("level"), header.group("message").strip(),
+                                 header.group("stamp"), stripped))
+        else:
+            lines.append(LogLine(process, None, rest, None, stripped))
+    return lines
