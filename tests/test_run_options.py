@@ -6,7 +6,8 @@ import pytest
 from typer.models import OptionInfo
 from typer.testing import CliRunner
 
-from harness.cli import app, run_command
+from harness.cli import app
+from harness.cli.measure import run_command
 from harness.errors import HarnessError
 from harness.run_options import LOAD_OPTION_NAMES, RunOptions, command_line_options
 from harness.schedule import LoadShape

@@ -1,0 +1,46 @@
+"""`harness capacity`: what an engine logged about its KV cache, beside /metrics and the calculator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from harness.cli.app import app, one_line_errors
+
+
+@app.command()
+@one_line_errors
+def capacity(
+    log: str | None = typer.Option(None, "--log", help="engine start-up log file, or - for stdin"),
+    run: Path | None = typer.Option(None, "--run", help="local run directory holding the captured engine.log"),
+    polyaxon_run: str | None = typer.Option(None, "--polyaxon-run", help="Polyaxon run UUID whose logs to read"),
+    project: str | None = typer.Option(None, "--project", help="OWNER/NAME of the Polyaxon run"),
+    metrics: str | None = typer.Option(None, "--metrics", help="/metrics URL (or a saved scrape) to cross-check"),
+    model: str | None = typer.Option(None, help="model for the prediction (default: the one the log names)"),
+    revision: str | None = typer.Option(None, help="hub revision of --model"),
+    gpu: str | None = typer.Option(None, help="GPU name or total GiB, for the waterfall when the log lacks it"),
+    engine_version: str | None = typer.Option(None, help="vLLM version, when the log does not state it"),
+    tensor_parallel_size: int | None = typer.Option(None, help="tensor-parallel size, when the log does not state it"),
+    kv_cache_dtype: str | None = typer.Option(None, help="KV cache dtype, when the log does not state it"),
+    json_output: bool = typer.Option(False, "--json", help="print the versioned JSON report"),
+) -> None:
+    """The KV capacity the engine logged, /metrics beside it, and the calculator's prediction; exit 1 if none."""
+    from rich.console import Console
+
+    from harness.capacity import LogOverrides, capacity_from_sources
+    from harness.capacity_table import capacity_renderable
+
+    stated = LogOverrides(engine_version=engine_version, tensor_parallel_size=tensor_parallel_size,
+                          kv_cache_dtype=kv_cache_dtype)
+
+    report = capacity_from_sources(
+        log=log, run_dir=run, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model,
+        revision=revision, gpu=gpu, stated=stated,
+    )
+    if json_output:
+        print(report.model_dump_json(indent=2))
+    else:
+        Console().print(capacity_renderable(report))
+    if report.log is not None and not report.log.capacity_found:
+        raise typer.Exit(1)

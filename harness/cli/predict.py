@@ -1,0 +1,82 @@
+"""`harness budget`: before launch, what a population needs and what a GPU or KV budget holds."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from harness.cli.app import app, one_line_errors
+
+
+@app.command()
+@one_line_errors
+def budget(
+    model: str = typer.Option("Qwen/Qwen3-4B", help="config.json, model directory, bundled snapshot or hub id"),
+    revision: str | None = typer.Option(None, help="hub revision (bundled snapshots default to the pinned one)"),
+    tokens: int | None = typer.Option(None, help="tokens per sequence, prompt + generated"),
+    sequences: int = typer.Option(1, help="live sequences of --tokens each"),
+    lengths: str | None = typer.Option(None, help="comma-separated per-sequence lengths instead of --tokens"),
+    kv_cache_dtype: str = typer.Option("auto", help="auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, ..."),
+    tensor_parallel_size: int = typer.Option(1, help="GPUs the model is split over"),
+    block_size: int = typer.Option(16, help="tokens per KV block (vLLM: 16 on CUDA, 128 on CPU)"),
+    shared_prefix_tokens: int = typer.Option(0, help="leading tokens every sequence shares (prefix caching)"),
+    hybrid_kv_manager: bool = typer.Option(True, help="vLLM's hybrid KV manager (sliding windows free blocks)"),
+    available_kv_gib: float | None = typer.Option(None, help="KV memory per GPU as vLLM logs it, GiB"),
+    kv_cache_memory_bytes: int | None = typer.Option(None, help="vLLM's --kv-cache-memory-bytes reservation"),
+    gpu_memory_gib: float | None = typer.Option(None, help="total GPU memory, GiB (with utilisation and overhead)"),
+    gpu_memory_utilization: float = typer.Option(0.9, help="vLLM's --gpu-memory-utilization"),
+    overhead_gib: float = typer.Option(0.0, help="non-KV memory besides weights (activations, non-torch), GiB"),
+    max_model_len: int | None = typer.Option(None, help="request length for maximum concurrency"),
+    max_num_batched_tokens: int | None = typer.Option(None, help="vLLM's --max-num-batched-tokens"),
+    engine_version: str | None = typer.Option(None, help="vLLM version whose rules to follow (default 0.11.2)"),
+    gpu: str | None = typer.Option(None, help="before launch: a GPU name (H100-80GB, L40S, ...) or its total GiB"),
+    max_num_seqs: int | None = typer.Option(None, help="vLLM's --max-num-seqs (with --gpu)"),
+    quantization: str | None = typer.Option(None, help="checkpoint format with --gpu: fp8, awq, gptq, mxfp4, ..."),
+    field_check: Path | None = typer.Option(None, help="score the calculator on a field corpus directory"),
+    json_output: bool = typer.Option(False, "--json", help="print the versioned JSON result"),
+) -> None:
+    """Predict KV bytes for a live-token population, the weights, and what vLLM makes of a KV budget."""
+    from rich.console import Console
+
+    from harness.budget_plan import BudgetOptions, plan_budget
+    from harness.budget_table import budget_renderable
+    from harness.model_shape import load_model_shape
+
+    if field_check is not None:
+        from harness.field_check import run_field_check
+        from harness.field_report import field_renderable
+
+        report = run_field_check(field_check)
+        print(report.model_dump_json(indent=2)) if json_output else Console().print(field_renderable(report))
+        return
+    if gpu is not None:
+        from harness.releases import PRODUCTION_ENGINE, engine_version_warnings
+        from harness.fit_answer import answer_fit, answer_renderable
+
+        for warning in engine_version_warnings(engine_version):
+            print(f"warning: {warning}", file=sys.stderr)
+        answer = answer_fit(
+            load_model_shape(model, revision), gpu=gpu, gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len, asked_tokens=tokens, engine_version=engine_version or PRODUCTION_ENGINE,
+            tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
+            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, quantization=quantization,
+        )
+        print(answer.model_dump_json(indent=2)) if json_output else Console().print(answer_renderable(answer))
+        return
+    options = BudgetOptions(
+        tokens=tokens, sequences=sequences, lengths=lengths, kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size, block_size=block_size, shared_prefix_tokens=shared_prefix_tokens,
+        hybrid_kv_manager=hybrid_kv_manager, available_kv_gib=available_kv_gib,
+        kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_gib=gpu_memory_gib,
+        gpu_memory_utilization=gpu_memory_utilization, overhead_gib=overhead_gib, max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
+    )
+    result = plan_budget(load_model_shape(model, revision), options)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if json_output:
+        print(result.model_dump_json(indent=2))
+    else:
+        Console().print(budget_renderable(result))
