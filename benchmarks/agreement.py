@@ -1,7 +1,7 @@
 """Agreement with `vllm bench serve`: both tools, in alternation, against one real CPU engine.
 
 The engine is started once, as the project starts it (polyaxonfiles/vllm-service.yaml with the local-cpu
-preset, through `harness.launch.local_engine`, serving the generated tiny model), so it runs with whatever
+preset, through `harness.launch.engine_process.local_engine`, serving the generated tiny model), so it runs with whatever
 CPU placement the preset and the launcher give it; the two clients get none of their own. Each round runs
 `harness run` and `vllm bench serve` one after the other (order flipped each round) with the same token-id
 prompts, the same concurrency, the same output length (ignore_eos, same max_tokens, temperature 0), the
@@ -49,19 +49,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.client import RequestRecord
-from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
-from harness.inventory_build import build_token_id_inventory
-from harness.launch import engine_python, local_engine
-from harness.record import read_requests
-from harness.server_metrics import MetricsSnapshot, parse_metrics
-from harness.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE, ensure_tiny_model
+from harness.measure.client import RequestRecord
+from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
+from harness.measure.inventory_build import build_token_id_inventory
+from harness.launch.engine_process import engine_python, local_engine
+from harness.measure.record import read_requests
+from harness.observe.server_metrics import MetricsSnapshot, parse_metrics
+from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE, ensure_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICE = [REPO / "polyaxonfiles" / "vllm-service.yaml", REPO / "polyaxonfiles" / "presets" / "local-cpu.yaml"]
 HARNESS = str(Path(sys.executable).with_name("harness"))
 PACED_GAP_S = 0.001
-# What the harness asks for (harness.client.request_body): usage on every chunk costs the API server work
+# What the harness asks for (harness.measure.client.request_body): usage on every chunk costs the API server work
 # per token, and the API server is the busy part here, so vLLM's tool is given the same.
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 

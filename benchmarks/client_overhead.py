@@ -33,11 +33,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from harness.inventory import TokenIdRecipe, VocabularyRange, write_inventory
-from harness.inventory_build import build_token_id_inventory
+from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
+from harness.measure.inventory_build import build_token_id_inventory
 from harness.loopback import free_port
-from harness.ready import wait_until_healthy
-from harness.record import read_requests
+from harness.measure.ready import wait_until_healthy
+from harness.measure.record import read_requests
 
 ENGINE_VENV = Path(os.environ.get("HARNESS_ENGINE_VENV", Path.home() / ".cache/vllm-serving-harness/engine-venv"))
 HARNESS = str(Path(sys.executable).with_name("harness"))
@@ -46,9 +46,9 @@ HARNESS_DRIVER = """
 import io, json, sys, time
 from pathlib import Path
 import pandas as pd
-from harness.run_options import RunOptions, build_run_config
-from harness.runner import run_load
-from harness.schedule import LoadShape
+from harness.measure.run_options import RunOptions, build_run_config
+from harness.measure.runner import run_load
+from harness.measure.schedule import LoadShape
 # One-time library start-up before timing, as vLLM's driver imports its modules before timing:
 # pandas/pyarrow spend ~50 ms of CPU on their first Parquet write whatever its size.
 pd.DataFrame({"warm": [[1.0]]}).to_parquet(io.BytesIO())

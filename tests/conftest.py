@@ -17,11 +17,11 @@ import pytest
 
 from harness.loopback import free_port
 from harness.polyaxon_client import QUIET_POLYAXON_ENV, quiet_polyaxon
-from harness.ready import wait_until_healthy
-from harness.tiny_model import ensure_tiny_model
+from harness.measure.ready import wait_until_healthy
+from harness.dev.tiny_model import ensure_tiny_model
 
 if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests without an engine need not pay
-    from harness.launch import RunningEngine
+    from harness.launch.engine_process import RunningEngine
 
 quiet_polyaxon()  # for the tests that import polyaxon themselves
 
@@ -48,7 +48,7 @@ def local_cpu_engine(
 
     For a module-scoped engine: `with local_cpu_engine(tiny_model_dir, path, max_num_seqs=4) as engine:`.
     """
-    from harness.launch import local_engine
+    from harness.launch.engine_process import local_engine
 
     return local_engine(
         [SERVICE_FILE, LOCAL_CPU_PRESET],

@@ -1,4 +1,4 @@
-"""Every third-party module the project imports is declared in pyproject.toml: the harness, analysis,
+"""Every third-party module the project imports is declared in pyproject.toml: the harness,
 benchmarks and scripts in the runtime dependencies, the tests in those or the test extra."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
-OWN = {"harness", "analysis", "conftest"} | {path.stem for path in (ROOT / "tests").glob("*.py")}
+OWN = {"harness", "conftest"} | {path.stem for path in (ROOT / "tests").rglob("*.py")}
 
 
 def third_party_imports(*folders: str) -> dict[str, str]:
@@ -45,5 +45,5 @@ def test_every_import_is_declared() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     runtime = {canonicalize_name(Requirement(line).name) for line in project["dependencies"]}
     test = runtime | {canonicalize_name(Requirement(line).name) for line in project["optional-dependencies"]["test"]}
-    assert undeclared(third_party_imports("harness", "analysis", "benchmarks", "scripts"), runtime) == []
+    assert undeclared(third_party_imports("harness", "benchmarks", "scripts"), runtime) == []
     assert undeclared(third_party_imports("tests"), test) == []

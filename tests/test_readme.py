@@ -17,9 +17,9 @@ import pytest
 import yaml
 from polyaxon.client import ProjectClient, RunClient
 
-from harness.tracking import track_run
+from harness.track.tracking import track_run
 
-from test_analysis_records import write_run
+from run_records import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -73,8 +73,8 @@ def test_make_demo_and_make_test_are_targets() -> None:
 def test_harness_demo_repeats_as_written(tmp_path: Path) -> None:
     """The demo itself runs in test_demo.py (once per point: three engines per point is too long for the suite);
     here: `--repeats 3` makes a sweep that Polyaxon's compiler expands into each point three times."""
-    from harness.demo import PRESET, repeated_sweep
-    from harness.specs import check_files
+    from harness.dev.demo import PRESET, repeated_sweep
+    from harness.launch.specs import check_files
 
     [words] = commands_of("harness demo")
     repeats = int(words[words.index("--repeats") + 1])

@@ -29,7 +29,7 @@ def unbounded_waits(source: str) -> list[int]:
 
 
 def test_every_subprocess_read_in_the_tests_has_a_timeout() -> None:
-    found = {path.name: lines for path in sorted(TESTS.glob("*.py"))
+    found = {path.name: lines for path in sorted(TESTS.rglob("*.py"))
              if (lines := unbounded_waits(path.read_text(encoding="utf-8")))}
     assert found == {}
 

@@ -26,7 +26,7 @@ def emulate(
     drop_every: int | None = typer.Option(None, help="abort every Nth stream's connection after 2 chunks"),
 ) -> None:
     """Serve a vLLM-shaped API with scripted timing, for dry runs and client benchmarks."""
-    from harness.emulator import EmulatorConfig, serve
+    from harness.dev.emulator import EmulatorConfig, serve
 
     serve(
         EmulatorConfig(
@@ -54,7 +54,7 @@ app.add_typer(model_app, name="model")
 @one_line_errors
 def model_tiny(seed: int = typer.Option(0, help="weights seed; the same seed gives byte-identical files")) -> None:
     """Generate the tiny Qwen3 model once (cached) and print its directory."""
-    from harness.tiny_model import ensure_tiny_model
+    from harness.dev.tiny_model import ensure_tiny_model
 
     print(ensure_tiny_model(seed))
 
@@ -70,8 +70,8 @@ def demo(
 
     from rich.console import Console
 
-    from harness.demo import run_demo
-    from harness.launch import stop_on_sigterm
+    from harness.dev.demo import run_demo
+    from harness.launch.engine_process import stop_on_sigterm
 
     console = Console() if sys.stdout.isatty() else Console(width=160)  # a log file is not 80 columns wide
     with stop_on_sigterm():

@@ -21,7 +21,7 @@ def report(
     out: Path = typer.Option(..., help="directory for report.md, report.html and the plots"),
 ) -> None:
     """Compare runs along one limit, say which limit bound each run, and write Markdown and HTML."""
-    from analysis.report import write_report
+    from harness.explain.report import write_report
 
     written = write_report(limit=limit, out=out, run_dirs=runs, offline_root=offline_root, project=project,
                            query=query, api_limit=api_limit)
@@ -29,7 +29,7 @@ def report(
         print(f"{verdict.run_uuid}: {verdict.bound_by}")
     print(f"report: {written.markdown} and {written.html}")
     from harness.polyaxon_client import managed_run
-    from harness.tracking import track_report
+    from harness.track.tracking import track_report
 
     if managed_run():  # the report operation: the HTML becomes the run's artifact in the dashboard
         track_report(written.markdown, written.html, len(written.runs))

@@ -26,7 +26,7 @@ def check(
     param: list[str] = typer.Option([], "-P", "--param", help="name=value, as for polyaxon run"),
 ) -> None:
     """Compile a polyaxonfile (+ presets) with Polyaxon's compiler; a sweep is compiled point by point."""
-    from harness.specs import check_files, overridden_params, parse_param_options
+    from harness.launch.specs import check_files, overridden_params, parse_param_options
 
     params = parse_param_options(param)
     points = check_files(files, params)
@@ -50,8 +50,8 @@ def serve(
     health_timeout_s: float = typer.Option(300.0, help="seconds to wait for /health"),
 ) -> None:
     """Run a service polyaxonfile on the local vLLM engine until interrupted (Ctrl-C stops it cleanly, exit 130)."""
-    from harness.launch import local_engine, wait_while_healthy
-    from harness.specs import parse_param_options
+    from harness.launch.engine_process import local_engine, wait_while_healthy
+    from harness.launch.specs import parse_param_options
 
     params = parse_param_options(param)
     with local_engine(files, params, log_path=log, port=port, health_timeout_s=health_timeout_s) as engine:
@@ -73,10 +73,10 @@ def run_local(
     project: str = typer.Option("local/vllm-harness", help="project the offline runs belong to"),
 ) -> None:
     """Execute a compiled experiment (or every point of its sweep) as local processes, tracked offline."""
-    from harness.launch import stop_on_sigterm
-    from harness.local_executor import run_locally
-    from harness.specs import overridden_params, parse_param_options
-    from harness.tracking import offline_tracking_env
+    from harness.launch.engine_process import stop_on_sigterm
+    from harness.launch.local_executor import run_locally
+    from harness.launch.specs import overridden_params, parse_param_options
+    from harness.track.tracking import offline_tracking_env
 
     def announce(index: int, total: int, point: dict[str, object]) -> None:
         print(f"point {index + 1}/{total}: {point}", file=sys.stderr, flush=True)
@@ -110,9 +110,9 @@ def sweep(
     out: Path = typer.Option(Path("runs/sweep"), help="directory for the sweep result and failed points' logs"),
 ) -> None:
     """Vary one limit over a vLLM service: start it, run the harness job against it, stop it; next point."""
-    from harness.launch import stop_on_sigterm
-    from harness.specs import parse_param_options
-    from harness.sweep import (
+    from harness.launch.engine_process import stop_on_sigterm
+    from harness.launch.specs import parse_param_options
+    from harness.launch.sweep import (
         Backend,
         LocalBackend,
         Outcome,
@@ -122,7 +122,7 @@ def sweep(
         service_params,
         sweep_points,
     )
-    from harness.tracking import DEFAULT_PROJECT, offline_tracking_env
+    from harness.track.tracking import DEFAULT_PROJECT, offline_tracking_env
 
     if project is None and not local:
         raise HarnessError("give --project OWNER/NAME, or --local to run on this machine")

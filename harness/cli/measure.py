@@ -42,8 +42,8 @@ def prompts_build_token_ids(
     revision: str | None = typer.Option(None, help="pinned hub revision of --tokenizer"),
 ) -> None:
     """Seeded token-id prompts of exact lengths, sent to /v1/completions as-is."""
-    from harness.inventory import write_inventory
-    from harness.inventory_build import (
+    from harness.measure.inventory import write_inventory
+    from harness.measure.inventory_build import (
         build_token_id_inventory,
         check_vocabulary,
         int_list,
@@ -84,8 +84,8 @@ def prompts_build_text(
     name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
 ) -> None:
     """Corpus text cut to exact token counts as the server will count them."""
-    from harness.inventory import write_inventory
-    from harness.inventory_build import build_text_inventory, text_recipe, token_shapes
+    from harness.measure.inventory import write_inventory
+    from harness.measure.inventory_build import build_text_inventory, text_recipe, token_shapes
 
     lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
     recipe = text_recipe(
@@ -106,9 +106,9 @@ def prompts_verify(
     rebuild: bool = typer.Option(False, help="also rebuild from the manifest's recipe and compare"),
 ) -> None:
     """Re-hash an inventory (refusing any edit); optionally check it fits, rebuilds, and counts the same on a server."""
-    from harness.inventory import load_inventory
-    from harness.inventory_check import check_fits, verify_with_server
-    from harness.inventory_build import check_rebuilds
+    from harness.measure.inventory import load_inventory
+    from harness.measure.inventory_check import check_fits, verify_with_server
+    from harness.measure.inventory_build import check_rebuilds
 
     inventory = load_inventory(inventory_dir)
     if max_model_len is not None:
@@ -171,10 +171,10 @@ def run_command(
     With an engine command after `--`, start that engine first, keep its start-up log and capacity,
     and stop it afterwards: one run = one configuration.
     """
-    from harness.experiment import measure
-    from harness.launch import engine_base_url
-    from harness.record import Slo, claim_run_dir
-    from harness.run_options import build_run_config, command_line_options
+    from harness.launch.experiment import measure
+    from harness.launch.engine_process import engine_base_url
+    from harness.measure.record import Slo, claim_run_dir
+    from harness.measure.run_options import build_run_config, command_line_options
 
     if engine and (base_url or service_uuid):
         raise HarnessError("an engine command after -- sets the server; drop --base-url/--service-uuid")

@@ -28,8 +28,8 @@ def capacity(
     """The KV capacity the engine logged, /metrics beside it, and the calculator's prediction; exit 1 if none."""
     from rich.console import Console
 
-    from harness.capacity import LogOverrides, capacity_from_sources
-    from harness.capacity_table import capacity_renderable
+    from harness.observe.capacity import LogOverrides, capacity_from_sources
+    from harness.observe.capacity_table import capacity_renderable
 
     stated = LogOverrides(engine_version=engine_version, tensor_parallel_size=tensor_parallel_size,
                           kv_cache_dtype=kv_cache_dtype)

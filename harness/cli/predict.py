@@ -40,20 +40,20 @@ def budget(
     """Predict KV bytes for a live-token population, the weights, and what vLLM makes of a KV budget."""
     from rich.console import Console
 
-    from harness.budget_plan import BudgetOptions, plan_budget
-    from harness.budget_table import budget_renderable
-    from harness.model_shape import load_model_shape
+    from harness.predict.budget_plan import BudgetOptions, plan_budget
+    from harness.predict.budget_table import budget_renderable
+    from harness.predict.model_shape import load_model_shape
 
     if field_check is not None:
-        from harness.field_check import run_field_check
-        from harness.field_report import field_renderable
+        from harness.calibrate.field_check import run_field_check
+        from harness.calibrate.field_report import field_renderable
 
         report = run_field_check(field_check)
         print(report.model_dump_json(indent=2)) if json_output else Console().print(field_renderable(report))
         return
     if gpu is not None:
-        from harness.releases import PRODUCTION_ENGINE, engine_version_warnings
-        from harness.fit_answer import answer_fit, answer_renderable
+        from harness.predict.releases import PRODUCTION_ENGINE, engine_version_warnings
+        from harness.predict.fit_answer import answer_fit, answer_renderable
 
         for warning in engine_version_warnings(engine_version):
             print(f"warning: {warning}", file=sys.stderr)

@@ -1,1 +1,0 @@
-"""Joins, comparisons, diagnosis and reports over harness run records; never talks to vLLM."""

@@ -1,0 +1,1 @@
+"""The calculator held against real start-up logs from public GPUs (the field corpus)."""

@@ -1,0 +1,363 @@
+"""Score the calculator on the field corpus: from the logged KV memory, and before launch.
+
+From logged memory: the release's own arithmetic must land on the logged blocks, tokens and
+concurrency for some KV figure inside the rounding of the printed GiB. Before launch: the memory
+model of `harness/predict/memory_model.py` predicts every term from the GPU, the limits and the config; its
+constants are fitted on the cases with an even position in the sorted corpus and scored on the
+others, so the held-back figures were never seen by the fit.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from packaging.version import Version
+from pydantic import BaseModel
+
+from harness.predict.budget import CapacityPrediction, predict_capacity
+from harness.errors import HarnessError
+from harness.calibrate.field_corpus import FieldCase, load_corpus
+from harness.predict.gpu_catalog import gpu_memory
+from harness.predict.memory_model import (
+    CONTEXT_COUNTED_BEFORE,
+    DEFAULT_V1_SAMPLER,
+    FLASHINFER_BYTES_PER_LOGIT,
+    GRAPHS_RESERVED_SINCE,
+    MemoryConstants,
+    forward_peak_bytes,
+    model_size,
+    plan_waterfall,
+    profiling_batch,
+    sampler_peak_bytes,
+)
+from harness.observe.memory_profile import logged_term_bytes
+from harness.predict.model_shape import ModelShape, load_model_shape
+from harness.predict.releases import runs_v0
+from harness.units import GiB
+
+HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
+KV_TOKENS_TOLERANCE = 0.05
+SAMPLER_GRID = np.arange(0.0, 100.0, 0.01)  # bytes per logit tried when fitting the PyTorch sampler's peak
+
+
+class FigureCheck(BaseModel):
+    name: str
+    logged: float
+    predicted_low: float
+    predicted_high: float
+    within: bool
+
+
+class LoggedCheck(BaseModel):
+    status: str  # "exact", "off", or why it is not scored
+    figures: list[FigureCheck] = []
+    fits: bool | None = None
+
+
+class TermCheck(BaseModel):
+    name: str
+    predicted_bytes: int
+    logged_bytes: int | None
+    subtracted: bool
+
+
+class LaunchCheck(BaseModel):
+    status: str  # "scored" or why not
+    held_back: bool
+    terms: list[TermCheck] = []
+    kv_bytes_predicted: int | None = None
+    kv_bytes_logged: int | None = None
+    kv_tokens_predicted: int | None = None
+    kv_tokens_logged: int | None = None
+    kv_tokens_residual: float | None = None  # (predicted − logged) / logged
+    fits_predicted: bool | None = None
+
+
+class SamplerFact(BaseModel):
+    """V1's top-k/top-p sampler and where the figure came from: "log" (`evidence` is the line), "stated" (the
+    case's `sampler:` fact), "assumed" (DEFAULT_V1_SAMPLER) or "V0" (which always sorts)."""
+
+    name: str
+    source: str
+    evidence: str | None = None
+
+
+class CaseResult(BaseModel):
+    id: str
+    source: str
+    release: str
+    family: str
+    sampler: SamplerFact
+    started: bool
+    cache_fit: bool  # whether a max_model_len request fitted the cache: what the fit / no-fit calls are scored on
+    logged: LoggedCheck
+    launch: LaunchCheck
+
+
+class FieldReport(BaseModel):
+    constants: MemoryConstants
+    cases: list[CaseResult]
+
+
+def run_field_check(directory: Path) -> FieldReport:
+    cases, configs = load_corpus(directory)
+    shapes = {name: load_model_shape(str(directory / "configs" / name)) for name in configs}
+    fit_ids = {case.id for position, case in enumerate(cases) if position % 2 == 0}
+    constants = fit_constants([c for c in cases if c.id in fit_ids], configs)
+    results = []
+    for case in cases:
+        config = configs.get(case.facts.config or "")
+        shape = shapes.get(case.facts.config or "")
+        results.append(CaseResult(
+            id=case.id, source=str(case.source), release=case.facts.vllm_version, family=case.family,
+            sampler=sampler_fact(case), started=case.facts.started,
+            cache_fit=case.facts.started or case.facts.failed_after_cache_sized,
+            logged=check_logged(case, shape),
+            launch=check_launch(case, shape, config, constants, held_back=case.id not in fit_ids),
+        ))
+    return FieldReport(constants=constants, cases=results)
+
+
+def stage_shapes(shape: ModelShape, pipeline_parallel_size: int) -> list[ModelShape]:
+    """vLLM's layer split: equal shares, the remainder going to the stages before the last."""
+    count = len(shape.layers)
+    shares = [count // pipeline_parallel_size] * pipeline_parallel_size
+    for i in range(2, count % pipeline_parallel_size + 2):
+        shares[-i] += 1
+    stages, start = [], 0
+    for share in shares:
+        stages.append(shape.model_copy(update={"layers": shape.layers[start:start + share]}))
+        start += share
+    return stages
+
+
+def predict_from_memory(case: FieldCase, shape: ModelShape, stage_bytes: list[int]) -> CapacityPrediction:
+    """The release's arithmetic on each pipeline stage's memory; the stage with fewest blocks sets the cache."""
+    facts = case.facts
+    predictions = [
+        predict_capacity(stage, available_kv_bytes=max(0, available), block_size=facts.block_size,
+                         max_model_len=facts.max_model_len, kv_cache_dtype=facts.kv_cache_dtype,
+                         tensor_parallel_size=facts.tensor_parallel_size,
+                         max_num_batched_tokens=facts.max_num_batched_tokens, engine_version=facts.vllm_version,
+                         engine_generation=facts.engine)
+        for stage, available in zip(stage_shapes(shape, facts.pipeline_parallel_size), stage_bytes)
+    ]
+    return min(predictions, key=lambda prediction: prediction.num_blocks)
+
+
+def fits(prediction: CapacityPrediction) -> bool:
+    """Whether one request of max_model_len tokens fits the cache, the check vLLM makes before serving."""
+    return prediction.num_blocks >= prediction.blocks_per_request and prediction.num_blocks > 0
+
+
+def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
+    if shape is None:
+        return LoggedCheck(status="no config for this model")
+    log = case.parsed()
+    stage_bytes = _stage_memory(case, log.available_kv_cache_bytes_by_rank, log.available_kv_cache_bytes)
+    if stage_bytes is None:
+        return LoggedCheck(status="no KV memory in the log")
+    try:
+        low = predict_from_memory(case, shape, [max(0, b - HALF_STEP) for b in stage_bytes])
+        high = predict_from_memory(case, shape, [b + HALF_STEP for b in stage_bytes])
+    except HarnessError as error:
+        return LoggedCheck(status=f"not modelled: {error}")
+    logged = {"num_blocks": log.num_gpu_blocks, "kv_cache_tokens": log.kv_cache_tokens,
+              "max_concurrency": log.max_concurrency}
+    figures = []
+    for name, value in logged.items():
+        if value is None:
+            continue
+        lo, hi = getattr(low, name), getattr(high, name)
+        if name == "max_concurrency":
+            lo, hi = round(lo, 2), round(hi, 2)
+        figures.append(FigureCheck(name=name, logged=value, predicted_low=lo, predicted_high=hi,
+                                   within=lo <= value <= hi))
+    if log.kv_cache_bytes_needed is not None:  # a refused V1 start states what one request needs
+        needed = round(high.blocks_per_request * high.bytes_per_block / GiB, 2)
+        logged_needed = round(log.kv_cache_bytes_needed / GiB, 2)
+        figures.append(FigureCheck(name="kv_gib_needed_per_request", logged=logged_needed, predicted_low=needed,
+                                   predicted_high=needed, within=needed == logged_needed))
+    if not figures:
+        return LoggedCheck(status="no capacity figure to compare", fits=fits(high))
+    status = "exact" if all(figure.within for figure in figures) else "off"
+    return LoggedCheck(status=status, figures=figures, fits=fits(high) if fits(low) == fits(high) else None)
+
+
+def _stage_memory(case: FieldCase, by_rank: dict[int, int], headline: int | None) -> list[int] | None:
+    """Each pipeline stage's KV memory: the smallest of its ranks, or the log's one figure for all."""
+    pp, tp = case.facts.pipeline_parallel_size, case.facts.tensor_parallel_size
+    if by_rank and len(by_rank) == pp * tp:
+        return [min(by_rank[stage * tp + r] for r in range(tp)) for stage in range(pp)]
+    return None if headline is None else [headline] * pp
+
+
+def _total_bytes(case: FieldCase) -> tuple[int, str] | None:
+    facts = case.facts
+    if facts.gpu_total_gib is not None:
+        return int(facts.gpu_total_gib * GiB), f"{facts.gpu_total_gib} GiB as the log states it"
+    if facts.gpu is None:
+        return None
+    try:
+        gpu = gpu_memory(facts.gpu)
+    except HarnessError:
+        return None
+    return int(gpu.total_gib * GiB), gpu.source
+
+
+def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, Any] | None,
+                 constants: MemoryConstants, *, held_back: bool) -> LaunchCheck:
+    total = _total_bytes(case)
+    if shape is None or config is None:
+        return LaunchCheck(status="no config for this model", held_back=held_back)
+    if total is None:
+        return LaunchCheck(status=f"GPU memory not established ({case.facts.gpu or 'GPU not named'})",
+                           held_back=held_back)
+    facts, log = case.facts, case.parsed()
+    waterfall = plan_waterfall(
+        config, constants, total_bytes=total[0], total_source=total[1],
+        gpu_memory_utilization=facts.gpu_memory_utilization, max_model_len=facts.max_model_len,
+        engine_version=facts.vllm_version, dtype_bytes=2, quantization=facts.quantization,
+        tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
+        max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
+        engine_generation=facts.engine, gpu_name=facts.gpu, sampler=_known_sampler(case),
+    )
+    logged_terms = logged_term_bytes(log)
+    terms = [TermCheck(name=t.name, predicted_bytes=t.bytes, logged_bytes=logged_terms.get(t.name),
+                       subtracted=t.subtracted) for t in waterfall.terms]
+    try:
+        prediction = predict_from_memory(case, shape, [waterfall.kv_bytes] * facts.pipeline_parallel_size)
+    except HarnessError as error:
+        return LaunchCheck(status=f"not modelled: {error}", held_back=held_back, terms=terms)
+    logged_tokens = (log.kv_cache_tokens or log.kv_cache_tokens_at_failure
+                     or (log.num_gpu_blocks * facts.block_size if log.num_gpu_blocks else None))
+    stage_bytes = _stage_memory(case, log.available_kv_cache_bytes_by_rank, log.available_kv_cache_bytes)
+    if logged_tokens is None and stage_bytes is not None:  # the release's arithmetic on the logged memory
+        logged_tokens = predict_from_memory(case, shape, stage_bytes).kv_cache_tokens
+    residual = None
+    if logged_tokens:
+        residual = (prediction.kv_cache_tokens - logged_tokens) / logged_tokens
+    return LaunchCheck(
+        status="scored", held_back=held_back, terms=terms, kv_bytes_predicted=waterfall.kv_bytes,
+        kv_bytes_logged=log.available_kv_cache_bytes, kv_tokens_predicted=prediction.kv_cache_tokens,
+        kv_tokens_logged=logged_tokens, kv_tokens_residual=residual, fits_predicted=fits(prediction),
+    )
+
+
+def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) -> MemoryConstants:
+    """Least squares for the PyTorch sampler's bytes per logit; medians for non-torch and graph memory.
+
+    The activation peak is the larger of the forward pass and the sampler (both from vLLM's code, see
+    `harness/predict/memory_model.py`); only the PyTorch sampler's bytes per logit are fitted, on the logs that
+    print their activation and sampled with it (V0, or V1 whose log prints its sampler line or whose facts
+    state it). Non-torch memory is read from the profile where a release prints it; where a log gives only
+    the GPU total, the weights and the KV memory, the remainder less the predicted activation is what the
+    profile held outside torch, counted only where the sampler behind that activation is known.
+    """
+    rows, targets, graphs, used = [], [], [], set()
+    non_torch: list[tuple[FieldCase, float]] = []  # GiB outside torch, as logged or implied
+    implied: list[tuple[FieldCase, dict[str, Any], int]] = []
+    for case in cases:
+        config = configs.get(case.facts.config or "")
+        total = _total_bytes(case)
+        if config is None:
+            continue
+        log = case.parsed()
+        logged = logged_term_bytes(log)
+        if "non_torch" in logged:
+            non_torch.append((case, logged["non_torch"] / GiB))
+            used.add(case.id)
+        elif total is not None and _known_sampler(case):
+            implied.append((case, config, total[0]))  # nothing in the remainder may rest on an assumed sampler
+        if "cuda_graphs" in logged:
+            graphs.append(logged["cuda_graphs"] / GiB)
+            used.add(case.id)
+        if "activation_peak" in logged and total is not None and _known_sampler(case) == "pytorch":
+            rows.append(_activation_parts(case, config, total[0]))
+            targets.append(logged["activation_peak"])
+            used.add(case.id)
+    if not rows:
+        raise HarnessError("no fit case states its activation peak: the sampler's peak cannot be fitted")
+    forward, base, logits = (np.array(column, dtype=float) for column in zip(*rows))
+    errors = [np.sum((np.maximum(forward, base + b * logits) - targets) ** 2) for b in SAMPLER_GRID]
+    per_logit = round(float(SAMPLER_GRID[int(np.argmin(errors))]), 2)
+    for case, config, total_bytes in implied:
+        rest = implied_overhead_bytes(case, total_bytes)
+        if rest is not None:
+            non_torch.append((case, (rest - _activation(case, config, total_bytes, per_logit)) / GiB))
+            used.add(case.id)
+    increase = [gib for case, gib in non_torch if not _context_counted(case)]
+    base = statistics.median(increase) if increase else 0.0
+    context = [gib - base for case, gib in non_torch if _context_counted(case)]
+    return MemoryConstants(
+        sampler_bytes_per_logit=per_logit, non_torch_gib=round(base, 3),
+        cuda_context_gib=round(max(0.0, statistics.median(context)), 3) if context else 0.0,
+        cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
+        fitted_on=sorted(used),
+    )
+
+
+def _context_counted(case: FieldCase) -> bool:
+    return Version(case.facts.vllm_version) < CONTEXT_COUNTED_BEFORE["V0" if _v0(case) else "V1"]
+
+
+def _v0(case: FieldCase) -> bool:
+    version = Version(case.facts.vllm_version)
+    return runs_v0(version, case.facts.engine)
+
+
+def sampler_fact(case: FieldCase) -> SamplerFact:
+    """The sampler as the log prints it, else as the facts state it, else the assumed default."""
+    if _v0(case):
+        return SamplerFact(name="pytorch", source="V0")
+    logged, stated = case.logged_sampler(), case.facts.sampler
+    if logged and stated and logged[0] != stated:
+        raise HarnessError(f"case {case.id}: the log says {logged[0]} sampled, the facts say {stated}")
+    if logged:
+        return SamplerFact(name=logged[0], source="log", evidence=logged[1])
+    if stated:
+        return SamplerFact(name=stated, source="stated")
+    return SamplerFact(name=DEFAULT_V1_SAMPLER, source="assumed")
+
+
+def _sampler(case: FieldCase) -> str:
+    return sampler_fact(case).name
+
+
+def _known_sampler(case: FieldCase) -> str | None:
+    """The sampler when the log or the facts establish it (V0 always sorts), None when it is assumed."""
+    fact = sampler_fact(case)
+    return None if fact.source == "assumed" else fact.name
+
+
+def _activation_parts(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[int, int, int]:
+    """(forward peak, the sampler's bytes besides its logits, sampler logits) of the case's profiling run."""
+    facts = case.facts
+    tokens, rows, _ = profiling_batch(Version(facts.vllm_version), _v0(case), total_bytes, facts.max_model_len,
+                                      facts.max_num_batched_tokens, facts.max_num_seqs, facts.gpu)
+    size = model_size(config)
+    return (forward_peak_bytes(size, tokens, facts.tensor_parallel_size), sampler_peak_bytes(size, tokens, 0, 0),
+            rows * size.vocab)
+
+
+def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> float:
+    forward, base, logits = _activation_parts(case, config, total_bytes)
+    return max(forward, base + logits * (FLASHINFER_BYTES_PER_LOGIT if _sampler(case) == "flashinfer" else per_logit))
+
+
+def implied_overhead_bytes(case: FieldCase, total_bytes: int) -> int | None:
+    """total × utilisation − logged weights − logged KV: activation and non-torch together, on one rank.
+
+    Only where nothing else is subtracted before the cache (graphs are, from 0.21) and the log
+    states both figures for a single stage.
+    """
+    facts, log = case.facts, case.parsed()
+    if Version(facts.vllm_version) >= GRAPHS_RESERVED_SINCE or facts.pipeline_parallel_size > 1:
+        return None
+    kv = _stage_memory(case, log.available_kv_cache_bytes_by_rank, log.available_kv_cache_bytes)
+    if kv is None or not log.model_weights_bytes:
+        return None
+    return int(total_bytes * facts.gpu_memory_utilization) - log.model_weights_bytes - kv[0]

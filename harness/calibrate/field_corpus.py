@@ -1,0 +1,129 @@
+"""The field corpus: real vLLM start-up logs from public threads, each with its source and stated facts.
+
+A case is one YAML file: where the log was published, what was cut, the facts the thread states
+(release, model, GPU, parallel layout, limits) and the log lines themselves. The model's config.json
+lives beside the cases, so every architecture number traces to a file, not to memory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+
+from harness.errors import HarnessError, describe_validation_error
+from harness.observe.log_lines import LogLine, split_log_lines
+from harness.observe.server_logs import StartupCapacity, parse_startup_log, split_starts
+
+MODEL_SIZE = re.compile(r"\d+(?:\.\d+)?[BbMm]")
+# What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using
+# FlashInfer for top-p & top-k sampling." or a fallback to the sort, "FlashInfer is not available. Falling back
+# to the PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install
+# FlashInfer." (the corpus's 0.9.2 to 0.11.0 logs) or 0.8's "Currently, FlashInfer top-p & top-k sampling
+# sampler is disabled because FlashInfer>=v0.2.3 is not backward compatible. Falling back to the PyTorch-native
+# implementation of top-p & top-k sampling." A release that prints neither leaves the sampler to the facts.
+SAMPLER_LINES = {
+    "flashinfer": re.compile(r"Using FlashInfer for top-p & top-k sampling"),
+    "pytorch": re.compile(r"Falling back to the PyTorch-native implementation of top-p & top-k sampling"),
+}
+
+
+class CaseFacts(pydantic.BaseModel, extra="forbid"):
+    vllm_version: str
+    model: str
+    config: str | None = None
+    dtype: str = "bfloat16"
+    kv_cache_dtype: str = "auto"
+    quantization: str | None = None
+    gpu: str | None = None
+    gpu_total_gib: float | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    block_size: int = 16
+    engine: str | None = None  # "V0" or "V1" when the release could run either
+    sampler: str | None = None  # V1's top-k/top-p sampler as the thread states it: "flashinfer" or "pytorch"
+    started: bool = True
+    failed_after_cache_sized: bool = False  # the cache held a full-length request; the start failed later
+
+
+class FieldCase(pydantic.BaseModel, extra="forbid"):
+    id: str
+    source: pydantic.HttpUrl
+    where: str
+    edits: str
+    facts: CaseFacts
+    log: str
+    start: int | None = None  # which start (from 1) the case scores, where its log holds several
+
+    @pydantic.model_validator(mode="after")
+    def _one_start_named(self) -> FieldCase:
+        starts = parse_startup_log(self.log).starts
+        if starts > 1 and self.start is None:
+            raise ValueError(f"the log holds {starts} starts: name the one the case scores with 'start:'")
+        if self.start is not None and not 1 <= self.start <= starts:
+            raise ValueError(f"'start: {self.start}' but the log holds {starts} start(s)")
+        return self
+
+    def parsed(self) -> StartupCapacity:
+        return parse_startup_log(self.log, self.start)
+
+    def start_lines(self) -> list[LogLine]:
+        """The lines of the start the case scores (the whole log when it holds one)."""
+        starts = split_starts(split_log_lines(self.log))
+        return starts[(self.start or len(starts)) - 1]
+
+    def logged_sampler(self) -> tuple[str, str] | None:
+        """(sampler, the first line naming it) when the log names V1's top-k/top-p sampler."""
+        found = [(name, line.text) for line in self.start_lines()
+                 for name, pattern in SAMPLER_LINES.items() if pattern.search(line.text)]
+        if len({name for name, _ in found}) > 1:
+            raise HarnessError(f"case {self.id}: the log names both samplers")
+        return found[0] if found else None
+
+    @property
+    def family(self) -> str:
+        """`meta-llama/Llama-3.1-8B-Instruct` → `Llama-3.1`: the part of the name before the size."""
+        parts = self.facts.model.split("/")[-1].split("-")
+        sizes = [i for i, part in enumerate(parts) if i and MODEL_SIZE.fullmatch(part)]
+        return "-".join(parts[: sizes[0]] if sizes else parts)
+
+
+def load_corpus(directory: Path) -> tuple[list[FieldCase], dict[str, dict[str, Any]]]:
+    """Every `cases/*.yaml` under the directory, and the config.json files they name."""
+    cases_dir, configs_dir = directory / "cases", directory / "configs"
+    if not cases_dir.is_dir():
+        raise HarnessError(f"{directory}: no cases/ directory of field cases")
+    cases = [_load_case(path) for path in sorted(cases_dir.glob("*.yaml"))]
+    if not cases:
+        raise HarnessError(f"{cases_dir}: no *.yaml cases")
+    configs: dict[str, dict[str, Any]] = {}
+    for case in cases:
+        name = case.facts.config
+        if name and name not in configs:
+            path = configs_dir / name
+            try:
+                configs[name] = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as error:
+                raise HarnessError(f"{path}: config named by case {case.id} cannot be read ({error})") from None
+    return cases, configs
+
+
+def _load_case(path: Path) -> FieldCase:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise HarnessError(f"{path}: not a readable YAML case ({type(error).__name__})") from None
+    if not isinstance(data, dict):
+        raise HarnessError(f"{path}: expected a mapping")
+    try:
+        return FieldCase(id=path.stem, **data)
+    except pydantic.ValidationError as error:
+        raise HarnessError(describe_validation_error(error, path)) from None

@@ -1,0 +1,156 @@
+"""The field check as a person reads it: one row per case, each term's error, and the scored summary."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from pydantic import BaseModel
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from harness.calibrate.field_check import KV_TOKENS_TOLERANCE, CaseResult, FieldReport
+from harness.units import GiB
+
+TERMS = ("weights", "activation_peak", "non_torch", "cuda_graphs")
+
+
+class Score(BaseModel):
+    """Counts behind one summary row; `None` shares mean nothing was scored."""
+
+    cases: int
+    logged_exact: int
+    logged_scored: int
+    launch_within: int
+    launch_scored: int
+    fit_calls_right: int
+    fit_calls: int
+
+
+def score(cases: list[CaseResult], held_back_only: bool = True) -> Score:
+    launch = [c for c in cases if c.launch.kv_tokens_residual is not None
+              and (c.launch.held_back or not held_back_only)]
+    calls = [c for c in cases if c.launch.fits_predicted is not None and (c.launch.held_back or not held_back_only)]
+    logged = [c for c in cases if c.logged.status in ("exact", "off")]
+    return Score(
+        cases=len(cases),
+        logged_exact=sum(c.logged.status == "exact" for c in logged), logged_scored=len(logged),
+        launch_within=sum(abs(c.launch.kv_tokens_residual) <= KV_TOKENS_TOLERANCE for c in launch),
+        launch_scored=len(launch),
+        fit_calls_right=sum(c.launch.fits_predicted == c.cache_fit for c in calls), fit_calls=len(calls),
+    )
+
+
+def summary_lines(report: FieldReport) -> list[str]:
+    """The headline figures, in words, with the counts they come from."""
+    held, every = score(report.cases), score(report.cases, held_back_only=False)
+    logged_calls = [c for c in report.cases if c.logged.fits is not None]
+    return [
+        f"field corpus: {len(report.cases)} start-up logs",
+        f"from logged KV memory: {held.logged_exact} of {held.logged_scored} scored cases exact within the "
+        "log's rounding (blocks, tokens and concurrency)",
+        f"before launch, held-back cases: {held.launch_within} of {held.launch_scored} within ±5% KV tokens "
+        f"({_share(held.launch_within, held.launch_scored)}); all scored cases: {every.launch_within} of "
+        f"{every.launch_scored}",
+        f"fit / no-fit before launch: {every.fit_calls_right} of {every.fit_calls} right "
+        f"(held-back: {held.fit_calls_right} of {held.fit_calls})",
+        f"fit / no-fit from logged memory: {sum(c.logged.fits == c.cache_fit for c in logged_calls)} of "
+        f"{len(logged_calls)} right",
+    ]
+
+
+def field_renderable(report: FieldReport) -> Group:
+    return Group(_logged_table(report), _launch_table(report), _terms_table(report),
+                 _group_table(report, "release", lambda c: c.release),
+                 _group_table(report, "model family", lambda c: c.family),
+                 _constants_text(report), *[Text(line) for line in summary_lines(report)])
+
+
+def _logged_table(report: FieldReport) -> Table:
+    table = Table("case", "release", "figure", "logged", "predicted (log rounding)", "result",
+                  title="From the logged KV memory")
+    for case in report.cases:
+        if not case.logged.figures:
+            table.add_row(case.id, case.release, "", "", "", case.logged.status)
+        for figure in case.logged.figures:
+            span = f"{figure.predicted_low:g}" if figure.predicted_low == figure.predicted_high else \
+                f"{figure.predicted_low:g} … {figure.predicted_high:g}"
+            table.add_row(case.id, case.release, figure.name, f"{figure.logged:g}", span,
+                          "exact" if figure.within else "OFF")
+    return table
+
+
+def _launch_table(report: FieldReport) -> Table:
+    table = Table("case", "set", "sampler (from)", *[f"{t}_gib pred/logged" for t in TERMS], "kv_gib pred/logged",
+                  "kv_tokens pred/logged", "residual_pct", "fits pred/real", title="Before launch")
+    for case in report.cases:
+        launch = case.launch
+        sampler = f"{case.sampler.name} ({case.sampler.source})"
+        if launch.status != "scored":
+            table.add_row(case.id, _set(case), sampler, *[""] * (len(TERMS) + 3), launch.status)
+            continue
+        terms = {t.name: t for t in launch.terms}
+        table.add_row(
+            case.id, _set(case), sampler,
+            *[_pair(terms[t].predicted_bytes, terms[t].logged_bytes) + ("" if terms[t].subtracted else " (after)")
+              for t in TERMS],
+            _pair(launch.kv_bytes_predicted, launch.kv_bytes_logged),
+            f"{launch.kv_tokens_predicted:,} / "
+            + (f"{launch.kv_tokens_logged:,}" if launch.kv_tokens_logged else "—"),
+            "—" if launch.kv_tokens_residual is None else f"{100 * launch.kv_tokens_residual:+.1f}",
+            f"{_yes(launch.fits_predicted)} / {_yes(case.cache_fit)}",
+        )
+    return table
+
+
+def _terms_table(report: FieldReport) -> Table:
+    """Each term's own error, fit and held-back cases apart, so one term's miss cannot hide in the total."""
+    table = Table("term", "set", "cases", "mean_abs_error_gib", "max_abs_error_gib", title="Error of each term")
+    for term in TERMS:
+        for held in (False, True):
+            errors = [abs(t.predicted_bytes - t.logged_bytes) / GiB for c in report.cases
+                      if c.launch.held_back == held for t in c.launch.terms
+                      if t.name == term and t.logged_bytes is not None]
+            if errors:
+                table.add_row(term, "held-back" if held else "fit", str(len(errors)),
+                              f"{sum(errors) / len(errors):.2f}", f"{max(errors):.2f}")
+    return table
+
+
+def _group_table(report: FieldReport, title: str, key: Callable[[CaseResult], str]) -> Table:
+    groups: dict[str, list[CaseResult]] = defaultdict(list)
+    for case in report.cases:
+        groups[key(case)].append(case)
+    table = Table(title, "cases", "logged_exact", "launch_within_5pct (held-back)", "fit_calls_right (held-back)",
+                  title=f"Summary per {title}")
+    for name in sorted(groups):
+        s = score(groups[name])
+        table.add_row(name, str(s.cases), f"{s.logged_exact}/{s.logged_scored}",
+                      f"{s.launch_within}/{s.launch_scored}", f"{s.fit_calls_right}/{s.fit_calls}")
+    return table
+
+
+def _constants_text(report: FieldReport) -> Text:
+    c = report.constants
+    return Text(f"constants fitted on {', '.join(c.fitted_on)}: PyTorch sampler {c.sampler_bytes_per_logit:.4g} B per "
+                f"logit; non-torch {c.non_torch_gib:.3g} GiB + {c.cuda_context_gib:.3g} GiB of CUDA context where "
+                f"the release counts it; "
+                f"CUDA graphs {c.cuda_graph_gib} GiB")
+
+
+def _pair(predicted: int | None, logged: int | None) -> str:
+    shown = "—" if predicted is None else f"{predicted / GiB:.2f}"
+    return shown + " / " + ("—" if logged is None else f"{logged / GiB:.2f}")
+
+
+def _set(case: CaseResult) -> str:
+    return "held-back" if case.launch.held_back else "fit"
+
+
+def _yes(value: bool | None) -> str:
+    return "—" if value is None else ("fits" if value else "no")
+
+
+def _share(part: int, whole: int) -> str:
+    return "n/a" if not whole else f"{100 * part / whole:.0f}%"

@@ -1,0 +1,190 @@
+"""Read runs from wherever they were kept: plain run directories, a Polyaxon offline root, or the API.
+
+Every source yields the same thing per run: its UUID, the inputs and outputs the Polyaxon dashboard
+shows (`harness.track.tracking.run_io` for local records, so there is one schema), and the server's metric
+series over time. Nothing here interprets the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+
+from harness.errors import HarnessError, describe_validation_error
+from harness.polyaxon_client import quiet_polyaxon
+from harness.measure.record import check_run_files, read_samples
+from harness.schema import RunFile, TrackedRun
+from harness.track.tracking import SERIES, live_name, run_io
+
+SERIES_NAMES = tuple(SERIES)
+# What each record model is read from, so a validation error can name its file.
+MODEL_FILES = {"RunConfig": RunFile.CONFIG, "RunSummary": RunFile.SUMMARY, "CapacityReport": RunFile.CAPACITY,
+               "ServerSample": RunFile.SAMPLES, "TrackedRun": RunFile.TRACKING, "EngineRecord": RunFile.ENGINE}
+# config.json alone is also a model's or an inventory's; a run record has one of these beside it.
+RUN_MARKERS = (RunFile.SUMMARY, RunFile.ENGINE, RunFile.CAPACITY, RunFile.REQUESTS)
+OFFLINE_RUN_FILE = "run.plx.json"
+DEFAULT_API_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class SourcedRun:
+    """One run as any source gives it; `series` has `t_s` and one column per metric series."""
+
+    run_uuid: str
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    series: pd.DataFrame
+    origin: str
+
+
+def runs_from_directories(roots: Sequence[Path]) -> list[SourcedRun]:
+    """Every run record under the given directories, searched recursively."""
+    runs = []
+    for root in roots:
+        if not root.is_dir():
+            raise HarnessError(f"{root}: not a directory of run records")
+        for config in sorted(root.rglob(RunFile.CONFIG)):
+            in_offline_run = any((parent / "run.plx.json").exists() for parent in config.parents)
+            if not in_offline_run and any((config.parent / marker).exists() for marker in RUN_MARKERS):
+                runs.append(read_run_directory(config.parent))  # an offline run's artifacts are copies
+    return runs
+
+
+def read_run_directory(run_dir: Path) -> SourcedRun:
+    """One record through `run_io`; a malformed, truncated or mixed file is one line naming it."""
+    check_run_files(run_dir)
+    try:
+        inputs, outputs = run_io(run_dir)
+        series = _samples_frame(run_dir)
+        run_uuid = _record_uuid(run_dir)
+    except ValidationError as error:
+        raise HarnessError(describe_validation_error(error, run_dir / MODEL_FILES.get(error.title, error.title))) from None
+    except json.JSONDecodeError as error:
+        raise HarnessError(f"{run_dir / RunFile.ENGINE}: not JSON: {error}") from None
+    return SourcedRun(run_uuid=run_uuid, inputs=inputs, outputs=outputs, series=series, origin=str(run_dir))
+
+
+def _record_uuid(run_dir: Path) -> str:
+    """The tracked run's UUID when the record was tracked, else the record's own id (they are equal outside managed runs)."""
+    tracking = run_dir / RunFile.TRACKING
+    if tracking.exists():
+        return TrackedRun.model_validate_json(tracking.read_text(encoding="utf-8")).run_uuid
+    return json.loads((run_dir / RunFile.CONFIG).read_text(encoding="utf-8"))["run_id"]
+
+
+def _samples_frame(run_dir: Path) -> pd.DataFrame:
+    rows = [
+        {"t_s": sample.t_s, **{name: getattr(sample.snapshot, field) for name, field in SERIES.items()}}
+        for sample in read_samples(run_dir)
+        if sample.snapshot is not None
+    ]
+    return pd.DataFrame(rows, columns=["t_s", *SERIES_NAMES], dtype=float)
+
+
+def runs_from_offline_root(root: Path) -> list[SourcedRun]:
+    """Runs tracked offline (`runs/<uuid>/run.plx.json` and `events/metric/*.plx`), read with Polyaxon's loaders."""
+    runs_dir = root / "runs"
+    if not runs_dir.is_dir():
+        raise HarnessError(f"{root}: not a Polyaxon offline root (no runs/ directory)")
+    from polyaxon.client import RunClient
+
+    runs = []
+    for run_file in sorted(runs_dir.glob(f"*/{OFFLINE_RUN_FILE}")):
+        try:
+            client = RunClient.load_offline_run(path=str(run_file.parent), run_client=_offline_client(),
+                                                raise_if_not_found=True)
+        except (ValueError, TypeError) as error:  # pydantic and orjson errors are ValueErrors
+            raise HarnessError(f"{run_file}: not a readable Polyaxon run: {str(error).splitlines()[0]}") from None
+        data = client.run_data
+        runs.append(SourcedRun(run_uuid=data.uuid, inputs=dict(data.inputs or {}), outputs=dict(data.outputs or {}),
+                               series=_offline_series(run_file.parent / "events" / "metric"), origin=str(run_file.parent)))
+    return runs
+
+
+def _offline_client() -> Any:
+    quiet_polyaxon()
+    from polyaxon.client import RunClient
+
+    logging.getLogger("polyaxon").setLevel(logging.WARNING)  # "offline data loaded from ..." per run
+    return RunClient(is_offline=True, owner="offline", project="offline")
+
+
+def _offline_series(metric_dir: Path) -> pd.DataFrame:
+    from traceml.events import V1Events
+
+    frames = []
+    for name in SERIES_NAMES:
+        path = metric_dir / f"{live_name(name)}.plx"
+        if path.exists():
+            events = V1Events.read(kind="metric", name=live_name(name), data=str(path), parse_dates=False).df
+            frames.append(events[["step", "timestamp", "metric"]].rename(columns={"metric": name}))
+    return _series_from_events(frames)
+
+
+def runs_from_polyaxon(project: str, query: str | None = None, limit: int = DEFAULT_API_LIMIT) -> list[SourcedRun]:
+    """Runs of a project on the Polyaxon API, each with its inputs, outputs and metric series."""
+    quiet_polyaxon()
+    from polyaxon.client import RunClient
+
+    owner, _, name = project.rpartition("/")
+    if not owner or not name:
+        raise HarnessError(f"--project '{project}' must be OWNER/NAME")
+    logging.disable(logging.CRITICAL)  # the client logs API errors with stack traces; we report one line
+    try:
+        listed = RunClient(owner=owner, project=name).list(query=query, limit=limit).results or []
+        runs = []
+        for run in listed:
+            client = RunClient(owner=owner, project=name, run_uuid=run.uuid)
+            metrics = client.get_metrics(names=[live_name(series) for series in SERIES_NAMES])
+            frames = [pd.DataFrame(metrics[live_name(series)]["data"]).rename(columns={"metric": series})
+                      [["step", "timestamp", series]] for series in SERIES_NAMES if live_name(series) in metrics]
+            runs.append(SourcedRun(run_uuid=run.uuid, inputs=dict(run.inputs or {}), outputs=dict(run.outputs or {}),
+                                   series=_series_from_events(frames), origin=f"{project}/{run.uuid}"))
+        return runs
+    except HarnessError:
+        raise
+    except Exception as error:  # an unreachable API, an unknown project, a bad query
+        reason = str(error).splitlines()[0][:160] if str(error) else ""
+        raise HarnessError(f"cannot read runs of Polyaxon project '{project}': {type(error).__name__} {reason}".rstrip()) from None
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _series_from_events(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """Metric events joined on their step; time is seconds since the first event."""
+    merged: pd.DataFrame | None = None
+    for frame in frames:
+        merged = frame if merged is None else merged.merge(frame.drop(columns="timestamp"), on="step", how="outer")
+    if merged is None or merged.empty:
+        return pd.DataFrame(columns=["t_s", *SERIES_NAMES], dtype=float)
+    merged = merged.sort_values("step")
+    stamps = pd.to_datetime(merged["timestamp"], utc=True, errors="coerce", format="ISO8601")
+    merged["t_s"] = (stamps - stamps.min()).dt.total_seconds() if stamps.notna().all() else merged["step"].astype(float)
+    return merged.reindex(columns=["t_s", *SERIES_NAMES]).astype(float).reset_index(drop=True)
+
+
+def collect_runs(
+    run_dirs: Sequence[Path] = (),
+    offline_root: Path | None = None,
+    project: str | None = None,
+    query: str | None = None,
+    limit: int = DEFAULT_API_LIMIT,
+) -> list[SourcedRun]:
+    """Runs from every source given; finding none is bad input that names where it looked."""
+    runs = runs_from_directories(run_dirs)
+    if offline_root is not None:
+        runs += runs_from_offline_root(offline_root)
+    if project is not None:
+        runs += runs_from_polyaxon(project, query, limit)
+    if not runs:
+        places = [f"--runs {path}" for path in run_dirs] + ([f"--offline-root {offline_root}"] if offline_root else [])
+        places += [f"--project {project}" + (f" --query '{query}'" if query else "")] if project else []
+        raise HarnessError(f"no run records found in {', '.join(places) or 'nothing (give --runs, --offline-root or --project)'}")
+    return runs

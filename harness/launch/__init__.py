@@ -1,0 +1,1 @@
+"""Polyaxon specs, the engine process, local execution, one experiment and a sweep of them."""

@@ -1,0 +1,182 @@
+"""One run = one configuration = one UUID: start the engine, measure it, keep its log and capacity, stop it.
+
+This is what lets a plain Polyaxon matrix sweep work on CE, where a DAG step cannot start while a service
+runs: each point is a job that owns its engine. An engine that fails to start is a result, not a crash:
+the record keeps its log and says how far it got, which is exactly the evidence for "weights and start-up
+headroom".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from harness.observe.capacity import CapacityReport, build_capacity_report
+from harness.observe.device import DeviceRecord, MemoryMonitor, device_facts
+from harness.launch.engine_args import engine_options
+from harness.errors import HarnessError
+from harness.measure.inventory import Inventory
+from harness.launch.engine_process import EngineStartError, start_engine
+from harness.observe.log_lines import fetch_polyaxon_run_log
+from harness.polyaxon_client import managed_run
+from harness.measure.record import RunConfig
+from harness.measure.runner import run_load
+from harness.schema import EngineRecord, RunFile, TrackedRun
+from harness.observe.server_logs import parse_startup_log
+from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
+from harness.measure.stats import RunSummary
+from harness.track.tracking import DEFAULT_PROJECT, LiveRun
+
+SERVICE_LOG_ENV = "HARNESS_SERVICE_LOG"  # a local service's start-up log, for the harness run measuring it
+
+
+def measure(
+    config: RunConfig,
+    inventory: Inventory,
+    run_dir: Path,
+    *,
+    engine_argv: list[str] | None,
+    ready_timeout_s: float,
+    project: str | None,
+    offline_root: Path | None,
+) -> tuple[RunSummary | None, TrackedRun | None]:
+    """`harness run`: against a running server, or against an engine it starts itself; tracked throughout.
+
+    Tracking happens inside a managed Polyaxon run, or when a project or an offline root is given. It starts
+    before the engine, so a run that dies or times out shows its inputs and its series so far; a run whose
+    engine did not start, or that raised, ends *failed*.
+    """
+    live = None
+    if managed_run() or project or offline_root:
+        live = LiveRun.start(config, engine_limits(engine_argv or []), project=project or DEFAULT_PROJECT,
+                             offline_root=offline_root)
+    try:
+        if engine_argv:
+            summary = run_with_engine(config, inventory, run_dir, engine_argv, health_timeout_s=ready_timeout_s,
+                                      live=live)
+        else:
+            summary = run_load(config, inventory, run_dir, ready_timeout_s=ready_timeout_s,
+                               on_sample=live.on_sample if live else None)
+            if config.service_uuid:
+                attach_service(run_dir, config.service_uuid, config.base_url)
+    except BaseException as error:
+        if live is not None:
+            if not (run_dir / RunFile.CONFIG).exists():
+                _write_config(run_dir, config)
+            live.finish(run_dir, failure=str(error) or type(error).__name__)
+        raise
+    tracked = None
+    if live is not None:
+        tracked = live.finish(run_dir, failure=None if summary is not None else engine_failure(run_dir))
+    return summary, tracked
+
+
+def run_with_engine(
+    config: RunConfig,
+    inventory: Inventory,
+    run_dir: Path,
+    engine_argv: list[str],
+    *,
+    health_timeout_s: float = 900.0,
+    live: LiveRun | None = None,
+) -> RunSummary | None:
+    """Start the engine from its command line, run the load against it, then record its capacity and the
+    device it ran on (device.json; its memory sampled while the load runs).
+
+    Returns the run's summary, or None when the engine did not start (the record then says why).
+    """
+    write_engine_record(run_dir, argv=engine_argv, limits=engine_limits(engine_argv))
+    facts = device_facts()
+    if live is not None:
+        live.log_inputs(**facts.model_dump())
+    summary: RunSummary | None = None
+    snapshot: MetricsSnapshot | None = None
+    with contextlib.ExitStack() as stack:
+        try:
+            engine = stack.enter_context(
+                start_engine(engine_argv, log_path=run_dir / RunFile.ENGINE_LOG, health_timeout_s=health_timeout_s)
+            )
+        except EngineStartError:
+            _write_config(run_dir, config)
+        else:
+            monitor = stack.enter_context(
+                MemoryMonitor(engine.pid, max(config.sample_interval_s, 1.0), live.log_series if live else None)
+            )
+            summary = run_load(config, inventory, run_dir, on_sample=live.on_sample if live else None)
+            snapshot = scrape_metrics(engine.base_url)
+            facts = monitor.record(facts)
+    report = record_capacity(run_dir, run_dir / RunFile.ENGINE_LOG, snapshot)
+    dtype = report.log.dtype if report.log is not None else None
+    record = DeviceRecord(**{**facts.model_dump(), "engine_dtype": dtype})
+    (run_dir / RunFile.DEVICE).write_text(record.model_dump_json(indent=2), encoding="utf-8")
+    return summary
+
+
+def engine_failure(run_dir: Path) -> str:
+    """Why the engine did not start, in one line, from the record's capacity report."""
+    if (run_dir / RunFile.CAPACITY).exists():
+        report = CapacityReport.model_validate_json((run_dir / RunFile.CAPACITY).read_text(encoding="utf-8"))
+        if report.log is not None and report.log.failure is not None:
+            return f"the engine did not start ({report.log.failure.stage}): {report.log.failure.error}"
+    return "the engine did not start"
+
+
+def attach_service(run_dir: Path, service_uuid: str, base_url: str) -> None:
+    """A harness job measured a separate service: its start-up log gives its limits and logged capacity.
+
+    The log is a file when the service runs here ($HARNESS_SERVICE_LOG), else the Polyaxon service run's
+    logs, read from inside the managed harness run. Without either, the record keeps only the figures.
+    """
+    local_log, managed = os.environ.get(SERVICE_LOG_ENV), managed_run()
+    if local_log:
+        log_text = Path(local_log).read_text(encoding="utf-8", errors="replace")
+    elif managed is not None:
+        try:
+            log_text = fetch_polyaxon_run_log(service_uuid, f"{managed.owner}/{managed.project}")
+        except HarnessError:  # the figures stand without the capacity; analysis shows it as missing
+            return
+    else:
+        return
+    (run_dir / RunFile.ENGINE_LOG).write_text(log_text, encoding="utf-8")
+    stated = parse_startup_log(log_text).non_default_args or {}
+    write_engine_record(run_dir, argv=None, limits={name: value for name, value in stated.items()
+                                                    if name not in ("host", "port")})
+    record_capacity(run_dir, run_dir / RunFile.ENGINE_LOG, scrape_metrics(base_url))
+
+
+def engine_limits(argv: list[str]) -> dict[str, Any]:
+    """Everything the engine was told except where to listen, which says nothing about what it holds."""
+    return {name: value for name, value in engine_options(argv).items() if name not in ("host", "port")}
+
+
+def write_engine_record(run_dir: Path, *, argv: list[str] | None, limits: dict[str, Any]) -> None:
+    """engine.json: the engine's command line (when this run started it) and its limits, for comparisons."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    engine = EngineRecord(argv=argv, limits=limits, image_reference=os.environ.get("HARNESS_IMAGE_REFERENCE"),
+                          container_image=os.environ.get("HARNESS_CONTAINER_IMAGE") or None)
+    (run_dir / RunFile.ENGINE).write_text(engine.model_dump_json(indent=2), encoding="utf-8")
+
+
+def scrape_metrics(base_url: str) -> MetricsSnapshot | None:
+    """One /metrics scrape to cross-check the logged capacity; a failed scrape only loses the check."""
+    with contextlib.suppress(HarnessError):
+        return parse_metrics(fetch_metrics_text(f"{base_url}/metrics"))
+    return None
+
+
+def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot | None) -> CapacityReport:
+    """capacity.json from the start-up log (copied into the record) and /metrics, with the prediction."""
+    log_text = engine_log.read_text(encoding="utf-8", errors="replace")
+    if engine_log.resolve() != (run_dir / RunFile.ENGINE_LOG).resolve():
+        (run_dir / RunFile.ENGINE_LOG).write_text(log_text, encoding="utf-8")
+    report = build_capacity_report(parse_startup_log(log_text), snapshot)
+    (run_dir / RunFile.CAPACITY).write_text(report.model_dump_json(indent=2), encoding="utf-8")
+    return report
+
+
+def _write_config(run_dir: Path, config: RunConfig) -> None:
+    """What was asked, kept even when nothing could be sent."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / RunFile.CONFIG).write_text(config.model_dump_json(indent=2), encoding="utf-8")

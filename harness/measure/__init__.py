@@ -1,0 +1,1 @@
+"""Send a frozen, token-counted inventory at a set load; record every request and the server's state."""

@@ -1,0 +1,302 @@
+"""Builders for prompt inventories: seeded token-id prompts and corpus text cut to exact token counts.
+
+A build is a pure function of its recipe (plus, for text, the pinned corpus and tokenizer files), so the
+same recipe gives byte-identical files and a committed inventory can be rebuilt to prove it is intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.sandbox
+import numpy as np
+import pydantic
+
+from harness.errors import HarnessError, describe_validation_error
+from harness.measure.inventory import (
+    SALT_TOKENS,
+    Inventory,
+    InventoryManifest,
+    InventoryPrompt,
+    TextRecipe,
+    TokenIdRecipe,
+    TokenizerIdentity,
+    assemble_inventory,
+    make_prompt,
+)
+
+# The files that decide how a tokenizer splits text and renders the chat template.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
+def prompt_id(index: int) -> str:
+    return f"p{index:04d}"
+
+
+def build_token_id_inventory(name: str, recipe: TokenIdRecipe) -> Inventory:
+    """Seeded random ids from the allowed range; an optional shared prefix; an optional per-run salt."""
+    allowed = _allowed_ids(recipe)
+    rng = np.random.default_rng(recipe.seed)
+    prefix = allowed[rng.integers(0, allowed.size, size=recipe.shared_prefix_tokens)]
+    prompts = []
+    for index, (length, cap) in enumerate(zip(recipe.prompt_tokens, recipe.output_cap_tokens)):
+        body = allowed[rng.integers(0, allowed.size, size=length - recipe.shared_prefix_tokens)]
+        ids = np.concatenate([prefix, body])
+        if recipe.salt is not None:
+            ids[:SALT_TOKENS] = _salt_ids(recipe.salt, prompt_id(index), allowed)
+        prompts.append(make_prompt(prompt_id(index), length, cap, token_ids=[int(t) for t in ids]))
+    return assemble_inventory(name, recipe, None, prompts)
+
+
+def _allowed_ids(recipe: TokenIdRecipe) -> np.ndarray:
+    vocabulary = recipe.vocabulary
+    every = np.arange(vocabulary.low, vocabulary.high, dtype=np.int64)
+    return np.setdiff1d(every, np.asarray(vocabulary.excluded_ids, dtype=np.int64), assume_unique=True)
+
+
+def _salt_ids(salt: str, prompt: str, allowed: np.ndarray) -> list[int]:
+    """The salt's hash written in base len(allowed): distinct per prompt and per salt, with no RNG state."""
+    number = int.from_bytes(hashlib.sha256(f"{salt}\x00{prompt}".encode()).digest(), "big")
+    digits = []
+    for _ in range(SALT_TOKENS):
+        number, digit = divmod(number, allowed.size)
+        digits.append(int(allowed[digit]))
+    return digits
+
+
+def corpus_sha256(corpus: Path) -> str:
+    try:
+        return hashlib.sha256(corpus.read_bytes()).hexdigest()
+    except OSError as error:
+        raise HarnessError(f"corpus {corpus}: unreadable: {error}") from None
+
+
+def build_text_inventory(name: str, recipe: TextRecipe) -> Inventory:
+    """Corpus windows cut so the server's count (templated, if chat) is exactly each prompt length."""
+    corpus = Path(recipe.corpus)
+    if corpus_sha256(corpus) != recipe.corpus_sha256:
+        raise HarnessError(f"corpus {corpus}: its sha256 differs from the recipe's corpus_sha256")
+    directory, identity = resolve_tokenizer(recipe.tokenizer, recipe.tokenizer_revision)
+    counter = _TokenCounter(directory, recipe.chat)
+    try:
+        corpus_ids = counter.encode(corpus.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise HarnessError(f"corpus {corpus}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    if len(corpus_ids) < 2:
+        raise HarnessError(f"corpus {corpus}: too little text to cut prompts from")
+    rng = np.random.default_rng(recipe.seed)
+    prompts: list[InventoryPrompt] = []
+    for index, (length, cap) in enumerate(zip(recipe.prompt_tokens, recipe.output_cap_tokens)):
+        start = int(rng.integers(0, len(corpus_ids)))
+        text = counter.cut(corpus_ids, start, length, prompt_id(index))
+        prompts.append(make_prompt(prompt_id(index), length, cap, text=text, chat=recipe.chat))
+    return assemble_inventory(name, recipe, identity, prompts)
+
+
+def check_vocabulary(vocabulary: dict[str, Any], tokenizer: str, revision: str | None) -> list[str]:
+    """Token ids the tokenizer does not have cannot be served: refused. Special ids inside the range are
+    legal but act as control tokens: returned as warnings."""
+    directory, _ = resolve_tokenizer(tokenizer, revision)
+    loaded = _TokenCounter(directory, chat=False).tokenizer
+    size = len(loaded)
+    high, low = vocabulary["high"], vocabulary.get("low", 0)
+    if high > size:
+        raise HarnessError(f"--vocab-high {high}: tokenizer {tokenizer} has {size:,} ids (0 to {size - 1}); "
+                           f"give at most {size}")
+    excluded = set(vocabulary.get("excluded_ids") or [])
+    special = sorted(i for i in set(loaded.all_special_ids) if low <= i < high and i not in excluded)
+    if not special:
+        return []
+    shown = ",".join(str(i) for i in special[:10])
+    return [f"ids {shown} in [{low}, {high}) are tokenizer {tokenizer}'s special tokens; "
+            f"add them to --exclude-ids unless that is meant"]
+
+
+def resolve_tokenizer(source: str, revision: str | None) -> tuple[Path, TokenizerIdentity]:
+    """A local directory as is, or a hub id at a pinned revision (from the local cache when offline)."""
+    directory = Path(source)
+    if not directory.is_dir():
+        if revision is None:
+            raise HarnessError(f"tokenizer {source}: not a local directory, and a hub id needs --revision")
+        from huggingface_hub import snapshot_download
+
+        try:
+            directory = Path(
+                snapshot_download(source, revision=revision, allow_patterns=list(TOKENIZER_FILES))
+            )
+        except Exception as error:  # the hub client raises many unrelated types for one cause
+            raise HarnessError(f"tokenizer {source}@{revision}: cannot be fetched: {error}") from None
+    files = sorted(directory / name for name in TOKENIZER_FILES if (directory / name).is_file())
+    if not files:
+        raise HarnessError(f"tokenizer {source}: no tokenizer files in {directory}")
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\x00" + file.read_bytes() + b"\x00")
+    return directory, TokenizerIdentity(name=source, revision=revision, files_sha256=digest.hexdigest())
+
+
+class _TokenCounter:
+    """Counts tokens exactly as vLLM does: completions add special tokens; chat renders the template
+    to text and tokenizes it without adding any."""
+
+    def __init__(self, directory: Path, chat: bool) -> None:
+        # Only tokenizers are used here, so transformers' advice that PyTorch is missing is noise.
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+        from transformers import AutoTokenizer
+
+        try:
+            self.tokenizer: Any = AutoTokenizer.from_pretrained(directory)
+        except Exception as error:  # transformers raises many unrelated types for an unreadable tokenizer
+            raise HarnessError(f"tokenizer {directory}: cannot be loaded: {error}") from None
+        self.chat = chat
+        if chat:
+            if not isinstance(self.tokenizer.chat_template, str):
+                raise HarnessError(f"tokenizer {directory}: no single chat template, so no chat inventory")
+            self.template = _chat_template(self.tokenizer.chat_template)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def count(self, text: str) -> int:
+        if not self.chat:
+            return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+        rendered = self.template.render(
+            messages=[{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            **self.tokenizer.special_tokens_map,
+        )
+        return len(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+
+    def cut(self, corpus_ids: list[int], start: int, length: int, prompt: str) -> str:
+        """Text whose count is exactly `length`, from corpus tokens at `start` (wrapping around).
+
+        Decoding a token window and re-encoding it does not always give the same tokens back, so the
+        window is resized until the count is exact; a window that cannot hit it moves by one token.
+        """
+        overhead = self.count("")
+        if length <= overhead:
+            raise HarnessError(
+                f"prompt {prompt}: {length} tokens leave no room for text: an empty prompt already counts {overhead}"
+            )
+        for shift in range(64):
+            size = length - overhead
+            tried: set[int] = set()
+            while size > 0 and size not in tried:
+                tried.add(size)
+                text = self.tokenizer.decode(_wrapped(corpus_ids, start + shift, size))
+                counted = self.count(text)
+                if counted == length:
+                    return text
+                size += length - counted
+        raise HarnessError(f"prompt {prompt}: no corpus text counts exactly {length} tokens near token {start}")
+
+
+def _chat_template(source: str) -> jinja2.Template:
+    """The template compiled as transformers and vLLM compile it.
+
+    transformers' own renderer demands jinja2>=3.1.6, which polyaxon's pin (<3.1.5) rules out, so the
+    same sandboxed environment is set up here; `harness prompts verify --server` checks the counts.
+    """
+
+    def raise_exception(message: str) -> None:
+        raise HarnessError(f"chat template refused the prompt: {message}")
+
+    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    environment.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+    environment.globals["raise_exception"] = raise_exception
+    return environment.from_string(source)
+
+
+def _wrapped(ids: list[int], start: int, size: int) -> list[int]:
+    repeats = (start % len(ids) + size) // len(ids) + 1
+    return (ids * repeats)[start % len(ids) : start % len(ids) + size]
+
+
+def salted(inventory: Inventory, salt: str) -> Inventory:
+    """The same token-id inventory with a per-run salt, so a repeated run cannot hit a warm prefix cache."""
+    recipe = inventory.manifest.recipe
+    if not isinstance(recipe, TokenIdRecipe):
+        raise HarnessError(f"inventory {inventory.manifest.name}: only token-id inventories can be salted")
+    return build_token_id_inventory(
+        inventory.manifest.name, token_id_recipe(**recipe.model_dump(exclude={"salt"}), salt=salt)
+    )
+
+
+def rebuild(manifest: InventoryManifest) -> Inventory:
+    """Build again from a manifest's own recipe (the proof that frozen data matches its recipe)."""
+    if isinstance(manifest.recipe, TokenIdRecipe):
+        return build_token_id_inventory(manifest.name, manifest.recipe)
+    return build_text_inventory(manifest.name, manifest.recipe)
+
+
+def token_shapes(prompt_tokens: str, output_cap_tokens: str, count: int) -> tuple[list[int], list[int]]:
+    """Parse '512,1024' style lists; one output cap applies to all; every length repeats `count` times."""
+    lengths = int_list(prompt_tokens, "--prompt-tokens", minimum=1)
+    caps = int_list(output_cap_tokens, "--output-cap-tokens", minimum=1)
+    if len(caps) == 1:
+        caps = caps * len(lengths)
+    if len(caps) != len(lengths):
+        raise HarnessError(f"--output-cap-tokens: {len(caps)} values for {len(lengths)} prompt lengths")
+    if count < 1:
+        raise HarnessError(f"--count: {count} is not a positive number of prompts")
+    return (
+        [n for n in lengths for _ in range(count)],
+        [c for c in caps for _ in range(count)],
+    )
+
+
+def int_list(value: str, option: str, *, minimum: int) -> list[int]:
+    """A comma-separated command-line list of integers; empty means none."""
+    if not value.strip():
+        return []
+    try:
+        numbers = [int(part) for part in value.split(",")]
+    except ValueError:
+        raise HarnessError(f"{option}: {value!r} is not a comma-separated list of integers") from None
+    if any(n < minimum for n in numbers):
+        raise HarnessError(f"{option}: {value!r} holds a value below {minimum}")
+    return numbers
+
+
+def check_rebuilds(inventory: Inventory) -> None:
+    """Refuse an inventory that its own recipe no longer reproduces (data and recipe have drifted)."""
+    again = rebuild(inventory.manifest)
+    if again.digest != inventory.digest:
+        differing = [a.prompt_id for a, b in zip(inventory.prompts, again.prompts) if a.sha256 != b.sha256]
+        raise HarnessError(
+            f"inventory {inventory.manifest.name}: its recipe rebuilds a different inventory "
+            f"(prompts differing: {', '.join(differing[:10]) or 'none; the manifest differs'})"
+        )
+
+
+def token_id_recipe(**fields: Any) -> TokenIdRecipe:
+    """A recipe from command-line values, with bad values reported as one line."""
+    try:
+        return TokenIdRecipe(**fields)
+    except pydantic.ValidationError as error:
+        raise HarnessError(describe_validation_error(error, "token-id recipe")) from None
+
+
+def text_recipe(corpus: Path, **fields: Any) -> TextRecipe:
+    """A recipe from command-line values; the corpus is pinned by hashing it now."""
+    try:
+        return TextRecipe(corpus=str(corpus), corpus_sha256=corpus_sha256(corpus), **fields)
+    except pydantic.ValidationError as error:
+        raise HarnessError(describe_validation_error(error, "text recipe")) from None

@@ -1,0 +1,95 @@
+"""What a user chooses for one measured run, and the run record's config it resolves to.
+
+`RunOptions` is the one description of `harness run`'s choices: the CLI maps its options onto it, the
+library and the tests build it with only the fields they change. `build_run_config` resolves it against
+the inventory and the environment (the service's in-cluster URL, the run's id, the default timeouts).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import HarnessError, describe_validation_error
+from harness.measure.inventory import Inventory, load_inventory
+from harness.polyaxon_client import managed_run_uuid
+from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION, RunConfig, Slo
+from harness.measure.schedule import LoadShape
+from harness.measure.timeouts import request_timeouts
+
+LOAD_OPTION_NAMES = {"rate_per_s": "rate", "warmup_requests": "warmup"}  # `LoadShape` fields the CLI shortens
+
+
+class RunOptions(BaseModel):
+    """`harness run`'s options, one field each (`--max-tokens` is `max_tokens`), with the CLI's defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    inventory: Path
+    load: LoadShape
+    base_url: str | None = None
+    service_uuid: str | None = None
+    service_port: int = 8000
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = 0.0
+    slo: Slo = Slo()
+    cold: bool = False
+    sample_interval_s: float = Field(1.0, gt=0)
+    max_dispatch_lag_ms: float = 10.0
+    max_error_fraction: float = Field(DEFAULT_MAX_ERROR_FRACTION, ge=0, le=1)
+    read_timeout_s: float | None = None  # checked with the defaults they replace, in `request_timeouts`
+    stall_timeout_s: float | None = None
+
+
+def command_line_options(**values: object) -> RunOptions:
+    """`RunOptions` from the command line's values (`load` a dict of `LoadShape`'s fields); a refused value
+    is one line naming its option: '--max-tokens: Input should be greater than or equal to 1, not 0'."""
+    try:
+        load = LoadShape.model_validate(values.pop("load"))
+        return RunOptions.model_validate({**values, "load": load})
+    except ValidationError as error:
+        first = error.errors()[0]
+        if not first["loc"]:  # a rule across fields names them itself
+            raise HarnessError(describe_validation_error(error, "command line")) from None
+        name = str(first["loc"][-1])
+        option = "--" + LOAD_OPTION_NAMES.get(name, name).replace("_", "-")
+        raise HarnessError(f"{option}: {first['msg']}, not {first['input']}") from None
+
+
+def build_run_config(options: RunOptions) -> tuple[RunConfig, Inventory]:
+    """The record's config and the loaded inventory; the server is the URL, or the service's in-cluster one."""
+    if options.base_url is None and options.service_uuid is None:
+        raise HarnessError("give --base-url, --service-uuid, or both (the service's run, reached at the URL)")
+    base_url = options.base_url
+    if base_url is None:
+        namespace = os.environ.get("POLYAXON_K8S_NAMESPACE", "polyaxon")
+        base_url = f"http://plx-operation-{options.service_uuid}.{namespace}.svc:{options.service_port}"
+    prompts = load_inventory(options.inventory)
+    read_timeout_s, stall_timeout_s = request_timeouts(
+        options.load, longest_output_tokens(options.max_tokens, prompts), options.read_timeout_s,
+        options.stall_timeout_s)
+    config = RunConfig(
+        run_id=managed_run_uuid() or uuid.uuid4().hex,  # inside Polyaxon, the record's id is the run's
+        base_url=base_url.rstrip("/"),
+        service_uuid=options.service_uuid,
+        inventory_path=str(options.inventory),
+        inventory_digest=prompts.digest,
+        load=options.load,
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+        slo=options.slo,
+        cold=options.cold,
+        max_dispatch_lag_ms=options.max_dispatch_lag_ms,
+        max_error_fraction=options.max_error_fraction,
+        read_timeout_s=read_timeout_s,
+        stall_timeout_s=stall_timeout_s,
+        sample_interval_s=options.sample_interval_s,
+    )
+    return config, prompts
+
+
+def longest_output_tokens(max_tokens: int | None, inventory: Inventory) -> int:
+    return max_tokens or max(prompt.output_cap_tokens for prompt in inventory.prompts)

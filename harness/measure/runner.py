@@ -1,0 +1,336 @@
+"""`harness run`: send an inventory at a set load, record every request and the server's state.
+
+Schedule, client, sampler and record meet here and nowhere else. SIGINT/SIGTERM stop the load: requests
+in flight are recorded as cancelled and the summary is still written, marked invalid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import platform
+import signal
+import sys
+import time
+from collections.abc import Callable, Collection, Iterator
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import uvloop
+from rich.console import Console
+from rich.progress import Progress
+
+from harness.measure.client import (
+    ClientSettings,
+    ErrorClass,
+    PromptRequest,
+    RequestRecord,
+    StreamingClient,
+)
+from harness.errors import HarnessError
+from harness.measure.inventory import Inventory, InventoryPrompt
+from harness.measure.inventory_check import check_fits, prompt_token_mismatches
+from harness.measure.loop_lag import LoopLagProbe
+from harness.measure.ready import discover_server
+from harness.measure.record import (
+    Environment,
+    RunConfig,
+    RunWriter,
+    ServerSample,
+)
+from harness.measure.run_options import longest_output_tokens
+from harness.measure.sampler import MetricsSampler
+from harness.measure.schedule import Slot, plan
+from harness.schema import RunFile
+from harness.measure.stats import RunSummary, summarize
+from harness.measure.timeouts import request_timeouts
+
+UNCAPPED_POOL_SIZE = 4096
+
+
+def run_load(
+    config: RunConfig,
+    inventory: Inventory,
+    run_dir: Path,
+    *,
+    ready_timeout_s: float = 600.0,
+    on_sample: Callable[[ServerSample], None] | None = None,
+) -> RunSummary:
+    """Blocking entry point for the CLI and tests. uvloop: the client must never be the bottleneck, and
+    libuv's loop costs less CPU per streamed chunk than asyncio's own. `on_sample` sees every scrape as it
+    is kept (live tracking); it runs in the event loop, so it must be quick."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_run(config, inventory, run_dir, ready_timeout_s, on_sample))
+
+
+async def _run(
+    config: RunConfig,
+    inventory: Inventory,
+    run_dir: Path,
+    ready_timeout_s: float,
+    on_sample: Callable[[ServerSample], None] | None = None,
+) -> RunSummary:
+    served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s)
+    if max_model_len is not None:
+        check_fits(inventory, max_model_len)
+        longest = max(p.prompt_tokens for p in inventory.prompts)
+        if config.max_tokens is not None and longest + config.max_tokens > max_model_len:
+            raise HarnessError(
+                f"--max-tokens {config.max_tokens}: the longest prompt ({longest} tokens) plus it exceeds the "
+                f"server's max_model_len {max_model_len}"
+            )
+    writer = RunWriter(run_dir)
+    writer.write_model(
+        RunFile.ENVIRONMENT,
+        Environment(
+            harness_version=_harness_version(),
+            python_version=platform.python_version(),
+            engine_version=engine_version,
+            served_model=served_model,
+            max_model_len=max_model_len,
+            image_reference=os.environ.get("HARNESS_IMAGE_REFERENCE"),
+            model_revision=os.environ.get("HARNESS_MODEL_REVISION"),
+        ),
+    )
+    clock_zero = time.perf_counter()
+    read_timeout_s, stall_timeout_s = request_timeouts(
+        config.load, longest_output_tokens(config.max_tokens, inventory), config.read_timeout_s, config.stall_timeout_s)
+    config = config.model_copy(update={"clock_zero_unix_s": time.time(), "read_timeout_s": read_timeout_s,
+                                       "stall_timeout_s": stall_timeout_s})  # a config built without them: defaults
+    writer.write_model(RunFile.CONFIG, config)
+    records: list[RequestRecord] = []
+    samples: list[ServerSample] = []
+
+    def keep_sample(sample: ServerSample) -> None:
+        samples.append(sample)
+        writer.add_sample(sample)
+        if on_sample is not None:
+            on_sample(sample)
+
+    limit = config.load.in_flight_limit
+    settings = ClientSettings(
+        base_url=config.base_url,
+        model=served_model,
+        temperature=config.temperature,
+        pool_size=limit or UNCAPPED_POOL_SIZE,
+        read_timeout_s=read_timeout_s,
+        stall_timeout_s=stall_timeout_s,
+    )
+    sampler = MetricsSampler(config.base_url, config.sample_interval_s, clock_zero, keep_sample)
+    keep_sample(await sampler.scrape())
+    sampling = asyncio.create_task(sampler.run())
+    loop_lag = LoopLagProbe()
+    probing = asyncio.create_task(loop_lag.run())
+    interrupted: list[str] = []
+    total = _planned_count(config, inventory)
+    with RunProgress(total) as progress, quiet_garbage_collector():
+
+        def finished(record: RequestRecord) -> None:
+            records.append(record)
+            writer.add_request(record)
+            progress.advance(record.error_class is not None)
+
+        async with StreamingClient(settings, clock_zero) as client:
+            if limit is not None:
+                await client.open_connections(limit)
+            load = asyncio.create_task(send_all(config, inventory, client, finished))
+            loop = asyncio.get_running_loop()
+            # asyncio resets a removed handler to the default; the caller's (an engine's stop on SIGTERM) returns
+            previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, _stop, load, interrupted, signal.Signals(signum).name)
+            try:
+                await load
+            except asyncio.CancelledError:
+                if not interrupted:
+                    raise
+            finally:
+                for signum, handler in previous.items():
+                    loop.remove_signal_handler(signum)
+                    if handler is not None:  # None: set outside Python, nothing to give back
+                        signal.signal(signum, handler)
+    for background in (sampling, probing):
+        background.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await background
+    keep_sample(await sampler.scrape())
+    await sampler.aclose()
+
+    usage = [(r.prompt_id, r.prompt_tokens) for r in records if r.prompt_tokens is not None]  # every send
+    summary = summarize(
+        records,
+        samples,
+        slo=config.slo,
+        offered_requests_per_s=config.load.rate_per_s,
+        offered_concurrency=config.load.concurrency,
+        cold=config.cold,
+        max_dispatch_lag_ms=config.max_dispatch_lag_ms,
+        sample_interval_s=config.sample_interval_s,
+        loop_lags_ms=loop_lag.lags_ms,
+        prompt_token_mismatches=len(prompt_token_mismatches(inventory, usage)),
+        interrupted_by=interrupted[0] if interrupted else None,
+        max_error_fraction=config.max_error_fraction,
+    ).model_copy(update={"run_id": config.run_id})
+    writer.finish(records, summary)
+    return summary
+
+
+@contextlib.contextmanager
+def quiet_garbage_collector() -> Iterator[None]:
+    """Rare, young-only collections while the load runs. A full collection over the run's growing heap
+    stops the event loop for tens of milliseconds, and that pause lands in the TTFT and ITL of every
+    request in flight; objects from before the load are frozen out of collections altogether."""
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1_000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+def _stop(load: asyncio.Task, interrupted: list[str], name: str) -> None:
+    interrupted.append(name)
+    load.cancel()
+
+
+async def send_all(
+    config: RunConfig, inventory: Inventory, client: StreamingClient, finished: Callable[[RequestRecord], None]
+) -> None:
+    """Closed loop: N workers, each sending its next request the moment its last one ends.
+    Open loop: a dispatcher that sends at the scheduled times, waiting for a free slot under a cap.
+    On cancellation, requests in flight end as 'cancelled' records.
+
+    Sends start one per loop turn: aiohttp writes a request's bytes from a task of the next turn (Python
+    3.11 has no eager tasks), so streams started in the same turn would each wait, bytes unsent, for every
+    other stream's send work (~0.4 ms each) and carry it in their TTFT."""
+    slots = plan(config.load, len(inventory.prompts))
+    load_start_s = client.now()  # the schedule's zero: after the baseline scrape, not at the clock's zero
+
+    def request(slot: Slot) -> PromptRequest:
+        return _request(slot, inventory.prompts[slot.prompt_index], config)
+
+    if config.load.concurrency is not None:
+        duration_s = config.load.duration_s
+
+        async def worker() -> None:
+            for slot in slots:
+                scheduled_s = client.now()
+                if duration_s is not None and scheduled_s - load_start_s > duration_s:
+                    return
+                record = await client.send(request(slot), scheduled_s)
+                finished(record)
+                if record.error_class == ErrorClass.cancelled:
+                    return
+
+        workers: list[asyncio.Task] = []
+        try:
+            for _ in range(config.load.concurrency):
+                workers.append(asyncio.create_task(worker()))
+                await asyncio.sleep(0)
+            await asyncio.gather(*workers)
+        except asyncio.CancelledError:
+            await _cancel_all(workers)
+            raise
+        return
+
+    free_slots = asyncio.Semaphore(config.load.max_concurrency) if config.load.max_concurrency else None
+    in_flight: set[asyncio.Task] = set()
+
+    async def one(slot: Slot, scheduled_s: float) -> None:
+        try:
+            finished(await client.send(request(slot), scheduled_s))
+        finally:
+            if free_slots is not None:
+                free_slots.release()
+
+    try:
+        for slot in slots:
+            assert slot.send_at_s is not None
+            scheduled_s = load_start_s + slot.send_at_s
+            await asyncio.sleep(max(scheduled_s - client.now(), 0.0))  # a late send still waits one turn
+            if free_slots is not None:
+                await free_slots.acquire()
+            task = asyncio.create_task(one(slot, scheduled_s))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        await asyncio.gather(*in_flight)
+    except asyncio.CancelledError:
+        await _cancel_all(in_flight)
+        raise
+
+
+async def _cancel_all(tasks: Collection[asyncio.Task]) -> None:
+    """Cancel the load's tasks and wait until each has recorded its request as cancelled."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _request(slot: Slot, prompt: InventoryPrompt, config: RunConfig) -> PromptRequest:
+    return PromptRequest(
+        index=slot.index,
+        prompt_id=prompt.prompt_id,
+        warmup=slot.warmup,
+        max_tokens=config.max_tokens or prompt.output_cap_tokens,
+        token_ids=prompt.token_ids,
+        text=prompt.text,
+        chat=prompt.chat,
+    )
+
+
+def _planned_count(config: RunConfig, inventory: Inventory) -> int | None:
+    load = config.load
+    if load.requests is not None:
+        return load.warmup_requests + load.requests
+    return None if load.duration_s is not None else load.warmup_requests + len(inventory.prompts)
+
+
+def _harness_version() -> str:
+    try:
+        return version("vllm-serving-harness")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class RunProgress:
+    """A rich bar on a terminal; elsewhere (Polyaxon logs, CI) one plain line every few seconds."""
+
+    PLAIN_EVERY_S = 5.0
+
+    def __init__(self, total: int | None) -> None:
+        self.total = total
+        self.done = 0
+        self.errors = 0
+        self.started = time.monotonic()
+        self.last_line = self.started
+        self.bar: Progress | None = Progress(console=Console(stderr=True)) if sys.stderr.isatty() else None
+
+    def __enter__(self) -> RunProgress:
+        if self.bar is not None:
+            self.bar.start()
+            self.task = self.bar.add_task("requests", total=self.total)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        else:
+            self._line()
+
+    def advance(self, failed: bool) -> None:
+        self.done += 1
+        self.errors += failed
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=f"requests ({self.errors} errors)")
+        elif time.monotonic() - self.last_line >= self.PLAIN_EVERY_S:
+            self._line()
+
+    def _line(self) -> None:
+        self.last_line = time.monotonic()
+        of_total = f"/{self.total}" if self.total is not None else ""
+        elapsed_s = self.last_line - self.started
+        print(f"requests {self.done}{of_total}, errors {self.errors}, {elapsed_s:.0f} s", file=sys.stderr, flush=True)

@@ -1,0 +1,364 @@
+"""Set the capacity an engine logged beside what /metrics says and what the calculator predicts.
+
+The three sources answer the same question differently: the log prints tokens and concurrency rounded
+for people, /metrics' cache_config_info carries the block count and exact figures, and the calculator
+derives both from the model's shape and the KV memory the engine had. Where two of them disagree, the
+report says so; where the prediction misses the log, the residual shows by how much.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pydantic
+
+from harness.predict.budget import CapacityPrediction, predict_capacity
+from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
+from harness.errors import HarnessError
+from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
+from harness.predict.model_shape import ModelShape, load_model_shape
+from harness.observe.server_logs import StartupCapacity, parse_startup_log
+from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
+from harness.units import GiB
+
+CAPACITY_SCHEMA_VERSION = 1
+# vLLM's default block size when nothing says otherwise: 16 tokens on CUDA, 128 on the CPU build.
+DEFAULT_BLOCK_SIZE = {"CPU": 128}
+CUDA_BLOCK_SIZE = 16
+# A GiB figure printed with two decimals is known to within half a hundredth of a GiB.
+GIB_PRINT_HALF_STEP_BYTES = GiB // 200
+LOG_FIGURES = (
+    "engine_version", "model", "kv_cache_device", "kv_cache_tokens", "max_concurrency", "max_concurrency_model_len",
+    "max_model_len", "num_gpu_blocks", "num_cpu_blocks", "available_kv_cache_bytes", "kv_cache_memory_bytes",
+    "model_weights_bytes", "model_loading_seconds", "cuda_graph_bytes", "init_seconds", "tensor_parallel_size",
+)
+
+
+class LogOverrides(pydantic.BaseModel):
+    """Facts a log does not state (no engine config line), given by the user; they win over the log."""
+
+    engine_version: str | None = None
+    tensor_parallel_size: int | None = None
+    kv_cache_dtype: str | None = None
+
+    def apply(self, log: StartupCapacity) -> StartupCapacity:
+        return log.model_copy(update={k: v for k, v in self.model_dump().items() if v is not None})
+
+
+class PredictionInputs(pydantic.BaseModel):
+    """What the calculator was given, and where each input came from."""
+
+    model: str
+    available_kv_bytes: int
+    available_kv_source: str
+    available_kv_exact: bool
+    block_size: int
+    block_size_source: str
+    max_model_len: int
+    kv_cache_dtype: str
+    tensor_parallel_size: int
+    max_num_batched_tokens: int | None
+    engine_version: str | None
+
+
+class ComparedFigure(pydantic.BaseModel):
+    """One capacity figure, predicted and logged; `residual` is logged minus predicted."""
+
+    name: str
+    source: str
+    predicted: int | float
+    logged: int | float
+    residual: int | float
+    exact: bool
+    within_log_rounding: bool | None = None
+
+
+class CrossCheck(pydantic.BaseModel):
+    """One figure as the log and /metrics state it."""
+
+    name: str
+    log_value: str
+    metrics_value: str
+    agree: bool
+
+
+class CapacityReport(pydantic.BaseModel):
+    """The engine's KV capacity from every source, side by side."""
+
+    schema_version: int = CAPACITY_SCHEMA_VERSION
+    log: StartupCapacity | None
+    metrics_cache_config: dict[str, str] | None
+    prediction_inputs: PredictionInputs | None
+    prediction: CapacityPrediction | None
+    prediction_note: str | None
+    comparison: list[ComparedFigure]
+    cross_checks: list[CrossCheck]
+    disagreements: list[str]
+    prediction_matches_log: bool | None
+    waterfall: WaterfallComparison | None = None
+
+
+def capacity_from_sources(
+    *,
+    log: str | None = None,
+    run_dir: Path | None = None,
+    polyaxon_run: str | None = None,
+    project: str | None = None,
+    metrics: str | None = None,
+    model: str | None = None,
+    revision: str | None = None,
+    gpu: str | None = None,
+    stated: LogOverrides | None = None,
+) -> CapacityReport:
+    """Read at most one log source (a file or `-`, a local run, a Polyaxon run) and /metrics, then join."""
+    chosen = [name for name, value in (("--log", log), ("--run", run_dir), ("--polyaxon-run", polyaxon_run)) if value]
+    if len(chosen) > 1:
+        raise HarnessError(f"give one log source, not {' and '.join(chosen)}")
+    if not chosen and metrics is None:
+        raise HarnessError("nothing to read: give --log FILE|-, --run DIR, --polyaxon-run UUID or --metrics URL")
+    if polyaxon_run and not project:
+        raise HarnessError("--polyaxon-run needs --project OWNER/NAME")
+    text: str | None = None
+    if log is not None:
+        text = read_log_text(log)
+    elif run_dir is not None:
+        text = read_run_log(run_dir)
+    elif polyaxon_run is not None and project is not None:
+        text = fetch_polyaxon_run_log(polyaxon_run, project)
+    snapshot = _metrics_snapshot(metrics) if metrics is not None else None
+    parsed = parse_startup_log(text) if text is not None else None
+    return build_capacity_report(parsed, snapshot, model=model, revision=revision, gpu=gpu, stated=stated)
+
+
+def _metrics_snapshot(source: str) -> MetricsSnapshot:
+    """A scrape that names no vLLM metric would silently add nothing to the comparison: refused."""
+    text = _metrics_text(source)
+    if not text.strip():
+        raise HarnessError(f"--metrics {source}: empty; expected a vLLM /metrics scrape")
+    snapshot = parse_metrics(text)
+    if snapshot == MetricsSnapshot():
+        raise HarnessError(f"--metrics {source}: no vLLM metric in it; expected a vLLM /metrics scrape")
+    return snapshot
+
+
+def _metrics_text(source: str) -> str:
+    """A live /metrics URL, or a saved scrape on disk."""
+    if source.startswith(("http://", "https://")):
+        return fetch_metrics_text(source)
+    return read_log_text(source)
+
+
+def build_capacity_report(
+    log: StartupCapacity | None,
+    metrics: MetricsSnapshot | None = None,
+    *,
+    model: str | None = None,
+    revision: str | None = None,
+    gpu: str | None = None,
+    stated: LogOverrides | None = None,
+) -> CapacityReport:
+    """Join a parsed start-up log, a /metrics snapshot and the calculator's prediction.
+
+    `model` overrides the model the log names (a log from another machine names a path that is not
+    here). A model given explicitly must load; one only named by the log may be unknown here, and
+    then the report explains why it has no prediction instead of failing.
+    """
+    cache_config = metrics.cache_config if metrics else None
+    cross_checks = _cross_checks(log, cache_config) if log and cache_config else []
+    if log is not None and stated is not None:
+        log = stated.apply(log)
+    inputs, note = _prediction_inputs(log, cache_config, model)
+    prediction: CapacityPrediction | None = None
+    comparison: list[ComparedFigure] = []
+    waterfall: WaterfallComparison | None = None
+    if inputs is not None and log is not None:
+        try:
+            shape = load_model_shape(inputs.model, revision if model is not None else log.model_revision)
+        except HarnessError as error:
+            if model is not None:
+                raise
+            note = f"no prediction: the model the log names could not be read here ({error})"
+        else:
+            waterfall = waterfall_beside_log(log, shape, gpu)
+            try:
+                prediction = _predict(shape, inputs)
+                comparison = _compare(log, cache_config, prediction, inputs, shape)
+            except HarnessError as error:  # a layout the calculator does not model, not bad input
+                note = f"no prediction: {error}"
+    disagreements = [
+        f"{check.name}: log says {check.log_value}, /metrics says {check.metrics_value}"
+        for check in cross_checks
+        if not check.agree
+    ] + [
+        f"{figure.name}: predicted {figure.predicted:g}, logged {figure.logged:g} (residual {figure.residual:+g})"
+        for figure in comparison
+        if not figure.exact and not figure.within_log_rounding
+    ]
+    return CapacityReport(
+        log=log,
+        metrics_cache_config=cache_config,
+        prediction_inputs=inputs,
+        prediction=prediction,
+        prediction_note=note,
+        comparison=comparison,
+        cross_checks=cross_checks,
+        disagreements=disagreements,
+        prediction_matches_log=all(figure.exact for figure in comparison) if comparison else None,
+        waterfall=waterfall,
+    )
+
+
+def _prediction_inputs(
+    log: StartupCapacity | None, cache_config: dict[str, str] | None, model: str | None
+) -> tuple[PredictionInputs | None, str | None]:
+    if log is None:
+        return None, "no prediction: it needs a start-up log (the KV memory and max_model_len come from it)"
+    if not log.capacity_found:
+        return None, "no prediction: the log has no capacity line"
+    model_name = model or log.model
+    if model_name is None:
+        return None, "no prediction: the log does not name the model; pass it explicitly"
+    budget = _kv_budget(log, cache_config)
+    if budget is None:
+        return None, "no prediction: the log states neither the KV memory nor a kv_cache_memory_bytes reservation"
+    max_model_len = log.max_model_len or log.max_concurrency_model_len
+    if max_model_len is None:
+        return None, "no prediction: the log does not state max_model_len"
+    block_size, block_source = _block_size(log, cache_config)
+    args = log.non_default_args or {}
+    batched = args.get("max_num_batched_tokens")
+    available, source, exact = budget
+    return (
+        PredictionInputs(
+            model=model_name,
+            available_kv_bytes=available,
+            available_kv_source=source,
+            available_kv_exact=exact,
+            block_size=block_size,
+            block_size_source=block_source,
+            max_model_len=max_model_len,
+            kv_cache_dtype=log.kv_cache_dtype or str(args.get("kv_cache_dtype", "auto")),
+            tensor_parallel_size=log.tensor_parallel_size or 1,
+            max_num_batched_tokens=batched if isinstance(batched, int) else None,
+            engine_version=log.engine_version,
+        ),
+        None,
+    )
+
+
+def _kv_budget(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int, str, bool] | None:
+    """The KV bytes the engine sized its cache from, preferring exact figures to printed GiB."""
+    args = log.non_default_args or {}
+    if isinstance(args.get("kv_cache_memory_bytes"), int):
+        return args["kv_cache_memory_bytes"], "kv_cache_memory_bytes argument (exact)", True
+    if cache_config and cache_config.get("kv_cache_memory_bytes", "None").isdigit():
+        return int(cache_config["kv_cache_memory_bytes"]), "/metrics cache_config_info kv_cache_memory_bytes", True
+    if log.kv_cache_memory_bytes is not None:
+        return log.kv_cache_memory_bytes, "logged kv_cache_memory_bytes reservation (GiB, 2 decimals)", False
+    if log.available_kv_cache_bytes is not None:
+        return log.available_kv_cache_bytes, "logged available KV cache memory (GiB, 2 decimals)", False
+    if log.cpu_kv_space is not None:
+        kv_bytes = round(log.cpu_kv_space.kv_cache_gib * GiB)
+        return kv_bytes, f"CPU build's {log.cpu_kv_space.mode} KV space (GiB, 2 decimals)", False
+    return None
+
+
+def _block_size(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int, str]:
+    if cache_config and cache_config.get("block_size", "").isdigit():
+        return int(cache_config["block_size"]), "/metrics cache_config_info"
+    args = log.non_default_args or {}
+    if isinstance(args.get("block_size"), int):
+        return args["block_size"], "block_size argument"
+    device = (log.kv_cache_device or "GPU").upper()
+    size = DEFAULT_BLOCK_SIZE.get(device, CUDA_BLOCK_SIZE)
+    return size, f"vLLM's default for {device} (not stated by the log)"
+
+
+def _predict(shape: ModelShape, inputs: PredictionInputs, available_kv_bytes: int | None = None) -> CapacityPrediction:
+    return predict_capacity(
+        shape,
+        available_kv_bytes=inputs.available_kv_bytes if available_kv_bytes is None else available_kv_bytes,
+        block_size=inputs.block_size,
+        max_model_len=inputs.max_model_len,
+        kv_cache_dtype=inputs.kv_cache_dtype,
+        tensor_parallel_size=inputs.tensor_parallel_size,
+        max_num_batched_tokens=inputs.max_num_batched_tokens,
+        engine_version=inputs.engine_version,
+        available_kv_source=inputs.available_kv_source,
+    )
+
+
+def _compare(
+    log: StartupCapacity,
+    cache_config: dict[str, str] | None,
+    prediction: CapacityPrediction,
+    inputs: PredictionInputs,
+    shape: ModelShape,
+) -> list[ComparedFigure]:
+    """Each logged figure against the prediction; inexact KV inputs also get a rounding band."""
+    bounds: tuple[CapacityPrediction, CapacityPrediction] | None = None
+    if not inputs.available_kv_exact:
+        low = max(0, inputs.available_kv_bytes - GIB_PRINT_HALF_STEP_BYTES)
+        bounds = (_predict(shape, inputs, low), _predict(shape, inputs, inputs.available_kv_bytes + GIB_PRINT_HALF_STEP_BYTES))
+
+    figures: list[ComparedFigure] = []
+
+    def add(name: str, source: str, logged: float | None, predicted: float, decimals: int | None = None) -> None:
+        if logged is None:
+            return
+        shown = round(predicted, decimals) if decimals is not None else predicted
+        band = None
+        if bounds is not None:
+            low_value, high_value = (getattr(bound, name) for bound in bounds)
+            band = round(low_value, decimals or 0) <= logged <= round(high_value, decimals or 0)
+        figures.append(
+            ComparedFigure(
+                name=name,
+                source=source,
+                predicted=shown,
+                logged=logged,
+                residual=logged - shown,
+                exact=logged == shown,
+                within_log_rounding=band,
+            )
+        )
+
+    blocks, blocks_source = _logged_blocks(log, cache_config)
+    add("num_blocks", blocks_source, blocks, prediction.num_blocks)
+    add("kv_cache_tokens", "start-up log", log.kv_cache_tokens, prediction.kv_cache_tokens)
+    add("max_concurrency", "start-up log (2 decimals)", log.max_concurrency, prediction.max_concurrency, 2)
+    return figures
+
+
+def _logged_blocks(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int | None, str]:
+    if log.num_gpu_blocks is not None:
+        return log.num_gpu_blocks, "start-up log"
+    if cache_config and cache_config.get("num_gpu_blocks", "").isdigit():
+        return int(cache_config["num_gpu_blocks"]), "/metrics cache_config_info"
+    return None, ""
+
+
+def _cross_checks(log: StartupCapacity, cache_config: dict[str, str]) -> list[CrossCheck]:
+    """Figures both sources state; the log's concurrency is rounded to 2 decimals, so /metrics' is too."""
+    args = log.non_default_args or {}
+    pairs: list[tuple[str, object, str, Callable[[str], object]]] = [
+        ("kv_cache_tokens", log.kv_cache_tokens, "kv_cache_size_tokens", lambda text: int(float(text))),
+        ("max_concurrency", log.max_concurrency, "kv_cache_max_concurrency", lambda text: round(float(text), 2)),
+        ("num_gpu_blocks", log.num_gpu_blocks, "num_gpu_blocks", int),
+        ("kv_cache_memory_bytes", log.kv_cache_memory_bytes, "kv_cache_memory_bytes", int),
+        ("kv_cache_dtype", log.kv_cache_dtype, "cache_dtype", str),
+        ("block_size", args.get("block_size"), "block_size", int),
+        ("gpu_memory_utilization", args.get("gpu_memory_utilization"), "gpu_memory_utilization", float),
+    ]
+    checks: list[CrossCheck] = []
+    for name, log_value, metrics_key, convert in pairs:
+        metrics_value = cache_config.get(metrics_key)
+        if log_value is None or metrics_value in (None, "None"):
+            continue
+        try:
+            agree = convert(metrics_value) == log_value
+        except ValueError:
+            agree = False
+        checks.append(CrossCheck(name=name, log_value=str(log_value), metrics_value=metrics_value, agree=agree))
+    return checks

@@ -1,0 +1,61 @@
+"""`harness capacity` for people: the log's figures, the prediction beside them, and every disagreement."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from harness.observe.capacity import LOG_FIGURES, CapacityReport
+from harness.observe.capacity_waterfall import WaterfallComparison, gib
+
+
+def capacity_renderable(report: CapacityReport) -> Group:
+    """The report for people: what the log says, the prediction beside it, and every disagreement."""
+    parts: list[RenderableType] = []
+    log = report.log
+    if log is not None:
+        parts.append(Text(f"start-up log: {log.diagnosis}"))
+        facts = Table(show_header=False)
+        for name in LOG_FIGURES:
+            value = getattr(log, name)
+            if value is not None:
+                facts.add_row(name, f"{value:,}" if isinstance(value, int) else str(value))
+        parts.append(facts)
+    if report.metrics_cache_config is not None:
+        keys = ("num_gpu_blocks", "block_size", "cache_dtype", "kv_cache_size_tokens", "kv_cache_max_concurrency")
+        shown = ", ".join(f"{key}={report.metrics_cache_config[key]}" for key in keys if key in report.metrics_cache_config)
+        parts.append(Text(f"/metrics cache_config_info: {shown}"))
+    if report.prediction_inputs is not None:
+        inputs = report.prediction_inputs
+        parts.append(Text(
+            f"prediction from {inputs.available_kv_bytes:,} KV bytes ({inputs.available_kv_source}), "
+            f"block_size {inputs.block_size} ({inputs.block_size_source}), max_model_len {inputs.max_model_len}"
+        ))
+    if report.comparison:
+        table = Table("figure", "predicted", "logged", "residual", "exact", "source", title="predicted vs logged")
+        for figure in report.comparison:
+            exact = "yes" if figure.exact else ("within log rounding" if figure.within_log_rounding else "NO")
+            table.add_row(figure.name, f"{figure.predicted:g}", f"{figure.logged:g}", f"{figure.residual:+g}", exact, figure.source)
+        parts.append(table)
+    if report.waterfall is not None:
+        parts.append(_waterfall_table(report.waterfall))
+    if report.prediction_note:
+        parts.append(Text(report.prediction_note))
+    for check in report.cross_checks:
+        verdict = "agree" if check.agree else "DISAGREE"
+        parts.append(Text(f"log vs /metrics {check.name}: {check.log_value} / {check.metrics_value}: {verdict}"))
+    for disagreement in report.disagreements:
+        parts.append(Text(f"disagreement: {disagreement}", style="bold red"))
+    return Group(*parts)
+
+
+def _waterfall_table(waterfall: WaterfallComparison) -> Table:
+    table = Table("term", "predicted_gib", "logged_gib", "source",
+                  title=f"Memory waterfall before launch beside the log: {gib(waterfall.total_bytes)} GiB "
+                        f"({waterfall.total_source}) × {waterfall.gpu_memory_utilization}")
+    for row in waterfall.rows:
+        table.add_row(row.name, gib(row.predicted_bytes), gib(row.logged_bytes), row.source)
+    if waterfall.note:
+        table.caption = waterfall.note
+    return table

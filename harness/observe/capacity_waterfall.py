@@ -1,0 +1,77 @@
+"""The before-launch waterfall beside what a start-up log says each term took.
+
+A log that states its memory profile (V0 and 0.6 releases print the GPU's total and every term) or a
+GPU named by the user is enough to run the before-launch model for the same start and set each
+predicted term beside the logged one: the run then shows which term the prediction missed.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from harness.errors import HarnessError
+from harness.observe.memory_profile import logged_term_bytes
+from harness.predict.fit_answer import gpu_total
+from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
+from harness.predict.model_shape import ModelShape
+from harness.predict.releases import PRODUCTION_ENGINE
+from harness.observe.server_logs import StartupCapacity
+from harness.units import GiB
+
+
+class WaterfallRow(BaseModel):
+    name: str
+    predicted_bytes: int
+    logged_bytes: int | None
+    source: str
+
+
+class WaterfallComparison(BaseModel):
+    total_bytes: int
+    total_source: str
+    gpu_memory_utilization: float
+    rows: list[WaterfallRow]
+    note: str | None = None
+
+
+def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | None) -> WaterfallComparison | None:
+    """None when neither the log nor the user gives the GPU's total memory."""
+    profile = log.memory_profile
+    logged_total = profile.components_bytes.get("total_gpu_memory_bytes") if profile else None
+    if gpu is not None:
+        total, total_source = gpu_total(gpu)
+    elif logged_total:
+        total, total_source = logged_total, "the GPU total the log states"
+    else:
+        return None
+    args = log.non_default_args or {}
+    utilization = (profile.gpu_memory_utilization if profile and profile.gpu_memory_utilization else None) \
+        or args.get("gpu_memory_utilization") or 0.9
+    max_model_len = log.max_model_len or log.max_concurrency_model_len or shape.max_position_embeddings
+    if max_model_len is None:
+        return None
+    batched = args.get("max_num_batched_tokens")
+    try:
+        waterfall = plan_waterfall(
+            shape.config, FITTED_CONSTANTS, total_bytes=total, total_source=total_source,
+            gpu_memory_utilization=float(utilization), max_model_len=max_model_len,
+            engine_version=log.engine_version or PRODUCTION_ENGINE,
+            tensor_parallel_size=log.tensor_parallel_size or 1,
+            max_num_batched_tokens=batched if isinstance(batched, int) else None,
+            checkpoint=(shape.weights_bytes, shape.weights_source) if shape.weights_bytes else None,
+        )
+    except HarnessError as error:
+        return WaterfallComparison(total_bytes=total, total_source=total_source,
+                                   gpu_memory_utilization=float(utilization), rows=[], note=str(error))
+    logged = logged_term_bytes(log)
+    rows = [WaterfallRow(name=term.name, predicted_bytes=term.bytes, logged_bytes=logged.get(term.name),
+                         source=term.source) for term in waterfall.terms]
+    rows.append(WaterfallRow(name="kv_memory", predicted_bytes=waterfall.kv_bytes,
+                             logged_bytes=log.available_kv_cache_bytes, source="usable − the terms above"))
+    note = None if logged_total or gpu is None else "the log does not state the GPU's total: the given GPU is used"
+    return WaterfallComparison(total_bytes=total, total_source=total_source, gpu_memory_utilization=float(utilization),
+                               rows=rows, note=note)
+
+
+def gib(value: int | None) -> str:
+    return "—" if value is None else f"{value / GiB:.2f}"

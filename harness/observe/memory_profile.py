@@ -1,0 +1,116 @@
+"""The memory-profiling lines a start prints (0.6's pairs and table, V0's three lines, V1's breakdown), and
+the terms they state — weights, activation peak, non-torch and CUDA-graph memory — in bytes."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pydantic
+
+from harness.observe.log_lines import LOGGED_NUMBER
+from harness.units import gib_to_bytes
+
+# DEBUG breakdown, 0.11+: `Memory profiling takes 1.2 seconds. Total non KV cache memory: 9.1GiB; …`
+PROFILE_V1 = re.compile(r"^Memory profiling takes (?P<seconds>[\d.]+) seconds\. (?P<parts>.*)$")
+# 0.7-0.8 V0 (INFO, three lines): `Memory profiling takes 2.7 seconds`, `the current vLLM instance …`,
+# `model weights take 0.52GiB; …; the rest of the memory reserved for KV Cache is 16.09GiB.`
+PROFILE_V0_START = re.compile(r"^Memory profiling takes (?P<seconds>[\d.]+) seconds$")
+PROFILE_V0_BUDGET = re.compile(
+    rf"total_gpu_memory \((?P<total>{LOGGED_NUMBER})GiB\) x gpu_memory_utilization \((?P<util>[\d.]+)\)"
+)
+PROFILE_V0_PARTS = re.compile(r"^model weights take .*GiB")
+V0_KV_REST = re.compile(rf"reserved for KV Cache is (?P<gib>{LOGGED_NUMBER})\s*GiB")
+# 0.6: `Memory profiling results: total_gpu_memory=139.80GiB … kv_cache_size=122.71GiB gpu_memory_utilization=0.90`
+PROFILE_V06 = re.compile(r"^Memory profiling results: (?P<pairs>.*)$")
+# 0.6.5 development builds print the same figures as a table, one per line, after "Memory profiling results:".
+PROFILE_TABLE_ROW = re.compile(
+    rf"^(?P<label>total_gpu_memory|model weights take|non_torch_memory|PyTorch activation peak memory|"
+    rf"available_kv_cache_memory)\s+(?P<gib>{LOGGED_NUMBER})GiB$"
+)
+TABLE_KEYS = {"total_gpu_memory": "total_gpu_memory_bytes", "model weights take": "model_weights_bytes",
+              "non_torch_memory": "non_torch_memory_bytes",
+              "PyTorch activation peak memory": "pytorch_activation_peak_memory_bytes",
+              "available_kv_cache_memory": "kv_cache_size_bytes"}
+GIB_PART = re.compile(rf"^(?P<label>.+?)(?::| takes| take| is)\s*(?P<gib>{LOGGED_NUMBER})\s*GiB\.?$")
+KEY_VALUE = re.compile(rf"(?P<key>\w+)=(?P<value>{LOGGED_NUMBER})(?P<unit>Gi[Bb])?")
+TERM_LOG_KEYS = {
+    "weights": ("model_weights_bytes",),
+    "activation_peak": ("pytorch_activation_peak_memory_bytes", "torch_peak_increase_bytes"),
+    "non_torch": ("non_torch_memory_bytes", "non_torch_forward_increase_memory_bytes"),
+}
+
+
+class MemoryProfile(pydantic.BaseModel):
+    """The engine's memory-profiling breakdown, each figure keyed by its logged label."""
+
+    profiling_seconds: float | None = None
+    gpu_memory_utilization: float | None = None
+    components_bytes: dict[str, int] = {}
+
+
+def memory_profile_line(message: str, profile: MemoryProfile | None, found: dict[str, Any]) -> MemoryProfile | None:
+    """Fold one of the three memory-profiling formats into the running breakdown."""
+    if match := PROFILE_V1.search(message):
+        profile = profile or MemoryProfile()
+        profile.profiling_seconds = float(match.group("seconds"))
+        profile.components_bytes.update(_gib_parts(match.group("parts")))
+    elif match := PROFILE_V0_START.search(message):
+        profile = profile or MemoryProfile()
+        profile.profiling_seconds = float(match.group("seconds"))
+    elif match := PROFILE_V0_BUDGET.search(message):
+        profile = profile or MemoryProfile()
+        profile.gpu_memory_utilization = float(match.group("util"))
+        profile.components_bytes["total_gpu_memory_bytes"] = gib_to_bytes(match.group("total"))
+    elif PROFILE_V0_PARTS.search(message):
+        profile = profile or MemoryProfile()
+        profile.components_bytes.update(_gib_parts(message))
+        if rest := V0_KV_REST.search(message):
+            found["profiled_kv_bytes"] = gib_to_bytes(rest.group("gib"))
+    elif match := PROFILE_TABLE_ROW.search(message):
+        profile = profile or MemoryProfile()
+        key = TABLE_KEYS[match.group("label")]
+        profile.components_bytes[key] = gib_to_bytes(match.group("gib"))
+        if key == "kv_cache_size_bytes":
+            found["profiled_kv_bytes"] = profile.components_bytes[key]
+    elif match := PROFILE_V06.search(message):
+        profile = profile or MemoryProfile()
+        for pair in KEY_VALUE.finditer(match.group("pairs")):
+            if pair.group("unit"):
+                profile.components_bytes[f"{pair.group('key')}_bytes"] = gib_to_bytes(pair.group("value"))
+            elif pair.group("key") == "gpu_memory_utilization":
+                profile.gpu_memory_utilization = float(pair.group("value"))
+        if "kv_cache_size_bytes" in profile.components_bytes:
+            found["profiled_kv_bytes"] = profile.components_bytes["kv_cache_size_bytes"]
+    return profile
+
+
+def _gib_parts(text: str) -> dict[str, int]:
+    parts: dict[str, int] = {}
+    for part in text.split(";"):
+        if match := GIB_PART.search(part.strip()):
+            parts[f"{_snake(match.group('label'))}_bytes"] = gib_to_bytes(match.group("gib"))
+    return parts
+
+
+def logged_term_bytes(log: Any) -> dict[str, int]:
+    """The terms a log states: weights, activation and non-torch from the profile, graphs from capture."""
+    parts = log.memory_profile.components_bytes if log.memory_profile else {}
+    found: dict[str, int] = {}
+    for term, keys in TERM_LOG_KEYS.items():
+        for key in keys:
+            if key in parts:
+                found[term] = parts[key]
+                break
+    weights = parts.get("model_weights_bytes") or log.model_weights_bytes
+    if "activation_peak" not in found and "peak_torch_memory_bytes" in parts and weights:
+        found["activation_peak"] = parts["peak_torch_memory_bytes"] - weights  # 0.6 logs the peak with weights
+    if "weights" not in found and log.model_weights_bytes:
+        found["weights"] = log.model_weights_bytes
+    if log.cuda_graph_bytes is not None:
+        found["cuda_graphs"] = log.cuda_graph_bytes
+    return found
+
+
+def _snake(label: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")

@@ -1,0 +1,387 @@
+"""KV-cache and weight budget: bytes for a live-token population, and what vLLM makes of a KV budget.
+
+Two directions, both per GPU (tensor-parallel rank):
+- forward: N sequences of T tokens (prompt + generated) → raw and block-padded KV bytes, + weights;
+- inverse: an available-KV-memory figure (as vLLM logs it) → blocks, tokens and maximum concurrency,
+  computed the way vLLM's KV cache manager does, so that it equals the engine's own log line.
+Every choice that is not forced by the inputs is written to `assumptions`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from pydantic import BaseModel
+
+from harness.errors import HarnessError
+from harness.predict.model_shape import LayerKind, LayerSpec, ModelShape
+from harness.predict.releases import DERIVED_TOKENS_SINCE, engine_release, runs_v0
+
+SCHEMA_VERSION = 1
+KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
+KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32", "fp32": "float32"}
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows
+STATE_BLOCK_ALIGNMENT = 16  # attention block sizes are raised in multiples of this to hold one state page
+
+
+class Population(BaseModel):
+    """The live tokens: one entry per sequence, prompt and generated tokens together."""
+
+    sequence_tokens: list[int]
+    shared_prefix_tokens: int = 0
+
+    @classmethod
+    def uniform(cls, sequences: int, tokens: int, shared_prefix_tokens: int = 0) -> Population:
+        if sequences <= 0:
+            raise HarnessError(f"sequences must be a positive count, got {sequences}")
+        return cls(sequence_tokens=[tokens] * sequences, shared_prefix_tokens=shared_prefix_tokens)
+
+    def validated(self) -> Population:
+        if not self.sequence_tokens:
+            raise HarnessError("the population is empty: give at least one sequence length")
+        bad = [t for t in self.sequence_tokens if t <= 0]
+        if bad:
+            raise HarnessError(f"tokens per sequence must be positive, got {bad[0]}")
+        if not 0 <= self.shared_prefix_tokens <= min(self.sequence_tokens):
+            raise HarnessError(
+                f"shared_prefix_tokens must be between 0 and the shortest sequence "
+                f"({min(self.sequence_tokens)}), got {self.shared_prefix_tokens}"
+            )
+        return self
+
+
+class KindBudget(BaseModel):
+    kind: LayerKind
+    layers: int
+    kv_bytes_per_token: int
+    state_bytes_per_sequence: int
+
+
+class SequenceBudget(BaseModel):
+    tokens: int
+    count: int
+    kv_bytes_raw: int
+    kv_bytes_padded: int
+
+
+class CapacityPrediction(BaseModel):
+    available_kv_bytes: int
+    available_kv_source: str
+    block_size: int
+    bytes_per_block: int
+    kv_cache_groups: int
+    num_blocks: int
+    kv_cache_tokens: int
+    max_model_len: int
+    blocks_per_request: int
+    max_concurrency: float
+    whole_sequences_at_max_model_len: int
+    engine_version: str
+    assumptions: list[str]
+
+
+class BudgetResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    revision: str | None
+    model_source: str
+    kv_cache_dtype: str
+    kv_bytes_per_element: int
+    tensor_parallel_size: int
+    block_size: int
+    hybrid_kv_manager: bool
+    kinds: list[KindBudget]
+    kv_bytes_per_token: int
+    sequences: list[SequenceBudget]
+    shared_prefix_tokens: int
+    population_sequences: int
+    population_tokens: int
+    population_kv_bytes_raw: int
+    population_kv_bytes_padded: int
+    weights_bytes: int | None
+    weights_source: str | None
+    weights_plus_kv_bytes: int | None
+    capacity: CapacityPrediction | None = None
+    assumptions: list[str]
+    warnings: list[str] = []
+
+
+def resolve_kv_dtype(kv_cache_dtype: str, model_dtype: str) -> tuple[str, int]:
+    """vLLM's --kv-cache-dtype name → (dtype, bytes per element); 'auto' follows the model."""
+    name = model_dtype if kv_cache_dtype.lower() == "auto" else kv_cache_dtype.lower()
+    name = KV_DTYPE_ALIASES.get(name, name)
+    if name not in KV_DTYPE_BYTES:
+        choices = ", ".join(["auto", *KV_DTYPE_ALIASES, *KV_DTYPE_BYTES])
+        raise HarnessError(f"unknown kv cache dtype '{kv_cache_dtype}' (choose from {choices})")
+    return name, KV_DTYPE_BYTES[name]
+
+
+def kv_heads_per_rank(kv_heads: int, tensor_parallel_size: int) -> int:
+    """vLLM shards KV heads over ranks and replicates them when there are more ranks than heads."""
+    if kv_heads % tensor_parallel_size and tensor_parallel_size % kv_heads:
+        raise HarnessError(
+            f"tensor_parallel_size {tensor_parallel_size} neither divides nor is a multiple of {kv_heads} KV heads"
+        )
+    return max(1, kv_heads // tensor_parallel_size)
+
+
+def layer_bytes_per_token(layer: LayerSpec, element_bytes: int, tensor_parallel_size: int) -> int:
+    if layer.kind is LayerKind.MLA:  # one shared latent, replicated on every rank
+        return layer.latent_dim * element_bytes
+    if layer.kind is LayerKind.STATE:
+        return 0
+    return 2 * kv_heads_per_rank(layer.kv_heads, tensor_parallel_size) * layer.head_dim * element_bytes
+
+
+def layer_state_bytes(layer: LayerSpec, element_bytes: int, tensor_parallel_size: int) -> int:
+    return math.ceil(layer.state_elements / tensor_parallel_size) * element_bytes
+
+
+def estimate_budget(
+    shape: ModelShape,
+    population: Population,
+    *,
+    kv_cache_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    block_size: int = 16,
+    hybrid_kv_manager: bool = True,
+) -> BudgetResult:
+    """KV bytes a live-token population holds on one rank, raw and padded to whole blocks."""
+    population = population.validated()
+    _check_positive(tensor_parallel_size=tensor_parallel_size, block_size=block_size)
+    dtype, element = resolve_kv_dtype(kv_cache_dtype, shape.dtype)
+    layers = _effective_layers(shape.layers, hybrid_kv_manager)
+    token_bytes = [layer_bytes_per_token(layer, element, tensor_parallel_size) for layer in layers]
+    state_bytes = [layer_state_bytes(layer, element, tensor_parallel_size) for layer in layers]
+    sequences = []
+    for tokens, count in sorted(Counter(population.sequence_tokens).items()):
+        raw = padded = 0
+        for layer, per_token, state in zip(layers, token_bytes, state_bytes):
+            held_tokens, held_blocks = _held(layer, tokens, block_size)
+            raw += held_tokens * per_token + state
+            padded += held_blocks * block_size * per_token + state
+        sequences.append(SequenceBudget(tokens=tokens, count=count, kv_bytes_raw=raw, kv_bytes_padded=padded))
+    shared_raw, shared_padded = _shared_prefix_savings(layers, token_bytes, population, block_size)
+    population_raw = sum(s.kv_bytes_raw * s.count for s in sequences) - shared_raw
+    population_padded = sum(s.kv_bytes_padded * s.count for s in sequences) - shared_padded
+    weights = None if shape.weights_bytes is None else math.ceil(shape.weights_bytes / tensor_parallel_size)
+    return BudgetResult(
+        model=shape.name,
+        revision=shape.revision,
+        model_source=shape.source,
+        kv_cache_dtype=dtype,
+        kv_bytes_per_element=element,
+        tensor_parallel_size=tensor_parallel_size,
+        block_size=block_size,
+        hybrid_kv_manager=hybrid_kv_manager,
+        kinds=_kinds(layers, token_bytes, state_bytes),
+        kv_bytes_per_token=sum(token_bytes),
+        sequences=sequences,
+        shared_prefix_tokens=population.shared_prefix_tokens,
+        population_sequences=len(population.sequence_tokens),
+        population_tokens=sum(population.sequence_tokens),
+        population_kv_bytes_raw=population_raw,
+        population_kv_bytes_padded=population_padded,
+        weights_bytes=weights,
+        weights_source=shape.weights_source,
+        weights_plus_kv_bytes=None if weights is None else weights + population_padded,
+        assumptions=[
+            *shape.notes,
+            *_budget_assumptions(shape, dtype, kv_cache_dtype, tensor_parallel_size, hybrid_kv_manager, population),
+        ],
+    )
+
+
+def available_kv_bytes_from_gpu(gpu_memory_bytes: int, gpu_memory_utilization: float, non_kv_bytes: int) -> int:
+    """vLLM's budget: total × utilisation − (weights + activation peak + non-torch memory)."""
+    if not 0 < gpu_memory_utilization <= 1:
+        raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    return max(0, int(gpu_memory_bytes * gpu_memory_utilization) - non_kv_bytes)
+
+
+def predict_capacity(
+    shape: ModelShape,
+    *,
+    available_kv_bytes: int,
+    block_size: int,
+    max_model_len: int,
+    kv_cache_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    max_num_batched_tokens: int | None = None,
+    engine_version: str | None = None,
+    hybrid_kv_manager: bool = True,
+    available_kv_source: str = "given",
+    engine_generation: str | None = None,
+) -> CapacityPrediction:
+    """Blocks, tokens and maximum concurrency as vLLM computes and logs them at start-up.
+
+    The V0 engine (every release before 0.8, and 0.8-0.10 when V1 is switched off) logs its block
+    count and a concurrency of blocks × block_size / max_model_len, with no whole-block rounding.
+    """
+    _check_positive(block_size=block_size, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size)
+    if available_kv_bytes < 0:
+        raise HarnessError(f"available KV memory must not be negative, got {available_kv_bytes} bytes")
+    version = engine_release(engine_version)
+    _, element = resolve_kv_dtype(kv_cache_dtype, shape.dtype)
+    layers = _effective_layers(shape.layers, hybrid_kv_manager)
+    assumptions = [f"grouping and log rules of vLLM {version}"]
+    block_size = _state_block_size(layers, element, tensor_parallel_size, block_size, assumptions)
+    batched = max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
+    if max_num_batched_tokens is None and any(layer.kind is LayerKind.SLIDING_WINDOW for layer in layers):
+        assumptions.append(f"max_num_batched_tokens {batched} (sizes sliding-window blocks per request)")
+
+    def page(layer: LayerSpec) -> int:
+        if layer.kind is LayerKind.STATE:  # padded to one attention page, if there is attention
+            attention = max(layer_bytes_per_token(x, element, tensor_parallel_size) for x in layers)
+            return block_size * attention or layer_state_bytes(layer, element, tensor_parallel_size)
+        return block_size * layer_bytes_per_token(layer, element, tensor_parallel_size)
+
+    def blocks_per_request(layer: LayerSpec) -> int:
+        if layer.kind is LayerKind.STATE:
+            return 1
+        if layer.kind is LayerKind.SLIDING_WINDOW:
+            return math.ceil(min(layer.window_tokens - 1 + batched, max_model_len) / block_size) + 1
+        return math.ceil(max_model_len / block_size)
+
+    kinds = Counter(layer.kind for layer in layers)
+    if len(kinds) == 1:  # one group holding every layer, pages summed (vLLM's uniform-type case)
+        groups = 1
+        bytes_per_block = sum(page(layer) for layer in layers)
+        per_request = blocks_per_request(layers[0])
+    else:
+        pages = {page(layer) for layer in layers}
+        if len(pages) > 1:
+            raise HarnessError(
+                f"{shape.name}: hybrid layers with different page sizes {sorted(pages)} are not modelled"
+            )
+        sizes = Counter((layer.kind, layer.window_tokens) for layer in layers)
+        group_size = min(sizes.values())
+        if max(sizes.values()) < group_size * (1.5 if version >= DERIVED_TOKENS_SINCE else 1.25):
+            group_size = max(sizes.values())
+        groups_by_kind = {key: math.ceil(count / group_size) for key, count in sizes.items()}
+        groups = sum(groups_by_kind.values())
+        bytes_per_block = pages.pop() * group_size
+        representative = {(layer.kind, layer.window_tokens): layer for layer in layers}
+        per_request = sum(blocks_per_request(representative[key]) * n for key, n in groups_by_kind.items())
+        assumptions.append(f"hybrid KV cache: {groups} groups of {group_size} layers sharing one block pool")
+    num_blocks = available_kv_bytes // bytes_per_block if bytes_per_block else 0
+    max_concurrency = num_blocks / per_request
+    v0 = runs_v0(version, engine_generation)
+    if v0:
+        assumptions.append("V0 engine: concurrency = blocks × block_size / max_model_len")
+        max_concurrency = num_blocks * block_size / max_model_len
+    if version >= DERIVED_TOKENS_SINCE:
+        tokens = int(max_concurrency * max_model_len)
+    else:
+        tokens = num_blocks // groups * block_size
+    return CapacityPrediction(
+        available_kv_bytes=available_kv_bytes,
+        available_kv_source=available_kv_source,
+        block_size=block_size,
+        bytes_per_block=bytes_per_block,
+        kv_cache_groups=groups,
+        num_blocks=num_blocks,
+        kv_cache_tokens=tokens,
+        max_model_len=max_model_len,
+        blocks_per_request=per_request,
+        max_concurrency=max_concurrency,
+        whole_sequences_at_max_model_len=max(0, num_blocks - 1) // per_request,
+        engine_version=str(version),
+        assumptions=assumptions,
+    )
+
+
+def _effective_layers(layers: list[LayerSpec], hybrid_kv_manager: bool) -> list[LayerSpec]:
+    """Without the hybrid KV manager vLLM gives sliding-window layers full-length caches."""
+    if hybrid_kv_manager:
+        return layers
+    return [
+        layer.model_copy(update={"kind": LayerKind.FULL_ATTENTION, "window_tokens": None})
+        if layer.kind is LayerKind.SLIDING_WINDOW
+        else layer
+        for layer in layers
+    ]
+
+
+def _held(layer: LayerSpec, tokens: int, block_size: int) -> tuple[int, int]:
+    """(tokens, blocks) one layer keeps for a sequence; a window frees blocks that fall out of it."""
+    blocks = math.ceil(tokens / block_size)
+    if layer.kind is LayerKind.SLIDING_WINDOW:
+        window_blocks = math.ceil((layer.window_tokens - 1) / block_size) + 1
+        return min(tokens, layer.window_tokens), min(blocks, window_blocks)
+    if layer.kind is LayerKind.STATE:
+        return 0, 0
+    return tokens, blocks
+
+
+def _shared_prefix_savings(
+    layers: list[LayerSpec], token_bytes: list[int], population: Population, block_size: int
+) -> tuple[int, int]:
+    """Bytes not stored twice when every sequence starts with the same cached prefix."""
+    copies = len(population.sequence_tokens) - 1
+    prefix = population.shared_prefix_tokens
+    if copies <= 0 or prefix == 0:
+        return 0, 0
+    full_layer_bytes = sum(
+        per_token for layer, per_token in zip(layers, token_bytes)
+        if layer.kind in (LayerKind.FULL_ATTENTION, LayerKind.MLA)
+    )
+    shared_blocks = prefix // block_size  # only whole blocks are shared by the prefix cache
+    return copies * prefix * full_layer_bytes, copies * shared_blocks * block_size * full_layer_bytes
+
+
+def _kinds(layers: list[LayerSpec], token_bytes: list[int], state_bytes: list[int]) -> list[KindBudget]:
+    kinds: dict[LayerKind, KindBudget] = {}
+    for layer, per_token, state in zip(layers, token_bytes, state_bytes):
+        entry = kinds.setdefault(layer.kind, KindBudget(kind=layer.kind, layers=0, kv_bytes_per_token=0,
+                                                        state_bytes_per_sequence=0))
+        entry.layers += 1
+        entry.kv_bytes_per_token += per_token
+        entry.state_bytes_per_sequence += state
+    return list(kinds.values())
+
+
+def _state_block_size(
+    layers: list[LayerSpec], element: int, tensor_parallel_size: int, block_size: int, assumptions: list[str]
+) -> int:
+    """vLLM raises the attention block size of Mamba hybrids until one attention page holds one state."""
+    states = [layer_state_bytes(x, element, tensor_parallel_size) for x in layers if x.kind is LayerKind.STATE]
+    per_token = [layer_bytes_per_token(x, element, tensor_parallel_size) for x in layers if x.kind is not LayerKind.STATE]
+    if not states or not per_token:
+        return block_size
+    needed = STATE_BLOCK_ALIGNMENT * math.ceil(max(states) / (STATE_BLOCK_ALIGNMENT * max(per_token)))
+    if needed > block_size:
+        assumptions.append(f"block size raised from {block_size} to {needed} so one attention page holds a state")
+        return needed
+    return block_size
+
+
+def _budget_assumptions(
+    shape: ModelShape, dtype: str, requested: str, tensor_parallel_size: int, hybrid: bool, population: Population
+) -> list[str]:
+    kinds = shape.layer_counts()
+    notes = [f"KV cache dtype {dtype}" + (" (auto: the model's dtype)" if requested.lower() == "auto" else "")]
+    notes.append("figures are per GPU: one tensor-parallel rank" + (
+        f"; weights split evenly over {tensor_parallel_size} ranks" if tensor_parallel_size > 1 else ""
+    ))
+    notes.append("raw = tokens × bytes per token; padded = whole blocks per sequence, as vLLM allocates")
+    if LayerKind.SLIDING_WINDOW in kinds:
+        notes.append(
+            "sliding-window layers hold at most their window (hybrid KV manager)" if hybrid
+            else "sliding-window layers hold the whole sequence (hybrid KV manager disabled)"
+        )
+    if LayerKind.STATE in kinds:
+        notes.append("state layers: one fixed state per sequence in the model's dtype, split over ranks")
+    if population.shared_prefix_tokens:
+        notes.append("shared prefix stored once (prefix caching), whole blocks only, attention layers only")
+    if shape.weights_bytes is None:
+        notes.append("weights unknown: no safetensors index or files for this model")
+    notes.append("not included: activations, CUDA graphs, the CUDA context and fragmentation")
+    return notes
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if value <= 0:
+            raise HarnessError(f"{name} must be positive, got {value}")

@@ -1,0 +1,121 @@
+"""Will it fit? The before-launch waterfall for one model on one GPU, and the answer in words.
+
+The waterfall runs from the GPU's total through the utilisation and each term vLLM subtracts to the
+KV memory; the release's own block arithmetic then turns that into tokens, into whether one request
+of `max_model_len` fits (vLLM refuses to start otherwise) and into how many sequences of the asked
+length it holds at once.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from pydantic import BaseModel
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from harness.predict.budget import CapacityPrediction, predict_capacity, resolve_kv_dtype
+from harness.predict.budget_table import binary_size
+from harness.errors import HarnessError
+from harness.predict.gpu_catalog import gpu_memory
+from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
+from harness.predict.model_shape import ModelShape
+from harness.units import GiB
+
+
+class FitAnswer(BaseModel):
+    waterfall: Waterfall
+    capacity: CapacityPrediction
+    asked_tokens: int
+    sequences_of_asked_length: int
+    max_num_seqs: int | None
+    fits: bool
+    answer: str
+
+
+def answer_fit(
+    shape: ModelShape,
+    *,
+    gpu: str,
+    gpu_memory_utilization: float,
+    max_model_len: int | None,
+    asked_tokens: int | None,
+    engine_version: str,
+    tensor_parallel_size: int = 1,
+    kv_cache_dtype: str = "auto",
+    block_size: int = 16,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    quantization: str | None = None,
+) -> FitAnswer:
+    """The waterfall for `gpu` (a catalogue name or a GiB figure) and what it means for the limits."""
+    total, total_source = gpu_total(gpu)
+    model_len = max_model_len or shape.max_position_embeddings
+    if model_len is None:
+        raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
+    dtype_bytes = resolve_kv_dtype("auto", shape.dtype)[1]
+    checkpoint = ((shape.weights_bytes, shape.weights_source) if shape.weights_bytes and shape.weights_source
+                  and not quantization else None)
+    waterfall = plan_waterfall(
+        shape.config, FITTED_CONSTANTS, total_bytes=total, total_source=total_source,
+        gpu_memory_utilization=gpu_memory_utilization, max_model_len=model_len, engine_version=engine_version,
+        dtype_bytes=dtype_bytes, quantization=quantization, tensor_parallel_size=tensor_parallel_size,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, checkpoint=checkpoint,
+        gpu_name=gpu,
+    )
+    predict = partial(predict_capacity, shape, available_kv_bytes=max(0, waterfall.kv_bytes), block_size=block_size,
+                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
+                      max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
+                      available_kv_source="before-launch waterfall")
+    capacity = predict(max_model_len=model_len)
+    asked = asked_tokens or model_len
+    at_asked = predict(max_model_len=asked)
+    fits = capacity.num_blocks > 0 and capacity.num_blocks >= capacity.blocks_per_request
+    sequences = at_asked.whole_sequences_at_max_model_len
+    return FitAnswer(waterfall=waterfall, capacity=capacity, asked_tokens=asked, sequences_of_asked_length=sequences,
+                     max_num_seqs=max_num_seqs, fits=fits,
+                     answer=_words(waterfall, capacity, fits, asked, sequences, max_num_seqs))
+
+
+def gpu_total(gpu: str) -> tuple[int, str]:
+    """A catalogue GPU's total, or a figure in GiB given directly."""
+    try:
+        gib = float(gpu)
+    except ValueError:
+        entry = gpu_memory(gpu)
+        return int(entry.total_gib * GiB), f"{entry.name}: {entry.source}"
+    if not (gib > 0 and gib != float("inf")):
+        raise HarnessError(f"--gpu must be a GPU name or a positive number of GiB, got {gpu}")
+    return int(gib * GiB), f"{gib} GiB as given"
+
+
+def _words(waterfall: Waterfall, capacity: CapacityPrediction, fits: bool, asked: int, sequences: int,
+           max_num_seqs: int | None) -> str:
+    if waterfall.kv_bytes <= 0:
+        return (f"does not fit: nothing is left for the KV cache ({binary_size(waterfall.kv_bytes)} after the "
+                "terms above); vLLM stops with 'No available memory for the cache blocks'")
+    if not fits:
+        return (f"does not fit: {binary_size(waterfall.kv_bytes)} of KV memory holds {capacity.kv_cache_tokens:,} "
+                f"tokens, less than one request of max_model_len {capacity.max_model_len:,}; vLLM refuses to start")
+    capped = max_num_seqs is not None and max_num_seqs < sequences
+    cap = f"; vLLM runs at most max_num_seqs={max_num_seqs} at once" if capped else ""
+    return (f"fits: {binary_size(waterfall.kv_bytes)} of KV memory, {capacity.kv_cache_tokens:,} tokens; "
+            f"{sequences:,} sequences of {asked:,} tokens at once{cap}")
+
+
+def answer_renderable(answer: FitAnswer) -> Group:
+    water = answer.waterfall
+    table = Table("step", "GiB", "source", title=f"Memory waterfall per GPU (vLLM {water.engine_version})")
+    table.add_row("total", f"{water.total_bytes / GiB:.2f}", water.total_source)
+    table.add_row(f"× gpu_memory_utilization {water.gpu_memory_utilization}", f"{water.usable_bytes / GiB:.2f}", "")
+    for term in water.terms:
+        sign = "−" if term.subtracted else "(not subtracted)"
+        table.add_row(f"{sign} {term.name}", f"{term.bytes / GiB:.2f}", term.source)
+    table.add_row("= KV memory", f"{water.kv_bytes / GiB:.2f}", "what the KV cache is sized from", style="bold")
+    table.add_row("KV cache", f"{answer.capacity.kv_cache_tokens:,} tokens",
+                  f"{answer.capacity.num_blocks:,} blocks of {answer.capacity.block_size}")
+    notes = Table(show_header=False, box=None)
+    for note in [*water.assumptions, *answer.capacity.assumptions]:
+        notes.add_row("•", note)
+    return Group(table, notes, Text(answer.answer, style="bold green" if answer.fits else "bold red"))

@@ -1,0 +1,319 @@
+"""What a checkpoint's config says about its KV cache: one spec per layer, plus the weights' size.
+
+Calculators go wrong by reading a config as if every model were Llama: an explicit `head_dim` is
+ignored, MLA latents are doubled like K and V, sliding-window and state (Mamba, linear attention)
+layers are priced like full attention. Here every layer gets its own spec, and every guess made while
+reading the config is written down in `ModelShape.notes`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from harness.predict.architectures import check_architectures
+from harness.errors import HarnessError
+
+SNAPSHOTS_DIR = Path(__file__).resolve().parents[1] / "snapshots"  # data of the package, beside its stages
+PINNED_MODEL = "Qwen/Qwen3-4B"
+PINNED_REVISION = "1cfa9a7208912126459214e8b04321603b3df60c"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+class LayerKind(StrEnum):
+    FULL_ATTENTION = "full_attention"
+    SLIDING_WINDOW = "sliding_window"
+    MLA = "mla"
+    STATE = "state"  # Mamba / linear attention: a fixed state per sequence, whatever its length
+
+
+class LayerSpec(BaseModel, frozen=True):
+    """What one layer keeps per token (attention, MLA) or per sequence (state layers)."""
+
+    kind: LayerKind
+    kv_heads: int = 0
+    head_dim: int = 0
+    window_tokens: int | None = None
+    latent_dim: int = 0
+    state_elements: int = 0
+
+
+class ModelShape(BaseModel):
+    name: str
+    revision: str | None
+    source: str
+    model_type: str
+    dtype: str
+    layers: list[LayerSpec]
+    max_position_embeddings: int | None
+    weights_bytes: int | None
+    weights_source: str | None
+    notes: list[str]
+    config: dict[str, Any] = Field(default_factory=dict, exclude=True)  # the raw config, for the memory model
+
+    def layer_counts(self) -> dict[LayerKind, int]:
+        counts: dict[LayerKind, int] = {}
+        for layer in self.layers:
+            counts[layer.kind] = counts.get(layer.kind, 0) + 1
+        return counts
+
+
+def load_model_shape(model: str, revision: str | None = None) -> ModelShape:
+    """Read a local config.json or model directory, a bundled snapshot, or the Hugging Face hub."""
+    path = Path(model).expanduser()
+    if path.exists():
+        return _from_local(path)
+    snapshot = _snapshot_dir(model, revision or PINNED_REVISION)
+    if snapshot is not None:
+        shape = _from_directory(snapshot, name=model, revision=revision or PINNED_REVISION)
+        return shape.model_copy(update={"source": f"bundled snapshot of {model}@{shape.revision}"})
+    return _from_hub(model, revision)
+
+
+def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[list[LayerSpec], list[str]]:
+    """One LayerSpec per hidden layer, and the notes on how they were derived."""
+    notes: list[str] = []
+    check_architectures(config, source, notes)
+    if isinstance(config.get("text_config"), dict):
+        notes.append("multimodal config: the text_config describes the language model's layers")
+        config = {**config, **config["text_config"]}
+    num_layers = _required_int(config, "num_hidden_layers", source)
+    kinds = _layer_kinds(config, num_layers, source, notes)
+    attention = _attention_spec(config, source, notes) if any(
+        kind is not LayerKind.STATE for kind in kinds
+    ) else None
+    state = _state_spec(config, source, notes) if LayerKind.STATE in kinds else None
+    window = _positive_int(config.get("sliding_window"), "sliding_window", source)
+    layers = []
+    for kind in kinds:
+        if kind is LayerKind.STATE:
+            layers.append(state)
+        elif kind is LayerKind.SLIDING_WINDOW:
+            if window is None:
+                raise HarnessError(f"{source}: sliding-window layers but field 'sliding_window' is missing")
+            layers.append(attention.model_copy(update={"kind": LayerKind.SLIDING_WINDOW, "window_tokens": window}))
+        else:
+            layers.append(attention)
+    return layers, notes
+
+
+def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: list[str]) -> list[LayerKind]:
+    """Which layers are full, sliding or state layers, from whichever field this family uses."""
+    if config.get("layer_types"):
+        names = {
+            "full_attention": LayerKind.FULL_ATTENTION,
+            "attention": LayerKind.FULL_ATTENTION,
+            "sliding_attention": LayerKind.SLIDING_WINDOW,
+            "sliding_window": LayerKind.SLIDING_WINDOW,
+            "linear_attention": LayerKind.STATE,
+            "mamba": LayerKind.STATE,
+        }
+        types = config["layer_types"]
+        unknown = sorted({t for t in types if t not in names})
+        if unknown:
+            raise HarnessError(f"{source}: field 'layer_types' has unknown layer type(s) {unknown}")
+        if len(types) != num_layers:
+            raise HarnessError(
+                f"{source}: field 'layer_types' lists {len(types)} layers but num_hidden_layers is {num_layers}"
+            )
+        notes.append("layer kinds from layer_types")
+        return [names[t] for t in types]
+    if "attn_layer_period" in config:  # Jamba: one attention layer every `period`, Mamba elsewhere
+        period = _required_int(config, "attn_layer_period", source)
+        offset = int(config.get("attn_layer_offset", 0))
+        notes.append(f"Jamba layout: attention at layer i where i % {period} == {offset}, Mamba elsewhere")
+        return [LayerKind.FULL_ATTENTION if i % period == offset else LayerKind.STATE for i in range(num_layers)]
+    if config.get("model_type") == "gemma2" and config.get("sliding_window"):
+        notes.append("Gemma 2 layout: even layers use the sliding window, odd layers full attention")
+        return [LayerKind.SLIDING_WINDOW if i % 2 == 0 else LayerKind.FULL_ATTENTION for i in range(num_layers)]
+    pattern = config.get("sliding_window_pattern")
+    if pattern and config.get("sliding_window"):
+        notes.append(f"sliding_window_pattern {pattern}: every {pattern}th layer is full attention")
+        return [
+            LayerKind.FULL_ATTENTION if (i + 1) % int(pattern) == 0 else LayerKind.SLIDING_WINDOW
+            for i in range(num_layers)
+        ]
+    attention = LayerKind.MLA if config.get("kv_lora_rank") else LayerKind.FULL_ATTENTION
+    if "use_sliding_window" in config:  # Qwen2/Qwen3: the window applies from max_window_layers on
+        if config["use_sliding_window"] and config.get("sliding_window"):
+            first = int(config.get("max_window_layers", 0))
+            notes.append(f"use_sliding_window: layers from {first} on use the sliding window")
+            return [LayerKind.SLIDING_WINDOW if i >= first else attention for i in range(num_layers)]
+        notes.append("use_sliding_window is false: every layer uses full attention")
+        return [attention] * num_layers
+    if config.get("sliding_window"):
+        notes.append("sliding_window set with no layer pattern: every layer uses the sliding window")
+        return [LayerKind.SLIDING_WINDOW] * num_layers
+    return [attention] * num_layers
+
+
+def _attention_spec(config: dict[str, Any], source: str, notes: list[str]) -> LayerSpec:
+    if config.get("kv_lora_rank"):
+        latent = _required_int(config, "kv_lora_rank", source) + _required_int(config, "qk_rope_head_dim", source)
+        notes.append("MLA: one latent of kv_lora_rank + qk_rope_head_dim per token and layer, no K/V pair")
+        return LayerSpec(kind=LayerKind.MLA, latent_dim=latent)
+    heads = _required_int(config, "num_attention_heads", source)
+    kv_heads = config.get("num_key_value_heads")
+    if kv_heads is None:
+        notes.append("no num_key_value_heads: multi-head attention, one KV head per attention head")
+        kv_heads = heads
+    kv_heads = _positive_int(kv_heads, "num_key_value_heads", source)
+    if config.get("head_dim"):
+        head_dim = _positive_int(config["head_dim"], "head_dim", source)
+        notes.append(f"head_dim {head_dim} from the config (wins over hidden_size / num_attention_heads)")
+    else:
+        head_dim = _required_int(config, "hidden_size", source) // heads
+        notes.append(f"head_dim {head_dim} = hidden_size / num_attention_heads")
+    return LayerSpec(kind=LayerKind.FULL_ATTENTION, kv_heads=kv_heads, head_dim=head_dim)
+
+
+def _state_spec(config: dict[str, Any], source: str, notes: list[str]) -> LayerSpec:
+    """Elements of the conv + recurrent state one sequence keeps in one state layer."""
+    if "linear_key_head_dim" in config:  # Qwen3-Next gated delta net
+        key_dim = _required_int(config, "linear_num_key_heads", source) * _required_int(
+            config, "linear_key_head_dim", source
+        )
+        value_heads = _required_int(config, "linear_num_value_heads", source)
+        value_head_dim = _required_int(config, "linear_value_head_dim", source)
+        kernel = _required_int(config, "linear_conv_kernel_dim", source)
+        conv = (2 * key_dim + value_heads * value_head_dim) * (kernel - 1)
+        recurrent = value_heads * _required_int(config, "linear_key_head_dim", source) * value_head_dim
+        notes.append("linear attention (gated delta net): conv state + recurrent state per sequence")
+        return LayerSpec(kind=LayerKind.STATE, state_elements=conv + recurrent)
+    if "mamba_d_state" in config:  # Jamba's Mamba-1 layers
+        inner = int(config.get("mamba_expand", 2)) * _required_int(config, "hidden_size", source)
+        conv = inner * (int(config.get("mamba_d_conv", 4)) - 1)
+        ssm = inner * _required_int(config, "mamba_d_state", source)
+        notes.append("Mamba-1: conv state + SSM state per sequence")
+        return LayerSpec(kind=LayerKind.STATE, state_elements=conv + ssm)
+    raise HarnessError(f"{source}: state layers but no Mamba or linear-attention fields to size them")
+
+
+def _from_local(path: Path) -> ModelShape:
+    if path.is_dir():
+        return _from_directory(path, name=str(path), revision=None)
+    return _shape(_read_json(path), name=str(path), revision=None, source=str(path), weights=(None, None))
+
+
+def _from_directory(directory: Path, *, name: str, revision: str | None) -> ModelShape:
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise HarnessError(f"{directory}: no config.json in this model directory")
+    return _shape(
+        _read_json(config_path), name=name, revision=revision, source=str(directory), weights=_weights(directory)
+    )
+
+
+def _from_hub(model: str, revision: str | None) -> ModelShape:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    bundled = ", ".join(_bundled_names()) or "none"
+    try:
+        config_path = Path(hf_hub_download(model, "config.json", revision=revision))
+    except Exception as error:  # offline, unknown repo, gated, bad revision: all end the same way
+        raise HarnessError(
+            f"model '{model}' is not a local path or a bundled snapshot (bundled: {bundled}), "
+            f"and the Hugging Face hub did not give its config.json: {type(error).__name__}"
+        ) from None
+    try:
+        index = _read_json(Path(hf_hub_download(model, INDEX_FILE, revision=revision)))
+        weights = (int(index["metadata"]["total_size"]), f"{INDEX_FILE} metadata.total_size (hub)")
+    except (EntryNotFoundError, KeyError, ValueError):
+        weights = (None, None)
+    return _shape(_read_json(config_path), name=model, revision=revision, source="Hugging Face hub", weights=weights)
+
+
+def _shape(
+    config: dict[str, Any], *, name: str, revision: str | None, source: str, weights: tuple[int | None, str | None]
+) -> ModelShape:
+    layers, notes = parse_config(config, source=source)
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    dtype = config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or text.get("dtype")
+    if dtype is None:
+        dtype = "bfloat16"
+        notes.append("no torch_dtype in the config: assuming bfloat16")
+    return ModelShape(
+        name=name,
+        revision=revision,
+        source=source,
+        model_type=str(config.get("model_type") or text.get("model_type") or "unknown"),
+        dtype=str(dtype),
+        layers=layers,
+        max_position_embeddings=config.get("max_position_embeddings") or text.get("max_position_embeddings"),
+        weights_bytes=weights[0],
+        weights_source=weights[1],
+        notes=notes,
+        config=config,
+    )
+
+
+def _weights(directory: Path) -> tuple[int | None, str | None]:
+    """Checkpoint bytes: the index's declared total, else the sum of every safetensors header's tensors."""
+    index_path = directory / INDEX_FILE
+    if index_path.is_file():
+        index = _read_json(index_path)
+        try:
+            return int(index["metadata"]["total_size"]), f"{INDEX_FILE} metadata.total_size"
+        except (KeyError, TypeError, ValueError):
+            raise HarnessError(f"{index_path}: field 'metadata.total_size' is missing or not a number") from None
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        return None, None
+    return sum(_safetensors_data_bytes(f) for f in files), f"sum of {len(files)} safetensors header(s)"
+
+
+def _safetensors_data_bytes(path: Path) -> int:
+    """Tensor bytes declared by a safetensors header (an 8-byte length, then JSON), without reading data."""
+    with path.open("rb") as handle:
+        try:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(length))
+        except (struct.error, ValueError, MemoryError):
+            raise HarnessError(f"{path}: not a safetensors file (unreadable header)") from None
+    tensors = [value for key, value in header.items() if key != "__metadata__"]
+    return sum(tensor["data_offsets"][1] - tensor["data_offsets"][0] for tensor in tensors)
+
+
+def _snapshot_dir(model: str, revision: str) -> Path | None:
+    candidate = SNAPSHOTS_DIR / model / revision
+    return candidate if (candidate / "config.json").is_file() else None
+
+
+def _bundled_names() -> list[str]:
+    return sorted(
+        f"{p.parent.parent.name}/{p.parent.name}@{p.name[:8]}"
+        for p in SNAPSHOTS_DIR.glob("*/*/*")
+        if (p / "config.json").is_file()
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise HarnessError(f"{path}: not a JSON file ({error.__class__.__name__})") from None
+    except OSError as error:
+        raise HarnessError(f"{path}: cannot be read ({error.strerror})") from None
+    if not isinstance(data, dict):
+        raise HarnessError(f"{path}: expected a JSON object")
+    return data
+
+
+def _required_int(config: dict[str, Any], field: str, source: str) -> int:
+    if config.get(field) is None:
+        raise HarnessError(f"{source}: field '{field}' is missing")
+    return _positive_int(config[field], field, source)
+
+
+def _positive_int(value: Any, field: str, source: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise HarnessError(f"{source}: field '{field}' must be a positive integer, got {value!r}")
+    return value

@@ -1,0 +1,290 @@
+"""The calculator against real start-up logs from public threads (tests/fixtures/field)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.predict.budget import predict_capacity
+from harness.errors import HarnessError
+from harness.calibrate.field_check import (
+    SamplerFact,
+    check_logged,
+    fit_constants,
+    implied_overhead_bytes,
+    run_field_check,
+    sampler_fact,
+    stage_shapes,
+)
+from harness.calibrate.field_corpus import load_corpus
+from harness.calibrate.field_report import score, summary_lines
+from harness.predict.gpu_catalog import gpu_memory
+from harness.predict.memory_model import FITTED_CONSTANTS, model_size, weights_term
+from harness.predict.model_shape import load_model_shape
+from harness.observe.server_logs import parse_startup_log
+from harness.units import GiB
+
+CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
+HARNESS = str(Path(sys.executable).parent / "harness")
+OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+# A TP=4 run quoted as one rank's memory line and one "GPU KV cache size" line, which 0.9.2 prints once per
+# rank from that rank's own memory: 178,880 tokens are 11,180 blocks × 770,048 B = 8.0179 … 8.0186 GiB (printed
+# "8.02"), while the quoted "8.11 GiB" gives 180,816 … 181,040 tokens. Not an fp8 cache (361,856 tokens) nor a
+# total over four ranks (45,232): the two lines come from two ranks, so the quoted pair cannot agree
+# (test_qwen3_235b_quotes_two_ranks_by_hand).
+KNOWN_OFF = {"v09-qwen3-235b-a22b-fp8-tp4"}
+# Every before-launch fit / no-fit call is right; a case whose call goes wrong is named here with why.
+KNOWN_WRONG_CALLS: set[str] = set()
+
+
+@pytest.fixture(scope="module")
+def report():
+    return run_field_check(CORPUS)
+
+
+def test_every_case_names_its_public_source_and_its_config():
+    cases, configs = load_corpus(CORPUS)
+    assert len(cases) >= 20
+    for case in cases:
+        assert case.source.host == "github.com", case.id
+        assert case.where and case.edits, case.id
+    assert {case.facts.config for case in cases if case.facts.config} == set(configs)
+
+
+def test_from_logged_memory_every_modelled_case_is_exact_within_the_logs_rounding(report):
+    scored = {c.id: c.logged.status for c in report.cases if c.logged.status in ("exact", "off")}
+    assert len(scored) >= 12
+    assert {case for case, status in scored.items() if status == "off"} == KNOWN_OFF
+
+
+def test_qwen2_7b_blocks_by_hand(report):
+    # 28 layers × (K, V) × 4 KV heads × 128 × 2 B × 16 tokens = 917,504 B per block.
+    # "5.01 GiB" is 5.005 … 5.015 GiB: 5,857.3 … 5,869.0 blocks, so 5,857 … 5,868; the log's 5,867 is inside.
+    case = next(c for c in report.cases if c.id == "v0101-qwen2-7b-a100-util025")
+    blocks = next(f for f in case.logged.figures if f.name == "num_blocks")
+    assert (blocks.predicted_low, blocks.predicted_high, blocks.logged) == (5857, 5868, 5867)
+    assert case.logged.status == "exact"
+
+
+def test_qwen3_235b_quotes_two_ranks_by_hand(report):
+    # 94 layers × (K, V) × 1 KV head a rank × 128 × 2 B × 16 tokens = 770,048 B per block.
+    shape = load_model_shape(str(CORPUS / "configs" / "Qwen--Qwen3-235B-A22B-FP8.json"))
+
+    def tokens(gib: float, kv_cache_dtype: str = "auto") -> int:
+        return predict_capacity(shape, available_kv_bytes=int(gib * GiB), block_size=16, max_model_len=40960,
+                                kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=4,
+                                engine_version="0.9.2").kv_cache_tokens
+
+    assert round(11_180 * 770_048 / GiB, 2) == 8.02 and round(11_181 * 770_048 / GiB, 2) == 8.02
+    assert tokens(8.018) == 178_880  # the token line, from a rank with 8.0179 … 8.0186 GiB (printed "8.02")
+    assert (tokens(8.105), tokens(8.115)) == (180_816, 181_040)  # what the quoted 8.11 GiB line gives
+    assert tokens(8.11, "fp8") == 361_856 and tokens(8.11 / 4) == 45_232  # neither fp8 nor a four-rank total
+    case = next(c for c in report.cases if c.id == "v09-qwen3-235b-a22b-fp8-tp4")
+    figure = next(f for f in case.logged.figures if f.name == "kv_cache_tokens")
+    assert (figure.predicted_low, figure.predicted_high, figure.logged) == (180_816, 181_040, 178_880)
+
+
+def test_pipeline_stages_split_layers_like_vllm():
+    # DeepSeek-V2-Lite: 27 layers over 2 stages → 14 + 13 (the remainder goes to the first stage).
+    shape = load_model_shape(str(CORPUS / "configs" / "deepseek-ai--DeepSeek-V2-Lite.json"))
+    assert [len(stage.layers) for stage in stage_shapes(shape, 2)] == [14, 13]
+
+
+def test_pipeline_and_mla_case_uses_each_stages_smallest_rank(report):
+    # Stage 0 (ranks 0, 1) has 12.13 GiB for 14 MLA layers of 576 × 2 B per token: 258,048 B per block,
+    # 50,452 … 50,493 blocks; stage 1's 11.33 GiB over 13 layers gives more (50,748 or more), so stage 0 decides.
+    # Logged: 807,792 tokens = 50,487 blocks × 16.
+    case = next(c for c in report.cases if c.id == "v09-deepseek-v2-lite-l4-pp2-tp2")
+    tokens = next(f for f in case.logged.figures if f.name == "kv_cache_tokens")
+    assert tokens.predicted_low == 50_452 * 16 and tokens.predicted_high == 50_493 * 16
+    assert case.logged.status == "exact"
+
+
+def test_failed_starts_are_called_failures(report):
+    failed = [c for c in report.cases if not c.cache_fit]
+    assert len(failed) >= 4
+    for case in failed:
+        assert case.logged.fits in (False, None), case.id
+        if case.id not in KNOWN_WRONG_CALLS:
+            assert case.launch.fits_predicted in (False, None), case.id
+    assert all(c.logged.fits == c.cache_fit for c in report.cases if c.logged.fits is not None)
+
+
+def test_before_launch_fit_calls_are_right_but_the_named_ones_and_the_score_is_printed(report):
+    every, held = score(report.cases, held_back_only=False), score(report.cases)
+    assert every.fit_calls >= 15
+    called = [c for c in report.cases if c.launch.fits_predicted is not None]
+    wrong = {c.id for c in called if c.launch.fits_predicted != c.cache_fit}
+    assert wrong == KNOWN_WRONG_CALLS
+    assert held.fit_calls_right == held.fit_calls
+    lines = summary_lines(report)
+    assert lines[2].startswith("before launch, held-back cases: ")
+
+
+def test_shipped_constants_are_the_fit_on_the_fit_half_only(report):
+    cases, configs = load_corpus(CORPUS)
+    fit_half = [case for position, case in enumerate(cases) if position % 2 == 0]
+    assert fit_constants(fit_half, configs) == FITTED_CONSTANTS == report.constants
+    held = {c.id for c in report.cases if c.launch.held_back}
+    assert held.isdisjoint(FITTED_CONSTANTS.fitted_on)
+
+
+def test_the_sampler_is_read_from_the_log_line_and_priced_as_it_ran(report):
+    # Test 4 prints "Using FlashInfer for top-p & top-k sampling.", so its profiling run (Qwen2-7B on an A100
+    # under 0.10.1.1: 2,048 tokens, 256 rows) peaks at FlashInfer's 2,048 × 3,584 × 2 B + 256 × 152,064 × 14 B
+    # = 14,680,064 + 544,997,376 = 559,677,440 B, not at the sort's.
+    case = next(c for c in report.cases if c.id == "v0101-qwen2-7b-a100-util025")
+    line = ("(EngineCore_0 pid=1812) INFO 09-04 01:02:57 [topk_topp_sampler.py:50] "
+            "Using FlashInfer for top-p & top-k sampling.")
+    assert case.sampler == SamplerFact(name="flashinfer", source="log", evidence=line)
+    assert next(t.predicted_bytes for t in case.launch.terms if t.name == "activation_peak") == 559_677_440
+    # Test 1, the same release over Ray: "FlashInfer is not available. Falling back to the PyTorch-native ...".
+    two_nodes = next(c for c in report.cases if c.id == "v0101-qwen2-7b-a100-40gb-tp2-two-nodes")
+    assert (two_nodes.sampler.name, two_nodes.sampler.source) == ("pytorch", "log")
+    assert {c.sampler.source for c in report.cases} == {"log", "assumed", "V0"}
+
+
+def test_without_a_sampler_line_the_stated_fact_then_the_default_decides():
+    cases, _ = load_corpus(CORPUS)
+    case = next(c for c in cases if c.id == "v0101-qwen2-7b-a100-util025")
+    unlogged = case.model_copy(update={"log": "\n".join(
+        line for line in case.log.splitlines() if "topk_topp_sampler" not in line)})
+    stated = unlogged.model_copy(update={"facts": case.facts.model_copy(update={"sampler": "flashinfer"})})
+    assert sampler_fact(stated) == SamplerFact(name="flashinfer", source="stated")
+    assert sampler_fact(unlogged) == SamplerFact(name="pytorch", source="assumed")
+    contradicted = case.model_copy(update={"facts": case.facts.model_copy(update={"sampler": "pytorch"})})
+    with pytest.raises(HarnessError, match="the log says flashinfer sampled"):
+        sampler_fact(contradicted)
+
+
+def test_llama_parameter_count_by_hand():
+    # Llama-3.1-8B: embeddings 128,256 × 4,096 twice (untied) = 1,050,673,152; per layer attention
+    # 4,096 × 128 × (2·32 + 2·8) = 41,943,040 and MLP 3 × 4,096 × 14,336 = 176,160,768, × 32 layers
+    # = 6,979,321,856; total 8,029,995,008 (the published 8,030,261,248 less 266,240 norm weights).
+    config = load_model_shape(str(CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json")).config
+    size = model_size(config)
+    assert size.linear_params + size.embedding_params == 8_029_995_008
+
+
+def test_new_log_lines_are_read():
+    v1_failure = ("ERROR 04-02 12:33:23 [core.py:380] ValueError: To serve at least one request with the models's "
+                  "max seq len (32768), (0.95 GiB KV cache is needed, which is larger than the available KV cache "
+                  "memory (0.93 GiB). Try increasing `gpu_memory_utilization`")
+    parsed = parse_startup_log(v1_failure)
+    assert parsed.available_kv_cache_bytes == round(0.93 * GiB)
+    assert parsed.kv_cache_bytes_needed == round(0.95 * GiB)
+    assert parsed.failure is not None
+    ranks = parse_startup_log(
+        "(VllmWorker rank=1 pid=2) INFO 07-09 09:47:45 [gpu_worker.py:233] Available KV cache memory: 12.13 GiB\n"
+        "(Worker_TP0 pid=3) INFO 07-09 09:47:45 [gpu_worker.py:233] Available KV cache memory: 12.00 GiB\n"
+        "(APIServer pid=1) INFO 09-04 01:04:33 [loggers.py:142] Engine 000: vllm cache_config_info with "
+        "initialization after num_gpu_blocks is: 5867"
+    )
+    assert ranks.available_kv_cache_bytes_by_rank == {0: round(12.00 * GiB), 1: round(12.13 * GiB)}
+    assert ranks.num_gpu_blocks == 5867
+
+
+def test_mxfp4_prices_only_the_experts_at_four_bits_in_marlins_padded_layout():
+    # gpt-oss-120b, one GPU: Marlin pads the expert width 2,880 to 2,944 (a multiple of 128) and the hidden
+    # size 2,880 to 3,072 (of 256): 36 layers × 128 experts × 3 × 2,944 × 3,072 = 125,023,813,632 weights at
+    # 4.25 bits = 66,418,900,992 B; attention 36 × 2,880 × 64 × (2·64 + 2·8) = 955,514,880 and router
+    # 36 × 2,880 × 128 = 13,271,040 in bf16 = 1,937,571,840 B; embeddings 2 × 201,088 × 2,880 × 2 B =
+    # 2,316,533,760. Sum 70,673,006,592 B = 65.82 GiB ("Model loading took 65.9651 GiB" on an H100).
+    config = load_model_shape(str(CORPUS / "configs" / "openai--gpt-oss-120b.json")).config
+    assert weights_term(model_size(config), 2, "mxfp4", 1).bytes == 70_673_006_592
+    # TP=4: each rank's expert width 720 pads to 768: 36 × 128 × 3 × 768 × 3,072 = 32,614,907,904 weights,
+    # 17,326,669,824 B; plus a quarter of the bf16 rest, (1,937,571,840 + 2,316,533,760) / 4 = 1,063,526,400.
+    # 18,390,196,224 B = 17.13 GiB a GPU ("Model loading took 17.2217 GiB" on each of four A100s).
+    assert weights_term(model_size(config), 2, "mxfp4", 4).bytes == 18_390_196_224
+
+
+def test_gpus_without_a_logged_total_say_their_figure_is_nvidia_smis():
+    # 81,920 MiB / 1,024 = 80.0 GiB; 23,034 MiB / 1,024 = 22.49 GiB.
+    assert gpu_memory("a100-80gb").total_gib == 80.0 and "nvidia-smi" in gpu_memory("A100-80GB").source
+    assert gpu_memory("L4").total_gib == 22.49 and "modal-client/pull/2797" in gpu_memory("L4").source
+    assert "nvidia-smi" not in gpu_memory("H100-80GB").source
+
+
+def test_a_log_without_a_profile_implies_its_overhead_from_total_weights_and_kv():
+    # Two A100s (80.0 GiB as nvidia-smi states it) at 0.25: 20 GiB usable per GPU; the log states 7.1217 GiB of
+    # weights and 12.02 GiB of KV per GPU, so activation and non-torch memory together took 0.8583 GiB.
+    cases, _ = load_corpus(CORPUS)
+    case = next(c for c in cases if c.id == "v0101-qwen2-7b-a100-tp2-util025")
+    assert abs(implied_overhead_bytes(case, 80 * GiB) / GiB - 0.8583) < 1e-6
+    # A profile split over pipeline stages gives no single rank's remainder.
+    staged = next(c for c in cases if c.id == "v09-deepseek-v2-lite-l4-pp2-tp2")
+    assert implied_overhead_bytes(staged, 24 * GiB) is None
+
+
+def test_a_case_without_a_config_is_reported_not_scored():
+    cases, _ = load_corpus(CORPUS)
+    assert check_logged(cases[0], None).status == "no config for this model"
+
+
+def test_field_check_command_prints_the_residual_table():
+    result = subprocess.run([HARNESS, "budget", "--field-check", str(CORPUS)], capture_output=True, text=True,
+                            env=OFFLINE, timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "From the logged KV memory" in out and "Before launch" in out and "Error of each term" in out
+    assert "Summary per release" in out and "Summary per model family" in out
+    assert "from logged KV memory:" in out and "fit / no-fit before launch:" in out
+    assert "flashinfer (log)" in out
+
+
+def _case_log(tmp_path: Path, case_id: str) -> Path:
+    cases, _ = load_corpus(CORPUS)
+    path = tmp_path / f"{case_id}.log"
+    path.write_text(next(case.log for case in cases if case.id == case_id))
+    return path
+
+
+def test_capacity_sets_the_waterfall_beside_a_logged_profile(tmp_path):
+    # The 0.6 profile states the GPU's total (23.58 GiB), the weights (14.99) and non-torch memory (0.35).
+    log = _case_log(tmp_path, "v063-llama31-8b-rtx3090-len20000")
+    config = CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json"
+    result = subprocess.run([HARNESS, "capacity", "--log", str(log), "--model", str(config)], capture_output=True,
+                            text=True, env=OFFLINE, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "Memory waterfall before launch beside the log: 23.58 GiB (the GPU total the log states) × 0.9" in out
+    assert "│ weights │ 14.96 │ 14.99 │" in out  # 8,029,995,008 × 2 B = 14.96 GiB predicted; 14.99 logged
+    assert "│ non_torch │" in out and "│ 0.35 │" in out
+    assert "│ kv_memory │" in out and "│ 3.81 │" in out
+
+
+def test_capacity_waterfall_takes_the_gpu_when_the_log_has_no_total(tmp_path):
+    log = _case_log(tmp_path, "v0101-qwen2-7b-a100-util05")
+    config = CORPUS / "configs" / "Qwen--Qwen2-7B-Instruct.json"
+    result = subprocess.run([HARNESS, "capacity", "--log", str(log), "--model", str(config), "--gpu", "80"],
+                            capture_output=True, text=True, env=OFFLINE, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "80.0 GiB as given" in out and "× 0.5" in out  # the utilisation comes from the log's arguments
+    assert "│ 14.25 │" in out  # "Model loading took 14.2488 GiB"
+    assert "│ 24.83 │" in out  # "Available KV cache memory: 24.83 GiB"
+
+
+def test_refused_start_needs_what_the_log_says(report):
+    # DeepSeek-V2-Lite, MLA: 27 layers × (512 + 64) × 2 B = 31,104 B per token; a 32,768-token request is
+    # 2,048 blocks of 16, 1,019,215,872 B = 0.95 GiB, more than the 0.93 GiB the log had: refused.
+    case = next(c for c in report.cases if c.id == "v08-deepseek-v2-lite-offload-fails")
+    needed = next(f for f in case.logged.figures if f.name == "kv_gib_needed_per_request")
+    assert (needed.logged, needed.predicted_low) == (0.95, 0.95)
+    assert case.logged.fits is False and not case.started
+
+
+def test_capacity_takes_the_release_a_log_does_not_state(tmp_path):
+    # The thread's lines carry no version; given 0.6.3, the profiling run is V0's: max(20,000, 2,048) tokens.
+    log = _case_log(tmp_path, "v063-llama31-8b-rtx3090-len20000")
+    config = CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json"
+    result = subprocess.run([HARNESS, "capacity", "--log", str(log), "--model", str(config), "--engine-version",
+                             "0.6.3"], capture_output=True, text=True, env=OFFLINE, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "profiling run of 20,000 tokens (V0 default" in out
+    assert "captured after the cache is sized in 0.6.3: not subtracted" in out

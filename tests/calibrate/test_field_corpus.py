@@ -1,0 +1,95 @@
+"""The field corpus's newer cases (issue 15): what each one adds is checked by hand from its own log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.calibrate.field_check import run_field_check
+from harness.calibrate.field_corpus import load_corpus
+
+CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
+
+
+@pytest.fixture(scope="module")
+def report():
+    return run_field_check(CORPUS)
+
+
+def _case(report, case_id):
+    return next(c for c in report.cases if c.id == case_id)
+
+
+def _figure(case, name):
+    return next(f for f in case.logged.figures if f.name == name)
+
+
+def test_the_corpus_holds_at_least_thirty_starts():
+    cases, _ = load_corpus(CORPUS)
+    assert len(cases) >= 30
+
+
+def test_awq_qwen25_14b_blocks_by_hand(report):
+    # 48 layers × (K, V) × 8 KV heads × 128 × 2 B (float16) × 16 tokens = 3,145,728 B per block; AWQ weights do
+    # not change the cache. "10.39 GiB" is 10.385 … 10.395 GiB: 3,544.7 … 3,548.2 blocks, so 3,544 … 3,548,
+    # 56,704 … 56,768 tokens; the log's 56,736 tokens are 3,546 blocks.
+    case = _case(report, "v013-qwen25-14b-awq-len8192")
+    tokens = _figure(case, "kv_cache_tokens")
+    assert (tokens.predicted_low, tokens.predicted_high, tokens.logged) == (56_704, 56_768, 56_736)
+    assert case.logged.status == "exact"
+
+
+def test_gpt_oss_20b_two_groups_by_hand(report):
+    # 24 layers, sliding and full in turn: two groups of 12 layers share one block of 12 pages, each page
+    # 16 tokens × (K, V) × 8 KV heads × 64 × 2 B = 32,768 B, so 393,216 B per block. "12.94 GiB" is
+    # 12.935 … 12.945 GiB: 35,320 … 35,348 blocks; tokens are blocks // 2 groups × 16 = 282,560 … 282,784
+    # (logged 282,624). One request of 8,192 tokens takes 512 full-attention blocks and
+    # ceil((128 - 1 + 2,048) / 16) + 1 = 137 sliding-window blocks: 649, so 54.42 … 54.47x (logged 54.44x).
+    case = _case(report, "v013-gpt-oss-20b-gb10-util025")
+    tokens, concurrency = _figure(case, "kv_cache_tokens"), _figure(case, "max_concurrency")
+    assert (tokens.predicted_low, tokens.predicted_high) == (282_560, 282_784)
+    assert (concurrency.predicted_low, concurrency.predicted_high) == (54.42, 54.47)
+    assert case.logged.status == "exact"
+
+
+def test_refused_v1_start_is_priced_from_its_own_request(report):
+    # Llama-3.1-8B: 32 layers × (K, V) × 8 KV heads × 128 × 2 B = 128 KiB per token; 131,072 tokens = 16.00 GiB,
+    # the figure the refusal prints beside its 4.92 GiB.
+    case = _case(report, "v0100-llama31-8b-len131072-fails")
+    needed = _figure(case, "kv_gib_needed_per_request")
+    assert (needed.predicted_low, needed.logged) == (16.0, 16.0)
+    assert case.logged.fits is False and not case.cache_fit
+
+
+def test_cases_without_a_config_are_listed_not_scored(report):
+    for case_id in ("v024-qwen36-35b-a3b-rtx5090-fp8kv", "v0201-qwen36-27b-tp2-mtp-fp8e5m2"):
+        case = _case(report, case_id)
+        assert case.logged.status == "no config for this model"
+        assert case.launch.status == "no config for this model"
+
+
+def test_a_case_whose_log_holds_several_starts_names_the_one_it_scores(report):
+    # The 29k case's source comment posts the 20k start's block first; given both blocks, the case must say which
+    # start it scores, and scoring start 2 gives the very figures the 29k case gets from its own block.
+    import sys
+
+    import pydantic
+
+    from harness.calibrate.field_check import check_logged
+    from harness.predict.model_shape import load_model_shape
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_server_logs import ISSUE_10517_TWO_STARTS
+
+    cases, _ = load_corpus(CORPUS)
+    alone = next(c for c in cases if c.id == "v063-llama31-8b-rtx3090-len29000-fails")
+    fields = alone.model_dump(exclude={"id", "log", "start"})
+    with pytest.raises(pydantic.ValidationError, match="the log holds 2 starts: name the one the case scores"):
+        type(alone)(id="both", log=ISSUE_10517_TWO_STARTS, **fields)
+    with pytest.raises(pydantic.ValidationError, match="'start: 3' but the log holds 2 start"):
+        type(alone)(id="both", log=ISSUE_10517_TWO_STARTS, start=3, **fields)
+    both = type(alone)(id="both", log=ISSUE_10517_TWO_STARTS, start=2, **fields)
+    shape = load_model_shape(str(CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json"))
+    assert check_logged(both, shape) == check_logged(alone, shape) == _case(report, alone.id).logged
+    assert both.parsed().kv_cache_tokens_at_failure == 23648

@@ -1,0 +1,50 @@
+"""The service + harness sweep driver end to end on the real CPU engine, with the same polyaxonfiles."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.engine
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = str(Path(sys.executable).with_name("harness"))
+
+
+def test_each_point_starts_the_service_measures_it_and_stops_it(tiny_model_dir: Path, tmp_path: Path):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("kind: operation\n"
+                     "matrix: {kind: mapping, concurrency: 1, values: [{max_num_seqs: 2}, {max_num_seqs: 8}]}\n"
+                     f"pathRef: {ROOT / 'polyaxonfiles' / 'vllm-service.yaml'}\n")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [HARNESS, "sweep", "--local", "-f", str(sweep),
+         "--service", str(ROOT / "polyaxonfiles" / "vllm-service.yaml"),
+         "--service", str(ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml"),
+         "--harness", str(ROOT / "polyaxonfiles" / "harness-job.yaml"),
+         "-P", f"model={tiny_model_dir}", "-P", f"inventory={ROOT / 'prompts' / 'tiny-qwen3-600x8'}",
+         "-P", "concurrency=8", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((out / "sweep.json").read_text())
+    assert [point["outcome"] for point in result["points"]] == ["measured", "measured"]
+    for point, max_num_seqs in zip(result["points"], (2, 8)):
+        record = Path(point["harness"])
+        inputs = json.loads((record / "config.json").read_text())
+        assert inputs["service_uuid"] == point["service"]  # the harness run knows which service it measured
+        assert json.loads((record / "engine.json").read_text())["limits"]["max_num_seqs"] == max_num_seqs
+        capacity = json.loads((record / "capacity.json").read_text())
+        assert capacity["prediction_matches_log"] is True and capacity["log"]["kv_cache_tokens"] == 4096
+    engines = subprocess.run(["pgrep", "-f", f"--model {tiny_model_dir}"], capture_output=True, text=True,
+                             timeout=30)
+    assert engines.stdout.strip() == ""  # every service was stopped
+
+    report = subprocess.run([HARNESS, "report", "--runs", str(out), "--limit", "max_num_seqs", "--out",
+                             str(tmp_path / "report")], capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    verdicts = dict(line.split(": ", 1) for line in report.stdout.splitlines() if not line.startswith("report:"))
+    runs = {json.loads((Path(p["harness"]) / "tracking.json").read_text())["run_uuid"]: p for p in result["points"]}
+    by_limit = {runs[uuid]["params"]["max_num_seqs"]: verdict for uuid, verdict in verdicts.items()}
+    assert by_limit == {2: "max_num_seqs (scheduling)", 8: "KV cache capacity"}

@@ -1,0 +1,144 @@
+"""The client, runner and record against the emulated server, whose every delay is known.
+
+The emulator runs in its own process (as a real server would), so its timing is not disturbed by the
+client's event loop. These tests are about the client side only; engine behaviour is tested on the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import emulator
+
+from harness.measure.client import ClientSettings, ErrorClass, PromptRequest, StreamingClient
+from harness.errors import HarnessError
+from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
+from harness.measure.inventory_build import build_token_id_inventory
+from harness.measure.record import read_requests, read_samples
+from harness.measure.run_options import RunOptions, build_run_config
+from harness.measure.runner import run_load
+from harness.measure.schedule import LoadShape
+from harness.measure.stats import RunSummary
+
+
+@pytest.fixture(scope="module")
+def inventory_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    recipe = TokenIdRecipe(
+        vocabulary=VocabularyRange(low=10, high=1900),
+        prompt_tokens=[16, 24, 32, 40] * 5,
+        output_cap_tokens=[11] * 20,
+        seed=0,
+    )
+    return write_inventory(build_token_id_inventory("emulated-20", recipe), tmp_path_factory.mktemp("inventory"))
+
+
+def run(inventory_dir: Path, base_url: str, out: Path, *, max_tokens: int | None = None, **load: object) -> RunSummary:
+    config, inventory = build_run_config(RunOptions(inventory=inventory_dir, base_url=base_url, load=LoadShape(**load),
+                                                    max_tokens=max_tokens, sample_interval_s=0.2))
+    return run_load(config, inventory, out, ready_timeout_s=20)
+
+
+def test_injected_ttft_and_itl_are_recovered(inventory_dir: Path, tmp_path: Path) -> None:
+    """Delays large enough that a busy machine's scheduling jitter stays inside a 5 % tolerance."""
+    with emulator(ttft_ms=200, itl_ms=20, tokens_per_chunk=2) as base_url:
+        summary = run(inventory_dir, base_url, tmp_path, concurrency=8, requests=40, warmup_requests=4)
+        server_lateness_ms = httpx.post(f"{base_url}/emulator/lateness").json()["first_token_lateness_ms"]
+    assert len(server_lateness_ms) == 44  # the emulator's own account of every first token it wrote
+    assert summary.requests_ok == 40 and summary.errors_by_class == {}
+    assert 200.0 <= summary.latency["ttft_ms_p50"] <= 210.0
+    # 2 tokens per chunk every 40 ms is 20 ms per token, not 40.
+    assert summary.latency["itl_ms_p50"] == pytest.approx(20.0, abs=1.0)
+    assert summary.latency["tpot_ms_mean"] == pytest.approx(20.0, abs=1.0)
+    records = [r for r in read_requests(tmp_path) if not r.warmup]
+    assert len(records) == 40
+    for record in records:
+        assert record.output_tokens == 11 and sum(record.chunk_tokens) == 11
+        assert record.chunk_tokens == [1, 2, 2, 2, 2, 2]
+        assert record.finish_reason == "length" and record.http_status == 200
+    assert summary.valid
+
+
+def test_client_queueing_under_a_rate_shows_in_latency_and_flags_the_run(inventory_dir: Path, tmp_path: Path) -> None:
+    """40 req/s offered; 2 slots of ~220 ms each serve about 9 req/s, so requests wait on the client."""
+    with emulator(ttft_ms=20, itl_ms=20) as base_url:
+        summary = run(inventory_dir, base_url, tmp_path, rate_per_s=40.0, max_concurrency=2, requests=30, max_tokens=10)
+    records = read_requests(tmp_path)
+    queued = [r for r in records if r.dispatch_s - r.scheduled_s > 0.1]
+    assert len(queued) > 15
+    from_dispatch_ms = sorted((r.first_token_s - r.dispatch_s) * 1000 for r in records)
+    assert from_dispatch_ms[len(records) // 2] < 30.0  # the server itself answers in ~20 ms
+    assert summary.latency["ttft_ms_p50"] > 500.0  # but the user waited for a slot first
+    assert summary.latency["dispatch_lag_ms_p99"] > 1000.0
+    assert not summary.valid
+    assert any("fell behind its schedule" in reason for reason in summary.invalid_reasons)
+    assert summary.achieved_dispatch_per_s < 0.5 * 40.0
+
+
+def test_server_side_waiting_appears_in_the_samples(inventory_dir: Path, tmp_path: Path) -> None:
+    with emulator(ttft_ms=20, itl_ms=50, max_num_seqs=2) as base_url:
+        summary = run(inventory_dir, base_url, tmp_path, concurrency=8, requests=16, max_tokens=10)
+    assert summary.peak_waiting_requests is not None and summary.peak_waiting_requests >= 4
+    assert summary.failed_scrapes == 0
+    assert len(read_samples(tmp_path)) >= 5
+    assert summary.valid  # the client kept up; the server made requests wait
+
+
+def test_dropped_connections_become_error_records(inventory_dir: Path, tmp_path: Path) -> None:
+    with emulator(ttft_ms=5, itl_ms=5, drop_every=3) as base_url:
+        summary = run(inventory_dir, base_url, tmp_path, concurrency=4, requests=30)
+    assert summary.requests_sent == 30
+    assert summary.errors_by_class == {"connection_reset": 10}
+    assert summary.requests_ok == 20
+    broken = [r for r in read_requests(tmp_path) if r.error_class is not None]
+    assert all(len(r.chunk_times_s) == 2 and r.finish_reason is None for r in broken)
+
+
+def test_a_context_overflow_is_classified_from_the_servers_400(inventory_dir: Path) -> None:
+    async def send_too_long(base_url: str) -> tuple[int | None, ErrorClass | None]:
+        settings = ClientSettings(base_url=base_url, model="emulated")
+        async with StreamingClient(settings, time.perf_counter()) as client:
+            prompt = PromptRequest(0, "long", False, 100, list(range(60)), None, False)
+            record = await client.send(prompt, client.now())
+        return record.http_status, record.error_class
+
+    with emulator(max_model_len=128) as base_url:
+        assert asyncio.run(send_too_long(base_url)) == (400, ErrorClass.context_overflow_400)
+
+
+def test_a_thousand_concurrent_streams_complete_without_error(tmp_path: Path) -> None:
+    recipe = TokenIdRecipe(
+        vocabulary=VocabularyRange(low=10, high=1900),
+        prompt_tokens=[8] * 1000,
+        output_cap_tokens=[4] * 1000,
+        seed=1,
+    )
+    inventory_dir = write_inventory(build_token_id_inventory("thousand", recipe), tmp_path / "inventory")
+    with emulator(ttft_ms=200, itl_ms=20, max_num_seqs=1024) as base_url:
+        summary = run(inventory_dir, base_url, tmp_path / "run", concurrency=1000)
+    assert summary.requests_ok == 1000
+    assert summary.errors_by_class == {}
+    assert summary.peak_waiting_requests == 0
+
+
+@pytest.mark.parametrize("load", [{"concurrency": 16}, {"rate_per_s": 1000.0, "max_concurrency": 16}])
+def test_the_pool_is_open_before_the_first_scheduled_send(inventory_dir: Path, tmp_path: Path, load: dict) -> None:
+    """16 streams that open at once each find a kept-alive connection opened before the load's zero, so no
+    stream's TTFT carries a connect: the emulator sees no stream arrive as a connection's first request.
+    Without the pool opened first, each of the first 16 sends would connect."""
+    with emulator(ttft_ms=5, itl_ms=1) as base_url:
+        run(inventory_dir, base_url, tmp_path, requests=20, max_tokens=4, **load)
+        connections = httpx.get(f"{base_url}/emulator/connections").json()
+    records = read_requests(tmp_path)
+    assert len(records) == 20 and all(r.error_class is None for r in records)
+    assert connections["streams_on_new_connections"] == 0
+
+
+def test_an_output_cap_beyond_the_servers_context_is_refused_before_sending(inventory_dir: Path, tmp_path: Path) -> None:
+    with emulator(max_model_len=64) as base_url:  # the longest prompt has 40 tokens; 40 + 30 > 64
+        with pytest.raises(HarnessError, match="--max-tokens 30: the longest prompt \\(40 tokens\\)"):
+            run(inventory_dir, base_url, tmp_path, concurrency=2, max_tokens=30)
+    assert not (tmp_path / "requests.jsonl").exists()

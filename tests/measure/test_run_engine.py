@@ -1,0 +1,91 @@
+"""`harness run` against the real CPU engine: waiting, preemption and usage as the engine reports them.
+
+One engine start serves every test here: max_num_seqs 4 and 4 MiB of KV cache (4,096 tokens of the tiny
+model in 32 blocks of 128, one of them the reserved null block). Eight requests of 600 prompt + 400
+output tokens at concurrency 8: at most 4 run, so at least 4 wait; 4 running sequences of 1,000 tokens
+need 4 x 8 = 32 blocks but only 31 are usable, so the engine must preempt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import local_cpu_engine
+
+from harness.measure.inventory import (
+    TokenIdRecipe,
+    VocabularyRange,
+    load_inventory,
+    write_inventory,
+)
+from harness.measure.inventory_build import build_token_id_inventory
+from harness.measure.record import read_requests, read_samples
+from harness.measure.run_options import RunOptions, build_run_config
+from harness.measure.runner import run_load
+from harness.measure.schedule import LoadShape
+from harness.measure.stats import RunSummary
+from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
+
+pytestmark = pytest.mark.engine
+
+MAX_NUM_SEQS = 4
+PROMPT_TOKENS = 600
+OUTPUT_TOKENS = 400
+
+
+@pytest.fixture(scope="module")
+def engine_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[RunSummary, Path, Path]:
+    work = tmp_path_factory.mktemp("run-engine")
+    recipe = TokenIdRecipe(
+        vocabulary=VocabularyRange(low=0, high=VOCAB_SIZE - len(SPECIAL_TOKENS)),
+        prompt_tokens=[PROMPT_TOKENS] * 8,
+        output_cap_tokens=[OUTPUT_TOKENS] * 8,
+        seed=3,
+    )
+    inventory_dir = write_inventory(build_token_id_inventory("tiny-8x1000", recipe), work / "inventory")
+    with local_cpu_engine(
+        tiny_model_dir, work / "engine.log", max_num_seqs=MAX_NUM_SEQS, kv_cache_memory_bytes=4_194_304,
+        max_model_len=1024,
+    ) as engine:
+        config, inventory = build_run_config(RunOptions(
+            inventory=inventory_dir, base_url=engine.base_url, load=LoadShape(concurrency=8), cold=True,
+            sample_interval_s=0.1,
+        ))
+        summary = run_load(config, inventory, work / "run", ready_timeout_s=60)
+    return summary, work / "run", inventory_dir
+
+
+def test_concurrency_above_max_num_seqs_shows_waiting_in_the_samples(engine_run) -> None:
+    summary, run_dir, _ = engine_run
+    snapshots = [s.snapshot for s in read_samples(run_dir) if s.snapshot is not None]
+    assert len(snapshots) >= 5
+    assert max(s.num_requests_running for s in snapshots) <= MAX_NUM_SEQS
+    # 8 in flight over 4 slots: requests wait; a 0.1 s sampler may catch the queue a little drained already
+    assert summary.peak_waiting_requests is not None and summary.peak_waiting_requests >= 1
+    queue = snapshots[-1].request_queue_time_seconds  # every request's queue time, nothing sampled away
+    assert queue is not None and queue.count >= 8 and queue.sum > 0
+    assert summary.errors_by_class == {} and summary.requests_ok == 8
+
+
+def test_kv_capacity_below_the_live_tokens_shows_preemptions(engine_run) -> None:
+    summary, _, _ = engine_run
+    assert summary.preemptions_during_run is not None and summary.preemptions_during_run >= 1
+    # Whenever 4 sequences run they hold at least 4 x ceil(600 / 128) = 20 of the 31 usable blocks; the
+    # sampler may miss the fullest moment, so only that floor is certain.
+    assert summary.peak_kv_cache_usage_fraction is not None and summary.peak_kv_cache_usage_fraction >= 20 / 31
+
+
+def test_usage_counts_match_the_inventory(engine_run) -> None:
+    summary, run_dir, inventory_dir = engine_run
+    expected = {p.prompt_id: (p.prompt_tokens, p.output_cap_tokens) for p in load_inventory(inventory_dir).prompts}
+    records = read_requests(run_dir)
+    assert sorted(r.prompt_id for r in records) == sorted(expected)
+    for record in records:
+        assert (record.prompt_tokens, record.output_tokens) == expected[record.prompt_id]
+        assert sum(record.chunk_tokens) == OUTPUT_TOKENS
+        assert record.finish_reason == "length"
+    assert summary.prompt_token_mismatches == 0
+    # Random token ids share no prefix, so the run declared cold stays valid.
+    assert summary.prefix_cache_hits_during_run_tokens == 0
+    assert summary.valid, summary.invalid_reasons

