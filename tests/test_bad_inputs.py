@@ -25,7 +25,7 @@ class NotVllm(BaseHTTPRequestHandler):
 
     health_status = 200
 
-    def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+    def do_GET(self) -> None:
         self.send_response(self.health_status if self.path == "/health" else 404)
         self.end_headers()
 

@@ -17,9 +17,10 @@ import numpy as np
 from packaging.version import Version
 from pydantic import BaseModel
 
-from harness.predict.budget import CapacityPrediction, predict_capacity
-from harness.errors import HarnessError
 from harness.calibrate.field_corpus import FieldCase, load_corpus
+from harness.errors import HarnessError
+from harness.observe.memory_profile import logged_term_bytes
+from harness.predict.budget import CapacityPrediction, predict_capacity
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
@@ -33,7 +34,6 @@ from harness.predict.memory_model import (
     profiling_batch,
     sampler_peak_bytes,
 )
-from harness.observe.memory_profile import logged_term_bytes
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.releases import runs_v0
 from harness.units import GiB

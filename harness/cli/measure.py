@@ -10,7 +10,6 @@ import typer
 from harness.cli.app import app, one_line_errors
 from harness.errors import EXIT_CODES_HELP, EXIT_ENGINE_DID_NOT_START, EXIT_INVALID, HarnessError, exit_code_for_signal
 
-
 prompts_app = typer.Typer(no_args_is_help=True, help="Frozen, token-counted prompt inventories.")
 
 
@@ -107,8 +106,8 @@ def prompts_verify(
 ) -> None:
     """Re-hash an inventory (refusing any edit); optionally check it fits, rebuilds, and counts the same on a server."""
     from harness.measure.inventory import load_inventory
-    from harness.measure.inventory_check import check_fits, verify_with_server
     from harness.measure.inventory_build import check_rebuilds
+    from harness.measure.inventory_check import check_fits, verify_with_server
 
     inventory = load_inventory(inventory_dir)
     if max_model_len is not None:
@@ -171,8 +170,8 @@ def run_command(
     With an engine command after `--`, start that engine first, keep its start-up log and capacity,
     and stop it afterwards: one run = one configuration.
     """
-    from harness.launch.experiment import measure
     from harness.launch.engine_process import engine_base_url
+    from harness.launch.experiment import measure
     from harness.measure.record import Slo, claim_run_dir
     from harness.measure.run_options import build_run_config, command_line_options
 

@@ -52,8 +52,8 @@ def budget(
         print(report.model_dump_json(indent=2)) if json_output else Console().print(field_renderable(report))
         return
     if gpu is not None:
-        from harness.predict.releases import PRODUCTION_ENGINE, engine_version_warnings
         from harness.predict.fit_answer import answer_fit, answer_renderable
+        from harness.predict.releases import PRODUCTION_ENGINE, engine_version_warnings
 
         for warning in engine_version_warnings(engine_version):
             print(f"warning: {warning}", file=sys.stderr)

@@ -15,16 +15,16 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from harness.explain.report import WrittenReport, write_report
-from harness.predict.budget_plan import BudgetOptions, plan_budget
-from harness.predict.budget_table import budget_renderable
+from harness.dev.tiny_model import ensure_tiny_model
 from harness.errors import EXIT_INVALID, HarnessError
-from harness.measure.inventory import load_inventory
+from harness.explain.report import WrittenReport, write_report
 from harness.launch.engine_process import engine_python
 from harness.launch.local_executor import run_locally
-from harness.predict.model_shape import load_model_shape
 from harness.launch.specs import render
-from harness.dev.tiny_model import ensure_tiny_model
+from harness.measure.inventory import load_inventory
+from harness.predict.budget_plan import BudgetOptions, plan_budget
+from harness.predict.budget_table import budget_renderable
+from harness.predict.model_shape import load_model_shape
 from harness.track.tracking import offline_tracking_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # polyaxonfiles/ and prompts/ sit beside the package

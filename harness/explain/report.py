@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.errors import HarnessError
 from harness.explain.compare import (
     Comparison,
     compare_one_limit,
@@ -43,7 +44,6 @@ from harness.explain.plots import (
 )
 from harness.explain.sources import DEFAULT_API_LIMIT, collect_runs
 from harness.explain.table import PEAK_RUNNING, RunTable, build_table
-from harness.errors import HarnessError
 from harness.schema import Output
 
 RUN_FIGURES = (Output.TTFT_MS_P50, Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.TPOT_MS_P99, Output.REQUESTS_PER_S, Output.OUTPUT_TOKENS_PER_S,

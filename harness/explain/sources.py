@@ -18,8 +18,8 @@ import pandas as pd
 from pydantic import ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.polyaxon_client import quiet_polyaxon
 from harness.measure.record import check_run_files, read_samples
+from harness.polyaxon_client import quiet_polyaxon
 from harness.schema import RunFile, TrackedRun
 from harness.track.tracking import SERIES, live_name, run_io
 

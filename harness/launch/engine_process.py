@@ -23,13 +23,13 @@ from typing import Any
 
 import httpx
 
-from harness.launch.engine_args import engine_port, option_value, with_option
-from harness.observe.engine_failure import engine_error_line
 from harness.errors import HarnessError
-from harness.loopback import LOCAL_HOST, free_port
+from harness.launch.engine_args import engine_port, option_value, with_option
 from harness.launch.placement import place_engine
-from harness.measure.ready import is_healthy, wait_until_healthy
 from harness.launch.specs import render
+from harness.loopback import LOCAL_HOST, free_port
+from harness.measure.ready import is_healthy, wait_until_healthy
+from harness.observe.engine_failure import engine_error_line
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 STOP_GRACE_S = 15.0

@@ -13,20 +13,20 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.observe.capacity import CapacityReport, build_capacity_report
-from harness.observe.device import DeviceRecord, MemoryMonitor, device_facts
-from harness.launch.engine_args import engine_options
 from harness.errors import HarnessError
-from harness.measure.inventory import Inventory
+from harness.launch.engine_args import engine_options
 from harness.launch.engine_process import EngineStartError, start_engine
-from harness.observe.log_lines import fetch_polyaxon_run_log
-from harness.polyaxon_client import managed_run
+from harness.measure.inventory import Inventory
 from harness.measure.record import RunConfig
 from harness.measure.runner import run_load
-from harness.schema import EngineRecord, RunFile, TrackedRun
+from harness.measure.stats import RunSummary
+from harness.observe.capacity import CapacityReport, build_capacity_report
+from harness.observe.device import DeviceRecord, MemoryMonitor, device_facts
+from harness.observe.log_lines import fetch_polyaxon_run_log
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
-from harness.measure.stats import RunSummary
+from harness.polyaxon_client import managed_run
+from harness.schema import EngineRecord, RunFile, TrackedRun
 from harness.track.tracking import DEFAULT_PROJECT, LiveRun
 
 SERVICE_LOG_ENV = "HARNESS_SERVICE_LOG"  # a local service's start-up log, for the harness run measuring it

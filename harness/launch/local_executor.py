@@ -21,8 +21,8 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.launch.engine_process import ENGINE_MODULE, engine_python, engine_reference, local_engine_words
-from harness.loopback import free_port
 from harness.launch.specs import check_files, render
+from harness.loopback import free_port
 
 # A stopped point records its requests in flight, tracks its run and stops its engine within this.
 POINT_STOP_GRACE_S = 120.0

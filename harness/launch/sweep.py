@@ -21,12 +21,12 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from harness.errors import EXIT_INVALID, HarnessError
-from harness.launch.experiment import SERVICE_LOG_ENV
 from harness.launch.engine_process import EngineStartError, RunningEngine, local_engine
+from harness.launch.experiment import SERVICE_LOG_ENV
 from harness.launch.local_executor import run_locally
+from harness.launch.specs import check_sweep, declared_inputs, load_operation, render
 from harness.polyaxon_client import BUSY_RETRY_S, polyaxon_call
 from harness.schema import RunFile
-from harness.launch.specs import check_sweep, declared_inputs, load_operation, render
 
 SWEEP_SCHEMA_VERSION = 1
 RUNNING = "running"

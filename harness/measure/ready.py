@@ -19,8 +19,8 @@ from typing import Literal
 
 import httpx
 
-from harness.measure.client import aiohttp_transport
 from harness.errors import HarnessError
+from harness.measure.client import aiohttp_transport
 
 HEALTH_PATH = "/health"
 POLL_S = 1.0

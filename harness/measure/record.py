@@ -22,11 +22,11 @@ from typing import IO
 import pandas as pd
 from pydantic import BaseModel, Field, ValidationError
 
-from harness.measure.client import RequestRecord
 from harness.errors import HarnessError, describe_validation_error
+from harness.measure.client import RequestRecord
 from harness.measure.schedule import LoadShape
-from harness.schema import RunFile
 from harness.observe.server_metrics import MetricsSnapshot
+from harness.schema import RunFile
 
 RECORD_SCHEMA_VERSION = 1
 # Any one of these makes a directory a run record that a new run must not write into.

@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
 from harness.measure.inventory import Inventory, load_inventory
-from harness.polyaxon_client import managed_run_uuid
 from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION, RunConfig, Slo
 from harness.measure.schedule import LoadShape
 from harness.measure.timeouts import request_timeouts
+from harness.polyaxon_client import managed_run_uuid
 
 LOAD_OPTION_NAMES = {"rate_per_s": "rate", "warmup_requests": "warmup"}  # `LoadShape` fields the CLI shortens
 

@@ -22,6 +22,7 @@ import uvloop
 from rich.console import Console
 from rich.progress import Progress
 
+from harness.errors import HarnessError
 from harness.measure.client import (
     ClientSettings,
     ErrorClass,
@@ -29,7 +30,6 @@ from harness.measure.client import (
     RequestRecord,
     StreamingClient,
 )
-from harness.errors import HarnessError
 from harness.measure.inventory import Inventory, InventoryPrompt
 from harness.measure.inventory_check import check_fits, prompt_token_mismatches
 from harness.measure.loop_lag import LoopLagProbe
@@ -43,9 +43,9 @@ from harness.measure.record import (
 from harness.measure.run_options import longest_output_tokens
 from harness.measure.sampler import MetricsSampler
 from harness.measure.schedule import Slot, plan
-from harness.schema import RunFile
 from harness.measure.stats import RunSummary, summarize
 from harness.measure.timeouts import request_timeouts
+from harness.schema import RunFile
 
 UNCAPPED_POOL_SIZE = 4096
 

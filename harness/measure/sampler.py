@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import httpx
 
-from harness.measure.client import aiohttp_transport
 from harness.errors import HarnessError
+from harness.measure.client import aiohttp_transport
 from harness.measure.record import ServerSample
 from harness.observe.server_metrics import parse_metrics
 

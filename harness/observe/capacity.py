@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pydantic
 
-from harness.predict.budget import CapacityPrediction, predict_capacity
-from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
 from harness.errors import HarnessError
+from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
-from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
+from harness.predict.budget import CapacityPrediction, predict_capacity
+from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.units import GiB
 
 CAPACITY_SCHEMA_VERSION = 1

@@ -11,11 +11,11 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
+from harness.observe.server_logs import StartupCapacity
 from harness.predict.fit_answer import gpu_total
 from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.predict.model_shape import ModelShape
 from harness.predict.releases import PRODUCTION_ENGINE
-from harness.observe.server_logs import StartupCapacity
 from harness.units import GiB
 
 

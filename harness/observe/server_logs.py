@@ -16,8 +16,15 @@ from typing import Any, Literal
 import pydantic
 
 from harness.errors import HarnessError
-from harness.observe.engine_failure import (EngineFailure, Stage, diagnosis, failure_after_capacity, failure_while,
-                                    is_failure_marker, later_stage)
+from harness.observe.engine_failure import (
+    EngineFailure,
+    Stage,
+    diagnosis,
+    failure_after_capacity,
+    failure_while,
+    is_failure_marker,
+    later_stage,
+)
 from harness.observe.log_lines import LOGGED_NUMBER, LogLine, split_log_lines
 from harness.observe.memory_profile import PROFILE_V06, V0_KV_REST, MemoryProfile, memory_profile_line
 from harness.units import gib_to_bytes

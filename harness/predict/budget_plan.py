@@ -11,6 +11,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
+from harness.errors import HarnessError
 from harness.predict.budget import (
     BudgetResult,
     Population,
@@ -18,7 +19,6 @@ from harness.predict.budget import (
     estimate_budget,
     predict_capacity,
 )
-from harness.errors import HarnessError
 from harness.predict.model_shape import ModelShape
 from harness.predict.releases import engine_version_warnings
 from harness.units import GiB

@@ -15,9 +15,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from harness.errors import HarnessError
 from harness.predict.budget import CapacityPrediction, predict_capacity, resolve_kv_dtype
 from harness.predict.budget_table import binary_size
-from harness.errors import HarnessError
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
 from harness.predict.model_shape import ModelShape

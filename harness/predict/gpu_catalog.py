@@ -14,7 +14,6 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 
-
 NVIDIA_SMI_TOTALS = "https://github.com/modal-labs/modal-client/pull/2797"
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from harness.predict.architectures import check_architectures
 from harness.errors import HarnessError
+from harness.predict.architectures import check_architectures
 
 SNAPSHOTS_DIR = Path(__file__).resolve().parents[1] / "snapshots"  # data of the package, beside its stages
 PINNED_MODEL = "Qwen/Qwen3-4B"

@@ -18,15 +18,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
+from harness.measure.record import RunConfig, ServerSample, read_samples
+from harness.measure.stats import RunSummary
 from harness.observe.capacity import CapacityReport
 from harness.observe.device import DeviceRecord
-from harness.errors import HarnessError
-from harness.track.point_name import name_matrix_child
-from harness.polyaxon_client import BUSY_RETRY_S, managed_run_uuid, polyaxon_call
-from harness.measure.record import RunConfig, ServerSample, read_samples
-from harness.schema import EngineRecord, RunFile, TrackedRun
 from harness.observe.server_metrics import Histogram, MetricsSnapshot
-from harness.measure.stats import RunSummary
+from harness.polyaxon_client import BUSY_RETRY_S, managed_run_uuid, polyaxon_call
+from harness.schema import EngineRecord, RunFile, TrackedRun
+from harness.track.point_name import name_matrix_child
 
 DEFAULT_OWNER = "local"
 DEFAULT_PROJECT = "local/vllm-harness"

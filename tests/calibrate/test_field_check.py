@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.predict.budget import predict_capacity
-from harness.errors import HarnessError
 from harness.calibrate.field_check import (
     SamplerFact,
     check_logged,
@@ -22,10 +20,12 @@ from harness.calibrate.field_check import (
 )
 from harness.calibrate.field_corpus import load_corpus
 from harness.calibrate.field_report import score, summary_lines
+from harness.errors import HarnessError
+from harness.observe.server_logs import parse_startup_log
+from harness.predict.budget import predict_capacity
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.memory_model import FITTED_CONSTANTS, model_size, weights_term
 from harness.predict.model_shape import load_model_shape
-from harness.observe.server_logs import parse_startup_log
 from harness.units import GiB
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"

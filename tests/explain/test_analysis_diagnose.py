@@ -24,8 +24,8 @@ from harness.explain.diagnose import (
 )
 from harness.explain.sources import runs_from_directories
 from harness.explain.table import build_table
-
 from harness.measure.client import ErrorClass
+
 from run_records import STARVED_LOG, write_failed_run, write_run
 
 

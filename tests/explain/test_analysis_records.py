@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import HarnessError
 from harness.explain.sources import (
     collect_runs,
     runs_from_directories,
@@ -14,7 +15,6 @@ from harness.explain.sources import (
     runs_from_polyaxon,
 )
 from harness.explain.table import build_table
-from harness.errors import HarnessError
 from harness.schema import RunFile
 from harness.track.tracking import track_run
 

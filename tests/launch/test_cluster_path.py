@@ -12,23 +12,24 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import emulator
 from polyaxon.client import ProjectClient, RunClient
 
-from harness.observe.capacity import build_capacity_report
+from harness.launch.specs import load_operation, render
 from harness.measure.client import ErrorClass
-from harness.observe.device import DeviceRecord
 from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.inventory_build import build_token_id_inventory
-from harness.track.point_name import name_matrix_child, swept_inputs
 from harness.measure.record import Slo
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
-from harness.schema import RunFile
+from harness.observe.capacity import build_capacity_report
+from harness.observe.device import DeviceRecord
 from harness.observe.server_logs import parse_startup_log
-from harness.launch.specs import load_operation, render
+from harness.schema import RunFile
+from harness.track.point_name import name_matrix_child, swept_inputs
 from harness.track.tracking import capacity_outputs, run_io
+
+from conftest import emulator
 
 ROOT = Path(__file__).resolve().parents[2]
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))

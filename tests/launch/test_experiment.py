@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.launch.engine_args import engine_port, option_value, with_option
-from harness.launch.experiment import engine_limits
 from harness.launch.engine_process import ENGINE_MODULE, engine_base_url, engine_python, local_engine_words
+from harness.launch.experiment import engine_limits
 from harness.loopback import free_port
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.schedule import LoadShape

@@ -14,13 +14,14 @@ import httpx
 import pytest
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
-from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
 from harness.cli import app
-from harness.launch.engine_args import option_value
 from harness.errors import HarnessError
+from harness.launch.engine_args import option_value
 from harness.launch.engine_process import engine_python, local_engine, local_engine_words, stop_process_group
 from harness.launch.specs import render
+
+from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
 
 def live_group_members(pgid: int) -> list[int]:
@@ -62,11 +63,10 @@ def test_a_port_in_use_is_refused_before_the_engine_starts(tiny_model_dir: Path,
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(HarnessError, match=f"port {port} on 127.0.0.1 is already in use"):
-            with local_engine(
-                [SERVICE_FILE, LOCAL_CPU_PRESET], {"model": str(tiny_model_dir)}, log_path=tmp_path / "e.log", port=port
-            ):
-                pytest.fail("the engine should not have started")
+        with pytest.raises(HarnessError, match=f"port {port} on 127.0.0.1 is already in use"), local_engine(
+            [SERVICE_FILE, LOCAL_CPU_PRESET], {"model": str(tiny_model_dir)}, log_path=tmp_path / "e.log", port=port
+        ):
+            pytest.fail("the engine should not have started")
         served = CliRunner().invoke(
             app, ["serve", "-f", str(SERVICE_FILE), "-f", str(LOCAL_CPU_PRESET), "-P", f"model={tiny_model_dir}",
                   "--port", str(port), "--log", str(tmp_path / "e.log")],

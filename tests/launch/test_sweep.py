@@ -12,10 +12,9 @@ import pytest
 from polyaxon.client import ProjectClient, RunClient
 
 from harness.errors import HarnessError
-from harness.loopback import free_port
 from harness.launch.specs import render
 from harness.launch.sweep import Outcome, PolyaxonBackend, run_sweep, sweep_points
-
+from harness.loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))

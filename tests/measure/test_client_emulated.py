@@ -12,10 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import emulator
 
-from harness.measure.client import ClientSettings, ErrorClass, PromptRequest, StreamingClient
 from harness.errors import HarnessError
+from harness.measure.client import ClientSettings, ErrorClass, PromptRequest, StreamingClient
 from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.record import read_requests, read_samples
@@ -23,6 +22,8 @@ from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
 from harness.measure.stats import RunSummary
+
+from conftest import emulator
 
 
 @pytest.fixture(scope="module")

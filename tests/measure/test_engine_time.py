@@ -7,6 +7,7 @@ import pytest
 from harness.measure.engine_time import engine_time
 from harness.measure.record import ServerSample
 from harness.observe.server_metrics import Histogram, MetricsSnapshot
+
 from test_stats import record
 
 

@@ -15,16 +15,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import HARNESS, local_cpu_engine
 
+from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 from harness.explain.diagnose import SCHEDULING, diagnose
 from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
-from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 from harness.track.tracking import run_outputs
+
+from conftest import HARNESS, local_cpu_engine
 
 pytestmark = pytest.mark.engine
 

@@ -279,7 +279,7 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|user|>{{ m['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-WORDS = "the cache holds keys and values for every live sequence café naïve — long contexts grow".split()
+WORDS = ["the", "cache", "holds", "keys", "and", "values", "for", "every", "live", "sequence", "café", "naïve", "—", "long", "contexts", "grow"]
 
 
 def corpus_text() -> str:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import local_cpu_engine
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 from harness.measure.inventory import (
     Inventory,
     assemble_inventory,
@@ -30,7 +30,8 @@ from harness.measure.inventory_check import (
     prompt_token_mismatches,
     verify_with_server,
 )
-from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
+
+from conftest import local_cpu_engine
 
 pytestmark = pytest.mark.engine
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import local_cpu_engine
 
+from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 from harness.measure.inventory import (
     TokenIdRecipe,
     VocabularyRange,
@@ -25,7 +25,8 @@ from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
 from harness.measure.stats import RunSummary
-from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
+
+from conftest import local_cpu_engine
 
 pytestmark = pytest.mark.engine
 

@@ -6,8 +6,8 @@ import pytest
 
 from harness.measure.client import ErrorClass, RequestRecord
 from harness.measure.record import ServerSample, Slo
-from harness.observe.server_metrics import MetricsSnapshot
 from harness.measure.stats import distribution, itl_ms, summarize, tpot_ms
+from harness.observe.server_metrics import MetricsSnapshot
 
 
 def record(index: int, scheduled_s: float, dispatch_s: float, chunks: list[tuple[float, int]], end_s: float,

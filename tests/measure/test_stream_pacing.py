@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.measure.stream_pacing import request_pacing, run_pacing
+
 from test_stats import record
 
 # Paced: 4 tokens, each 5 ms after the last -> 4 instants, no burst.

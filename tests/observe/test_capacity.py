@@ -16,13 +16,13 @@ import yaml
 from traceml.logging.schemas import V1Log, V1Logs
 from typer.testing import CliRunner
 
+from harness.cli import app
+from harness.errors import HarnessError
 from harness.observe.capacity import (
     CapacityReport,
     build_capacity_report,
     capacity_from_sources,
 )
-from harness.cli import app
-from harness.errors import HarnessError
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import parse_metrics
@@ -194,7 +194,7 @@ class PagedRunClient:
     """Answers get_logs like polyaxon's RunClient: pages of V1Log, then an empty page."""
 
     def __init__(self, lines: list[str], page_size: int) -> None:
-        start = datetime.datetime(2026, 11, 29, tzinfo=datetime.timezone.utc)
+        start = datetime.datetime(2026, 11, 29, tzinfo=datetime.UTC)
         self.pages = [
             V1Logs(
                 logs=[V1Log(value=line, container="polyaxon-main") for line in lines[at : at + page_size]],
@@ -260,7 +260,7 @@ def test_metrics_read_from_a_live_url_and_an_unreachable_one(tiny_model_dir: Pat
     scrape = (CPU / "kv4m-len1024.metrics.txt").read_bytes()
 
     class MetricsHandler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server protocol's name
+        def do_GET(self) -> None:
             self.send_response(200 if self.path == "/metrics" else 404)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.end_headers()
@@ -303,7 +303,7 @@ def test_polyaxon_run_logs_through_the_real_api(
     lines = [line for line in read_log_text(CPU / "kv4m-len1024.log").splitlines() if line.strip()]
     logs_dir = store / run.run_uuid / "plxlogs"
     logs_dir.mkdir(parents=True)
-    start = datetime.datetime(2026, 11, 29, tzinfo=datetime.timezone.utc)
+    start = datetime.datetime(2026, 11, 29, tzinfo=datetime.UTC)
     for number, at in enumerate(range(0, len(lines), 60)):
         chunk = V1Logs(logs=[
             V1Log(value=line, timestamp=start + datetime.timedelta(seconds=at + offset), container="polyaxon-main")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.observe.engine_failure import engine_error_line
 from harness.errors import HarnessError
+from harness.observe.engine_failure import engine_error_line
 from harness.observe.log_lines import read_log_text
 from harness.observe.server_logs import parse_startup_log
 from harness.units import GiB

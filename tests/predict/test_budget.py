@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from harness.errors import HarnessError
 from harness.predict.budget import Population, estimate_budget, predict_capacity
 from harness.predict.budget_plan import BudgetOptions, plan_budget
-from harness.errors import HarnessError
 from harness.predict.model_shape import LayerKind, load_model_shape
 from harness.units import GiB
 
@@ -225,7 +225,7 @@ def test_weights_from_local_safetensors_headers_and_index(tmp_path):
 
 @pytest.mark.parametrize("bad", [{"num_hidden_layers": None}, {"num_key_value_heads": 0}, {"head_dim": "x"}])
 def test_bad_config_fields_are_named(tmp_path, bad):
-    fields = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64, **{})
+    fields = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64)
     fields.update(bad)
     with pytest.raises(HarnessError, match=f"field '{next(iter(bad))}'"):
         load_model_shape(str(write_config(tmp_path, **fields)))

@@ -16,19 +16,19 @@ import httpx
 import pytest
 from polyaxon.client import ProjectClient, RunClient
 
-from harness.observe.capacity import build_capacity_report
 from harness.errors import HarnessError
 from harness.launch.experiment import measure
+from harness.loopback import free_port
 from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
-from harness.schema import RunFile
+from harness.measure.stats import RunSummary
+from harness.observe.capacity import build_capacity_report
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import Histogram, HistogramBucket, MetricsSnapshot
-from harness.measure.stats import RunSummary
-from harness.loopback import free_port
+from harness.schema import RunFile
 from harness.track.tracking import capacity_outputs, live_series, track_run
 
 from conftest import emulator
