@@ -290,10 +290,10 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
             non_torch.append((case, (rest - _activation(case, config, total_bytes, per_logit)) / GiB))
             used.add(case.id)
     increase = [gib for case, gib in non_torch if not _context_counted(case)]
-    base = statistics.median(increase) if increase else 0.0
-    context = [gib - base for case, gib in non_torch if _context_counted(case)]
+    non_torch_gib = statistics.median(increase) if increase else 0.0
+    context = [gib - non_torch_gib for case, gib in non_torch if _context_counted(case)]
     return MemoryConstants(
-        sampler_bytes_per_logit=per_logit, non_torch_gib=round(base, 3),
+        sampler_bytes_per_logit=per_logit, non_torch_gib=round(non_torch_gib, 3),
         cuda_context_gib=round(max(0.0, statistics.median(context)), 3) if context else 0.0,
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),

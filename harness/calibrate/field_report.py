@@ -29,15 +29,15 @@ class Score(BaseModel):
 
 
 def score(cases: list[CaseResult], held_back_only: bool = True) -> Score:
-    launch = [c for c in cases if c.launch.kv_tokens_residual is not None
-              and (c.launch.held_back or not held_back_only)]
+    residuals = [c.launch.kv_tokens_residual for c in cases if c.launch.kv_tokens_residual is not None
+                 and (c.launch.held_back or not held_back_only)]
     calls = [c for c in cases if c.launch.fits_predicted is not None and (c.launch.held_back or not held_back_only)]
     logged = [c for c in cases if c.logged.status in ("exact", "off")]
     return Score(
         cases=len(cases),
         logged_exact=sum(c.logged.status == "exact" for c in logged), logged_scored=len(logged),
-        launch_within=sum(abs(c.launch.kv_tokens_residual) <= KV_TOKENS_TOLERANCE for c in launch),
-        launch_scored=len(launch),
+        launch_within=sum(abs(residual) <= KV_TOKENS_TOLERANCE for residual in residuals),
+        launch_scored=len(residuals),
         fit_calls_right=sum(c.launch.fits_predicted == c.cache_fit for c in calls), fit_calls=len(calls),
     )
 

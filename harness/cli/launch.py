@@ -124,8 +124,6 @@ def sweep(
     )
     from harness.track.tracking import DEFAULT_PROJECT, offline_tracking_env
 
-    if project is None and not local:
-        raise HarnessError("give --project OWNER/NAME, or --local to run on this machine")
     params = parse_param_options(param)
     if (out / "sweep.json").exists():
         raise HarnessError(f"--out {out}: already holds a sweep ({out / 'sweep.json'}); give a new directory")
@@ -138,6 +136,8 @@ def sweep(
     if local:
         tracking = offline_tracking_env(out / "polyaxon", project or DEFAULT_PROJECT)
         backend = LocalBackend(service_files, harness_files, for_harness, out=out, env=tracking)
+    elif project is None:
+        raise HarnessError("give --project OWNER/NAME, or --local to run on this machine")
     else:
         backend = PolyaxonBackend(project, service_files, harness_files, for_harness, queue=queue,
                                   running_deadline_s=running_deadline_s, harness_deadline_s=harness_deadline_s,

@@ -140,8 +140,10 @@ RULES = (
 def diagnose_runs(runs: pd.DataFrame, limit: str | None = None) -> list[Verdict]:
     """Every run of one comparison, against the comparison's lowest-load run that measured anything."""
     baseline = lowest_load_run(runs)
-    return [diagnose(str(uuid), row, None if baseline is None else runs.loc[baseline], limit)
-            for uuid, row in runs.iterrows()]
+    baseline_row = None if baseline is None else runs.loc[baseline]
+    if isinstance(baseline_row, pd.DataFrame):  # a run table has one row per UUID
+        raise ValueError(f"run {baseline} appears more than once in the comparison")
+    return [diagnose(str(uuid), row, baseline_row, limit) for uuid, row in runs.iterrows()]
 
 
 def lowest_load_run(runs: pd.DataFrame) -> str | None:
@@ -176,7 +178,7 @@ def diagnose(run_uuid: str, row: pd.Series, baseline: pd.Series | None, limit: s
 
 def run_figures(row: pd.Series, baseline: pd.Series | None) -> dict[str, Any]:
     """The row's figures as plain values, with what the rules derive: padded live KV, usable KV, growth."""
-    figures = {name: _plain(value) for name, value in row.items()}
+    figures: dict[str, Any] = {str(name): _plain(value) for name, value in row.items()}
     figures.update(live_kv_figures(figures))
     if baseline is not None and baseline.name != row.name:
         for name in LATENCY_FIGURES:

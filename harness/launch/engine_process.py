@@ -26,7 +26,7 @@ import httpx
 from harness.errors import HarnessError
 from harness.launch.engine_args import engine_port, option_value, with_option
 from harness.launch.placement import place_engine
-from harness.launch.specs import render
+from harness.launch.specs import Params, render
 from harness.loopback import LOCAL_HOST, free_port
 from harness.measure.ready import is_healthy, wait_until_healthy
 from harness.observe.engine_failure import engine_error_line
@@ -120,7 +120,7 @@ def _refuse_busy_port(port: int) -> None:
 @contextmanager
 def local_engine(
     polyaxonfiles: list[Path],
-    params: dict[str, object],
+    params: Params,
     *,
     log_path: Path,
     port: int | None = None,

@@ -58,7 +58,7 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
             engine_version=log.engine_version or PRODUCTION_ENGINE,
             tensor_parallel_size=log.tensor_parallel_size or 1,
             max_num_batched_tokens=batched if isinstance(batched, int) else None,
-            checkpoint=(shape.weights_bytes, shape.weights_source) if shape.weights_bytes else None,
+            checkpoint=shape.checkpoint_weights,
         )
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,

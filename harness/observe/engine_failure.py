@@ -85,13 +85,9 @@ def _root_cause(lines: list[LogLine]) -> str | None:
         line.message for line in lines if EXCEPTION_LINE.search(line.message) or ARGUMENT_ERROR.search(line.message)
     ]
     specific = [text for text in exceptions if not any(generic in text for generic in GENERIC_FAILURES)]
-    if specific:
-        return specific[0]
-    if exceptions:
-        return exceptions[0]
     markers = [line.message for line in lines if is_failure_marker(line.message)]
     errors = [line.message for line in lines if line.level in ("ERROR", "CRITICAL")]
-    return (markers or errors or [None])[0]
+    return next(iter(specific or exceptions or markers or errors), None)
 
 
 def is_failure_marker(message: str) -> bool:

@@ -241,7 +241,7 @@ def predict_capacity(
         if layer.kind is LayerKind.STATE:
             return 1
         if layer.kind is LayerKind.SLIDING_WINDOW:
-            return math.ceil(min(layer.window_tokens - 1 + batched, max_model_len) / block_size) + 1
+            return math.ceil(min(layer.window - 1 + batched, max_model_len) / block_size) + 1
         return math.ceil(max_model_len / block_size)
 
     kinds = Counter(layer.kind for layer in layers)
@@ -308,8 +308,8 @@ def _held(layer: LayerSpec, tokens: int, block_size: int) -> tuple[int, int]:
     """(tokens, blocks) one layer keeps for a sequence; a window frees blocks that fall out of it."""
     blocks = math.ceil(tokens / block_size)
     if layer.kind is LayerKind.SLIDING_WINDOW:
-        window_blocks = math.ceil((layer.window_tokens - 1) / block_size) + 1
-        return min(tokens, layer.window_tokens), min(blocks, window_blocks)
+        window_blocks = math.ceil((layer.window - 1) / block_size) + 1
+        return min(tokens, layer.window), min(blocks, window_blocks)
     if layer.kind is LayerKind.STATE:
         return 0, 0
     return tokens, blocks

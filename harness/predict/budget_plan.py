@@ -74,13 +74,12 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
         warnings.append(f"--max-model-len {options.max_model_len:,} is above the model's max_position_embeddings "
                         f"{shape.max_position_embeddings:,}: vLLM refuses it unless rope scaling or "
                         "VLLM_ALLOW_LONG_MAX_MODEL_LEN allows it")
-    if not any(sources):
-        return result.model_copy(update={"warnings": warnings})
     if options.available_kv_gib is not None:
-        available, source = int(options.available_kv_gib * GiB), f"{options.available_kv_gib} GiB as logged by vLLM"
+        available = int(options.available_kv_gib * GiB)
+        source = f"{options.available_kv_gib} GiB as logged by vLLM"
     elif options.kv_cache_memory_bytes is not None:
         available, source = options.kv_cache_memory_bytes, "--kv-cache-memory-bytes reservation"
-    else:
+    elif options.gpu_memory_gib is not None:
         if result.weights_bytes is None:
             raise HarnessError(f"{shape.name}: weights unknown, so --gpu-memory-gib cannot be turned into KV memory")
         overhead = int(options.overhead_gib * GiB)
@@ -91,8 +90,11 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
                             "vLLM cannot start this model on this GPU (0 KV blocks)")
         available = available_kv_bytes_from_gpu(int(options.gpu_memory_gib * GiB), options.gpu_memory_utilization,
                                                  result.weights_bytes + overhead)
-        source = (f"{options.gpu_memory_gib} GiB × {options.gpu_memory_utilization} − weights − {options.overhead_gib} GiB overhead"
+        source = (f"{options.gpu_memory_gib} GiB × {options.gpu_memory_utilization} − weights − "
+                  f"{options.overhead_gib} GiB overhead"
                   + ("" if overhead else " (activation peak and non-torch memory not given: optimistic)"))
+    else:  # no KV memory figure: the forward budget alone
+        return result.model_copy(update={"warnings": warnings})
     model_len = options.max_model_len or shape.max_position_embeddings
     if model_len is None:
         raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")

@@ -73,7 +73,7 @@ def _population_table(result: BudgetResult) -> Table:
     table.add_row(f"{result.population_sequences} sequences, {result.population_tokens:,} tokens{prefix}",
                   f"raw {exact(result.population_kv_bytes_raw)}; padded {exact(result.population_kv_bytes_padded)}",
                   style="bold")
-    if result.weights_bytes is None:
+    if result.weights_bytes is None or result.weights_plus_kv_bytes is None:
         table.add_row("weights", "unknown")
     else:
         table.add_row("weights", f"{exact(result.weights_bytes)} — {result.weights_source}")

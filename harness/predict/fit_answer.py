@@ -55,8 +55,7 @@ def answer_fit(
     if model_len is None:
         raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
     dtype_bytes = resolve_kv_dtype("auto", shape.dtype)[1]
-    checkpoint = ((shape.weights_bytes, shape.weights_source) if shape.weights_bytes and shape.weights_source
-                  and not quantization else None)
+    checkpoint = None if quantization else shape.checkpoint_weights
     waterfall = plan_waterfall(
         shape.config, FITTED_CONSTANTS, total_bytes=total, total_source=total_source,
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=model_len, engine_version=engine_version,

@@ -42,6 +42,13 @@ class LayerSpec(BaseModel, frozen=True):
     latent_dim: int = 0
     state_elements: int = 0
 
+    @property
+    def window(self) -> int:
+        """A sliding-window layer's window in tokens; `parse_config` gives every such layer one."""
+        if self.window_tokens is None:
+            raise ValueError(f"a {self.kind.value} layer has no window")
+        return self.window_tokens
+
 
 class ModelShape(BaseModel):
     name: str
@@ -55,6 +62,13 @@ class ModelShape(BaseModel):
     weights_source: str | None
     notes: list[str]
     config: dict[str, Any] = Field(default_factory=dict, exclude=True)  # the raw config, for the memory model
+
+    @property
+    def checkpoint_weights(self) -> tuple[int, str] | None:
+        """(bytes, where the figure comes from) when the checkpoint's size is known."""
+        if self.weights_bytes is None or self.weights_source is None:
+            return None
+        return self.weights_bytes, self.weights_source
 
     def layer_counts(self) -> dict[LayerKind, int]:
         counts: dict[LayerKind, int] = {}
@@ -84,22 +98,20 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
         config = {**config, **config["text_config"]}
     num_layers = _required_int(config, "num_hidden_layers", source)
     kinds = _layer_kinds(config, num_layers, source, notes)
-    attention = _attention_spec(config, source, notes) if any(
-        kind is not LayerKind.STATE for kind in kinds
-    ) else None
-    state = _state_spec(config, source, notes) if LayerKind.STATE in kinds else None
+    present = set(kinds)
+    spec_of: dict[LayerKind, LayerSpec] = {}  # one spec per kind the model has, read only when it has it
+    if present - {LayerKind.STATE}:
+        attention = _attention_spec(config, source, notes)
+        spec_of.update({kind: attention for kind in present - {LayerKind.STATE}})
+    if LayerKind.STATE in present:
+        spec_of[LayerKind.STATE] = _state_spec(config, source, notes)
     window = _positive_int(config.get("sliding_window"), "sliding_window", source)
-    layers = []
-    for kind in kinds:
-        if kind is LayerKind.STATE:
-            layers.append(state)
-        elif kind is LayerKind.SLIDING_WINDOW:
-            if window is None:
-                raise HarnessError(f"{source}: sliding-window layers but field 'sliding_window' is missing")
-            layers.append(attention.model_copy(update={"kind": LayerKind.SLIDING_WINDOW, "window_tokens": window}))
-        else:
-            layers.append(attention)
-    return layers, notes
+    if LayerKind.SLIDING_WINDOW in present:
+        if window is None:
+            raise HarnessError(f"{source}: sliding-window layers but field 'sliding_window' is missing")
+        spec_of[LayerKind.SLIDING_WINDOW] = spec_of[LayerKind.SLIDING_WINDOW].model_copy(
+            update={"kind": LayerKind.SLIDING_WINDOW, "window_tokens": window})
+    return [spec_of[kind] for kind in kinds], notes
 
 
 def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: list[str]) -> list[LayerKind]:
@@ -223,7 +235,8 @@ def _from_hub(model: str, revision: str | None) -> ModelShape:
         ) from None
     try:
         index = _read_json(Path(hf_hub_download(model, INDEX_FILE, revision=revision)))
-        weights = (int(index["metadata"]["total_size"]), f"{INDEX_FILE} metadata.total_size (hub)")
+        weights: tuple[int | None, str | None] = (int(index["metadata"]["total_size"]),
+                                                  f"{INDEX_FILE} metadata.total_size (hub)")
     except (EntryNotFoundError, KeyError, ValueError):
         weights = (None, None)
     return _shape(_read_json(config_path), name=model, revision=revision, source="Hugging Face hub", weights=weights)
@@ -233,7 +246,8 @@ def _shape(
     config: dict[str, Any], *, name: str, revision: str | None, source: str, weights: tuple[int | None, str | None]
 ) -> ModelShape:
     layers, notes = parse_config(config, source=source)
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    text_config = config.get("text_config")
+    text: dict[str, Any] = text_config if isinstance(text_config, dict) else {}
     dtype = config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or text.get("dtype")
     if dtype is None:
         dtype = "bfloat16"
@@ -306,9 +320,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _required_int(config: dict[str, Any], field: str, source: str) -> int:
-    if config.get(field) is None:
+    value = _positive_int(config.get(field), field, source)
+    if value is None:
         raise HarnessError(f"{source}: field '{field}' is missing")
-    return _positive_int(config[field], field, source)
+    return value
 
 
 def _positive_int(value: Any, field: str, source: str) -> int | None:
