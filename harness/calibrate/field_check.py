@@ -143,7 +143,7 @@ def predict_from_memory(case: FieldCase, shape: ModelShape, stage_bytes: list[in
                          tensor_parallel_size=facts.tensor_parallel_size,
                          max_num_batched_tokens=facts.max_num_batched_tokens, engine_version=facts.vllm_version,
                          engine_generation=facts.engine)
-        for stage, available in zip(stage_shapes(shape, facts.pipeline_parallel_size), stage_bytes)
+        for stage, available in zip(stage_shapes(shape, facts.pipeline_parallel_size), stage_bytes, strict=True)
     ]
     return min(predictions, key=lambda prediction: prediction.num_blocks)
 
@@ -281,7 +281,7 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
             used.add(case.id)
     if not rows:
         raise HarnessError("no fit case states its activation peak: the sampler's peak cannot be fitted")
-    forward, base, logits = (np.array(column, dtype=float) for column in zip(*rows))
+    forward, base, logits = (np.array(column, dtype=float) for column in zip(*rows, strict=True))
     errors = [np.sum((np.maximum(forward, base + b * logits) - targets) ** 2) for b in SAMPLER_GRID]
     per_logit = round(float(SAMPLER_GRID[int(np.argmin(errors))]), 2)
     for case, config, total_bytes in implied:

@@ -274,7 +274,7 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
             columns = [str(column) for column in section.table.columns]
             header = "".join(f"<th>{_breakable(header_with_unit(column))}</th>" for column in columns)
             cells = ["<td class='id'>" if column.endswith(("uuid", "uuids")) else "<td>" for column in columns]
-            body = "".join("<tr>" + "".join(f"{cell}{_breakable(_cell(value))}</td>" for cell, value in zip(cells, row))
+            body = "".join("<tr>" + "".join(f"{cell}{_breakable(_cell(value))}</td>" for cell, value in zip(cells, row, strict=True))
                            + "</tr>" for row in section.table.itertuples(index=False))
             parts.append(f"<table><tr>{header}</tr>{body}</table>")
         for plot in section.plots:

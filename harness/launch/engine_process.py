@@ -8,6 +8,7 @@ process group, and a watchdog process kills that whole group as soon as the laun
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -199,10 +200,8 @@ def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_G
     """SIGTERM the engine's group, SIGKILL it after the grace period; no engine core or worker survives."""
     pgid = process.pid
     _signal_group(pgid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
     deadline = time.monotonic() + (grace_s if process.returncode is not None else 0)
     while _group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -211,10 +210,8 @@ def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_G
 
 
 def _signal_group(pgid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signum)
-    except ProcessLookupError:
-        pass
 
 
 def _group_alive(pgid: int) -> bool:

@@ -12,6 +12,7 @@ and no loss of throughput (the engine core and the worker take turns: one step, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import psutil
@@ -44,7 +45,5 @@ def place_engine(api_server_pid: int) -> str | None:
 def _pin_threads(process: psutil.Process, cpus: set[int]) -> None:
     """Every thread: an affinity set on a process only reaches the thread whose id is the process's."""
     for thread in process.threads():
-        try:
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
             os.sched_setaffinity(thread.id, cpus)
-        except OSError:  # a thread that ended meanwhile
-            pass

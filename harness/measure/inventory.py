@@ -349,7 +349,7 @@ def _load_prompts(file: Path, manifest: InventoryManifest) -> list[InventoryProm
         raise HarnessError(f"{file}: {len(lines)} lines but the manifest lists {manifest.prompt_count} prompts")
     prompts: list[InventoryPrompt] = []
     modified: list[str] = []
-    for number, (line, entry) in enumerate(zip(lines, manifest.prompts), start=1):
+    for number, (line, entry) in enumerate(zip(lines, manifest.prompts, strict=True), start=1):
         where = f"{file} line {number} (prompt {entry.prompt_id})"
         prompt = _parse_prompt_line(line, where)
         problem = _disagreement(prompt, entry, manifest, line)

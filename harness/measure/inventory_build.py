@@ -54,7 +54,7 @@ def build_token_id_inventory(name: str, recipe: TokenIdRecipe) -> Inventory:
     rng = np.random.default_rng(recipe.seed)
     prefix = allowed[rng.integers(0, allowed.size, size=recipe.shared_prefix_tokens)]
     prompts = []
-    for index, (length, cap) in enumerate(zip(recipe.prompt_tokens, recipe.output_cap_tokens)):
+    for index, (length, cap) in enumerate(zip(recipe.prompt_tokens, recipe.output_cap_tokens, strict=True)):
         body = allowed[rng.integers(0, allowed.size, size=length - recipe.shared_prefix_tokens)]
         ids = np.concatenate([prefix, body])
         if recipe.salt is not None:
@@ -101,7 +101,7 @@ def build_text_inventory(name: str, recipe: TextRecipe) -> Inventory:
         raise HarnessError(f"corpus {corpus}: too little text to cut prompts from")
     rng = np.random.default_rng(recipe.seed)
     prompts: list[InventoryPrompt] = []
-    for index, (length, cap) in enumerate(zip(recipe.prompt_tokens, recipe.output_cap_tokens)):
+    for index, (length, cap) in enumerate(zip(recipe.prompt_tokens, recipe.output_cap_tokens, strict=True)):
         start = int(rng.integers(0, len(corpus_ids)))
         text = counter.cut(corpus_ids, start, length, prompt_id(index))
         prompts.append(make_prompt(prompt_id(index), length, cap, text=text, chat=recipe.chat))
@@ -279,7 +279,7 @@ def check_rebuilds(inventory: Inventory) -> None:
     """Refuse an inventory that its own recipe no longer reproduces (data and recipe have drifted)."""
     again = rebuild(inventory.manifest)
     if again.digest != inventory.digest:
-        differing = [a.prompt_id for a, b in zip(inventory.prompts, again.prompts) if a.sha256 != b.sha256]
+        differing = [a.prompt_id for a, b in zip(inventory.prompts, again.prompts, strict=True) if a.sha256 != b.sha256]
         raise HarnessError(
             f"inventory {inventory.manifest.name}: its recipe rebuilds a different inventory "
             f"(prompts differing: {', '.join(differing[:10]) or 'none; the manifest differs'})"

@@ -11,6 +11,7 @@ are qualified (`per_token_latency_paced`).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Sequence
 
@@ -252,7 +253,7 @@ def client_health(
     One tick of the loop probe reports one lateness however long the stall, so the share of the probe's
     time spent stalled (beyond the jitter floor) is what weighs a stall by its length."""
     times = [sample.t_s for sample in samples]
-    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     lags = np.asarray(loop_lags_ms, dtype=float)
     probed_ms = lags.size * probe_interval_s * 1000 + lags.sum()
     return {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ def fetch_polyaxon_run_log(run_uuid: str, project: str, client: Any = None) -> s
     last_file = last_time = None
     for _ in range(MAX_LOG_PAGES):
         page = polyaxon_call(f"Polyaxon run {run_uuid} in {project}: could not read its logs",
-                             lambda: client.get_logs(last_file=last_file, last_time=last_time))
+                             partial(client.get_logs, last_file=last_file, last_time=last_time))
         entries = (page.logs if page is not None else None) or []
         if not entries:
             break

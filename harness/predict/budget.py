@@ -157,7 +157,7 @@ def estimate_budget(
     sequences = []
     for tokens, count in sorted(Counter(population.sequence_tokens).items()):
         raw = padded = 0
-        for layer, per_token, state in zip(layers, token_bytes, state_bytes):
+        for layer, per_token, state in zip(layers, token_bytes, state_bytes, strict=True):
             held_tokens, held_blocks = _held(layer, tokens, block_size)
             raw += held_tokens * per_token + state
             padded += held_blocks * block_size * per_token + state
@@ -324,7 +324,7 @@ def _shared_prefix_savings(
     if copies <= 0 or prefix == 0:
         return 0, 0
     full_layer_bytes = sum(
-        per_token for layer, per_token in zip(layers, token_bytes)
+        per_token for layer, per_token in zip(layers, token_bytes, strict=True)
         if layer.kind in (LayerKind.FULL_ATTENTION, LayerKind.MLA)
     )
     shared_blocks = prefix // block_size  # only whole blocks are shared by the prefix cache
@@ -333,7 +333,7 @@ def _shared_prefix_savings(
 
 def _kinds(layers: list[LayerSpec], token_bytes: list[int], state_bytes: list[int]) -> list[KindBudget]:
     kinds: dict[LayerKind, KindBudget] = {}
-    for layer, per_token, state in zip(layers, token_bytes, state_bytes):
+    for layer, per_token, state in zip(layers, token_bytes, state_bytes, strict=True):
         entry = kinds.setdefault(layer.kind, KindBudget(kind=layer.kind, layers=0, kv_bytes_per_token=0,
                                                         state_bytes_per_sequence=0))
         entry.layers += 1

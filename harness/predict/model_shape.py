@@ -102,7 +102,7 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
     spec_of: dict[LayerKind, LayerSpec] = {}  # one spec per kind the model has, read only when it has it
     if present - {LayerKind.STATE}:
         attention = _attention_spec(config, source, notes)
-        spec_of.update({kind: attention for kind in present - {LayerKind.STATE}})
+        spec_of.update(dict.fromkeys(present - {LayerKind.STATE}, attention))
     if LayerKind.STATE in present:
         spec_of[LayerKind.STATE] = _state_spec(config, source, notes)
     window = _positive_int(config.get("sliding_window"), "sliding_window", source)
