@@ -51,7 +51,8 @@ def prompts_build_token_ids(
     )
 
     lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
-    vocabulary = {"low": vocab_low, "high": vocab_high, "excluded_ids": int_list(exclude_ids, "--exclude-ids", minimum=0)}
+    excluded = int_list(exclude_ids, "--exclude-ids", minimum=0)
+    vocabulary = {"low": vocab_low, "high": vocab_high, "excluded_ids": excluded}
     if tokenizer is not None:
         for warning in check_vocabulary(vocabulary, tokenizer, revision):
             print(f"warning: {warning}", file=sys.stderr)

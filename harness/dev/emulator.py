@@ -291,7 +291,8 @@ class ChunkWriter:
         self.prompt_tokens = prompt_tokens
         self.continuous_usage = bool(options.get("include_usage") and options.get("continuous_usage_stats"))
         kind = "chat.completion.chunk" if chat else "text_completion"
-        self.head = f'data: {{"id":"cmpl-emulated","object":"{kind}","created":{int(time.time())},"model":{json.dumps(model)},"choices":['
+        self.head = (f'data: {{"id":"cmpl-emulated","object":"{kind}","created":{int(time.time())},'
+                     f'"model":{json.dumps(model)},"choices":[')
 
     def role(self) -> bytes:
         choice = '{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'

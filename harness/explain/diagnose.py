@@ -109,30 +109,34 @@ MEMORY = (Output.PREEMPTIONS_DURING_RUN, *QUEUE, Output.PEAK_KV_CACHE_USAGE_FRAC
 QUEUE_WORDS = (f"engine_waiting_requests_mean>={QUEUED_REQUESTS_MEAN} or "
                f"peak_waiting_requests>={QUEUED_REQUESTS_PEAK}")
 RULES = (
-    Rule(WEIGHTS, (Output.ENGINE_STARTED, Output.ENGINE_ERROR, Output.ENGINE_FAILURE_STAGE, Output.MODEL_WEIGHTS_BYTES_LOGGED,
-                   "kv_cache_memory_bytes", "gpu_memory_utilization"),
+    Rule(WEIGHTS, (Output.ENGINE_STARTED, Output.ENGINE_ERROR, Output.ENGINE_FAILURE_STAGE,
+                   Output.MODEL_WEIGHTS_BYTES_LOGGED, "kv_cache_memory_bytes", "gpu_memory_utilization"),
          lambda f: f.get(Output.ENGINE_STARTED) is False or _present(f, Output.ENGINE_ERROR),
          "the engine did not start"),
-    Rule(SERVER_FAILED, (Output.ERROR_RATE_FRACTION, Output.MAX_ERROR_FRACTION, Output.REQUESTS_OK, Output.REQUESTS_MEASURED),
+    Rule(SERVER_FAILED,
+         (Output.ERROR_RATE_FRACTION, Output.MAX_ERROR_FRACTION, Output.REQUESTS_OK, Output.REQUESTS_MEASURED),
          lambda f: _failing(f),
          "error_rate_fraction above the run's max_error_fraction: refused, reset, stalled and timed-out requests "
          "are a dead or frozen server, 5xx a failing one"),
-    Rule(CLIENT, (Output.VALID, Output.INVALID_REASONS, Output.REQUESTS_OK, Output.DISPATCH_LAG_MS_P99, Output.SEND_DELAY_MS_P99,
-                  Output.LOOP_STALL_SHARE, Output.LOOP_LAG_MS_MAX, Output.SAMPLE_GAP_S_MAX), lambda f: f.get(Output.VALID) is not True,
+    Rule(CLIENT, (Output.VALID, Output.INVALID_REASONS, Output.REQUESTS_OK, Output.DISPATCH_LAG_MS_P99,
+                  Output.SEND_DELAY_MS_P99, Output.LOOP_STALL_SHARE, Output.LOOP_LAG_MS_MAX, Output.SAMPLE_GAP_S_MAX),
+         lambda f: f.get(Output.VALID) is not True,
          "the run's own validity checks failed, or it recorded no summary"),
     Rule(KV_CAPACITY, (*MEMORY, "max_num_seqs", "concurrency", Output.ENGINE_RUNNING_REQUESTS_MEAN), _memory_bound,
          f"preemptions_during_run>0, or a queue ({QUEUE_WORDS}) with peak_kv_cache_usage_fraction>="
          f"{HIGH_KV_USAGE_FRACTION} or kv_tokens_needed_padded>kv_cache_tokens_usable"),
     Rule(SCHEDULING, (*MEMORY, "max_num_seqs", "concurrency", Output.ENGINE_RUNNING_REQUESTS_MEAN),
          lambda f: _queued(f) and not _memory_bound(f), f"a queue ({QUEUE_WORDS}) without memory pressure"),
-    Rule(FRONTEND, (*MEMORY, Output.FRONTEND_SHARE, Output.FRONTEND_MS_MEAN, Output.CLIENT_E2E_MS_MEAN, Output.ENGINE_QUEUE_MS_MEAN,
-                    Output.ENGINE_PREFILL_MS_MEAN, Output.ENGINE_DECODE_MS_MEAN, Output.BURST_TOKEN_FRACTION),
+    Rule(FRONTEND, (*MEMORY, Output.FRONTEND_SHARE, Output.FRONTEND_MS_MEAN, Output.CLIENT_E2E_MS_MEAN,
+                    Output.ENGINE_QUEUE_MS_MEAN, Output.ENGINE_PREFILL_MS_MEAN, Output.ENGINE_DECODE_MS_MEAN,
+                    Output.BURST_TOKEN_FRACTION),
          lambda f: not _memory_bound(f) and not _queued(f) and _at_least(f, Output.FRONTEND_SHARE, FRONTEND_SHARE),
          f"no queue, and frontend_share>={FRONTEND_SHARE} of client_e2e_ms_mean outside the engine"),
     Rule(COMPUTE, (*MEMORY, *(f"{name}_growth" for name in LATENCY_FIGURES), *LATENCY_FIGURES),
          lambda f: not _memory_bound(f) and not _queued(f) and _grown(f),
          f"no queue, and a latency at least {LATENCY_GROWTH_FACTOR:g}x the comparison's baseline run"),
-    Rule(NO_LIMIT, (Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.PER_TOKEN_LATENCY_PACED, *MEMORY, Output.FRONTEND_SHARE),
+    Rule(NO_LIMIT,
+         (Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.PER_TOKEN_LATENCY_PACED, *MEMORY, Output.FRONTEND_SHARE),
          lambda f: True, ""),
 )
 
@@ -148,7 +152,8 @@ def diagnose_runs(runs: pd.DataFrame, limit: str | None = None) -> list[Verdict]
 
 def lowest_load_run(runs: pd.DataFrame) -> str | None:
     """The valid run with the least offered load, then the fewest sequences running at once."""
-    measured = runs[[bool(_num(row, Output.REQUESTS_OK)) and _flag(row, Output.VALID) is True for _, row in runs.iterrows()]]
+    measured = runs[[bool(_num(row, Output.REQUESTS_OK)) and _flag(row, Output.VALID) is True
+                     for _, row in runs.iterrows()]]
     if measured.empty:
         return None
     keys = {uuid: (_num(row, "concurrency") or _num(row, "max_concurrency") or math.inf,

@@ -46,20 +46,29 @@ from harness.explain.sources import DEFAULT_API_LIMIT, collect_runs
 from harness.explain.table import PEAK_RUNNING, RunTable, build_table
 from harness.schema import Output
 
-RUN_FIGURES = (Output.TTFT_MS_P50, Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.TPOT_MS_P99, Output.REQUESTS_PER_S, Output.OUTPUT_TOKENS_PER_S,
-               Output.PEAK_WAITING_REQUESTS, PEAK_RUNNING, Output.PEAK_KV_CACHE_USAGE_FRACTION, Output.PREEMPTIONS_DURING_RUN,
-               Output.ERROR_RATE_FRACTION, Output.VALID)
-CAPACITY_FIGURES = (Output.KV_CACHE_TOKENS_PREDICTED, Output.KV_CACHE_TOKENS_LOGGED, Output.MAX_CONCURRENCY_PREDICTED,
-                    Output.MAX_CONCURRENCY_LOGGED, Output.NUM_BLOCKS_PREDICTED, Output.NUM_BLOCKS_LOGGED, Output.PREDICTION_MATCHES_LOG)
-POINT_FIGURES = (Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.OUTPUT_TOKENS_PER_S, Output.ENGINE_WAITING_REQUESTS_MEAN,
-                 Output.ENGINE_RUNNING_REQUESTS_MEAN, Output.PEAK_KV_CACHE_USAGE_FRACTION, Output.PREEMPTIONS_DURING_RUN,
-                 Output.FRONTEND_SHARE, Output.BURST_TOKEN_FRACTION)
-ENGINE_FIGURES = (Output.ENGINE_QUEUE_MS_MEAN, Output.ENGINE_PREFILL_MS_MEAN, Output.ENGINE_DECODE_MS_MEAN, Output.ENGINE_ITL_MS_MEAN,
-                  Output.CLIENT_E2E_MS_MEAN, Output.FRONTEND_MS_MEAN, Output.FRONTEND_SHARE, Output.BURST_TOKEN_FRACTION,
-                  Output.LARGEST_BURST_TOKENS, Output.PER_TOKEN_LATENCY_PACED, Output.QUALIFICATIONS)
+RUN_FIGURES = (
+    Output.TTFT_MS_P50, Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.TPOT_MS_P99, Output.REQUESTS_PER_S,
+    Output.OUTPUT_TOKENS_PER_S, Output.PEAK_WAITING_REQUESTS, PEAK_RUNNING, Output.PEAK_KV_CACHE_USAGE_FRACTION,
+    Output.PREEMPTIONS_DURING_RUN, Output.ERROR_RATE_FRACTION, Output.VALID,
+)
+CAPACITY_FIGURES = (
+    Output.KV_CACHE_TOKENS_PREDICTED, Output.KV_CACHE_TOKENS_LOGGED, Output.MAX_CONCURRENCY_PREDICTED,
+    Output.MAX_CONCURRENCY_LOGGED, Output.NUM_BLOCKS_PREDICTED, Output.NUM_BLOCKS_LOGGED, Output.PREDICTION_MATCHES_LOG,
+)
+POINT_FIGURES = (
+    Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.OUTPUT_TOKENS_PER_S, Output.ENGINE_WAITING_REQUESTS_MEAN,
+    Output.ENGINE_RUNNING_REQUESTS_MEAN, Output.PEAK_KV_CACHE_USAGE_FRACTION, Output.PREEMPTIONS_DURING_RUN,
+    Output.FRONTEND_SHARE, Output.BURST_TOKEN_FRACTION,
+)
+ENGINE_FIGURES = (
+    Output.ENGINE_QUEUE_MS_MEAN, Output.ENGINE_PREFILL_MS_MEAN, Output.ENGINE_DECODE_MS_MEAN, Output.ENGINE_ITL_MS_MEAN,
+    Output.CLIENT_E2E_MS_MEAN, Output.FRONTEND_MS_MEAN, Output.FRONTEND_SHARE, Output.BURST_TOKEN_FRACTION,
+    Output.LARGEST_BURST_TOKENS, Output.PER_TOKEN_LATENCY_PACED, Output.QUALIFICATIONS,
+)
 MISSING = "–"
 ADVICE = {  # what to change when a point is bound by each limit the diagnosis names
-    WEIGHTS: "give the engine room to start: a lower max_model_len, a higher gpu_memory_utilization, or more GPU memory",
+    WEIGHTS: "give the engine room to start: a lower max_model_len, a higher gpu_memory_utilization, "
+             "or more GPU memory",
     SERVER_FAILED: "fix the server first: its requests failed (see the error classes), no limit was measured",
     CLIENT: "fix the measurement first: the client, not the server, limited this run",
     KV_CAPACITY: "more KV cache: raise gpu_memory_utilization or kv_cache_memory_bytes, use an fp8 kv_cache_dtype, "
@@ -80,8 +89,9 @@ PAGE_STYLE = ("body{font-family:sans-serif;margin:1.5em auto;max-width:80em;padd
 UNITS = {  # headers whose names do not carry their unit; the rest already do (ttft_ms_p99, output_tokens_per_s)
     "n": "runs", "max_num_seqs": "sequences", "max_model_len": "tokens", "concurrency": "requests",
     Output.PEAK_WAITING_REQUESTS: "requests", PEAK_RUNNING: "requests", Output.PREEMPTIONS_DURING_RUN: "preemptions",
-    Output.MAX_CONCURRENCY_PREDICTED: "requests", Output.MAX_CONCURRENCY_LOGGED: "requests", Output.NUM_BLOCKS_PREDICTED: "blocks",
-    Output.NUM_BLOCKS_LOGGED: "blocks", "block_size": "tokens", "tensor_parallel_size": "GPUs",
+    Output.MAX_CONCURRENCY_PREDICTED: "requests", Output.MAX_CONCURRENCY_LOGGED: "requests",
+    Output.NUM_BLOCKS_PREDICTED: "blocks", Output.NUM_BLOCKS_LOGGED: "blocks", "block_size": "tokens",
+    "tensor_parallel_size": "GPUs",
     "gpu_memory_utilization": "fraction",
 }
 
@@ -159,7 +169,8 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
     ]
     return [
         Section("Answer", "", answer_table(runs, limit, verdicts)),
-        Section("Held fixed", "" if len(held) else "nothing else was recorded as an input", held if len(held) else None),
+        Section("Held fixed", "" if len(held) else "nothing else was recorded as an input",
+                held if len(held) else None),
         Section(f"Points of {limit}", "each figure: mean [min, max] over the point's runs", point_rows),
         Section(f"Differences between points of {limit}",
                 "a change is called real only when the ranges of the two points' repeats do not overlap "
@@ -274,8 +285,9 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
             columns = [str(column) for column in section.table.columns]
             header = "".join(f"<th>{_breakable(header_with_unit(column))}</th>" for column in columns)
             cells = ["<td class='id'>" if column.endswith(("uuid", "uuids")) else "<td>" for column in columns]
-            body = "".join("<tr>" + "".join(f"{cell}{_breakable(_cell(value))}</td>" for cell, value in zip(cells, row, strict=True))
-                           + "</tr>" for row in section.table.itertuples(index=False))
+            rows = section.table.itertuples(index=False)
+            body = "".join("<tr>" + "".join(f"{cell}{_breakable(_cell(value))}</td>"
+                                            for cell, value in zip(cells, row, strict=True)) + "</tr>" for row in rows)
             parts.append(f"<table><tr>{header}</tr>{body}</table>")
         for plot in section.plots:
             encoded = base64.b64encode(plot.png).decode("ascii")

@@ -65,14 +65,15 @@ def read_run_directory(run_dir: Path) -> SourcedRun:
         series = _samples_frame(run_dir)
         run_uuid = _record_uuid(run_dir)
     except ValidationError as error:
-        raise HarnessError(describe_validation_error(error, run_dir / MODEL_FILES.get(error.title, error.title))) from None
+        source = run_dir / MODEL_FILES.get(error.title, error.title)
+        raise HarnessError(describe_validation_error(error, source)) from None
     except json.JSONDecodeError as error:
         raise HarnessError(f"{run_dir / RunFile.ENGINE}: not JSON: {error}") from None
     return SourcedRun(run_uuid=run_uuid, inputs=inputs, outputs=outputs, series=series, origin=str(run_dir))
 
 
 def _record_uuid(run_dir: Path) -> str:
-    """The tracked run's UUID when the record was tracked, else the record's own id (they are equal outside managed runs)."""
+    """The tracked run's UUID when the record was tracked, else the record's own id (equal outside managed runs)."""
     tracking = run_dir / RunFile.TRACKING
     if tracking.exists():
         return TrackedRun.model_validate_json(tracking.read_text(encoding="utf-8")).run_uuid
@@ -103,8 +104,9 @@ def runs_from_offline_root(root: Path) -> list[SourcedRun]:
         except (ValueError, TypeError) as error:  # pydantic and orjson errors are ValueErrors
             raise HarnessError(f"{run_file}: not a readable Polyaxon run: {str(error).splitlines()[0]}") from None
         data = client.run_data
+        series = _offline_series(run_file.parent / "events" / "metric")
         runs.append(SourcedRun(run_uuid=data.uuid, inputs=dict(data.inputs or {}), outputs=dict(data.outputs or {}),
-                               series=_offline_series(run_file.parent / "events" / "metric"), origin=str(run_file.parent)))
+                               series=series, origin=str(run_file.parent)))
     return runs
 
 
@@ -152,7 +154,8 @@ def runs_from_polyaxon(project: str, query: str | None = None, limit: int = DEFA
         raise
     except Exception as error:  # an unreachable API, an unknown project, a bad query
         reason = str(error).splitlines()[0][:160] if str(error) else ""
-        raise HarnessError(f"cannot read runs of Polyaxon project '{project}': {type(error).__name__} {reason}".rstrip()) from None
+        failure = f"cannot read runs of Polyaxon project '{project}': {type(error).__name__} {reason}"
+        raise HarnessError(failure.rstrip()) from None
     finally:
         logging.disable(logging.NOTSET)
 
@@ -186,5 +189,6 @@ def collect_runs(
     if not runs:
         places = [f"--runs {path}" for path in run_dirs] + ([f"--offline-root {offline_root}"] if offline_root else [])
         places += [f"--project {project}" + (f" --query '{query}'" if query else "")] if project else []
-        raise HarnessError(f"no run records found in {', '.join(places) or 'nothing (give --runs, --offline-root or --project)'}")
+        searched = ", ".join(places) or "nothing (give --runs, --offline-root or --project)"
+        raise HarnessError(f"no run records found in {searched}")
     return runs

@@ -215,7 +215,8 @@ def _matrix_points(operation: V1Operation, files: list[Path]) -> list[dict[str, 
         return []
     managers = {"mapping": MappingManager, "grid": GridSearchManager}
     if matrix.kind not in managers:
-        raise HarnessError(f"{files[0]}: matrix kind '{matrix.kind}' cannot be checked point by point; use mapping or grid")
+        raise HarnessError(f"{files[0]}: matrix kind '{matrix.kind}' cannot be checked point by point; "
+                           "use mapping or grid")
     points = managers[matrix.kind](matrix).get_suggestions()
     return [{name: _plain(value) for name, value in point.items()} for point in points]
 

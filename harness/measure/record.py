@@ -198,10 +198,11 @@ def check_run_files(run_dir: Path) -> None:
     if parquet.exists():
         rows = _parquet_rows(parquet)
         if summary and rows != summary.get("requests_sent", rows):
-            raise HarnessError(f"{parquet}: {rows} requests, but summary.json says {summary['requests_sent']} were sent")
+            raise HarnessError(f"{parquet}: {rows} requests, but {RunFile.SUMMARY} says "
+                               f"{summary['requests_sent']} were sent")
         if text and rows != complete:
-            raise HarnessError(f"{run_dir}: {RunFile.REQUESTS} holds {complete} requests but {RunFile.REQUESTS_PARQUET} {rows}; "
-                               "the record is truncated or mixes two runs")
+            raise HarnessError(f"{run_dir}: {RunFile.REQUESTS} holds {complete} requests but "
+                               f"{RunFile.REQUESTS_PARQUET} {rows}; the record is truncated or mixes two runs")
         return
     for number, line in enumerate(lines[:complete], start=1):
         try:

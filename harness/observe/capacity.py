@@ -300,7 +300,8 @@ def _compare(
     bounds: tuple[CapacityPrediction, CapacityPrediction] | None = None
     if not inputs.available_kv_exact:
         low = max(0, inputs.available_kv_bytes - GIB_PRINT_HALF_STEP_BYTES)
-        bounds = (_predict(shape, inputs, low), _predict(shape, inputs, inputs.available_kv_bytes + GIB_PRINT_HALF_STEP_BYTES))
+        high = inputs.available_kv_bytes + GIB_PRINT_HALF_STEP_BYTES
+        bounds = (_predict(shape, inputs, low), _predict(shape, inputs, high))
 
     figures: list[ComparedFigure] = []
 

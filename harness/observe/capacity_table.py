@@ -24,7 +24,8 @@ def capacity_renderable(report: CapacityReport) -> Group:
         parts.append(facts)
     if report.metrics_cache_config is not None:
         keys = ("num_gpu_blocks", "block_size", "cache_dtype", "kv_cache_size_tokens", "kv_cache_max_concurrency")
-        shown = ", ".join(f"{key}={report.metrics_cache_config[key]}" for key in keys if key in report.metrics_cache_config)
+        config = report.metrics_cache_config
+        shown = ", ".join(f"{key}={config[key]}" for key in keys if key in config)
         parts.append(Text(f"/metrics cache_config_info: {shown}"))
     if report.prediction_inputs is not None:
         inputs = report.prediction_inputs
@@ -36,7 +37,8 @@ def capacity_renderable(report: CapacityReport) -> Group:
         table = Table("figure", "predicted", "logged", "residual", "exact", "source", title="predicted vs logged")
         for figure in report.comparison:
             exact = "yes" if figure.exact else ("within log rounding" if figure.within_log_rounding else "NO")
-            table.add_row(figure.name, f"{figure.predicted:g}", f"{figure.logged:g}", f"{figure.residual:+g}", exact, figure.source)
+            table.add_row(figure.name, f"{figure.predicted:g}", f"{figure.logged:g}", f"{figure.residual:+g}", exact,
+                          figure.source)
         parts.append(table)
     if report.waterfall is not None:
         parts.append(_waterfall_table(report.waterfall))

@@ -53,7 +53,8 @@ def failure_after_capacity(lines: list[LogLine]) -> EngineFailure | None:
     """A start that sized its cache can still die later (graph capture, warm-up): keep that too."""
     if not any(is_failure_marker(line.message) for line in lines):
         return None
-    return EngineFailure(stage="after_kv_cache", error=_root_cause(lines), evidence=_error_lines(lines)[:MAX_EVIDENCE_LINES])
+    return EngineFailure(stage="after_kv_cache", error=_root_cause(lines),
+                         evidence=_error_lines(lines)[:MAX_EVIDENCE_LINES])
 
 
 def _error_lines(lines: Iterable[LogLine]) -> list[str]:

@@ -53,7 +53,8 @@ MODEL_LOADING = re.compile(
 # Releases that print "GB" (0.6, early 0.8 V0) compute it with 2**30: GiB in all but name.
 WEIGHTS_MEMORY_V06 = re.compile(rf"^Loading model weights took (?P<amount>{LOGGED_NUMBER}) GB")
 WEIGHTS_TIME = re.compile(r"^Loading weights took (?P<seconds>[\d.]+) seconds")
-GRAPH_CAPTURE = re.compile(rf"Graph capturing finished in (?P<seconds>\d+) secs(?:, took (?P<gib>{LOGGED_NUMBER}) GiB)?")
+GRAPH_CAPTURE = re.compile(
+    rf"Graph capturing finished in (?P<seconds>\d+) secs(?:, took (?P<gib>{LOGGED_NUMBER}) GiB)?")
 TORCH_COMPILE = re.compile(r"torch\.compile takes (?P<seconds>[\d.]+) s in total")
 INIT_ENGINE = re.compile(
     r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) (?:s\b|seconds)"
@@ -70,7 +71,8 @@ V1_TOO_LITTLE_MEMORY = re.compile(
     rf"\((?P<available>{LOGGED_NUMBER}) GiB\)"
 )
 NON_DEFAULT_ARGS = re.compile(r"^non-default args: (?P<args>\{.*\})\s*$")
-ENGINE_CONFIG = re.compile(r"^Initializing an? (?:(?P<generation>V\d) )?LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)")
+ENGINE_CONFIG = re.compile(
+    r"^Initializing an? (?:(?P<generation>V\d) )?LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)")
 SERVER_VERSION = re.compile(r"^vLLM (?:API )?server version (?P<version>[^\s,]+)")
 BANNER_VERSION = re.compile(r"█\s+version (?P<version>\d+\.\d+\S*)")
 STARTING_TO_LOAD = re.compile(r"^Starting to load model")

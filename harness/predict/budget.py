@@ -347,7 +347,8 @@ def _state_block_size(
 ) -> int:
     """vLLM raises the attention block size of Mamba hybrids until one attention page holds one state."""
     states = [layer_state_bytes(x, element, tensor_parallel_size) for x in layers if x.kind is LayerKind.STATE]
-    per_token = [layer_bytes_per_token(x, element, tensor_parallel_size) for x in layers if x.kind is not LayerKind.STATE]
+    per_token = [layer_bytes_per_token(x, element, tensor_parallel_size)
+                 for x in layers if x.kind is not LayerKind.STATE]
     if not states or not per_token:
         return block_size
     needed = STATE_BLOCK_ALIGNMENT * math.ceil(max(states) / (STATE_BLOCK_ALIGNMENT * max(per_token)))

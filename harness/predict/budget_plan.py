@@ -70,7 +70,8 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     sources = [x is not None for x in (options.available_kv_gib, options.kv_cache_memory_bytes, options.gpu_memory_gib)]
     if sum(sources) > 1:
         raise HarnessError("give only one of --available-kv-gib, --kv-cache-memory-bytes, --gpu-memory-gib")
-    if options.max_model_len is not None and shape.max_position_embeddings and options.max_model_len > shape.max_position_embeddings:
+    longest = shape.max_position_embeddings
+    if options.max_model_len is not None and longest and options.max_model_len > longest:
         warnings.append(f"--max-model-len {options.max_model_len:,} is above the model's max_position_embeddings "
                         f"{shape.max_position_embeddings:,}: vLLM refuses it unless rope scaling or "
                         "VLLM_ALLOW_LONG_MAX_MODEL_LEN allows it")
@@ -85,9 +86,9 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
         overhead = int(options.overhead_gib * GiB)
         usable = int(options.gpu_memory_gib * GiB * options.gpu_memory_utilization)
         if result.weights_bytes + overhead > usable:
-            warnings.append(f"the weights ({result.weights_bytes / GiB:.2f} GiB per GPU) and overhead do not fit in "
-                            f"{options.gpu_memory_gib} GiB × {options.gpu_memory_utilization} = {usable / GiB:.2f} GiB: "
-                            "vLLM cannot start this model on this GPU (0 KV blocks)")
+            warnings.append(f"the weights ({result.weights_bytes / GiB:.2f} GiB per GPU) and overhead do not fit "
+                            f"in {options.gpu_memory_gib} GiB × {options.gpu_memory_utilization} = "
+                            f"{usable / GiB:.2f} GiB: vLLM cannot start this model on this GPU (0 KV blocks)")
         available = available_kv_bytes_from_gpu(int(options.gpu_memory_gib * GiB), options.gpu_memory_utilization,
                                                  result.weights_bytes + overhead)
         source = (f"{options.gpu_memory_gib} GiB × {options.gpu_memory_utilization} − weights − "
@@ -98,10 +99,11 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     model_len = options.max_model_len or shape.max_position_embeddings
     if model_len is None:
         raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
-    capacity = predict_capacity(shape, available_kv_bytes=available, block_size=options.block_size, max_model_len=model_len,
-                                kv_cache_dtype=options.kv_cache_dtype, tensor_parallel_size=options.tensor_parallel_size,
-                                max_num_batched_tokens=options.max_num_batched_tokens, engine_version=options.engine_version,
-                                hybrid_kv_manager=options.hybrid_kv_manager, available_kv_source=source)
+    capacity = predict_capacity(
+        shape, available_kv_bytes=available, block_size=options.block_size, max_model_len=model_len,
+        kv_cache_dtype=options.kv_cache_dtype, tensor_parallel_size=options.tensor_parallel_size,
+        max_num_batched_tokens=options.max_num_batched_tokens, engine_version=options.engine_version,
+        hybrid_kv_manager=options.hybrid_kv_manager, available_kv_source=source)
     return result.model_copy(update={"capacity": capacity, "warnings": warnings})
 
 
