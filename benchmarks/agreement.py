@@ -1,14 +1,15 @@
 """Agreement with `vllm bench serve`: both tools, in alternation, against one real CPU engine.
 
 The engine is started once, as the project starts it (polyaxonfiles/vllm-service.yaml with the local-cpu
-preset, through `harness.launch.engine_process.local_engine`, serving the generated tiny model), so it runs with whatever
-CPU placement the preset and the launcher give it; the two clients get none of their own. Each round runs
-`harness run` and `vllm bench serve` one after the other (order flipped each round) with the same token-id
-prompts, the same concurrency, the same output length (ignore_eos, same max_tokens, temperature 0), the
-same stream options (usage on every chunk) and the same number of warm-up requests. Printed: each tool's TTFT/TPOT/ITL/E2E p50 and p99 and output tok/s as the
-median over rounds with the round-to-round min–max and relative spread ((max − min) / median), how far the
-two medians are apart, and the share of token gaps over 1 ms ("paced"); then per round, the harness's run
-id, the engine's generated tokens and prefix-cache hits over each tool's run (from /metrics).
+preset, through `harness.launch.engine_process.local_engine`, serving the generated tiny model), so it runs
+with whatever CPU placement the preset and the launcher give it; the two clients get none of their own. Each
+round runs `harness run` and `vllm bench serve` one after the other (order flipped each round) with the same
+token-id prompts, the same concurrency, the same output length (ignore_eos, same max_tokens, temperature 0),
+the same stream options (usage on every chunk) and the same number of warm-up requests. Printed: each tool's
+TTFT/TPOT/ITL/E2E p50 and p99 and output tok/s as the median over rounds with the round-to-round min–max
+and relative spread ((max − min) / median), how far the two medians are apart, and the share of token gaps
+over 1 ms ("paced"); then per round, the harness's run id, the engine's generated tokens and prefix-cache
+hits over each tool's run (from /metrics).
 
     .venv/bin/python benchmarks/agreement.py [--rounds 3] [--concurrency 8] [--prompts 128]
 
@@ -34,6 +35,7 @@ because it reports TTFT, TPOT and ITL only when it has one; output tokens still 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -124,7 +126,7 @@ def paced_share(gaps_per_request: list[list[float]], tokens_per_request: list[in
 
 
 def chunk_gaps_s(record: RequestRecord) -> list[float]:
-    return [later - earlier for earlier, later in zip(record.chunk_times_s, record.chunk_times_s[1:])]
+    return [later - earlier for earlier, later in itertools.pairwise(record.chunk_times_s)]
 
 
 def scrape(base_url: str) -> MetricsSnapshot:
@@ -152,7 +154,9 @@ def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out:
     measured = [r for r in read_requests(out) if not r.warmup and r.error_class is None]
     figures = {key: summary["latency"][key] for _, key, _ in FIGURES if key in summary["latency"]}
     figures["output_tokens_per_s"] = summary["output_tokens_per_s"]
-    figures["paced_gap_share"] = paced_share([chunk_gaps_s(r) for r in measured], [sum(r.chunk_tokens) for r in measured])
+    figures["paced_gap_share"] = paced_share(
+        [chunk_gaps_s(r) for r in measured], [sum(r.chunk_tokens) for r in measured]
+    )
     run_id = json.loads((out / "config.json").read_text())["run_id"]
     return Trial("harness", round_index, figures, run_id=run_id, output_tokens={r.output_tokens for r in measured})
 
@@ -191,10 +195,10 @@ def agreement_table(trials: list[Trial]) -> Table:
         if any(value is None for values in per_tool for value in values):
             continue
         medians = [float(np.median(values)) for values in per_tool]
-        spreads = [relative_spread(values, median) for values, median in zip(per_tool, medians)]
+        spreads = [relative_spread(values, median) for values, median in zip(per_tool, medians, strict=True)]
         cells = [
             escape(f"{median:,.3f} [{min(values):,.3f}–{max(values):,.3f}] ({spread:.0%})")
-            for values, median, spread in zip(per_tool, medians, spreads)
+            for values, median, spread in zip(per_tool, medians, spreads, strict=True)
         ]
         apart = abs(medians[0] - medians[1]) / max(abs(medians[1]), 1e-9)
         table.add_row(row, *cells, f"{apart:.0%}", "yes" if apart <= max(spreads) else "no")
@@ -239,8 +243,9 @@ def main() -> None:
     with local_engine(SERVICE, {"model": str(model)}, log_path=work / "engine.log") as engine:
         served = httpx.get(f"{engine.base_url}/v1/models", timeout=10).json()["data"][0]["id"]
         spec = {
-            "model": served, "tokenizer": str(model), "prompts": [p.token_ids for p in inventory.prompts], "output_tokens": args.output_tokens,
-            "concurrency": args.concurrency, "warmup": args.warmup, "stream_options": STREAM_OPTIONS,
+            "model": served, "tokenizer": str(model), "prompts": [p.token_ids for p in inventory.prompts],
+            "output_tokens": args.output_tokens, "concurrency": args.concurrency, "warmup": args.warmup,
+            "stream_options": STREAM_OPTIONS,
         }
         console.print(
             f"engine: {' '.join(engine.argv[1:])}\n{args.prompts} prompts of {args.prompt_tokens} tokens, "
@@ -253,7 +258,8 @@ def main() -> None:
             for tool in order:
                 before = scrape(engine.base_url)
                 if tool == "harness":
-                    trial = harness_trial(args, engine.base_url, inventory_dir, work / f"run-{round_index}", round_index)
+                    run_dir = work / f"run-{round_index}"
+                    trial = harness_trial(args, engine.base_url, inventory_dir, run_dir, round_index)
                 else:
                     trial = vllm_trial(args, engine.base_url, spec, work, round_index)
                 counted(trial, before, scrape(engine.base_url))

@@ -86,7 +86,8 @@ def write_record(run_dir: Path, *, max_num_seqs: int, requests: int, rng: np.ran
         "first_token_s": pa.array(scheduled + ttft_s), "end_s": pa.array(end),
         "chunk_times_s": pa.ListArray.from_arrays(offsets, pa.array(chunk_times.ravel())),
         "chunk_tokens": pa.ListArray.from_arrays(offsets, pa.array(np.ones(requests * OUTPUT_TOKENS, np.int64))),
-        "prompt_tokens": pa.array(np.full(requests, PROMPT_TOKENS)), "output_tokens": pa.array(np.full(requests, OUTPUT_TOKENS)),
+        "prompt_tokens": pa.array(np.full(requests, PROMPT_TOKENS)),
+        "output_tokens": pa.array(np.full(requests, OUTPUT_TOKENS)),
         "finish_reason": pa.array(["length"] * requests), "http_status": pa.array(np.full(requests, 200)),
         "error_class": pa.nulls(requests, pa.string()), "error": pa.nulls(requests, pa.string()),
     }
@@ -108,9 +109,11 @@ def write_record(run_dir: Path, *, max_num_seqs: int, requests: int, rng: np.ran
     summary = RunSummary(
         requests_sent=requests, requests_measured=requests, requests_ok=requests, errors_by_class={},
         window_s=window_s, latency=latency, requests_per_s=requests / window_s,
-        output_tokens_per_s=requests * OUTPUT_TOKENS / window_s, prompt_tokens_per_s=requests * PROMPT_TOKENS / window_s,
+        output_tokens_per_s=requests * OUTPUT_TOKENS / window_s,
+        prompt_tokens_per_s=requests * PROMPT_TOKENS / window_s,
         chunks_per_s=requests * OUTPUT_TOKENS / window_s, goodput_requests_per_s=None, offered_requests_per_s=None,
-        achieved_dispatch_per_s=(requests - 1) / float(dispatch.max() - dispatch.min()), offered_concurrency=CONCURRENCY,
+        achieved_dispatch_per_s=(requests - 1) / float(dispatch.max() - dispatch.min()),
+        offered_concurrency=CONCURRENCY,
         achieved_concurrency_mean=float((end - dispatch).sum()) / window_s, failed_scrapes=0, prompt_token_mismatches=0,
         valid=True, invalid_reasons=[], **server_figures(samples))
     (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
@@ -132,11 +135,13 @@ def main() -> None:
         rng = np.random.default_rng(0)
         started = time.perf_counter()
         for index in range(args.runs):
-            write_record(root / "runs" / uuid.uuid4().hex, max_num_seqs=SWEPT_MAX_NUM_SEQS[index % len(SWEPT_MAX_NUM_SEQS)],
+            max_num_seqs = SWEPT_MAX_NUM_SEQS[index % len(SWEPT_MAX_NUM_SEQS)]
+            write_record(root / "runs" / uuid.uuid4().hex, max_num_seqs=max_num_seqs,
                          requests=args.requests, rng=rng, capacity_json=capacity_json, engine_log=log_text)
         written_s = time.perf_counter() - started
         size = sum(path.stat().st_size for path in (root / "runs").rglob("*") if path.is_file())
-        print(f"wrote {args.runs} records x {args.requests} requests in {written_s:.1f} s ({size / 2**30:.2f} GiB on disk)")
+        print(f"wrote {args.runs} records x {args.requests} requests in {written_s:.1f} s "
+              f"({size / 2**30:.2f} GiB on disk)")
 
         stages: list[tuple[str, float]] = []
         clock = time.perf_counter()

@@ -22,6 +22,7 @@ start-up do not count.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -80,7 +81,9 @@ result = asyncio.run(benchmark(
 ))
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
 served = [(ttft, itl) for ttft, itl in zip(result["ttfts"], result["itls"]) if ttft]
-first_wave = sorted((start, ttft) for start, ttft in zip(result["start_times"], result["ttfts"]) if ttft)[:spec["streams"]]
+first_wave = sorted(
+    (start, ttft) for start, ttft in zip(result["start_times"], result["ttfts"]) if ttft
+)[:spec["streams"]]
 print(json.dumps({
     "cpu_s": cpu, "wall_s": wall, "chunks": sum(len(itl) + 1 for _, itl in served),
     "ttft_error_ms": [ttft * 1000 - spec["ttft_ms"] for ttft, _ in served],
@@ -143,7 +146,8 @@ def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.P
     result["itl_error_ms"] = [
         (later - earlier) * 1000 / tokens - args.itl_ms
         for r in records
-        for earlier, later, tokens in zip(r.chunk_times_s, r.chunk_times_s[1:], r.chunk_tokens[1:])
+        # one token count per chunk time, so both sides have one entry per gap
+        for (earlier, later), tokens in zip(itertools.pairwise(r.chunk_times_s), r.chunk_tokens[1:], strict=True)
     ]
     return result
 
@@ -180,10 +184,11 @@ def main() -> None:
     inventory = build_token_id_inventory("client-overhead", recipe)
     inventory_dir = write_inventory(inventory, work / "inventory")
     emulator, base_url = start_emulator(args, emulator_cpu)
+    pinning = f"emulator cpu {emulator_cpu}, clients cpu {client_cpu}" if client_cpu is not None else "no"
     print(f"emulator: TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, 1 token per chunk; "
           f"{args.prompt_tokens} prompt + {args.output_tokens} output tokens; "
-          f"{args.requests_per_stream} requests per stream (at least {args.min_requests}); {args.rounds} rounds; pinned: "
-          f"{'emulator cpu %s, clients cpu %s' % (emulator_cpu, client_cpu) if client_cpu is not None else 'no'}")
+          f"{args.requests_per_stream} requests per stream (at least {args.min_requests}); {args.rounds} rounds; "
+          f"pinned: {pinning}")
     rows = []
     try:
         for streams in args.streams:

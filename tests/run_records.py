@@ -75,8 +75,10 @@ def write_run(
             dispatch_s=index * 0.5, end_s=index * 0.5 + 0.01, error_class=error_class, error=str(error_class),
         ))
     scrapes = [
-        ServerSample(t_s=float(t), snapshot=MetricsSnapshot(num_requests_waiting=waiting, num_requests_running=running,
-                                                            kv_cache_usage_fraction=usage, num_preemptions_total=preempted))
+        ServerSample(t_s=float(t), snapshot=MetricsSnapshot(
+            num_requests_waiting=waiting, num_requests_running=running,
+            kv_cache_usage_fraction=usage, num_preemptions_total=preempted,
+        ))
         for t, (waiting, running, usage, preempted) in enumerate(samples)
     ]
     writer = RunWriter(run_dir)
@@ -85,8 +87,9 @@ def write_run(
         writer.add_request(record)
     for scrape in scrapes:
         writer.add_sample(scrape)
-    writer.finish(records, summarize(records, scrapes, slo=config.slo, offered_requests_per_s=None, offered_concurrency=concurrency,
-                            cold=False, max_dispatch_lag_ms=config.max_dispatch_lag_ms))
+    summary = summarize(records, scrapes, slo=config.slo, offered_requests_per_s=None,
+                        offered_concurrency=concurrency, cold=False, max_dispatch_lag_ms=config.max_dispatch_lag_ms)
+    writer.finish(records, summary)
     _write_engine(run_dir, {**BASE_LIMITS, **(limits or {})}, log)
     return run_dir
 

@@ -67,7 +67,8 @@ def run_args(out: str, *options: str, base_url: str = UNREACHABLE) -> list[str]:
 
 
 BAD_INPUTS = [
-    ("run-out-is-a-file", lambda f: run_args(str(f["a_file"])), "error: --out {a_file}: is a file, not a run directory"),
+    ("run-out-is-a-file", lambda f: run_args(str(f["a_file"])),
+     "error: --out {a_file}: is a file, not a run directory"),
     ("run-out-holds-a-run", lambda f: run_args(str(f["held"])),
      "error: --out {held}: already holds run 0123abcd (config.json); give a new directory, or --force to move the "
      "old run aside"),

@@ -63,7 +63,7 @@ def test_unknown_limit_and_service_uuid_handling(tmp_path: Path):
     write_run(tmp_path, limits={"max_num_seqs": 2}, service_uuid="s1")
     write_run(tmp_path, limits={"max_num_seqs": 4}, service_uuid="s2")
     table = table_of(tmp_path)
-    with pytest.raises(HarnessError, match="unknown limit 'max_num_sequences': the runs' inputs are .*max_num_seqs"):
+    with pytest.raises(HarnessError, match=r"unknown limit 'max_num_sequences': the runs' inputs are .*max_num_seqs"):
         compare_one_limit(table, "max_num_sequences")
     # each point has its own service run: that is identity, not a confound
     assert list(compare_one_limit(table, "max_num_seqs").points["n"]) == [1, 1]

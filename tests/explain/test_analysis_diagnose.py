@@ -185,7 +185,8 @@ def test_every_verdict_is_implied_by_the_evidence_it_cites():
         [100.0, 300.0],  # ttft_ms_p99 against the baseline's 100
     )
     reached = set()
-    for index, (started, valid, failed, preempted, waiting_mean, waiting_peak, usage, seqs, front, ttft) in enumerate(grid):
+    for index, point in enumerate(grid):
+        started, valid, failed, preempted, waiting_mean, waiting_peak, usage, seqs, front, ttft = point
         row = figures_row(f"run{index}", engine_started=started, valid=valid, error_rate_fraction=failed,
                           max_error_fraction=0.05, preemptions_during_run=preempted,
                           engine_waiting_requests_mean=waiting_mean, peak_waiting_requests=waiting_peak,

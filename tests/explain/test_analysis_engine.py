@@ -74,7 +74,8 @@ def test_report_on_a_real_kv_sweep_says_capacity_then_scheduling(tiny_model_dir:
 
     markdown = written.markdown.read_text()
     for verdict in (starved, ample):
-        assert f"| {verdict.run_uuid} | {runs.at[verdict.run_uuid, 'kv_cache_memory_bytes']} | {verdict.bound_by} |" in markdown
+        limit_value = runs.at[verdict.run_uuid, "kv_cache_memory_bytes"]
+        assert f"| {verdict.run_uuid} | {limit_value} | {verdict.bound_by} |" in markdown
     # the same runs, tracked offline by the experiment, read back through Polyaxon's loaders
     offline = write_report(limit="kv_cache_memory_bytes", out=tmp_path / "offline-report", offline_root=offline_root)
     assert {v.run_uuid: v.bound_by for v in offline.verdicts} == {v.run_uuid: v.bound_by for v in written.verdicts}

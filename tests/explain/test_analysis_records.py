@@ -48,7 +48,8 @@ def test_offline_root_reads_the_same_figures_as_the_directories(tmp_path: Path):
     assert list(offline.frame.index) == [run_dir.name]
     for column in ("ttft_ms_p99", "tpot_ms_p50", "requests_per_s", "kv_cache_tokens_logged", "max_num_seqs",
                    "preemptions_during_run", "peak_running_requests"):
-        assert offline.frame.loc[run_dir.name, column] == pytest.approx(from_dirs.frame.loc[run_dir.name, column]), column
+        expected = from_dirs.frame.loc[run_dir.name, column]
+        assert offline.frame.loc[run_dir.name, column] == pytest.approx(expected), column
     assert set(offline.input_columns) == set(from_dirs.input_columns)
     assert list(offline.series[run_dir.name]["running_requests"]) == [2, 4, 4]
     assert list(offline.series[run_dir.name]["t_s"]) == [0, 1, 2]  # one scrape a second
@@ -96,7 +97,8 @@ def test_polyaxon_api_runs_read_back_with_their_series_and_query(tmp_path: Path,
     table = build_table(runs_from_polyaxon("default/analysis-api"))
     assert sorted(table.frame.index) == sorted([two_uuid, four_uuid])
     assert table.frame.loc[four_uuid, "ttft_ms_p99"] == pytest.approx(75.0)
-    assert table.frame.loc[two_uuid, "peak_running_requests"] == 2 and table.frame.loc[four_uuid, "peak_running_requests"] == 3
+    assert table.frame.loc[two_uuid, "peak_running_requests"] == 2
+    assert table.frame.loc[four_uuid, "peak_running_requests"] == 3
     assert table.frame.loc[two_uuid, "kv_cache_tokens_logged"] == 1_048_576
     assert "max_num_seqs" in table.input_columns and "ttft_ms_p99" not in table.input_columns
     assert list(table.series[two_uuid]["waiting_requests"]) == [1, 0]

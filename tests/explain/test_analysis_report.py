@@ -37,7 +37,8 @@ def kv_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_report_names_each_run_its_limit_and_evidence(kv_sweep: dict[str, Path], tmp_path: Path):
-    done = harness("report", "--runs", kv_sweep["starved"].parent, "--limit", "kv_cache_memory_bytes", "--out", tmp_path)
+    done = harness("report", "--runs", kv_sweep["starved"].parent, "--limit", "kv_cache_memory_bytes",
+                   "--out", tmp_path)
     assert done.returncode == 0, done.stderr
     printed = dict(line.split(": ", 1) for line in done.stdout.splitlines() if not line.startswith("report:"))
     assert printed == {kv_sweep["crashed"].name: "weights and start-up headroom",
@@ -77,7 +78,8 @@ def test_report_names_each_run_its_limit_and_evidence(kv_sweep: dict[str, Path],
 def test_bad_input_is_one_line_and_exit_2(kv_sweep: dict[str, Path], tmp_path: Path):
     (tmp_path / "empty").mkdir()
     cases = [
-        (["--runs", tmp_path / "empty", "--limit", "max_num_seqs"], f"no run records found in --runs {tmp_path / 'empty'}"),
+        (["--runs", tmp_path / "empty", "--limit", "max_num_seqs"],
+         f"no run records found in --runs {tmp_path / 'empty'}"),
         (["--runs", kv_sweep["starved"].parent, "--limit", "max_num_sequences"], "unknown limit 'max_num_sequences'"),
         (["--runs", kv_sweep["starved"].parent, "--limit", "max_num_seqs"],
          "runs differ in more than 'max_num_seqs': kv_cache_memory_bytes: "),

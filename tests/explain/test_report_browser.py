@@ -70,14 +70,17 @@ def test_the_report_opens_on_the_answer_and_stays_inside_the_page(report_page: P
     assert probe["headings"][1] == "Answer"  # right under the title, before any other table
     assert probe["firstTableHeaders"] == ["kv_cache_memory_bytes", "bound by", "shown by", "what to change"]
     assert probe["firstTableTop"] < 200
-    answers = {row[0]: dict(zip(["bound by", "shown by", "what to change"], row[1:])) for row in probe["firstTableRows"]}
+    answers = {
+        row[0]: dict(zip(["bound by", "shown by", "what to change"], row[1:], strict=True))
+        for row in probe["firstTableRows"]
+    }
     assert {value: answer["bound by"] for value, answer in answers.items()} == {
         "65536": "weights and start-up headroom", "4194304": "KV cache capacity",
         "1073741824": "max_num_seqs (scheduling)"}
     assert "preemptions_during_run=1" in answers["4194304"]["shown by"]  # the figure that shows the KV bound
     assert answers["1073741824"]["what to change"].startswith("raise max_num_seqs")  # waited while KV was free
     # held fixed: a name with its unit, then a plain value (no Python quotes)
-    held = dict(zip(probe["heldFixed"][::2], probe["heldFixed"][1::2]))
+    held = dict(zip(probe["heldFixed"][::2], probe["heldFixed"][1::2], strict=True))
     assert held["concurrency (requests)"] == "4" and held["order"] == "inventory"
 
     ARTIFACTS.mkdir(exist_ok=True)

@@ -176,8 +176,10 @@ def test_the_weights_preset_mounts_the_volume_and_points_hf_home_at_it_keeping_t
     spec = compiled("experiment.yaml", preset, concurrency=8)
     assert spec.run.connections == ["hf-weights"]
     env = render([ROOT / "polyaxonfiles" / name for name in ("experiment.yaml", preset)], {"concurrency": 8}).env
-    assert env["HF_HOME"] == "/hf-home" and env["HARNESS_IMAGE_REFERENCE"].startswith("vllm/vllm-openai:v0.11.2@sha256:")
-    assert render([ROOT / "polyaxonfiles" / name for name in ("vllm-service.yaml", preset)]).env["HF_HOME"] == "/hf-home"
+    assert env["HF_HOME"] == "/hf-home"
+    assert env["HARNESS_IMAGE_REFERENCE"].startswith("vllm/vllm-openai:v0.11.2@sha256:")
+    service_env = render([ROOT / "polyaxonfiles" / name for name in ("vllm-service.yaml", preset)]).env
+    assert service_env["HF_HOME"] == "/hf-home"
 
 
 @pytest.mark.sandbox
@@ -200,7 +202,8 @@ def test_the_report_operation_joins_every_child_of_a_sweep(polyaxon_api: str):
     compiled_report = RunClient(owner="default", project="joined-report", run_uuid=report.uuid)
     compiled_report.refresh_data()
     [command] = json.loads(compiled_report.run_data.content)["run"]["container"]["args"]
-    assert "--project default/joined-report" in command and f"--out /plx-context/artifacts/{report.uuid}/outputs/report" in command
+    assert "--project default/joined-report" in command
+    assert f"--out /plx-context/artifacts/{report.uuid}/outputs/report" in command
     query = command.split("--query '")[1].split("'")[0]  # the query the report reads its runs with
     assert sorted(run.uuid for run in client.list(query=query, limit=100).results) == sorted(job.uuid for job in jobs)
 

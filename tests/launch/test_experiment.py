@@ -66,7 +66,9 @@ def test_an_engine_that_cannot_start_is_a_recorded_result_diagnosed_as_start_up_
         [HARNESS, "run", "--inventory", str(INVENTORY), "--concurrency", "1", "--out", str(run_dir),
          "--offline-root", str(offline), "--", *engine], capture_output=True, text=True, timeout=600)
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == f"error: the engine did not start; its log and capacity are in {run_dir}"
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: the engine did not start; its log and capacity are in {run_dir}"
+    )
     assert "Traceback" not in done.stderr
     capacity = json.loads((run_dir / "capacity.json").read_text())
     assert capacity["log"]["capacity_found"] is False

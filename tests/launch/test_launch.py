@@ -78,7 +78,11 @@ def test_a_port_in_use_is_refused_before_the_engine_starts(tiny_model_dir: Path,
 
 STUBBORN_TREE = """
 import signal, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE)
+child = subprocess.Popen(
+    [sys.executable, "-c",
+     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(600)"],
+    stdout=subprocess.PIPE,
+)
 child.stdout.readline()
 print(child.pid, flush=True)
 time.sleep(600)
@@ -133,7 +137,8 @@ def test_service_runs_on_the_real_engine_and_streams_a_token_id_prompt(start_eng
         ({"extra_args": "--no-such-engine-flag 1"}, r"error: unrecognized arguments: --no-such-engine-flag"),
         ({"model": "/nonexistent/tiny-model"}, r"Error: .*'/nonexistent/tiny-model'"),
         # 1 MiB = 1,024 tokens = 8 blocks of 128, one reserved: 896 tokens, less than one 2,048-token request.
-        ({"kv_cache_memory_bytes": 1_048_576, "max_model_len": 2048}, r"ValueError: .*estimated maximum model length is 896"),
+        ({"kv_cache_memory_bytes": 1_048_576, "max_model_len": 2048},
+         r"ValueError: .*estimated maximum model length is 896"),
     ],
     ids=["bad-argument", "missing-model-directory", "kv-cache-too-small"],
 )
@@ -141,9 +146,11 @@ def test_engine_start_failures_end_promptly_with_the_engine_error(
     tiny_model_dir: Path, tmp_path: Path, params: dict, engine_says: str
 ) -> None:
     started = time.monotonic()
-    with pytest.raises(HarnessError, match=r"engine exited with code [1-9]\d* before it was healthy: ") as failure:
-        with local_cpu_engine(tiny_model_dir, tmp_path / "engine.log", health_timeout_s=600, **params):
-            pytest.fail("the engine should not have become healthy")
+    with (
+        pytest.raises(HarnessError, match=r"engine exited with code [1-9]\d* before it was healthy: ") as failure,
+        local_cpu_engine(tiny_model_dir, tmp_path / "engine.log", health_timeout_s=600, **params),
+    ):
+        pytest.fail("the engine should not have become healthy")
     assert failure.match(engine_says)
     assert time.monotonic() - started < 240  # well before the 600 s health deadline: exit was noticed
 

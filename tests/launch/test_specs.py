@@ -113,7 +113,7 @@ def test_a_missing_required_input_is_named() -> None:
 
 
 def test_a_missing_polyaxonfile_is_named() -> None:
-    with pytest.raises(HarnessError, match="no-such.yaml: no such polyaxonfile"):
+    with pytest.raises(HarnessError, match=r"no-such\.yaml: no such polyaxonfile"):
         render([FILES / "no-such.yaml"], {})
 
 
@@ -158,7 +158,7 @@ def test_the_harness_job_passes_its_inputs_as_harness_run_flags() -> None:
 
 @pytest.mark.parametrize("load", [{}, {"concurrency": 4, "rate": 1.0}], ids=["neither", "both"])
 def test_exactly_one_of_concurrency_or_rate(load: dict) -> None:
-    with pytest.raises(HarnessError, match="exactly one of 'concurrency'.* or 'rate'"):
+    with pytest.raises(HarnessError, match=r"exactly one of 'concurrency'.* or 'rate'"):
         render([HARNESS_JOB], {"service_uuid": "0123456789abcdef0123456789abcdef", **load})
 
 
@@ -225,7 +225,8 @@ def test_check_command_prints_one_line_and_exits_2_on_bad_input(tmp_path: Path) 
     sweep = _sweep(tmp_path, "  kind: mapping\n  values:\n    - {max_num_seqs: 4}\n    - {max_num_seqs: -1}\n")
     result = CliRunner().invoke(app, ["check", "-f", str(sweep), "-P", "concurrency=4"])
     assert result.exit_code == 2
-    assert result.output.count("\n") == 1 and result.output.startswith(f"error: {sweep}: point 1 {{'max_num_seqs': -1}}: ")
+    assert result.output.count("\n") == 1
+    assert result.output.startswith(f"error: {sweep}: point 1 {{'max_num_seqs': -1}}: ")
     good = CliRunner().invoke(app, ["check", "-f", str(FILES / "sweep-max-num-seqs.yaml"), "-P", "concurrency=4"])
     assert good.exit_code == 0, good.output
     assert "6 sweep points each compiled" in good.output

@@ -57,7 +57,7 @@ def test_a_service_not_running_by_the_deadline_is_recorded_stopped_and_the_sweep
     limit, points = sweep_points([sweep_file(tmp_path, "[{max_num_seqs: 4}, {max_num_seqs: 8}]")], SERVICE, {})
     result = run_sweep(tmp_path / "sweep.yaml", limit, points, backend("default/sweep-late", tmp_path))
     assert [point.outcome for point in result.points] == [Outcome.SERVICE_LATE, Outcome.SERVICE_LATE]
-    for point, value in zip(result.points, (4, 8)):
+    for point, value in zip(result.points, (4, 8), strict=True):
         service = RunClient(owner="default", project="sweep-late", run_uuid=point.service)
         deadline = time.monotonic() + 30  # the API applies a stop asynchronously
         while True:

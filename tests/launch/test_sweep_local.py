@@ -30,7 +30,7 @@ def test_each_point_starts_the_service_measures_it_and_stops_it(tiny_model_dir: 
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((out / "sweep.json").read_text())
     assert [point["outcome"] for point in result["points"]] == ["measured", "measured"]
-    for point, max_num_seqs in zip(result["points"], (2, 8)):
+    for point, max_num_seqs in zip(result["points"], (2, 8), strict=True):
         record = Path(point["harness"])
         inputs = json.loads((record / "config.json").read_text())
         assert inputs["service_uuid"] == point["service"]  # the harness run knows which service it measured

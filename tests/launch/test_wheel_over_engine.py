@@ -69,7 +69,8 @@ def test_the_wheel_installs_beside_the_engine_without_changing_it_and_runs_the_e
     venv = tmp_path / "harness-venv"
     subprocess.run([str(engine), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     harness_python = venv / "bin" / "python"
-    purelib = Path(subprocess.run([str(harness_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    print_purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = Path(subprocess.run([str(harness_python), "-c", print_purelib],
                                   capture_output=True, text=True, check=True, timeout=120).stdout.strip())
     (purelib / "engine-image-site.pth").write_text(f"{engine_site_packages(engine)}\n")
     installed = subprocess.run([str(harness_python), "-m", "pip", "install", "--quiet", str(wheel)],

@@ -138,8 +138,12 @@ def test_the_pool_is_open_before_the_first_scheduled_send(inventory_dir: Path, t
     assert connections["streams_on_new_connections"] == 0
 
 
-def test_an_output_cap_beyond_the_servers_context_is_refused_before_sending(inventory_dir: Path, tmp_path: Path) -> None:
-    with emulator(max_model_len=64) as base_url:  # the longest prompt has 40 tokens; 40 + 30 > 64
-        with pytest.raises(HarnessError, match="--max-tokens 30: the longest prompt \\(40 tokens\\)"):
-            run(inventory_dir, base_url, tmp_path, concurrency=2, max_tokens=30)
+def test_an_output_cap_beyond_the_servers_context_is_refused_before_sending(
+    inventory_dir: Path, tmp_path: Path
+) -> None:
+    with (
+        emulator(max_model_len=64) as base_url,  # the longest prompt has 40 tokens; 40 + 30 > 64
+        pytest.raises(HarnessError, match="--max-tokens 30: the longest prompt \\(40 tokens\\)"),
+    ):
+        run(inventory_dir, base_url, tmp_path, concurrency=2, max_tokens=30)
     assert not (tmp_path / "requests.jsonl").exists()

@@ -91,7 +91,7 @@ def test_a_client_stopped_mid_run_is_an_invalid_measurement(engine, tmp_path: Pa
     process.send_signal(signal.SIGSTOP)  # the whole client: its event loop, its sampler
     time.sleep(3.0)
     process.send_signal(signal.SIGCONT)
-    stdout, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=120)
     summary = json.loads((out / "summary.json").read_text())
     assert not summary["valid"], stderr
     assert summary["loop_lag_ms_max"] >= 2500  # the probe's one late tick spans the stop

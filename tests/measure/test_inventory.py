@@ -121,7 +121,7 @@ def test_salt_makes_every_prompt_unique_and_changes_only_the_leading_tokens() ->
     plain = build_token_id_inventory("s", small_recipe(**base)).prompts
     salted = build_token_id_inventory("s", small_recipe(**base, salt="run-1")).prompts
     resalted = build_token_id_inventory("s", small_recipe(**base, salt="run-2")).prompts
-    for a, b in zip(plain, salted):
+    for a, b in zip(plain, salted, strict=True):
         assert (a.token_ids or [])[SALT_TOKENS:] == (b.token_ids or [])[SALT_TOKENS:]
         assert len(b.token_ids or []) == 32
     assert len({tuple((p.token_ids or [])[:SALT_TOKENS]) for p in salted}) == 6
@@ -189,7 +189,7 @@ def test_manifest_totals_that_disagree_are_refused(tmp_path: Path) -> None:
 def test_ids_outside_the_vocabulary_are_refused_even_with_fresh_hashes(tmp_path: Path) -> None:
     # An id the recipe excludes: rewrite a prompt and its hashes consistently, so only the range check can catch it.
     inventory = build_token_id_inventory("small", small_recipe())
-    bad = make_prompt("p0000", 30, 5, token_ids=[10] + (inventory.prompts[0].token_ids or [])[1:])
+    bad = make_prompt("p0000", 30, 5, token_ids=[10, *(inventory.prompts[0].token_ids or [])[1:]])
     forged = assemble_inventory("small", small_recipe(), None, [bad, *inventory.prompts[1:]])
     directory = write_inventory(forged, tmp_path / "forged")
     with pytest.raises(HarnessError, match=r"line 1 \(prompt p0000\): token ids outside .*\[10\]"):
@@ -279,7 +279,10 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|user|>{{ m['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-WORDS = ["the", "cache", "holds", "keys", "and", "values", "for", "every", "live", "sequence", "café", "naïve", "—", "long", "contexts", "grow"]
+WORDS = [
+    "the", "cache", "holds", "keys", "and", "values", "for", "every", "live", "sequence",
+    "café", "naïve", "—", "long", "contexts", "grow",
+]
 
 
 def corpus_text() -> str:
@@ -332,7 +335,7 @@ def test_text_prompts_count_exactly_as_the_raw_tokenizer_counts(
     raw = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
     lengths = [5, 17, 64, 333, 1500]  # 1500 is longer than the corpus: the cut wraps around
     inventory = build_text(corpus_file, tokenizer_dir, chat, lengths)
-    for prompt, length in zip(inventory.prompts, lengths):
+    for prompt, length in zip(inventory.prompts, lengths, strict=True):
         assert prompt.text and prompt.chat is chat and prompt.token_ids is None
         sent = f"<|user|>{prompt.text}<|end|><|assistant|>" if chat else prompt.text
         assert len(raw.encode(sent).ids) == length == prompt.prompt_tokens

@@ -47,7 +47,7 @@ def test_a_refused_value_names_the_option_and_the_value() -> None:
 
 
 def test_a_rule_across_load_options_is_stated_whole() -> None:
-    with pytest.raises(HarnessError, match="set exactly one of concurrency .closed loop. or rate_per_s"):
+    with pytest.raises(HarnessError, match=r"set exactly one of concurrency \(closed loop\) or rate_per_s"):
         command_line_options(inventory="x", base_url="http://h", load={"concurrency": 1, "rate_per_s": 2.0})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 import pytest
@@ -14,7 +15,7 @@ from harness.measure.schedule import LoadShape, plan
 
 def gaps(shape: LoadShape, prompt_count: int = 10) -> list[float]:
     times = [slot.send_at_s for slot in plan(shape, prompt_count)]
-    return [later - earlier for earlier, later in zip(times, times[1:])]
+    return [later - earlier for earlier, later in itertools.pairwise(times)]
 
 
 def test_closed_loop_defaults_to_one_pass_and_sends_when_a_slot_frees() -> None:
@@ -93,7 +94,8 @@ def test_contradictory_or_impossible_loads_are_refused(fields: dict) -> None:
         (["--concurrency", "2", "--rate", "3"], "set exactly one of concurrency (closed loop) or rate_per_s"),
         (["--rate", "3", "--order", "random"], "error: --order: Input should be 'inventory' or 'shuffled', not random"),
         (["--rate", "-3"], "error: --rate: Input should be greater than 0, not -3.0"),
-        (["--concurrency", "2", "--warmup", "-1"], "error: --warmup: Input should be greater than or equal to 0, not -1"),
+        (["--concurrency", "2", "--warmup", "-1"],
+         "error: --warmup: Input should be greater than or equal to 0, not -1"),
     ],
 )
 def test_a_bad_load_on_the_command_line_is_one_line_and_exit_code_2(options: list[str], message: str) -> None:

@@ -163,7 +163,8 @@ def test_a_stalled_loop_and_a_lagging_sampler_make_the_run_invalid() -> None:
     result = summary(cold=False, max_dispatch_lag_ms=60.0, loop_lags_ms=lags, sample_interval_s=0.25)
     assert result.loop_stall_share == pytest.approx(290 / 1698)
     assert result.loop_lag_ms_max == 300.0
-    assert any(reason.startswith("client event loop stalled: loop_stall_share 0.171") for reason in result.invalid_reasons)
+    stalled = "client event loop stalled: loop_stall_share 0.171"
+    assert any(reason.startswith(stalled) for reason in result.invalid_reasons)
     # The samples are 0.5 s apart; with a 0.25 s interval the allowed gap is max(0.75, 1.25) = 1.25 s: fine.
     assert result.sample_gap_s_max == pytest.approx(0.5)
     assert not any("sampler" in reason for reason in result.invalid_reasons)
@@ -174,7 +175,10 @@ def test_a_stalled_loop_and_a_lagging_sampler_make_the_run_invalid() -> None:
 
 
 def test_a_sampler_far_behind_its_interval_makes_the_run_invalid() -> None:
-    late = [ServerSample(t_s=0.0, snapshot=snapshot(0, 0.1, 0, 0)), ServerSample(t_s=2.0, snapshot=snapshot(0, 0.1, 0, 0))]
+    late = [
+        ServerSample(t_s=0.0, snapshot=snapshot(0, 0.1, 0, 0)),
+        ServerSample(t_s=2.0, snapshot=snapshot(0, 0.1, 0, 0)),
+    ]
     result = summarize([R1], late, slo=Slo(), offered_requests_per_s=None, offered_concurrency=1, cold=False,
                        max_dispatch_lag_ms=10.0, sample_interval_s=0.25)
     # one 2.0 s gap against max(3 x 0.25, 0.25 + 1) = 1.25 s
@@ -191,4 +195,5 @@ def test_a_client_that_sent_late_makes_the_run_invalid() -> None:
     strict = summarize([sent_on_time, sent_late], [], slo=Slo(), offered_requests_per_s=None, offered_concurrency=1,
                        cold=False, max_dispatch_lag_ms=10.0)
     # now the limit is max(10, 8.75) = 10 ms (R2's 50 ms dispatch lag is over it too)
-    assert any(reason.startswith("client sent late: send_delay_ms_p99 29.7 > 10.0") for reason in strict.invalid_reasons)
+    sent_late_reason = "client sent late: send_delay_ms_p99 29.7 > 10.0"
+    assert any(reason.startswith(sent_late_reason) for reason in strict.invalid_reasons)

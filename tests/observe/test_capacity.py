@@ -63,7 +63,8 @@ def test_real_cpu_logs_equal_the_prediction_exactly(
     }
     assert all(figure.residual == 0 for figure in report.comparison)
     assert report.prediction_matches_log is True
-    assert {check.name for check in report.cross_checks} >= {"kv_cache_tokens", "max_concurrency", "kv_cache_memory_bytes"}
+    checked = {check.name for check in report.cross_checks}
+    assert checked >= {"kv_cache_tokens", "max_concurrency", "kv_cache_memory_bytes"}
     assert all(check.agree for check in report.cross_checks)
     assert report.disagreements == []
 
@@ -120,10 +121,11 @@ def test_vllm_0_11_2_exact_reservation_matches_exactly() -> None:
 
 
 def test_a_log_that_disagrees_with_metrics_and_prediction_is_reported(tiny_model_dir: Path) -> None:
-    log_text = read_log_text(CPU / "kv4m-len1024.log").replace("CPU KV cache size: 4,096 tokens", "CPU KV cache size: 5,000 tokens")
-    report = build_capacity_report(
-        parse_startup_log(log_text), parse_metrics((CPU / "kv4m-len1024.metrics.txt").read_text()), model=str(tiny_model_dir)
+    log_text = read_log_text(CPU / "kv4m-len1024.log").replace(
+        "CPU KV cache size: 4,096 tokens", "CPU KV cache size: 5,000 tokens"
     )
+    metrics = parse_metrics((CPU / "kv4m-len1024.metrics.txt").read_text())
+    report = build_capacity_report(parse_startup_log(log_text), metrics, model=str(tiny_model_dir))
 
     [tokens_check] = [check for check in report.cross_checks if check.name == "kv_cache_tokens"]
     assert (tokens_check.log_value, tokens_check.metrics_value, tokens_check.agree) == ("5000", "4096", False)
@@ -146,7 +148,7 @@ def test_model_named_by_the_log_but_absent_here_gives_a_note_not_a_failure() -> 
 
 def test_an_explicit_model_that_cannot_be_read_is_bad_input(tmp_path: Path) -> None:
     log = parse_startup_log(read_log_text(CPU / "kv4m-len1024.log"))
-    with pytest.raises(HarnessError, match="no config.json"):
+    with pytest.raises(HarnessError, match=r"no config\.json"):
         build_capacity_report(log, None, model=str(tmp_path))
 
 
@@ -172,7 +174,7 @@ def test_local_run_directory_source(tiny_model_dir: Path, tmp_path: Path) -> Non
     assert report.prediction_matches_log is True
     empty_run = tmp_path / "empty-run"
     empty_run.mkdir()
-    with pytest.raises(HarnessError, match="empty-run: no engine.log in this run directory"):
+    with pytest.raises(HarnessError, match=r"empty-run: no engine\.log in this run directory"):
         capacity_from_sources(run_dir=empty_run)
 
 
@@ -273,7 +275,9 @@ def test_metrics_read_from_a_live_url_and_an_unreachable_one(tiny_model_dir: Pat
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        report = capacity_from_sources(log=str(CPU / "kv4m-len1024.log"), metrics=f"{base}/metrics", model=str(tiny_model_dir))
+        report = capacity_from_sources(
+            log=str(CPU / "kv4m-len1024.log"), metrics=f"{base}/metrics", model=str(tiny_model_dir)
+        )
         assert report.metrics_cache_config is not None and report.metrics_cache_config["num_gpu_blocks"] == "32"
         assert all(check.agree for check in report.cross_checks)
         with pytest.raises(HarnessError, match=r"/nothing: could not read metrics: .*404"):
@@ -295,7 +299,8 @@ def test_polyaxon_run_logs_through_the_real_api(
 
     # The sandbox serves a run's logs from <artifacts store>/<uuid>/plxlogs/*.jsonl, one file per request,
     # as a cluster's log collector leaves them; write the captured CPU log there in three files.
-    [sandbox_config] = {path.resolve() for path in tmp_path_factory.getbasetemp().glob("polyaxon-sandbox*/.polyaxon/.sandbox")}
+    sandbox_configs = tmp_path_factory.getbasetemp().glob("polyaxon-sandbox*/.polyaxon/.sandbox")
+    [sandbox_config] = {path.resolve() for path in sandbox_configs}
     store = Path(yaml.safe_load(sandbox_config.read_text())["POLYAXON_AGENT_ARTIFACTS_STORE"]["schema"]["hostPath"])
     ProjectClient(owner="default").create({"name": "capacity-logs"})
     run = RunClient(owner="default", project="capacity-logs")
@@ -336,7 +341,8 @@ def test_real_engine_logs_the_predicted_capacity_and_metrics_agree(
     blocks = kv_bytes // (TINY_KV_BYTES_PER_TOKEN * CPU_BLOCK_SIZE)
     log = report.log
     assert log is not None and log.capacity_found, log and log.diagnosis
-    assert (log.kv_cache_tokens, log.max_concurrency) == (blocks * CPU_BLOCK_SIZE, blocks / (max_model_len // CPU_BLOCK_SIZE))
+    assert log.kv_cache_tokens == blocks * CPU_BLOCK_SIZE
+    assert log.max_concurrency == blocks / (max_model_len // CPU_BLOCK_SIZE)
     assert log.max_model_len == max_model_len
     assert report.prediction is not None
     assert report.prediction.num_blocks == blocks
@@ -348,6 +354,7 @@ def test_real_engine_logs_the_predicted_capacity_and_metrics_agree(
     assert report.prediction_matches_log is True
     assert report.metrics_cache_config is not None
     assert report.metrics_cache_config["num_gpu_blocks"] == str(blocks)
-    assert {check.name for check in report.cross_checks} >= {"kv_cache_tokens", "max_concurrency", "kv_cache_memory_bytes"}
+    checked = {check.name for check in report.cross_checks}
+    assert checked >= {"kv_cache_tokens", "max_concurrency", "kv_cache_memory_bytes"}
     assert all(check.agree for check in report.cross_checks), report.cross_checks
     assert report.disagreements == []

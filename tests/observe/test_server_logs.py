@@ -94,7 +94,9 @@ def test_real_start_refused_for_a_cache_smaller_than_one_request() -> None:
     assert not result.capacity_found
     assert result.failure is not None and result.failure.stage == "sizing_kv_cache"
     assert result.failure.error is not None
-    assert result.failure.error.startswith("ValueError: To serve at least one request with the model's max seq len (1024)")
+    assert result.failure.error.startswith(
+        "ValueError: To serve at least one request with the model's max seq len (1024)"
+    )
     # 262,144 bytes are 2 blocks of 128 tokens; one is vLLM's reserved null block, so 128 tokens remain.
     assert "the estimated maximum model length is 128" in result.failure.error
 
@@ -280,7 +282,7 @@ def test_binary_file_is_one_line_of_bad_input(tmp_path: Path) -> None:
 
 
 def test_missing_file_is_one_line_of_bad_input(tmp_path: Path) -> None:
-    with pytest.raises(HarnessError, match="nope.log: cannot read log"):
+    with pytest.raises(HarnessError, match=r"nope\.log: cannot read log"):
         read_log_text(tmp_path / "nope.log")
 
 

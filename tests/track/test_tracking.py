@@ -118,7 +118,7 @@ def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, 
 
 @pytest.mark.sandbox
 def test_unknown_project_and_unreachable_api_are_one_line(run_record: Path, polyaxon_api: str, monkeypatch):
-    with pytest.raises(HarnessError, match="'default/no-such-project'.*404"):
+    with pytest.raises(HarnessError, match=r"'default/no-such-project'.*404"):
         track_run(run_record, project="default/no-such-project")
     from polyaxon import settings
 
@@ -217,7 +217,9 @@ def test_a_run_that_fails_ends_failed_offline_and_on_the_api(run_record: Path, t
     assert run.status == "failed" and run.inputs["concurrency"] == 2
 
 
-def test_a_record_under_the_runs_outputs_is_referenced_in_place_and_one_elsewhere_copied(run_record: Path, tmp_path: Path):
+def test_a_record_under_the_runs_outputs_is_referenced_in_place_and_one_elsewhere_copied(
+    run_record: Path, tmp_path: Path
+):
     """In a managed run the record is written to {{ globals.run_outputs_path }}/run: logging it must not copy it
     a second time. Offline, the run's outputs directory plays that part."""
     offline = tmp_path / "offline"
