@@ -73,6 +73,7 @@ def write_record(run_dir: Path, *, max_num_seqs: int, requests: int, rng: np.ran
     queued = max(0, CONCURRENCY - max_num_seqs)
     scheduled = np.sort(rng.uniform(0, SAMPLES_PER_RUN, requests))
     dispatch = scheduled + rng.uniform(0, 0.002, requests)
+    sent = dispatch + rng.uniform(0, 0.0005, requests)  # the bytes leave the client a little after dispatch
     ttft_s = rng.gamma(4, 0.01 * (1 + queued), requests)
     tpot_s = rng.gamma(9, 0.001 * (1 + min(max_num_seqs, CONCURRENCY) / 8), requests)
     steps = np.arange(OUTPUT_TOKENS)
@@ -82,7 +83,7 @@ def write_record(run_dir: Path, *, max_num_seqs: int, requests: int, rng: np.ran
     columns = {
         "index": pa.array(np.arange(requests)), "prompt_id": pa.array([f"p{i % 512}" for i in range(requests)]),
         "warmup": pa.array(np.zeros(requests, bool)), "max_tokens": pa.array(np.full(requests, OUTPUT_TOKENS)),
-        "scheduled_s": pa.array(scheduled), "dispatch_s": pa.array(dispatch),
+        "scheduled_s": pa.array(scheduled), "dispatch_s": pa.array(dispatch), "sent_s": pa.array(sent),
         "first_token_s": pa.array(scheduled + ttft_s), "end_s": pa.array(end),
         "chunk_times_s": pa.ListArray.from_arrays(offsets, pa.array(chunk_times.ravel())),
         "chunk_tokens": pa.ListArray.from_arrays(offsets, pa.array(np.ones(requests * OUTPUT_TOKENS, np.int64))),
