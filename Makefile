@@ -26,5 +26,8 @@ browser:
 demo: install engine
 	$(BIN)/harness demo
 
+# Lint and type-check first: they take seconds, the tests minutes.
 test: install engine browser
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
