@@ -1,10 +1,12 @@
 """What a run leaves on disk and the names of the figures it reports, in one place.
 
 The record's files are named here and nowhere else. `Output` names every output the analysis, the report
-and the dashboard read: the analysis cites `Output.TTFT_MS_P99`, never a string, so a figure renamed in
-the record and not here fails the test that holds these against the components' declared outputs
-(`tests/test_schema.py`), instead of reading as a silent None. The record models themselves are defined
-beside the code that writes them (`record.py`, `stats.py`, `capacity.py`, `device.py`).
+and the dashboard read: the analysis cites `Output.TTFT_MS_P99`, never a string, and tests hold the names
+against the components' declared outputs (`tests/test_schema.py`) and against what a record can give
+(`tests/launch/test_cluster_path.py`), so a renamed figure fails a test instead of reading as a silent None.
+The models of the stages' own records stay beside the code that writes them (`measure/record.py`,
+`measure/stats.py`, `observe/capacity.py`, `observe/device.py`): they are built from that stage's types,
+and a base module importing them would make every stage depend on every other.
 """
 
 from __future__ import annotations
