@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pydantic
 import pytest
 
-from harness.calibrate.field_check import run_field_check
+from harness.calibrate.field_check import check_logged, run_field_check
 from harness.calibrate.field_corpus import load_corpus
+from harness.predict.model_shape import load_model_shape
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
 
@@ -72,24 +74,15 @@ def test_cases_without_a_config_are_listed_not_scored(report):
 def test_a_case_whose_log_holds_several_starts_names_the_one_it_scores(report):
     # The 29k case's source comment posts the 20k start's block first; given both blocks, the case must say which
     # start it scores, and scoring start 2 gives the very figures the 29k case gets from its own block.
-    import sys
-
-    import pydantic
-
-    from harness.calibrate.field_check import check_logged
-    from harness.predict.model_shape import load_model_shape
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_server_logs import ISSUE_10517_TWO_STARTS
-
+    two_starts = (Path(__file__).parents[1] / "fixtures" / "logs" / "issue-10517-two-starts.log").read_text()
     cases, _ = load_corpus(CORPUS)
     alone = next(c for c in cases if c.id == "v063-llama31-8b-rtx3090-len29000-fails")
     fields = alone.model_dump(exclude={"id", "log", "start"})
     with pytest.raises(pydantic.ValidationError, match="the log holds 2 starts: name the one the case scores"):
-        type(alone)(id="both", log=ISSUE_10517_TWO_STARTS, **fields)
+        type(alone)(id="both", log=two_starts, **fields)
     with pytest.raises(pydantic.ValidationError, match="'start: 3' but the log holds 2 start"):
-        type(alone)(id="both", log=ISSUE_10517_TWO_STARTS, start=3, **fields)
-    both = type(alone)(id="both", log=ISSUE_10517_TWO_STARTS, start=2, **fields)
+        type(alone)(id="both", log=two_starts, start=3, **fields)
+    both = type(alone)(id="both", log=two_starts, start=2, **fields)
     shape = load_model_shape(str(CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json"))
     assert check_logged(both, shape) == check_logged(alone, shape) == _case(report, alone.id).logged
     assert both.parsed().kv_cache_tokens_at_failure == 23648

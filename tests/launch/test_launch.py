@@ -169,7 +169,7 @@ with local_cpu_engine(Path({model!r}), Path({log!r})) as engine:
 @pytest.mark.engine
 @pytest.mark.parametrize("caller_signal", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_no_engine_process_outlives_a_killed_caller(tiny_model_dir: Path, tmp_path: Path, caller_signal) -> None:
-    script = CALLER.format(tests=str(Path(__file__).parent), model=str(tiny_model_dir), log=str(tmp_path / "e.log"))
+    script = CALLER.format(tests=str(Path(__file__).parents[1]), model=str(tiny_model_dir), log=str(tmp_path / "e.log"))
     caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         line = caller.stdout.readline()

@@ -397,23 +397,7 @@ def test_a_whole_real_log_gives_its_first_specific_cause(name: str, cause: str |
     assert found == cause if cause is None else (found or "").startswith(cause)
 
 
-# vllm-project/vllm#10517, comment by kaspersiminski (2024-12-02): Llama-3.1-8B on an RTX 3090 started at
-# --max-model-len 20000 ("20k - OK") and again at 29000 ("29k - BAD"), the two code blocks as posted, in order
-# (the poster had cut the log headers, and the "#" before the first "GPU blocks").
-ISSUE_10517_TWO_STARTS = """\
-Loading model weights took 14.9888 GB
-Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.06GiB \
-memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=3.81GiB gpu_memory_utilization=0.90
-GPU blocks: 1952, # CPU blocks: 2048
-Maximum concurrency for 20000 tokens per request: 1.56x
-Loading model weights took 14.9888 GB
-Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.98GiB \
-memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=2.89GiB gpu_memory_utilization=0.90
-# GPU blocks: 1478, # CPU blocks: 2048
-Maximum concurrency for 29000 tokens per request: 0.82x
-The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache (23648). \
-Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.
-"""
+ISSUE_10517_TWO_STARTS = (LOGS / "issue-10517-two-starts.log").read_text()
 
 
 def test_a_log_with_two_starts_is_read_one_start_at_a_time() -> None:
