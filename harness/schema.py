@@ -20,17 +20,17 @@ from pydantic import BaseModel
 class RunFile:
     """Every file of a run record directory (plain strings: pathlib cannot intern an enum member)."""
 
-    CONFIG: Final = "config.json"  # what was asked (`record.RunConfig`)
-    ENVIRONMENT: Final = "environment.json"  # what answered (`record.Environment`)
+    CONFIG: Final = "config.json"  # what was asked (`measure.record.RunConfig`)
+    ENVIRONMENT: Final = "environment.json"  # what answered (`measure.record.Environment`)
     ENGINE: Final = "engine.json"  # the engine's command line and limits (`EngineRecord`)
-    DEVICE: Final = "device.json"  # the device and its memory peaks (`device.DeviceRecord`)
-    CAPACITY: Final = "capacity.json"  # logged and predicted KV capacity (`capacity.CapacityReport`)
+    DEVICE: Final = "device.json"  # the device and its memory peaks (`observe.device.DeviceRecord`)
+    CAPACITY: Final = "capacity.json"  # logged and predicted KV capacity (`observe.capacity.CapacityReport`)
     ENGINE_LOG: Final = "engine.log"  # the engine's start-up log, verbatim
-    SUMMARY: Final = "summary.json"  # the run's figures (`stats.RunSummary`)
-    REQUESTS: Final = "requests.jsonl"  # one `client.RequestRecord` per line, appended as each ends
+    SUMMARY: Final = "summary.json"  # the run's figures (`measure.stats.RunSummary`)
+    REQUESTS: Final = "requests.jsonl"  # one `measure.client.RequestRecord` per line, appended as each ends
     REQUESTS_PARQUET: Final = "requests.parquet"  # the same, columnar, written at the end
-    SAMPLES: Final = "samples.jsonl"  # one `record.ServerSample` per /metrics scrape
-    TRACKING: Final = "tracking.json"  # the Polyaxon run this record became (`tracking.TrackedRun`)
+    SAMPLES: Final = "samples.jsonl"  # one `measure.record.ServerSample` per /metrics scrape
+    TRACKING: Final = "tracking.json"  # the Polyaxon run this record became (`TrackedRun`)
 
 
 class EngineRecord(BaseModel):
