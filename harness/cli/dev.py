@@ -45,8 +45,6 @@ def emulate(
 
 
 model_app = typer.Typer(no_args_is_help=True, help="The generated tiny model the CPU engine serves.")
-
-
 app.add_typer(model_app, name="model")
 
 

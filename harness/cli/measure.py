@@ -11,14 +11,8 @@ from harness.cli.app import app, one_line_errors
 from harness.errors import EXIT_CODES_HELP, EXIT_ENGINE_DID_NOT_START, EXIT_INVALID, HarnessError, exit_code_for_signal
 
 prompts_app = typer.Typer(no_args_is_help=True, help="Frozen, token-counted prompt inventories.")
-
-
 prompts_build_app = typer.Typer(no_args_is_help=True, help="Build an inventory; the same recipe gives the same bytes.")
-
-
 prompts_app.add_typer(prompts_build_app, name="build")
-
-
 app.add_typer(prompts_app, name="prompts")
 
 
