@@ -7,6 +7,7 @@ measurement can be checked against the truth. Engine behaviour is measured on th
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import time
@@ -327,6 +328,7 @@ def serve(config: EmulatorConfig) -> None:
     with a listen backlog that takes a thousand simultaneous connects without SYN retries.
     Like vLLM, no `_created` series next to the counters."""
     prometheus_client.disable_created_metrics()
+    gc.freeze()  # what start-up imported is never garbage: a collection need not walk it under load
     try:
         web.run_app(
             Emulator(config).app(),

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from harness.errors import HarnessError
@@ -44,13 +45,17 @@ def run(inventory_dir: Path, base_url: str, out: Path, *, max_tokens: int | None
 
 
 def test_injected_ttft_and_itl_are_recovered(inventory_dir: Path, tmp_path: Path) -> None:
-    """Delays large enough that a busy machine's scheduling jitter stays inside a 5 % tolerance."""
-    with emulator(ttft_ms=200, itl_ms=20, tokens_per_chunk=2) as base_url:
+    """A TTFT long enough that the fixed costs of eight simultaneous sends on a busy 2-core machine (a few ms of
+    client send delay, request parsing in the emulator) stay inside a 5 % tolerance."""
+    with emulator(ttft_ms=400, itl_ms=20, tokens_per_chunk=2) as base_url:
         summary = run(inventory_dir, base_url, tmp_path, concurrency=8, requests=40, warmup_requests=4)
         server_lateness_ms = httpx.post(f"{base_url}/emulator/lateness").json()["first_token_lateness_ms"]
     assert len(server_lateness_ms) == 44  # the emulator's own account of every first token it wrote
     assert summary.requests_ok == 40 and summary.errors_by_class == {}
-    assert 200.0 <= summary.latency["ttft_ms_p50"] <= 210.0
+    # TTFT = the injected 400 ms, + how late the emulator itself wrote the first token (its own account), + the
+    # client's and the transfer's share, which must stay within 5 % (20 ms).
+    server_late_ms = float(np.percentile(server_lateness_ms, 75))
+    assert 400.0 <= summary.latency["ttft_ms_p50"] <= 420.0 + server_late_ms
     # 2 tokens per chunk every 40 ms is 20 ms per token, not 40.
     assert summary.latency["itl_ms_p50"] == pytest.approx(20.0, abs=1.0)
     assert summary.latency["tpot_ms_mean"] == pytest.approx(20.0, abs=1.0)
