@@ -7,7 +7,6 @@ series over time. Nothing here interprets the figures.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.measure.record import check_run_files, read_samples
+from harness.measure.record import RunConfig, check_run_files, read_samples
 from harness.polyaxon_client import quiet_polyaxon
 from harness.schema import RunFile, TrackedRun
 from harness.track.tracking import SERIES, live_name, run_io
@@ -67,8 +66,6 @@ def read_run_directory(run_dir: Path) -> SourcedRun:
     except ValidationError as error:
         source = run_dir / MODEL_FILES.get(error.title, error.title)
         raise HarnessError(describe_validation_error(error, source)) from None
-    except json.JSONDecodeError as error:
-        raise HarnessError(f"{run_dir / RunFile.ENGINE}: not JSON: {error}") from None
     return SourcedRun(run_uuid=run_uuid, inputs=inputs, outputs=outputs, series=series, origin=str(run_dir))
 
 
@@ -77,7 +74,7 @@ def _record_uuid(run_dir: Path) -> str:
     tracking = run_dir / RunFile.TRACKING
     if tracking.exists():
         return TrackedRun.model_validate_json(tracking.read_text(encoding="utf-8")).run_uuid
-    return json.loads((run_dir / RunFile.CONFIG).read_text(encoding="utf-8"))["run_id"]
+    return RunConfig.model_validate_json((run_dir / RunFile.CONFIG).read_text(encoding="utf-8")).run_id
 
 
 def _samples_frame(run_dir: Path) -> pd.DataFrame:

@@ -78,6 +78,9 @@ def test_bad_sources_are_one_line_naming_the_file(tmp_path: Path):
     with pytest.raises(HarnessError, match=r"summary\.json: field 'requests_ok'"):
         runs_from_directories([tmp_path])
     (run_dir / "summary.json").unlink()
+    (run_dir / "engine.json").write_text('{"limits": [1, 2]}')
+    with pytest.raises(HarnessError, match=r"engine\.json: field 'limits'"):
+        runs_from_directories([tmp_path])
     (run_dir / "config.json").write_text("{not json")
     with pytest.raises(HarnessError, match=r"config\.json"):
         runs_from_directories([tmp_path])
