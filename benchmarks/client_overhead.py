@@ -39,9 +39,11 @@ from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inve
 from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.ready import wait_until_healthy
 from harness.measure.record import read_requests
+from harness.schema import RunFile
 
 ENGINE_VENV = Path(os.environ.get("HARNESS_ENGINE_VENV", Path.home() / ".cache/vllm-serving-harness/engine-venv"))
 HARNESS = str(Path(sys.executable).with_name("harness"))
+PROMPT_HEAD = 8  # the emulator names each first token it wrote by its prompt's first 8 token ids
 
 HARNESS_DRIVER = """
 import io, json, sys, time
@@ -60,7 +62,8 @@ config, inventory = build_run_config(RunOptions(
 ))
 cpu, wall = time.process_time(), time.perf_counter()
 run_load(config, inventory, Path(spec["out"]), ready_timeout_s=30)
-print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}))
+print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall,
+                  "unix_minus_monotonic_s": time.time() - time.perf_counter()}))
 """
 
 VLLM_DRIVER = """
@@ -86,6 +89,10 @@ first_wave = sorted(
 )[:spec["streams"]]
 print(json.dumps({
     "cpu_s": cpu, "wall_s": wall, "chunks": sum(len(itl) + 1 for _, itl in served),
+    # on the machine's monotonic clock, per prompt in input order (None: failed)
+    "first_token_read_s": [
+        start + ttft if ttft else None for start, ttft in zip(result["start_times"], result["ttfts"])
+    ],
     "ttft_error_ms": [ttft * 1000 - spec["ttft_ms"] for ttft, _ in served],
     "first_wave_ttft_error_ms": [ttft * 1000 - spec["ttft_ms"] for _, ttft in first_wave],
     "itl_error_ms": [gap * 1000 - spec["itl_ms"] for _, itl in served for gap in itl],
@@ -126,7 +133,9 @@ def run_tool(command: list[str], cpu: int | None, emulator: subprocess.Popen, ba
         raise SystemExit(f"{command[0]} failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["emulator_cpu_fraction"] = (process_cpu_s(emulator.pid) - emulator_cpu) / (time.perf_counter() - started)
-    result["emulator_late_ms"] = httpx.post(f"{base_url}/emulator/lateness").json()["first_token_lateness_ms"]
+    account = httpx.post(f"{base_url}/emulator/lateness").json()
+    result["emulator_late_ms"] = account["first_token_lateness_ms"]
+    result["written_s"] = {tuple(token["prompt_head"]): token["written_s"] for token in account["first_tokens"]}
     return result
 
 
@@ -135,12 +144,22 @@ def spec_file(spec: dict, path: Path) -> str:
     return str(path)
 
 
-def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.Popen, args) -> dict:
+def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.Popen, args, heads: dict) -> dict:
     command = [sys.executable, "-c", HARNESS_DRIVER, spec_file({**spec, "out": str(out)}, out.with_suffix(".json"))]
     result = run_tool(command, cpu, emulator, spec["base_url"])
     records = [r for r in read_requests(out) if r.error_class is None]
     result["chunks"] = sum(len(r.chunk_times_s) for r in records)
     result["ttft_error_ms"] = [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in records]
+    # The run's times on the machine's monotonic clock, where the emulator stamped its writes.
+    zero_s = json.loads((out / RunFile.CONFIG).read_text())["clock_zero_unix_s"] - result["unix_minus_monotonic_s"]
+    written = [result["written_s"][heads[r.prompt_id]] - zero_s for r in records]
+    result["read_delay_ms"] = [(r.first_token_s - w) * 1000 for r, w in zip(records, written, strict=True)]
+    result["client_share_ms"] = [
+        (r.sent_s - r.scheduled_s + r.first_token_s - w) * 1000 for r, w in zip(records, written, strict=True)
+    ]
+    result["server_share_ms"] = [
+        (w - r.sent_s) * 1000 - args.ttft_ms for r, w in zip(records, written, strict=True)
+    ]
     first_wave = sorted(records, key=lambda r: r.scheduled_s)[: spec["streams"]]
     result["first_wave_ttft_error_ms"] = [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in first_wave]
     result["itl_error_ms"] = [
@@ -155,7 +174,12 @@ def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.P
 def vllm_trial(spec: dict, cpu: int | None, emulator: subprocess.Popen, work: Path) -> dict:
     python = str(ENGINE_VENV / "bin" / "python")
     command = [python, "-c", VLLM_DRIVER, spec_file(spec, work / "vllm-spec.json")]
-    return run_tool(command, cpu, emulator, spec["base_url"])
+    result = run_tool(command, cpu, emulator, spec["base_url"])
+    result["read_delay_ms"] = [
+        (read - result["written_s"][tuple(ids[:PROMPT_HEAD])]) * 1000
+        for ids, read in zip(spec["prompts"], result.pop("first_token_read_s"), strict=True) if read is not None
+    ]
+    return result
 
 
 def main() -> None:
@@ -183,6 +207,7 @@ def main() -> None:
     )
     inventory = build_token_id_inventory("client-overhead", recipe)
     inventory_dir = write_inventory(inventory, work / "inventory")
+    heads = {p.prompt_id: tuple(p.token_ids[:PROMPT_HEAD]) for p in inventory.prompts}
     emulator, base_url = start_emulator(args, emulator_cpu)
     pinning = f"emulator cpu {emulator_cpu}, clients cpu {client_cpu}" if client_cpu is not None else "no"
     print(f"emulator: TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, 1 token per chunk; "
@@ -205,7 +230,7 @@ def main() -> None:
                 for tool in order:
                     if tool == "harness":
                         out = work / f"run-{streams}-{round_index}"
-                        trials[tool].append(harness_trial(spec, out, client_cpu, emulator, args))
+                        trials[tool].append(harness_trial(spec, out, client_cpu, emulator, args, heads))
                     else:
                         trials[tool].append(vllm_trial(spec, client_cpu, emulator, work))
             rows.append((streams, trials))
@@ -228,8 +253,7 @@ def print_table(rows: list[tuple[int, dict[str, list[dict]]]]) -> None:
 
     header = (
         f"{'streams':>7} | {'chunks/s harness':>16} {'vllm':>7} | {'cpu ms/1k chunks harness':>24} {'vllm':>6} "
-        f"{'ratio':>6} | {'ttft err ms p50/p99 harness':>27} {'vllm':>13} | {'itl err ms harness':>18} "
-        f"{'vllm':>13} | {'emulator late ms':>16} {'cpu %':>5} | {'first wave ttft err harness':>27} {'vllm':>13}"
+        f"{'ratio':>6} | {'emulator cpu %':>14} | {'itl err ms harness':>18} {'vllm':>13}"
     )
     print(header)
     print("-" * len(header))
@@ -238,10 +262,23 @@ def print_table(rows: list[tuple[int, dict[str, list[dict]]]]) -> None:
         emulator = 100 * max(t["emulator_cpu_fraction"] for t in harness + vllm)
         print(
             f"{streams:>7} | {rate(harness):>16,.0f} {rate(vllm):>7,.0f} | {per_1000(harness):>24.1f} "
-            f"{per_1000(vllm):>6.1f} {per_1000(harness) / per_1000(vllm):>6.2f} | "
-            f"{error(harness, 'ttft_error_ms'):>27} {error(vllm, 'ttft_error_ms'):>13} | "
-            f"{error(harness, 'itl_error_ms'):>18} {error(vllm, 'itl_error_ms'):>13} | "
-            f"{error(harness + vllm, 'emulator_late_ms'):>16} {emulator:>5.0f} | "
+            f"{per_1000(vllm):>6.1f} {per_1000(harness) / per_1000(vllm):>6.2f} | {emulator:>14.0f} | "
+            f"{error(harness, 'itl_error_ms'):>18} {error(vllm, 'itl_error_ms'):>13}"
+        )
+    print("\nTTFT error, ms p50/p99: measured TTFT - configured TTFT. The harness's split: client = its send "
+          "delay + its read delay; server = from its bytes leaving to the emulator's first-token write.")
+    header = (
+        f"{'streams':>7} | {'ttft err harness':>16} {'vllm':>13} | {'client share':>12} {'server share':>12} | "
+        f"{'read delay harness':>18} {'vllm':>13} | {'first wave ttft err harness':>27} {'vllm':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    for streams, trials in rows:
+        harness, vllm = trials["harness"], trials["vllm"]
+        print(
+            f"{streams:>7} | {error(harness, 'ttft_error_ms'):>16} {error(vllm, 'ttft_error_ms'):>13} | "
+            f"{error(harness, 'client_share_ms'):>12} {error(harness, 'server_share_ms'):>12} | "
+            f"{error(harness, 'read_delay_ms'):>18} {error(vllm, 'read_delay_ms'):>13} | "
             f"{error(harness, 'first_wave_ttft_error_ms'):>27} {error(vllm, 'first_wave_ttft_error_ms'):>13}"
         )
 

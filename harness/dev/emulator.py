@@ -148,7 +148,7 @@ class Emulator:
         self.admission = Admission(config.max_num_seqs, config.kv_capacity_tokens)
         self.metrics = EngineMetrics(config, self.admission)
         self.arrivals = itertools.count(1)
-        self.first_token_lateness_s: list[float] = []
+        self.first_tokens: list[dict] = []  # see `lateness`
         self.peers_seen: set[tuple] = set()
         self.streams_on_new_connections = 0
 
@@ -184,10 +184,18 @@ class Emulator:
 
     async def lateness(self, request: web.Request) -> web.Response:
         """How late the emulator itself wrote each first token since the last call (and forget them):
-        the part of a client's TTFT error that is the server's, not the client's."""
-        late_ms = [late_s * 1000 for late_s in self.first_token_lateness_s]
-        self.first_token_lateness_s = []
-        return web.json_response({"first_token_lateness_ms": late_ms})
+        the part of a client's TTFT error that is the server's, not the client's.
+
+        Per first token: the prompt's first token ids (to match a client's record), and on the
+        machine's monotonic clock (`time.perf_counter`, shared by every process) when its handler
+        started and when the token was written. A client on the same machine splits its TTFT error
+        with them: before the handler started, the client's send and the server's accept; after the
+        write, the client's read."""
+        first_tokens, self.first_tokens = self.first_tokens, []
+        return web.json_response({
+            "first_token_lateness_ms": [token.pop("late_s") * 1000 for token in first_tokens],
+            "first_tokens": first_tokens,
+        })
 
     async def connections(self, request: web.Request) -> web.Response:
         """How many streams were a connection's first request: such a stream had to connect first, and
@@ -237,7 +245,9 @@ class Emulator:
             chunks = ChunkWriter(self.config.model, chat, prompt_tokens, options)
             if chat:
                 await response.write(chunks.role())
-            if not await self._stream(request, response, chunks, admitted, max_tokens, drop):
+            prompt = body.get("prompt")
+            account = {"prompt_head": prompt[:8] if isinstance(prompt, list) else None, "handler_start_s": arrived}
+            if not await self._stream(request, response, chunks, admitted, max_tokens, drop, account):
                 return response
             if options.get("include_usage"):
                 await response.write(chunks.usage_only(max_tokens))
@@ -257,11 +267,13 @@ class Emulator:
         admitted: float,
         max_tokens: int,
         drop: bool,
+        account: dict,
     ) -> bool:
         """First token at arrival (or admission, after a wait) + TTFT, then `tokens_per_chunk` tokens per
         chunk on absolute deadlines, so a late wake-up does not delay every later token.
 
-        Returns False when the connection was dropped on purpose.
+        The first token's write completes `account` and keeps it (see `lateness`). Returns False when the
+        connection was dropped on purpose.
         """
         ttft_s = self.config.ttft_ms / 1000
         itl_s = self.config.itl_ms / 1000
@@ -270,13 +282,13 @@ class Emulator:
         while emitted < max_tokens:
             batch = 1 if emitted == 0 else min(self.config.tokens_per_chunk, max_tokens - emitted)
             deadline = admitted + ttft_s + (emitted + batch - 1) * itl_s
-            delay = deadline - time.perf_counter()
-            if delay > 0:
+            while (delay := deadline - time.perf_counter()) > 0:  # uvloop's millisecond timers may wake early
                 await asyncio.sleep(delay)
             emitted += batch
             await response.write(chunks.tokens(batch, emitted, emitted == max_tokens))
             if emitted == 1:
-                self.first_token_lateness_s.append(time.perf_counter() - deadline)
+                written = time.perf_counter()
+                self.first_tokens.append({**account, "written_s": written, "late_s": written - deadline})
             sent_chunks += 1
             if drop and sent_chunks == 2 and request.transport is not None:
                 request.transport.abort()

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -126,7 +126,7 @@ def classify_status(status: int, message: str) -> ErrorClass:
 def aiohttp_transport(base_url: str, max_connections: int, *, trace_sends: bool = False) -> AiohttpTransport:
     """httpx over aiohttp. A plain-HTTP server gets no verifying TLS context: building one loads the CA
     bundle (~80 ms of CPU) for connections that never use it. `trace_sends` times each request's bytes
-    leaving the client (see `SendTimes`)."""
+    leaving the client and gives the send turn back (see `Sending`)."""
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
     verify = base_url.startswith("https://")
     if not trace_sends:
@@ -135,34 +135,84 @@ def aiohttp_transport(base_url: str, max_connections: int, *, trace_sends: bool 
     def traced_session() -> aiohttp.ClientSession:  # called inside the event loop, on first use
         connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=limits.keepalive_expiry,
                                          ssl=httpx.create_ssl_context(verify=verify) if verify else False)
-        return aiohttp.ClientSession(connector=connector, trace_configs=[SendTimes.trace_config()])
+        return aiohttp.ClientSession(connector=connector, trace_configs=[Sending.trace_config()])
 
     return AiohttpTransport(limits=limits, verify=verify, client=traced_session)
 
 
-class SendTimes:
-    """When the last chunk of a request left the client, as aiohttp's tracing reports it.
+class Sending:
+    """One request on its way out: when its bytes left the client, and its turn to send.
 
     A request's coroutine starting (dispatch) is not its bytes leaving: between the two lie the pool
     wait, a connection being opened, and an event loop busy with other streams. httpx hides aiohttp's
-    per-request trace context, so each `send` puts a holder in a context variable, which the write
-    callbacks (running in the sending task or one it spawned) fill in.
+    per-request trace context, so each `send` puts its `Sending` in a context variable, which aiohttp's
+    trace callbacks (running in the sending task or one it spawned) find. They stamp each write, and give
+    the turn back as the body goes out, or as a connect starts (a connect waits on the network, not on
+    this client's CPU).
     """
 
-    current: contextvars.ContextVar[list[float]] = contextvars.ContextVar("request_sent_at")
+    current: contextvars.ContextVar[Sending] = contextvars.ContextVar("sending")
+
+    def __init__(self) -> None:
+        self.sent_at: list[float] = []
+        self.give_back_turn: Callable[[], None] = lambda: None
 
     @classmethod
     def trace_config(cls) -> aiohttp.TraceConfig:
         trace = aiohttp.TraceConfig()
-        trace.on_request_headers_sent.append(cls._sent)
-        trace.on_request_chunk_sent.append(cls._sent)
+        trace.on_request_headers_sent.append(cls._headers_sent)
+        trace.on_request_chunk_sent.append(cls._chunk_sent)
+        trace.on_connection_create_start.append(cls._connecting)
         return trace
 
     @classmethod
-    async def _sent(cls, *_: object) -> None:
-        holder = cls.current.get(None)
-        if holder is not None:
-            holder.append(time.perf_counter())
+    async def _headers_sent(cls, *_: object) -> None:
+        if (sending := cls.current.get(None)) is not None:
+            sending.sent_at.append(time.perf_counter())
+
+    @classmethod
+    async def _chunk_sent(cls, *_: object) -> None:
+        """aiohttp calls this just before it writes the chunk, in the same step: the next request's turn
+        starts after these bytes are on the socket."""
+        if (sending := cls.current.get(None)) is not None:
+            sending.sent_at.append(time.perf_counter())
+            sending.give_back_turn()
+
+    @classmethod
+    async def _connecting(cls, *_: object) -> None:
+        if (sending := cls.current.get(None)) is not None:
+            sending.give_back_turn()
+
+
+class SendTurn:
+    """Requests are built and written one at a time, each to the socket before the next is built.
+
+    Without turns, streams that become due in the same loop turn (a burst of arrivals, or a closed
+    loop's streams ending together) each build their request, and aiohttp writes every one from a task
+    of the next turn (Python 3.11 has no eager tasks): the first request's bytes wait for all the others'
+    building, and the last one's for all the others' writing, ~0.4 ms each. With turns, a request's send
+    delay is its own building and writing; the wait for its turn comes before, where it is the client's
+    (see `StreamingClient.send`)."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def take(self) -> AsyncIterator[Callable[[], None]]:
+        """Yields the function that gives the turn back; it is given back on leaving in any case."""
+        await self.lock.acquire()
+        held = True
+
+        def give_back() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self.lock.release()
+
+        try:
+            yield give_back
+        finally:
+            give_back()
 
 
 class StreamingClient:
@@ -183,6 +233,7 @@ class StreamingClient:
             timeout=timeout,
             transport=aiohttp_transport(settings.base_url, settings.pool_size, trace_sends=True),
         )
+        self.send_turn = SendTurn()
 
     async def __aenter__(self) -> StreamingClient:
         return self
@@ -204,34 +255,30 @@ class StreamingClient:
 
         await asyncio.gather(*(touch() for _ in range(count)))
 
-    async def send(self, prompt: PromptRequest, scheduled_s: float) -> RequestRecord:
-        path, body = request_body(self.settings.model, prompt, self.settings.temperature)
+    async def send(self, prompt: PromptRequest, scheduled_s: float | None = None) -> RequestRecord:
+        """`scheduled_s` None: the request is due when its turn to send comes, as a closed loop's next
+        request is; the wait for the turn is then the client's time between requests, not the server's
+        latency. A scheduled request carries that wait in its dispatch lag and TTFT."""
         stream = StreamState()
-        sent_at: list[float] = []
-        SendTimes.current.set(sent_at)
+        sending = Sending()
+        Sending.current.set(sending)
         dispatch_s = self.now()
         status: int | None = None
         error_class: ErrorClass | None = None
         error: str | None = None
-        loop = asyncio.get_running_loop()
         deadline = asyncio.timeout(self.settings.read_timeout_s)
         try:
-            async with deadline, self.http.stream(
-                "POST", path, content=json.dumps(body).encode(), headers=JSON
-            ) as response:
-                status = response.status_code
-                if status >= 400:
-                    message = (await response.aread()).decode(errors="replace")
-                    error_class, error = classify_status(status, message), message[:500]
-                else:
-                    await stream.consume(
-                        response, self.clock_zero,
-                        on_read=lambda: deadline.reschedule(loop.time() + self.settings.stall_timeout_s),
-                    )
-                    if stream.error is not None:
-                        error_class, error = stream.error
-                    elif not stream.done:
-                        error_class, error = ErrorClass.connection_reset, "stream ended before [DONE]"
+            async with self.send_turn.take() as give_back_turn:
+                sending.give_back_turn = give_back_turn
+                await asyncio.sleep(0)  # let work already due run first: the bytes would wait behind it
+                dispatch_s = self.now()
+                path, body = request_body(self.settings.model, prompt, self.settings.temperature)
+                async with deadline, self.http.stream(
+                    "POST", path, content=json.dumps(body).encode(), headers=JSON
+                ) as response:
+                    give_back_turn()
+                    status = response.status_code
+                    error_class, error = await self._receive(response, stream, deadline)
         except TimeoutError as exc:
             if not deadline.expired():
                 error_class, error = classify_exception(exc), f"{type(exc).__name__}: {exc}"[:500]
@@ -252,9 +299,9 @@ class StreamingClient:
             prompt_id=prompt.prompt_id,
             warmup=prompt.warmup,
             max_tokens=prompt.max_tokens,
-            scheduled_s=scheduled_s,
+            scheduled_s=dispatch_s if scheduled_s is None else scheduled_s,
             dispatch_s=dispatch_s,
-            sent_s=sent_at[-1] - self.clock_zero if sent_at else None,
+            sent_s=sending.sent_at[-1] - self.clock_zero if sending.sent_at else None,
             first_token_s=stream.chunk_times_s[0] if stream.chunk_times_s else None,
             end_s=self.now(),
             chunk_times_s=stream.chunk_times_s,
@@ -266,6 +313,24 @@ class StreamingClient:
             error_class=error_class,
             error=error,
         )
+
+    async def _receive(
+        self, response: httpx.Response, stream: StreamState, deadline: asyncio.Timeout
+    ) -> tuple[ErrorClass | None, str | None]:
+        """An error status's message, or the stream parsed as it arrives; each read restarts the deadline
+        as the stall timeout."""
+        if response.status_code >= 400:
+            message = (await response.aread()).decode(errors="replace")
+            return classify_status(response.status_code, message), message[:500]
+        loop = asyncio.get_running_loop()
+        await stream.consume(
+            response, self.clock_zero, on_read=lambda: deadline.reschedule(loop.time() + self.settings.stall_timeout_s)
+        )
+        if stream.error is not None:
+            return stream.error
+        if not stream.done:
+            return ErrorClass.connection_reset, "stream ended before [DONE]"
+        return None, None
 
 
 class StreamState:

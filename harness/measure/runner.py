@@ -202,11 +202,8 @@ async def send_all(
 ) -> None:
     """Closed loop: N workers, each sending its next request the moment its last one ends.
     Open loop: a dispatcher that sends at the scheduled times, waiting for a free slot under a cap.
-    On cancellation, requests in flight end as 'cancelled' records.
-
-    Sends start one per loop turn: aiohttp writes a request's bytes from a task of the next turn (Python
-    3.11 has no eager tasks), so streams started in the same turn would each wait, bytes unsent, for every
-    other stream's send work (~0.4 ms each) and carry it in their TTFT."""
+    On cancellation, requests in flight end as 'cancelled' records. Requests that become due together
+    go out one at a time (`SendTurn`)."""
     slots = plan(config.load, len(inventory.prompts))
     load_start_s = client.now()  # the schedule's zero: after the baseline scrape, not at the clock's zero
 
@@ -218,19 +215,15 @@ async def send_all(
 
         async def worker() -> None:
             for slot in slots:
-                scheduled_s = client.now()
-                if duration_s is not None and scheduled_s - load_start_s > duration_s:
+                if duration_s is not None and client.now() - load_start_s > duration_s:
                     return
-                record = await client.send(request(slot), scheduled_s)
+                record = await client.send(request(slot))  # due when its turn to send comes
                 finished(record)
                 if record.error_class == ErrorClass.cancelled:
                     return
 
-        workers: list[asyncio.Task] = []
+        workers = [asyncio.create_task(worker()) for _ in range(config.load.concurrency)]
         try:
-            for _ in range(config.load.concurrency):
-                workers.append(asyncio.create_task(worker()))
-                await asyncio.sleep(0)
             await asyncio.gather(*workers)
         except asyncio.CancelledError:
             await _cancel_all(workers)

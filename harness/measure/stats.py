@@ -1,7 +1,8 @@
 """Pure statistics over request records and server samples: the run's summary and its validity.
 
 Latencies are measured from the *scheduled* send time, so a client that queued a request (for a free
-slot or because it fell behind) shows that wait in TTFT and E2E instead of hiding it.
+slot or because it fell behind) shows that wait in TTFT and E2E instead of hiding it. A closed loop has
+no schedule: its next request is due when its turn to send comes (`StreamingClient.send`).
 
 A run is invalid when the client did not measure the server: it fell behind its schedule, sent late,
 its event loop stalled, or its sampler missed its ticks. A server that delivered tokens in bursts is

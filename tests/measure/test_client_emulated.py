@@ -7,6 +7,7 @@ client's event loop. These tests are about the client side only; engine behaviou
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from harness.errors import HarnessError
+from harness.loopback import free_port
 from harness.measure.client import ClientSettings, ErrorClass, PromptRequest, StreamingClient
 from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.inventory_build import build_token_id_inventory
@@ -141,6 +143,52 @@ def test_the_pool_is_open_before_the_first_scheduled_send(inventory_dir: Path, t
     records = read_requests(tmp_path)
     assert len(records) == 20 and all(r.error_class is None for r in records)
     assert connections["streams_on_new_connections"] == 0
+
+
+def test_requests_due_together_go_out_one_at_a_time(inventory_dir: Path) -> None:
+    """Eight sends started in one loop pass: each request's clock starts only once the one before it has
+    written its bytes, so no request's send delay holds another's building and writing. Without the turn,
+    all eight would be dispatched before any byte left."""
+
+    async def eight_at_once(base_url: str) -> list:
+        settings = ClientSettings(base_url=base_url, model="emulated")
+        async with StreamingClient(settings, time.perf_counter()) as client:
+            await client.open_connections(8)
+            prompts = [PromptRequest(i, f"p{i}", False, 4, [10 + i] * 8, None, False) for i in range(8)]
+            return await asyncio.gather(*(client.send(prompt) for prompt in prompts))
+
+    with emulator(ttft_ms=50, itl_ms=1) as base_url:
+        records = asyncio.run(eight_at_once(base_url))
+        first_tokens = httpx.post(f"{base_url}/emulator/lateness").json()["first_tokens"]
+    assert all(r.error_class is None and r.sent_s is not None for r in records)
+    records.sort(key=lambda r: r.dispatch_s)
+    for earlier, later in itertools.pairwise(records):
+        assert later.dispatch_s >= earlier.sent_s
+        assert later.scheduled_s == later.dispatch_s  # due when its turn came: a closed loop's next request
+    # The emulator's account names each first token by its prompt's head; none was written before its 50 ms.
+    assert sorted(tuple(t["prompt_head"]) for t in first_tokens) == [(10 + i,) * 8 for i in range(8)]
+    assert all(t["written_s"] - t["handler_start_s"] >= 0.050 for t in first_tokens)
+
+
+def test_the_send_turn_is_given_back_by_failed_and_cancelled_sends() -> None:
+    """Refused connects give the turn back (three sends, three records, no wait on one another's turn), and a
+    send cancelled while waiting for its turn is recorded as cancelled, never sent."""
+
+    async def refused_then_cancelled(base_url: str) -> tuple[list, object]:
+        settings = ClientSettings(base_url=base_url, model="emulated", connect_timeout_s=2.0)
+        prompt = PromptRequest(0, "p", False, 4, [10] * 8, None, False)
+        async with StreamingClient(settings, time.perf_counter()) as client:
+            refused = await asyncio.wait_for(asyncio.gather(*(client.send(prompt) for _ in range(3))), 10)
+            async with client.send_turn.take():  # held: the next send waits for its turn
+                waiting = asyncio.create_task(client.send(prompt))
+                await asyncio.sleep(0.05)
+                waiting.cancel()
+                cancelled = await waiting
+        return refused, cancelled
+
+    refused, cancelled = asyncio.run(refused_then_cancelled(f"http://127.0.0.1:{free_port()}"))
+    assert [r.error_class for r in refused] == [ErrorClass.connection_refused] * 3
+    assert cancelled.error_class == ErrorClass.cancelled and cancelled.sent_s is None
 
 
 def test_an_output_cap_beyond_the_servers_context_is_refused_before_sending(
