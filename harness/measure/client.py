@@ -191,7 +191,9 @@ class SendTurn:
     loop's streams ending together) each build their request, and aiohttp writes every one from a task
     of the next turn (Python 3.11 has no eager tasks): the first request's bytes wait for all the others'
     building, and the last one's for all the others' writing, ~0.4 ms each. With turns, a request's send
-    delay is its own building and writing; the wait for its turn comes before, where it is the client's
+    delay is its own building and writing, plus what the loop runs between their steps (other streams'
+    chunks and endings: the first request of 64 that end together on one core still waits up to ~8 ms,
+    see benchmarks/client_overhead.py); the wait for its turn comes before, where it is the client's
     (see `StreamingClient.send`)."""
 
     def __init__(self) -> None:
