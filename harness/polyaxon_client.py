@@ -3,9 +3,9 @@
 The client logs a multi-line report before it raises, and raises many unrelated types (HTTP errors,
 connection errors, validation errors) that all mean the same to us: the call did not happen.
 
-One answer is not final: Polyaxon's API (the sandbox, at least) refuses some writes with HTTP 405 while it is
-busy compiling or stopping runs it was just sent, and takes the same write a moment later. A write that
-would otherwise fail a whole sweep asks again for a few seconds.
+One answer is not final: Polyaxon's API (the sandbox, at least) refuses calls with HTTP 405 while it is busy
+compiling or stopping runs it was just sent, and takes the same call a moment later (creating a run, stopping
+one, renaming and tagging one were each seen refused). Every call asks again for a few seconds.
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ T = TypeVar("T")
 
 BUSY_STATUS = 405
 BUSY_RETRY_INTERVAL_S = 1.0
-BUSY_RETRY_S = 10.0  # how long a write that a sweep depends on keeps asking
+BUSY_RETRY_S = 10.0  # how long a call keeps asking while the API answers 405
 
 
-def polyaxon_call(failure: str, call: Callable[[], T], busy_retry_s: float = 0.0) -> T:
+def polyaxon_call(failure: str, call: Callable[[], T]) -> T:
     """`call()`, or a HarnessError '<failure>: <ErrorType> <first line>' with the client kept quiet.
-    An HTTP 405 is asked again every second until `busy_retry_s` have passed."""
-    deadline = time.monotonic() + busy_retry_s
+    An HTTP 405 is asked again every second until BUSY_RETRY_S have passed."""
+    deadline = time.monotonic() + BUSY_RETRY_S
     logging.disable(logging.CRITICAL)
     try:
         while True:

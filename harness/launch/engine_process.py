@@ -234,6 +234,9 @@ def _wait_until_healthy(engine: RunningEngine, process: subprocess.Popen[bytes],
         raise EngineStartError(f"engine not healthy after {timeout_s:g} s (log: {engine.log_path})")
 
 
+TERMINATED = threading.Event()  # set by `stop_on_sigterm`'s handler; see `exit_if_terminated`
+
+
 @contextmanager
 def stop_on_sigterm() -> Iterator[None]:
     """Turn SIGTERM into SystemExit while the engine runs, so `finally` stops it and the log is complete."""
@@ -242,13 +245,23 @@ def stop_on_sigterm() -> Iterator[None]:
         return
 
     def exit_on_sigterm(signum: int, frame: object) -> None:
+        TERMINATED.set()
         raise SystemExit(128 + signum)
 
+    TERMINATED.clear()
     signal.signal(signal.SIGTERM, exit_on_sigterm)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def exit_if_terminated() -> None:
+    """The SystemExit again, for loops that call code which may swallow it: a SIGTERM that lands inside
+    Polyaxon's client (its compiled argument validation) is printed as 'Exception ignored' and lost, and
+    a sweep driver polling for its service would then wait out the whole running deadline."""
+    if TERMINATED.is_set():
+        raise SystemExit(128 + signal.SIGTERM)
 
 
 def _local_globals(log_path: Path) -> dict[str, Any]:

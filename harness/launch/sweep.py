@@ -21,11 +21,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from harness.errors import EXIT_INVALID, HarnessError
-from harness.launch.engine_process import EngineStartError, RunningEngine, local_engine
+from harness.launch.engine_process import EngineStartError, RunningEngine, exit_if_terminated, local_engine
 from harness.launch.experiment import SERVICE_LOG_ENV
 from harness.launch.local_executor import run_locally
 from harness.launch.specs import check_sweep, declared_inputs, load_operation, render
-from harness.polyaxon_client import BUSY_RETRY_S, polyaxon_call
+from harness.polyaxon_client import polyaxon_call
 from harness.schema import RunFile
 
 SWEEP_SCHEMA_VERSION = 1
@@ -143,7 +143,7 @@ class PolyaxonBackend:
         if self.queue:
             operation.queue = self.queue
         created = polyaxon_call(f"cannot create run '{name}' in {self.owner}/{self.project}",
-                                lambda: self.client.create(name=name, content=operation), busy_retry_s=BUSY_RETRY_S)
+                                lambda: self.client.create(name=name, content=operation))
         from polyaxon.client import RunClient
 
         return RunClient(owner=self.owner, project=self.project, run_uuid=created.uuid)
@@ -152,6 +152,7 @@ class PolyaxonBackend:
         deadline = time.monotonic() + deadline_s
         while True:
             run.refresh_data()
+            exit_if_terminated()
             status = str(run.run_data.status)
             if status in until or status in ENDED or time.monotonic() > deadline:
                 return status
@@ -175,8 +176,7 @@ class PolyaxonBackend:
             self._stop(run)
 
     def _stop(self, run: Any) -> None:
-        polyaxon_call(f"could not stop service {run.run_uuid}; stop it by hand", run.stop,
-                      busy_retry_s=BUSY_RETRY_S)
+        polyaxon_call(f"could not stop service {run.run_uuid}; stop it by hand", run.stop)
 
     def harness(self, index: int, service: str) -> tuple[str, Outcome, str | None]:
         run = self._create(self.harness_files, {**self.harness_params, "service_uuid": service},

@@ -24,7 +24,7 @@ from harness.measure.stats import RunSummary
 from harness.observe.capacity import CapacityReport
 from harness.observe.device import DeviceRecord
 from harness.observe.server_metrics import Histogram, MetricsSnapshot
-from harness.polyaxon_client import BUSY_RETRY_S, managed_run_uuid, polyaxon_call
+from harness.polyaxon_client import managed_run_uuid, polyaxon_call
 from harness.schema import EngineRecord, RunFile, TrackedRun
 from harness.track.point_name import name_matrix_child
 
@@ -289,7 +289,6 @@ def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, na
         lambda: tracking.init(owner=owner, project=project, run_uuid=run_uuid, is_new=True, name=name,
                               is_offline=offline_root is not None, artifacts_path=offline_path,
                               collect_resources=False, **quiet),
-        busy_retry_s=BUSY_RETRY_S,
     )
 
 

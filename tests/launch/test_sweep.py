@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from polyaxon.client import ProjectClient, RunClient
 
 from harness.errors import HarnessError
+from harness.launch.engine_process import stop_on_sigterm
 from harness.launch.specs import render
 from harness.launch.sweep import Outcome, PolyaxonBackend, run_sweep, sweep_points
 from harness.loopback import free_port
@@ -106,6 +110,31 @@ def test_the_experiment_sweep_runs_natively_as_one_child_per_point(polyaxon_api:
     assert {child.inputs["concurrency"] for child in children} == {32}
     held = [{k: v for k, v in child.inputs.items() if k != "max_num_seqs"} for child in children]
     assert all(inputs == held[0] for inputs in held)  # one limit at a time
+
+
+class SwallowingRun:
+    """A run whose refresh takes the SIGTERM and loses its SystemExit, as Polyaxon's client did in a CI run
+    ("Exception ignored in: 'get_run_with_http_info'"): the status never changes."""
+
+    def __init__(self) -> None:
+        self.refreshes = 0
+        self.run_data = SimpleNamespace(status="created")
+
+    def refresh_data(self) -> None:
+        self.refreshes += 1
+        if self.refreshes == 1:
+            with contextlib.suppress(SystemExit):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_sigterm_lost_inside_polyaxons_client_still_ends_the_wait(tmp_path: Path) -> None:
+    """Without the check after each refresh the wait would run to its 60 s deadline."""
+    run = SwallowingRun()
+    started = time.monotonic()
+    with stop_on_sigterm(), pytest.raises(SystemExit) as stopped:
+        backend("default/lost-signal", tmp_path, deadline_s=60)._wait(run, {"running"}, 60)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert run.refreshes == 1 and time.monotonic() - started < 5
 
 
 @pytest.mark.sandbox
