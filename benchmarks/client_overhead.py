@@ -29,10 +29,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import numpy as np
+from rich.console import Console
+from rich.table import Table
 
 from harness.loopback import free_port
 from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
@@ -244,43 +247,44 @@ def print_table(rows: list[tuple[int, dict[str, list[dict]]]]) -> None:
     def per_1000(trials: list[dict]) -> float:
         return 1e6 * sum(t["cpu_s"] for t in trials) / sum(t["chunks"] for t in trials)
 
-    def rate(trials: list[dict]) -> float:
-        return sum(t["chunks"] for t in trials) / sum(t["wall_s"] for t in trials)
+    def rate(trials: list[dict]) -> str:
+        return f"{sum(t['chunks'] for t in trials) / sum(t['wall_s'] for t in trials):,.0f}"
 
     def error(trials: list[dict], key: str) -> str:
         p50, p99 = np.percentile([e for t in trials for e in t[key]], [50, 99])
         return f"{p50:.2f}/{p99:.2f}"
 
-    header = (
-        f"{'streams':>7} | {'chunks/s harness':>16} {'vllm':>7} | {'cpu ms/1k chunks harness':>24} {'vllm':>6} "
-        f"{'ratio':>6} | {'emulator cpu %':>14} | {'itl err ms harness':>18} {'vllm':>13}"
-    )
-    print(header)
-    print("-" * len(header))
-    for streams, trials in rows:
-        harness, vllm = trials["harness"], trials["vllm"]
-        emulator = 100 * max(t["emulator_cpu_fraction"] for t in harness + vllm)
-        print(
-            f"{streams:>7} | {rate(harness):>16,.0f} {rate(vllm):>7,.0f} | {per_1000(harness):>24.1f} "
-            f"{per_1000(vllm):>6.1f} {per_1000(harness) / per_1000(vllm):>6.2f} | {emulator:>14.0f} | "
-            f"{error(harness, 'itl_error_ms'):>18} {error(vllm, 'itl_error_ms'):>13}"
-        )
-    print("\nTTFT error, ms p50/p99: measured TTFT - configured TTFT. The harness's split: client = its send "
-          "delay + its read delay; server = from its bytes leaving to the emulator's first-token write.")
-    header = (
-        f"{'streams':>7} | {'ttft err harness':>16} {'vllm':>13} | {'client share':>12} {'server share':>12} | "
-        f"{'read delay harness':>18} {'vllm':>13} | {'first wave ttft err harness':>27} {'vllm':>13}"
-    )
-    print(header)
-    print("-" * len(header))
-    for streams, trials in rows:
-        harness, vllm = trials["harness"], trials["vllm"]
-        print(
-            f"{streams:>7} | {error(harness, 'ttft_error_ms'):>16} {error(vllm, 'ttft_error_ms'):>13} | "
-            f"{error(harness, 'client_share_ms'):>12} {error(harness, 'server_share_ms'):>12} | "
-            f"{error(harness, 'read_delay_ms'):>18} {error(vllm, 'read_delay_ms'):>13} | "
-            f"{error(harness, 'first_wave_ttft_error_ms'):>27} {error(vllm, 'first_wave_ttft_error_ms'):>13}"
-        )
+    def table(title: str, columns: list[str], cells: Callable[[list[dict], list[dict]], list[str]]) -> Table:
+        shown = Table(title=title)
+        for column in ["streams", *columns]:
+            shown.add_column(column, justify="right")
+        for streams, trials in rows:
+            shown.add_row(str(streams), *cells(trials["harness"], trials["vllm"]))
+        return shown
+
+    console = Console(width=160)
+    console.print(table(
+        "Throughput and client CPU",
+        ["chunks/s harness", "vllm", "cpu ms/1k chunks harness", "vllm", "ratio", "emulator cpu %",
+         "itl err ms p50/p99 harness", "vllm"],
+        lambda harness, vllm: [
+            rate(harness), rate(vllm), f"{per_1000(harness):.1f}", f"{per_1000(vllm):.1f}",
+            f"{per_1000(harness) / per_1000(vllm):.2f}",
+            f"{100 * max(t['emulator_cpu_fraction'] for t in harness + vllm):.0f}",
+            error(harness, "itl_error_ms"), error(vllm, "itl_error_ms"),
+        ],
+    ))
+    console.print(table(
+        "TTFT error, ms p50/p99: measured TTFT - configured TTFT. The harness's split: client = its send delay + "
+        "its read delay; server = from its bytes leaving to the emulator's first-token write",
+        ["ttft err harness", "vllm", "client share", "server share", "read delay harness", "vllm",
+         "first wave ttft err harness", "vllm"],
+        lambda harness, vllm: [
+            error(harness, "ttft_error_ms"), error(vllm, "ttft_error_ms"), error(harness, "client_share_ms"),
+            error(harness, "server_share_ms"), error(harness, "read_delay_ms"), error(vllm, "read_delay_ms"),
+            error(harness, "first_wave_ttft_error_ms"), error(vllm, "first_wave_ttft_error_ms"),
+        ],
+    ))
 
 
 if __name__ == "__main__":
