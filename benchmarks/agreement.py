@@ -5,13 +5,15 @@ preset, through `harness.launch.engine_process.local_engine`, serving the genera
 with whatever CPU placement the preset and the launcher give it; the two clients get none of their own. Each
 round runs `harness run` and `vllm bench serve` one after the other (order flipped each round) with the same
 token-id prompts, the same concurrency, the same output length (ignore_eos, same max_tokens, temperature 0),
-the same stream options (usage on every chunk) and the same number of warm-up requests. Printed: each tool's
-TTFT/TPOT/ITL/E2E p50 and p99 and output tok/s as the median over rounds with the round-to-round min–max
-and relative spread ((max − min) / median), how far the two medians are apart, and the share of token gaps
-over 1 ms ("paced"); then per round, the harness's run id, the engine's generated tokens and prefix-cache
-hits over each tool's run (from /metrics).
+the same stream options (usage on every chunk) and the same number of warm-up requests. 512 prompts by
+default: a p99 over 128 requests is the second-slowest one, and moves by tens of percent between rounds.
+Printed: each tool's TTFT mean (beside the engine's own, see below), TTFT/TPOT/ITL/E2E p50 and p99 and
+output tok/s as the median over rounds with the round-to-round min–max and relative spread ((max − min) /
+median), how far the two medians are apart, and the share of token gaps over 1 ms ("paced"); then per
+round, the harness's run id, the engine's generated tokens and prefix-cache hits over each tool's run
+(from /metrics).
 
-    .venv/bin/python benchmarks/agreement.py [--rounds 3] [--concurrency 8] [--prompts 128]
+    .venv/bin/python benchmarks/agreement.py [--rounds 3] [--concurrency 8] [--prompts 512]
 
 How each tool defines its figures (both time from just before the request is written):
 - TTFT: harness, the first chunk that carries a token (token counts from continuous usage stats);
@@ -25,6 +27,11 @@ How each tool defines its figures (both time from just before the request is wri
   (from usage) / the whole main run's duration.
 - Paced share (computed here, the same way for both): inter-chunk gaps over 1 ms / (output tokens − 1),
   over every measured request: 1.0 when every token arrived on its own, near 0 when tokens came in bursts.
+- Engine TTFT mean: vLLM's own TTFT histogram (time_to_first_token_seconds: sum and count grown between a
+  scrape before and one after each tool's run, its warm-up requests included), timed inside vLLM from the
+  request's arrival there. The client's mean TTFT minus it is what lies outside vLLM's stamp: HTTP, the
+  API server taking the request in, the client. A round-to-round spread the engine's own figure shares
+  is the server's, not the tool's.
 
 `vllm bench serve`'s own datasets send text (its random dataset decodes the token ids it draws; custom reads
 text), so the same token ids are given to `vllm.benchmarks.serve.benchmark`, the coroutine its CLI runs, from
@@ -91,8 +98,11 @@ json.dump({"figures": figures, "itls_s": [gaps for gaps, good in zip(result["itl
            "output_tokens": [n for n, good in zip(result["output_lens"], ok) if good]}, open(sys.argv[2], "w"))
 """
 
-# (row name, harness summary key, vLLM result key)
+# (row name, harness summary key, vLLM result key); a trial's figures are keyed by row name
 FIGURES = [
+    ("ttft_ms_mean", "ttft_ms_mean", "mean_ttft_ms"),
+    ("engine_ttft_ms_mean", "engine_ttft_ms_mean", "engine_ttft_ms_mean"),
+    ("ttft_outside_engine_ms_mean", "ttft_outside_engine_ms_mean", "ttft_outside_engine_ms_mean"),
     ("ttft_ms_p50", "ttft_ms_p50", "p50_ttft_ms"),
     ("ttft_ms_p99", "ttft_ms_p99", "p99_ttft_ms"),
     ("tpot_ms_p50", "tpot_ms_p50", "p50_tpot_ms"),
@@ -134,11 +144,17 @@ def scrape(base_url: str) -> MetricsSnapshot:
 
 
 def counted(trial: Trial, before: MetricsSnapshot, after: MetricsSnapshot) -> None:
-    """The engine's own account of the trial: tokens generated and prefix-cache hits in between."""
+    """The engine's own account of the trial: tokens generated and prefix-cache hits in between, and its
+    mean TTFT from vLLM's histogram, so that the client's mean TTFT splits into the engine's and the rest."""
     if after.generation_tokens_total is not None and before.generation_tokens_total is not None:
         trial.generated_tokens = after.generation_tokens_total - before.generation_tokens_total
     if after.prefix_cache_hits_total is not None and before.prefix_cache_hits_total is not None:
         trial.prefix_cache_hits_tokens = after.prefix_cache_hits_total - before.prefix_cache_hits_total
+    ttft_before, ttft_after = before.time_to_first_token_seconds, after.time_to_first_token_seconds
+    if ttft_before is not None and ttft_after is not None and ttft_after.count > ttft_before.count:
+        engine_ms = 1000 * (ttft_after.sum - ttft_before.sum) / (ttft_after.count - ttft_before.count)
+        trial.figures["engine_ttft_ms_mean"] = engine_ms
+        trial.figures["ttft_outside_engine_ms_mean"] = trial.figures["ttft_ms_mean"] - engine_ms
 
 
 def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out: Path, round_index: int) -> Trial:
@@ -152,7 +168,7 @@ def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out:
         raise SystemExit(f"harness run failed:\n{done.stderr[-3000:]}")
     summary = json.loads((out / "summary.json").read_text())
     measured = [r for r in read_requests(out) if not r.warmup and r.error_class is None]
-    figures = {key: summary["latency"][key] for _, key, _ in FIGURES if key in summary["latency"]}
+    figures = {row: summary["latency"][key] for row, key, _ in FIGURES if key in summary["latency"]}
     figures["output_tokens_per_s"] = summary["output_tokens_per_s"]
     figures["paced_gap_share"] = paced_share(
         [chunk_gaps_s(r) for r in measured], [sum(r.chunk_tokens) for r in measured]
@@ -169,7 +185,7 @@ def vllm_trial(args: argparse.Namespace, base_url: str, spec: dict, work: Path, 
     if done.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{done.stderr[-3000:]}")
     result = json.loads(result_path.read_text())
-    figures = {key: result["figures"][key] for _, _, key in FIGURES if key in result["figures"]}
+    figures = {row: result["figures"][key] for row, _, key in FIGURES if key in result["figures"]}
     figures["paced_gap_share"] = paced_share(result["itls_s"], result["output_tokens"])
     return Trial("vllm", round_index, figures, output_tokens=set(result["output_tokens"]))
 
@@ -187,9 +203,9 @@ def agreement_table(trials: list[Trial]) -> Table:
         table.add_column(tool, justify="right")
     table.add_column("medians apart", justify="right")
     table.add_column("within spread", justify="center")
-    for row, harness_key, vllm_key in FIGURES:
+    for row, _, _ in FIGURES:
         per_tool = [
-            [t.figures.get(harness_key if t.tool == "harness" else vllm_key) for t in trials if t.tool == tool]
+            [t.figures.get(row) for t in trials if t.tool == tool]
             for tool in ("harness", "vllm")
         ]
         if any(value is None for values in per_tool for value in values):
@@ -222,7 +238,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--prompts", type=int, default=128)
+    parser.add_argument("--prompts", type=int, default=512)
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=8, help="warm-up requests per tool per round, not measured")
