@@ -24,6 +24,7 @@ from httpx_aiohttp import AiohttpTransport
 from pydantic import BaseModel
 
 JSON = {"Content-Type": "application/json"}
+STALL_SLACK = 0.05  # share of the stall timeout a stall may be reported late by (see StreamingClient._receive)
 CONTEXT_OVERFLOW = re.compile(r"context length|max_model_len|cannot be greater than", re.IGNORECASE)
 
 
@@ -325,9 +326,19 @@ class StreamingClient:
             message = (await response.aread()).decode(errors="replace")
             return classify_status(response.status_code, message), message[:500]
         loop = asyncio.get_running_loop()
-        await stream.consume(
-            response, self.clock_zero, on_read=lambda: deadline.reschedule(loop.time() + self.settings.stall_timeout_s)
-        )
+        stall_s = self.settings.stall_timeout_s
+
+        def on_read() -> None:
+            """The first read starts the stall clock. A later read moves the deadline only when less than a
+            whole stall timeout is left, and then to 1 + STALL_SLACK stall timeouts from now: re-arming the
+            timer costs ~2.6 µs, about 6 % of the client's CPU per chunk at 256 streams if done on every
+            read. A stall is still reported after at least `stall_timeout_s` of silence, at most
+            STALL_SLACK of it later."""
+            now, when = loop.time(), deadline.when()
+            if stream.reads == 1 or when is None or when < now + stall_s:
+                deadline.reschedule(now + stall_s * (1 + STALL_SLACK))
+
+        await stream.consume(response, self.clock_zero, on_read=on_read)
         if stream.error is not None:
             return stream.error
         if not stream.done:

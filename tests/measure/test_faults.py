@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.measure.client import ErrorClass
+from harness.measure.client import STALL_SLACK, ErrorClass
 from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.record import read_requests
@@ -125,6 +125,8 @@ def test_a_frozen_server_ends_each_request_at_its_stall_or_read_timeout(inventor
     records = read_requests(out)
     stalled = [r for r in records if r.error_class == ErrorClass.stalled]
     assert all(r.chunk_times_s and "stall timeout" in (r.error or "") for r in stalled)  # tokens, then silence
+    # Called after at least the stall timeout of silence, at most STALL_SLACK of it later (plus the loop's turn).
+    assert all(1.5 <= r.end_s - r.chunk_times_s[-1] < 1.5 * (1 + STALL_SLACK) + 0.2 for r in stalled)
     timed_out = [r for r in records if r.error_class == ErrorClass.timeout]
     assert all(2.9 <= r.end_s - r.dispatch_s < 4.0 and not r.chunk_times_s for r in timed_out)
     assert summary["failed_scrapes"] >= 1 and summary["valid"] is False
