@@ -4,14 +4,22 @@ For each stream count the two clients run alternately (a few rounds, order flipp
 one emulator process, each client in its own process (with --pin: clients on one core, the emulator on
 another). Printed per stream count: each tool's achieved chunks/s and client CPU time (user + sys) per
 1,000 streamed chunks, the harness/vLLM CPU ratio, TTFT and ITL error against the emulator's configured
-values (p50/p99; this harness's and, for comparison, `vllm bench serve`'s own), how late the emulator
-itself wrote first tokens (the server's share of any TTFT error), the emulator's CPU use (near
-100 % means the emulator, not the client, set the achieved rate), and the TTFT error of the first wave
-alone (the first request of every stream, all opened at the load's zero). The streams stay in step
+values (p50/p99; this harness's and, for comparison, `vllm bench serve`'s own), the emulator's CPU use
+(near 100 % means the emulator, not the client, set the achieved rate), and the TTFT error of the first
+wave alone (the first request of every stream, all opened at the load's zero). The streams stay in step
 (same lengths, same timing), so every later wave is a burst of sends too, made of streams that ended
 together: there each send waits for the client's send work on the streams before it.
 
-    .venv/bin/python benchmarks/client_overhead.py [--streams 16 64 256] [--rounds 2]
+The harness's TTFT error is split by the emulator's account of each first token it wrote: the client's
+share (its send delay, dispatch to the request's last byte written, plus its read delay, the emulator's
+write to the client's read) and the server's share (the request's bytes leaving to the emulator's write,
+less the configured TTFT). A client that sent and read in no time would still measure the server's share.
+
+    .venv/bin/python benchmarks/client_overhead.py [--streams 16 64 256] [--rounds 2] [--pin]
+        [--harness-processes N]
+
+--harness-processes spreads the harness's streams evenly over N processes, each with its own prompts,
+and pools their figures: whether worker processes help when the clients share one core.
 
 `vllm bench serve` is driven through `vllm.benchmarks.serve.benchmark` from the engine's venv
 ($HARNESS_ENGINE_VENV, default ~/.cache/vllm-serving-harness/engine-venv): its console script fails
@@ -63,6 +71,7 @@ config, inventory = build_run_config(RunOptions(
     inventory=Path(spec["inventory"]), base_url=spec["base_url"], max_tokens=spec["output_tokens"],
     load=LoadShape(concurrency=spec["streams"], requests=spec["requests"]),
 ))
+time.sleep(max(0.0, spec["start_at_unix_s"] - time.time()))  # processes of one trial start together
 cpu, wall = time.process_time(), time.perf_counter()
 run_load(config, inventory, Path(spec["out"]), ready_timeout_s=30)
 print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall,
@@ -128,18 +137,26 @@ def start_emulator(args: argparse.Namespace, cpu: int | None) -> tuple[subproces
     raise SystemExit("emulator did not start")
 
 
-def run_tool(command: list[str], cpu: int | None, emulator: subprocess.Popen, base_url: str) -> dict:
+def run_tool(commands: list[list[str]], cpu: int | None, emulator: subprocess.Popen, base_url: str) -> list[dict]:
+    """Runs the commands at once (the processes of one client); each prints its result as its last line."""
     httpx.post(f"{base_url}/emulator/lateness")  # forget first tokens written before this trial
     emulator_cpu, started = process_cpu_s(emulator.pid), time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, preexec_fn=pinned(cpu))
-    if done.returncode != 0:
-        raise SystemExit(f"{command[0]} failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    result["emulator_cpu_fraction"] = (process_cpu_s(emulator.pid) - emulator_cpu) / (time.perf_counter() - started)
+    processes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=pinned(cpu))
+        for command in commands
+    ]
+    results = []
+    for command, process in zip(commands, processes, strict=True):
+        stdout, stderr = process.communicate()
+        if process.returncode != 0:
+            raise SystemExit(f"{command[0]} failed:\n{stderr[-3000:]}")
+        results.append(json.loads(stdout.strip().splitlines()[-1]))
+    emulator_cpu_fraction = (process_cpu_s(emulator.pid) - emulator_cpu) / (time.perf_counter() - started)
     account = httpx.post(f"{base_url}/emulator/lateness").json()
-    result["emulator_late_ms"] = account["first_token_lateness_ms"]
-    result["written_s"] = {tuple(token["prompt_head"]): token["written_s"] for token in account["first_tokens"]}
-    return result
+    written_s = {tuple(token["prompt_head"]): token["written_s"] for token in account["first_tokens"]}
+    for result in results:
+        result.update(emulator_cpu_fraction=emulator_cpu_fraction, written_s=written_s)
+    return results
 
 
 def spec_file(spec: dict, path: Path) -> str:
@@ -147,37 +164,57 @@ def spec_file(spec: dict, path: Path) -> str:
     return str(path)
 
 
-def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.Popen, args, heads: dict) -> dict:
-    command = [sys.executable, "-c", HARNESS_DRIVER, spec_file({**spec, "out": str(out)}, out.with_suffix(".json"))]
-    result = run_tool(command, cpu, emulator, spec["base_url"])
+def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.Popen, args, heads: list[dict]) -> dict:
+    """The harness's streams, split evenly over `args.harness_processes` processes, each with its own
+    prompts; their results are pooled as one client's."""
+    processes, start_at_unix_s = args.harness_processes, time.time() + 3.0  # past every process's imports
+    specs = [
+        {**spec, "inventory": str(inventory), "out": str(out / str(k)), "streams": spec["streams"] // processes,
+         "requests": spec["requests"] // processes, "start_at_unix_s": start_at_unix_s}
+        for k, inventory in enumerate(spec["harness_inventories"])
+    ]
+    out.mkdir()
+    commands = [[sys.executable, "-c", HARNESS_DRIVER, spec_file(s, out / f"{k}.json")] for k, s in enumerate(specs)]
+    results = run_tool(commands, cpu, emulator, spec["base_url"])
+    parts = [process_figures(*each, args) for each in zip(specs, results, heads, strict=True)]
+    pooled = {key: [value for part in parts for value in part[key]] for key in parts[0]}
+    return {
+        **pooled, "cpu_s": sum(r["cpu_s"] for r in results), "wall_s": max(r["wall_s"] for r in results),
+        "chunks": sum(pooled.pop("chunks_per_request")), "emulator_cpu_fraction": results[0]["emulator_cpu_fraction"],
+    }
+
+
+def process_figures(spec: dict, result: dict, heads: dict, args) -> dict[str, list[float]]:
+    """One harness process's errors and delays, from its records, on the clock the emulator stamped its
+    writes with."""
+    out = Path(spec["out"])
     records = [r for r in read_requests(out) if r.error_class is None]
-    result["chunks"] = sum(len(r.chunk_times_s) for r in records)
-    result["ttft_error_ms"] = [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in records]
     # The run's times on the machine's monotonic clock, where the emulator stamped its writes.
     zero_s = json.loads((out / RunFile.CONFIG).read_text())["clock_zero_unix_s"] - result["unix_minus_monotonic_s"]
     written = [result["written_s"][heads[r.prompt_id]] - zero_s for r in records]
-    result["read_delay_ms"] = [(r.first_token_s - w) * 1000 for r, w in zip(records, written, strict=True)]
-    result["client_share_ms"] = [
-        (r.sent_s - r.scheduled_s + r.first_token_s - w) * 1000 for r, w in zip(records, written, strict=True)
-    ]
-    result["server_share_ms"] = [
-        (w - r.sent_s) * 1000 - args.ttft_ms for r, w in zip(records, written, strict=True)
-    ]
     first_wave = sorted(records, key=lambda r: r.scheduled_s)[: spec["streams"]]
-    result["first_wave_ttft_error_ms"] = [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in first_wave]
-    result["itl_error_ms"] = [
-        (later - earlier) * 1000 / tokens - args.itl_ms
-        for r in records
-        # one token count per chunk time, so both sides have one entry per gap
-        for (earlier, later), tokens in zip(itertools.pairwise(r.chunk_times_s), r.chunk_tokens[1:], strict=True)
-    ]
-    return result
+    return {
+        "chunks_per_request": [len(r.chunk_times_s) for r in records],
+        "ttft_error_ms": [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in records],
+        "read_delay_ms": [(r.first_token_s - w) * 1000 for r, w in zip(records, written, strict=True)],
+        "client_share_ms": [
+            (r.sent_s - r.scheduled_s + r.first_token_s - w) * 1000 for r, w in zip(records, written, strict=True)
+        ],
+        "server_share_ms": [(w - r.sent_s) * 1000 - args.ttft_ms for r, w in zip(records, written, strict=True)],
+        "first_wave_ttft_error_ms": [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in first_wave],
+        "itl_error_ms": [
+            (later - earlier) * 1000 / tokens - args.itl_ms
+            for r in records
+            # one token count per chunk time, so both sides have one entry per gap
+            for (earlier, later), tokens in zip(itertools.pairwise(r.chunk_times_s), r.chunk_tokens[1:], strict=True)
+        ],
+    }
 
 
 def vllm_trial(spec: dict, cpu: int | None, emulator: subprocess.Popen, work: Path) -> dict:
     python = str(ENGINE_VENV / "bin" / "python")
     command = [python, "-c", VLLM_DRIVER, spec_file(spec, work / "vllm-spec.json")]
-    result = run_tool(command, cpu, emulator, spec["base_url"])
+    [result] = run_tool([command], cpu, emulator, spec["base_url"])
     result["read_delay_ms"] = [
         (read - result["written_s"][tuple(ids[:PROMPT_HEAD])]) * 1000
         for ids, read in zip(spec["prompts"], result.pop("first_token_read_s"), strict=True) if read is not None
@@ -196,7 +233,11 @@ def main() -> None:
     parser.add_argument("--requests-per-stream", type=int, default=4)
     parser.add_argument("--min-requests", type=int, default=256, help="per trial, so few streams still stream enough")
     parser.add_argument("--pin", action="store_true", help="emulator on the first core, clients on the second")
+    parser.add_argument("--harness-processes", type=int, default=1,
+                        help="spread the harness's streams over this many processes (on the clients' core with --pin)")
     args = parser.parse_args()
+    if uneven := [streams for streams in args.streams if streams % args.harness_processes]:
+        parser.error(f"--streams {uneven[0]} does not split evenly over --harness-processes {args.harness_processes}")
 
     cores = sorted(os.sched_getaffinity(0))
     emulator_cpu, client_cpu = (cores[0], cores[1]) if args.pin and len(cores) > 1 else (None, None)
@@ -208,9 +249,14 @@ def main() -> None:
         output_cap_tokens=[args.output_tokens] * most_requests,
         seed=0,
     )
-    inventory = build_token_id_inventory("client-overhead", recipe)
-    inventory_dir = write_inventory(inventory, work / "inventory")
-    heads = {p.prompt_id: tuple(p.token_ids[:PROMPT_HEAD]) for p in inventory.prompts}
+    # One inventory per harness process, so the emulator's account names each first token's request; vLLM's
+    # tool sends the first.
+    inventories = [
+        build_token_id_inventory(f"client-overhead-{k}", recipe.model_copy(update={"seed": k}))
+        for k in range(args.harness_processes)
+    ]
+    inventory_dirs = [write_inventory(inventory, work / f"inventory-{k}") for k, inventory in enumerate(inventories)]
+    heads = [{p.prompt_id: tuple(p.token_ids[:PROMPT_HEAD]) for p in inventory.prompts} for inventory in inventories]
     emulator, base_url = start_emulator(args, emulator_cpu)
     pinning = f"emulator cpu {emulator_cpu}, clients cpu {client_cpu}" if client_cpu is not None else "no"
     print(f"emulator: TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, 1 token per chunk; "
@@ -223,9 +269,9 @@ def main() -> None:
             requests = max(streams * args.requests_per_stream, args.min_requests)
             spec = {
                 "base_url": base_url, "streams": streams, "requests": requests,
-                "output_tokens": args.output_tokens, "inventory": str(inventory_dir),
+                "output_tokens": args.output_tokens, "harness_inventories": [str(d) for d in inventory_dirs],
                 "ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms,
-                "prompts": [p.token_ids for p in inventory.prompts[:requests]],
+                "prompts": [p.token_ids for p in inventories[0].prompts[:requests]],
             }
             trials: dict[str, list[dict]] = {"harness": [], "vllm": []}
             for round_index in range(args.rounds):
