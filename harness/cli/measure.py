@@ -150,8 +150,8 @@ def run_command(
     read_timeout_s: float | None = typer.Option(None, help="longest wait for a request's first byte, s (default: "
                                                 "60 + every request in flight producing its cap at 40 tokens/s)"),
     stall_timeout_s: float | None = typer.Option(None, help="no byte for this long once a response started ends "
-                                                 "the request as 'stalled', s (default: 30 + 0.1 per request in "
-                                                 "flight)"),
+                                                 "the request as 'stalled' (at most 5% later), s (default: 30 + "
+                                                 "0.1 per request in flight)"),
     ready_timeout_s: float = typer.Option(600.0, help="seconds to wait for the server's /health (progress on "
                                           "stderr; a server that answers but is not vLLM fails at once)"),
     project: str | None = typer.Option(None, envvar="HARNESS_PROJECT", help="track in this Polyaxon project"),
