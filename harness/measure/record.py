@@ -81,6 +81,7 @@ class ServerSample(BaseModel):
     t_s: float
     snapshot: MetricsSnapshot | None = None
     error: str | None = None
+    duration_s: float | None = None  # sent to body read: the longest the scrape can have held the server
 
 
 def claim_run_dir(run_dir: Path, *, force: bool = False) -> Path | None:

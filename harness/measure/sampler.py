@@ -38,9 +38,11 @@ class MetricsSampler:
         try:
             response = await self.http.get("/metrics")
             response.raise_for_status()
+            duration_s = time.perf_counter() - self.clock_zero - t_s
             # ~10 ms of pure-Python parsing per scrape: in a thread, so the GIL's switch interval bounds how
             # long the event loop (and every chunk's timestamp) waits for it
-            return ServerSample(t_s=t_s, snapshot=await asyncio.to_thread(parse_metrics, response.text))
+            snapshot = await asyncio.to_thread(parse_metrics, response.text)
+            return ServerSample(t_s=t_s, snapshot=snapshot, duration_s=duration_s)
         except (httpx.HTTPError, HarnessError, OSError) as error:
             return ServerSample(t_s=t_s, error=f"{type(error).__name__}: {error}"[:300])
 

@@ -185,6 +185,30 @@ def test_a_sampler_far_behind_its_interval_makes_the_run_invalid() -> None:
     assert result.invalid_reasons == ["sampler missed its ticks: sample_gap_s_max 2.00 > 1.25 (interval 0.25 s)"]
 
 
+def test_scrapes_that_held_the_server_long_qualify_the_latency_tails_but_leave_the_run_valid() -> None:
+    def scrapes(every_s: float, durations_s: list[float]) -> list[ServerSample]:
+        return [ServerSample(t_s=i * every_s, snapshot=snapshot(0, 0.1, 0, 0), duration_s=duration_s)
+                for i, duration_s in enumerate(durations_s)]
+
+    def judged(samples: list[ServerSample], interval_s: float):
+        return summarize([R1], samples, slo=Slo(), offered_requests_per_s=None, offered_concurrency=1, cold=False,
+                         max_dispatch_lag_ms=60.0, sample_interval_s=interval_s)
+
+    # Every 1 s for 4 s, 20, 40, 30, 30 and 30 ms: 150 ms over 4 s + the last 30 ms = 0.150 / 4.030 = 0.0372,
+    # mean 150 / 5 = 30 ms.
+    busy = judged(scrapes(1.0, [0.020, 0.040, 0.030, 0.030, 0.030]), 1.0)
+    assert busy.scrape_ms_mean == pytest.approx(30.0) and busy.scrape_share == pytest.approx(0.150 / 4.030)
+    assert busy.valid and busy.qualifications[-1] == (  # after R1's own: its last chunk carried 2 tokens
+        "latency tails include this run's own /metrics scrapes: scrape_share 0.037 > 0.01 (scrape_ms_mean 30.0 "
+        "every 1 s); a longer --sample-interval-s scrapes less")
+    # The same scrapes every 5 s: 0.150 / 20.030 = 0.0075, under a hundredth.
+    calm = judged(scrapes(5.0, [0.020, 0.040, 0.030, 0.030, 0.030]), 5.0)
+    assert calm.scrape_share == pytest.approx(0.150 / 20.030)
+    assert calm.qualifications == busy.qualifications[:-1]
+    # A failed scrape has no duration; one timed scrape alone spans nothing.
+    assert judged([ServerSample(t_s=0.0, error="ReadTimeout"), *scrapes(1.0, [0.030])], 1.0).scrape_share is None
+
+
 def test_a_client_that_sent_late_makes_the_run_invalid() -> None:
     sent_on_time = R1.model_copy(update={"sent_s": 0.0})
     sent_late = R2.model_copy(update={"sent_s": 1.080})  # dispatched at 1.050 s: 30 ms before its bytes left
