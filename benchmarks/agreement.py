@@ -11,9 +11,12 @@ Printed: each tool's TTFT mean (beside the engine's own, see below), TTFT/TPOT/I
 output tok/s as the median over rounds with the round-to-round min–max and relative spread ((max − min) /
 median), how far the two medians are apart, and the share of token gaps over 1 ms ("paced"); then per
 round, the harness's run id, the engine's generated tokens and prefix-cache hits over each tool's run
-(from /metrics).
+(from /metrics), and the share of its run the harness's own /metrics scrapes held the API server, which
+streams nothing meanwhile: vLLM's tool does not scrape, so the harness (every 5 s by default) loads the
+server a little more; `--harness-sample-interval-s 600` leaves it the scrapes before and after the load.
 
     .venv/bin/python benchmarks/agreement.py [--rounds 3] [--concurrency 8] [--prompts 512]
+        [--harness-sample-interval-s 5]
 
 How each tool defines its figures (both time from just before the request is written):
 - TTFT: harness, the first chunk that carries a token (token counts from continuous usage stats);
@@ -127,6 +130,7 @@ class Trial:
     generated_tokens: int | None = None
     prefix_cache_hits_tokens: int | None = None
     run_id: str | None = None
+    scrape_share: float | None = None  # the harness's: how long its /metrics scrapes held the server
     output_tokens: set[int] = field(default_factory=set)
 
 
@@ -162,7 +166,8 @@ def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out:
     command = [
         HARNESS, "run", "--inventory", str(inventory), "--out", str(out), "--base-url", base_url,
         "--concurrency", str(args.concurrency), "--max-tokens", str(args.output_tokens),
-        "--warmup", str(args.warmup), "--ready-timeout-s", "60",
+        "--warmup", str(args.warmup), "--ready-timeout-s", "60", "--sample-interval-s",
+        str(args.harness_sample_interval_s),
     ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
@@ -175,7 +180,8 @@ def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out:
         [chunk_gaps_s(r) for r in measured], [sum(r.chunk_tokens) for r in measured]
     )
     run_id = json.loads((out / "config.json").read_text())["run_id"]
-    return Trial("harness", round_index, figures, run_id=run_id, output_tokens={r.output_tokens for r in measured})
+    return Trial("harness", round_index, figures, run_id=run_id, output_tokens={r.output_tokens for r in measured},
+                 scrape_share=summary["scrape_share"])
 
 
 def vllm_trial(args: argparse.Namespace, base_url: str, spec: dict, work: Path, round_index: int) -> Trial:
@@ -225,12 +231,13 @@ def agreement_table(trials: list[Trial]) -> Table:
 def rounds_table(trials: list[Trial]) -> Table:
     table = Table(title="rounds, in the order they ran")
     for name in ("round", "tool", "harness run id", "output tokens per request", "engine generated tokens",
-                 "prefix-cache hits (tokens)"):
+                 "prefix-cache hits (tokens)", "scrape share"):
         table.add_column(name)
     for t in trials:
         table.add_row(
             str(t.round_index), t.tool, t.run_id or "-", ",".join(map(str, sorted(t.output_tokens))),
             str(t.generated_tokens), str(t.prefix_cache_hits_tokens),
+            "-" if t.scrape_share is None else f"{t.scrape_share:.4f}",
         )
     return table
 
@@ -243,6 +250,8 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=8, help="warm-up requests per tool per round, not measured")
+    parser.add_argument("--harness-sample-interval-s", type=float, default=5.0,
+                        help="the harness's /metrics interval (5 s is its default); vLLM's tool does not scrape")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="agreement-"))

@@ -144,7 +144,8 @@ def run_command(
     slo_ttft_ms: float | None = typer.Option(None, help="goodput SLO on time to first token, ms"),
     slo_tpot_ms: float | None = typer.Option(None, help="goodput SLO on time per output token, ms"),
     cold: bool = typer.Option(False, help="declare the run cold: prefix-cache hits make it invalid"),
-    sample_interval_s: float = typer.Option(1.0, help="seconds between /metrics scrapes"),
+    sample_interval_s: float = typer.Option(5.0, help="seconds between /metrics scrapes (each holds vLLM's "
+                                            "API server a few ms)"),
     max_dispatch_lag_ms: float = typer.Option(10.0, help="p99 dispatch lag above which the run is invalid"),
     max_error_fraction: float = typer.Option(0.05, help="share of failed requests above which the run is invalid"),
     read_timeout_s: float | None = typer.Option(None, help="longest wait for a request's first byte, s (default: "

@@ -33,9 +33,6 @@ PRESET = REPO_ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml"
 INVENTORY = REPO_ROOT / "prompts" / "tiny-qwen3-600x8"
 LIMIT = "max_num_seqs"
 CONCURRENCY = 8
-# The series in the report; verdicts read vLLM's histograms, not these samples. Each scrape holds the CPU
-# engine's API server ~10 ms: every 0.25 s that was 4 % of a run, and ITL p99 read 34 % above every 1 s.
-SAMPLE_INTERVAL_S = 1.0
 # Each point sends for this long, then lets the requests in flight finish: long enough for the queue and
 # the cache to reach their steady state (the first 8 requests start together), short enough for four
 # engine starts in a few minutes.
@@ -69,8 +66,9 @@ def run_demo(out: Path, console: Console, repeats: int = 1) -> DemoResult:
     console.print(f"model: generated tiny Qwen3 at {model}")
     # The inventory's 8 prompts come round again within a point: with prefix caching their prefill would be
     # served from the cache after the first pass, and the run would no longer be measured fresh.
+    # /metrics is scraped at the default interval: the verdicts read vLLM's histograms, not the samples.
     params = {"model": str(model), "inventory": str(INVENTORY), "concurrency": CONCURRENCY,
-              "sample_interval_s": SAMPLE_INTERVAL_S, "enable_prefix_caching": False}
+              "enable_prefix_caching": False}
 
     console.rule("2/4  Predict: the KV budget before anything starts")
     inventory = load_inventory(INVENTORY)
