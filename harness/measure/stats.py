@@ -268,12 +268,12 @@ def scrape_cost(samples: Sequence[ServerSample]) -> dict[str, float | None]:
     """How long the server spent answering this run's scrapes: their mean, and their share of the time
     from the first scrape to the end of the last (an upper bound: it includes the network and the wait
     for the server's event loop)."""
-    timed = [sample for sample in samples if sample.duration_s is not None]
+    timed = [(sample.t_s, sample.duration_s) for sample in samples if sample.duration_s is not None]
     if len(timed) < 2:
         return {"scrape_ms_mean": None, "scrape_share": None}
-    durations_s = [sample.duration_s for sample in timed if sample.duration_s is not None]
-    span_s = timed[-1].t_s + durations_s[-1] - timed[0].t_s
-    return {"scrape_ms_mean": 1000 * sum(durations_s) / len(durations_s), "scrape_share": sum(durations_s) / span_s}
+    busy_s = sum(duration_s for _, duration_s in timed)
+    span_s = timed[-1][0] + timed[-1][1] - timed[0][0]
+    return {"scrape_ms_mean": 1000 * busy_s / len(timed), "scrape_share": busy_s / span_s}
 
 
 def client_health(
