@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -24,6 +25,9 @@ if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests w
     from harness.launch.engine_process import RunningEngine
 
 quiet_polyaxon()  # for the tests that import polyaxon themselves
+# Engines started from the polyaxonfiles refuse to serve without a key (harness/launch/engine_auth.py); every
+# engine a test starts, and every client, shares this one.
+os.environ.setdefault("VLLM_API_KEY", secrets.token_hex(16))
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HARNESS = str(Path(sys.executable).with_name("harness"))

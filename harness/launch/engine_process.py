@@ -26,6 +26,7 @@ import httpx
 
 from harness.errors import HarnessError
 from harness.launch.engine_args import engine_port, option_value, with_option
+from harness.launch.engine_auth import refuse_unauthenticated
 from harness.launch.placement import place_engine
 from harness.launch.specs import Params, render
 from harness.loopback import LOCAL_HOST, free_port
@@ -95,8 +96,6 @@ def engine_reference() -> str:
 def local_engine_words(words: list[str], python: Path, port: int) -> list[str]:
     """The container's engine command with the image's interpreter and listening address replaced:
     `... python -m vllm.entrypoints... ARGS` → this machine's engine interpreter, on loopback at `port`."""
-    if words[:1] == ["exec"]:
-        words = words[1:]
     try:
         module_at = words.index(ENGINE_MODULE)
     except ValueError:
@@ -131,6 +130,7 @@ def local_engine(
     rendered = render(polyaxonfiles, params, run_globals=_local_globals(log_path))
     if rendered.kind != "service":
         raise HarnessError(f"{polyaxonfiles[0]}: run.kind is '{rendered.kind}'; the local engine needs a service")
+    refuse_unauthenticated(rendered.inputs, polyaxonfiles)
     port = port if port is not None else free_port()
     _refuse_busy_port(port)
     argv = local_engine_words(rendered.argv, engine_python(), port)

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.launch.engine_auth import refuse_unauthenticated
 from harness.launch.engine_process import ENGINE_MODULE, engine_python, engine_reference, local_engine_words
 from harness.launch.specs import check_files, render
 from harness.loopback import free_port
@@ -47,6 +48,7 @@ def run_locally(
     """Each point's container command as a local process, one after another; returns their exit codes."""
     files = [Path(path) for path in polyaxonfiles]
     points = check_files(files, params) or [dict(params)]  # a file without a matrix is one point
+    refuse_unauthenticated(render(files, params).inputs, files, os.environ | (env or {}))
     refuse_used_outputs(out_root, len(points))
     runs = []
     for index, point in enumerate(points):
@@ -100,8 +102,6 @@ def local_job_argv(words: list[str], extra_args: Sequence[str] = ()) -> list[str
 
     `extra_args` go to harness, before any engine command (e.g. where a local service answers).
     """
-    if words[:1] == ["exec"]:
-        words = words[1:]
     if not words or words[0] != "harness":
         raise HarnessError(f"expected the container command to start with 'harness': {' '.join(words)}")
     harness = [str(Path(sys.executable).with_name("harness"))]

@@ -7,7 +7,6 @@ later, server-side), so every sweep point is compiled here with the same compile
 from __future__ import annotations
 
 import logging
-import shlex
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,8 +29,12 @@ from polyaxon.tuners.grid_search import GridSearchManager  # noqa: E402
 from polyaxon.tuners.mapping import MappingManager  # noqa: E402
 
 from harness.errors import HarnessError  # noqa: E402
+from harness.launch.extra_engine_args import check_extra_args  # noqa: E402
 
 Params = Mapping[str, object]
+
+# The environment variable the containers' shell line appends to the engine's words (see RenderedRun.argv).
+EXTRA_ARGS_ENV = "HARNESS_ENGINE_EXTRA_ARGS"
 
 
 @dataclass(frozen=True)
@@ -55,14 +58,17 @@ class RenderedRun:
     def argv(self) -> list[str]:
         """The program the container ends up running, as words.
 
-        A `sh -c` line is split the way the shell would, and provisioning before its last `exec` (such as
-        installing the harness into the pinned image) is left out: it belongs to the image, not the run.
+        The project's containers run `sh -c LINE NAME WORD...`: the line (which no input reaches) installs
+        what the image lacks, drops the empty words of unset inputs and execs the words, then the
+        allow-listed `HARNESS_ENGINE_EXTRA_ARGS` split on spaces. Those are the words returned here.
         """
-        if self.command[:2] not in (["/bin/sh", "-c"], ["sh", "-c"], ["/bin/bash", "-c"], ["bash", "-c"]):
+        if self.command not in (["/bin/sh", "-c"], ["sh", "-c"]):
             return [*self.command, *self.args]
-        words = shlex.split(" ".join(self.args))
-        execs = [index for index, word in enumerate(words) if word == "exec"]
-        return words[execs[-1] + 1 :] if execs else words
+        if len(self.args) < 3:
+            raise HarnessError(f"expected sh -c LINE NAME WORD... (each input a word of its own), not a shell line "
+                               f"holding the command: {self.args[:1]}")
+        extra = self.env.get(EXTRA_ARGS_ENV, "").split() if f"${EXTRA_ARGS_ENV}" in self.args[0] else []
+        return [word for word in self.args[2:] if word] + extra
 
 
 def load_operation(polyaxonfiles: Sequence[Path], params: Params | None = None) -> V1Operation:
@@ -131,6 +137,11 @@ def render(
 ) -> RenderedRun:
     """Compile, apply params and contexts, and return the container as it would run."""
     files = [Path(path) for path in polyaxonfiles]
+    if params and "extra_args" in params:  # Polyaxon would print the whole allow-list's regex instead
+        try:
+            check_extra_args(str(params["extra_args"]))
+        except HarnessError as error:
+            raise HarnessError(f"{_describe(files)}: {error}") from None
     operation = load_operation(files, params)
     matrix_points = _matrix_points(operation, files)
     if operation.matrix is not None:
@@ -157,7 +168,7 @@ def render(
         image=container.image,
         command=[str(word) for word in container.command or []],
         args=[str(word) for word in container.args or []],
-        env=dict(_env_pair(item) for item in container.env or []),
+        env=dict(pair for pair in map(_env_pair, container.env or []) if pair is not None),
         ports=list(getattr(run, "ports", None) or []),
         inputs=inputs,
         gpu_limit=int(limits["nvidia.com/gpu"]) if "nvidia.com/gpu" in limits else None,
@@ -234,11 +245,13 @@ def _quiet_serializer() -> Iterator[None]:
             logging.disable(logging.NOTSET)
 
 
-def _env_pair(item: Any) -> tuple[str, str]:
-    """Env entries stay plain dicts or become Kubernetes objects depending on how they were written."""
+def _env_pair(item: Any) -> tuple[str, str] | None:
+    """A literal env entry as (name, value); None for one filled from a secret (`valueFrom`), which only the
+    cluster can fill: locally the value comes from this environment. Entries stay plain dicts or become
+    Kubernetes objects depending on how they were written."""
     if isinstance(item, Mapping):
-        return str(item["name"]), str(item.get("value", ""))
-    return str(item.name), str(item.value)
+        return None if "valueFrom" in item else (str(item["name"]), str(item.get("value", "")))
+    return None if getattr(item, "value_from", None) is not None else (str(item.name), str(item.value))
 
 
 def _plain(value: Any) -> Any:

@@ -234,8 +234,8 @@ def test_the_iterating_presets_start_every_job_in_the_delivered_tree(preset: str
 ])
 def test_a_job_installs_the_harness_only_into_its_own_venv_and_only_when_the_image_lacks_it(component, params):
     rendered = render([ROOT / "polyaxonfiles" / component], params)
-    line = " ".join(rendered.args)
-    setup = line[: line.index("exec harness")]
+    setup = rendered.args[0]  # the shell line; the command's words follow it, each an argument
+    assert rendered.argv[0] == "harness" and 'exec "$@"' in setup
     assert setup.startswith("command -v harness >/dev/null ||")  # the harness image already has it
     # no pip or setuptools of the venv's own: they would shadow the versions the engine's packages require
     assert "python3 -m venv --system-site-packages --without-pip /tmp/harness-venv" in setup

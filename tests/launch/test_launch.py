@@ -49,11 +49,12 @@ def test_container_command_is_mapped_onto_the_engine_venv() -> None:
     rendered = render([SERVICE_FILE, LOCAL_CPU_PRESET], {"model": "/models/tiny", "max_num_seqs": 4})
     argv = local_engine_words(rendered.argv, Path("/venv/bin/python"), 43210)
     assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
-    assert argv[argv.index("--model") + 1] == "/models/tiny"
-    assert argv[argv.index("--max-num-seqs") + 1] == "4"  # the param wins over the preset's 8
-    assert argv[argv.index("--block-size") + 1] == "128"  # the preset fills what the params left out
+    assert "--model=/models/tiny" in argv
+    assert "--max-num-seqs=4" in argv  # the param wins over the preset's 8
+    assert "--block-size=128" in argv  # the preset fills what the params left out
     assert "--enforce-eager" in argv and "--kv-cache-memory-bytes=4194304" in argv
     # The image listens on 0.0.0.0:8000; locally it is loopback and the chosen port, each given once.
+    assert not any(word.startswith(("--host=", "--port=")) for word in argv)
     assert argv.count("--host") == 1 and argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv.count("--port") == 1 and argv[argv.index("--port") + 1] == "43210"
 

@@ -26,17 +26,17 @@ def test_production_service_renders_the_pinned_image_and_engine_arguments() -> N
     rendered = render([SERVICE], parse_param_options(["max_model_len=4096", "max_num_seqs=8"]))
     assert rendered.kind == "service"
     assert rendered.image == IMAGE
-    assert rendered.args[0].startswith("exec python3 -m vllm.entrypoints.openai.api_server ")
+    assert rendered.args[0].endswith('exec "$@" $HARNESS_ENGINE_EXTRA_ARGS')  # each input a word after it
     assert rendered.argv == [
         "python3", "-m", "vllm.entrypoints.openai.api_server",
-        "--host", "0.0.0.0", "--port", "8000",
-        "--model", "Qwen/Qwen3-4B", "--revision", REVISION,
-        "--max-model-len", "4096",
-        "--max-num-seqs", "8",
-        "--gpu-memory-utilization", "0.9",
-        "--kv-cache-dtype", "auto",
-        "--block-size", "16",
-        "--tensor-parallel-size", "1",
+        "--host=0.0.0.0", "--port=8000",
+        "--model=Qwen/Qwen3-4B", f"--revision={REVISION}",
+        "--max-model-len=4096",
+        "--max-num-seqs=8",
+        "--gpu-memory-utilization=0.9",
+        "--kv-cache-dtype=auto",
+        "--block-size=16",
+        "--tensor-parallel-size=1",
         "--enable-prefix-caching",
         "--no-enforce-eager",
     ]  # fmt: skip
@@ -78,7 +78,7 @@ def test_optional_and_boolean_inputs_render_as_whole_arguments() -> None:
          "enable_prefix_caching": False, "max_num_batched_tokens": 8192, "extra_args": "--seed 7"},
     )  # fmt: skip
     argv = rendered.argv
-    assert rendered.gpu_limit == 2 and argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert rendered.gpu_limit == 2 and "--tensor-parallel-size=2" in argv
     assert "--kv-cache-memory-bytes=8589934592" in argv
     assert "--max-num-batched-tokens=8192" in argv
     assert "--enforce-eager" in argv and "--no-enforce-eager" not in argv
@@ -130,16 +130,15 @@ def test_presets_fill_what_params_leave_and_never_override_them() -> None:
 def test_the_experiment_starts_the_same_engine_command_as_the_service_on_loopback() -> None:
     params = {"max_model_len": 4096, "max_num_seqs": 8, "concurrency": 16}
     experiment = render([EXPERIMENT], params, run_globals={"run_outputs_path": "/plx/outputs"})
-    assert "} && exec harness run " in experiment.args[0]  # after installing the harness where the image lacks it
+    assert experiment.args[0].startswith("command -v harness >/dev/null ||")  # installed where the image lacks it
     separator = experiment.argv.index("--")
     engine = experiment.argv[separator + 1 :]
     service = render([SERVICE], {"max_model_len": 4096, "max_num_seqs": 8}).argv
-    assert engine == [word if word != "0.0.0.0" else "127.0.0.1" for word in service]
+    assert engine == [word if word != "--host=0.0.0.0" else "--host=127.0.0.1" for word in service]
     harness = experiment.argv[:separator]
     assert harness[:2] == ["harness", "run"]
-    assert harness[harness.index("--concurrency") + 1] == "16"
-    assert harness[harness.index("--out") + 1] == "/plx/outputs/run"
-    assert "--rate" not in harness
+    assert "--concurrency=16" in harness and "--out=/plx/outputs/run" in harness
+    assert not any(word.startswith("--rate") for word in harness)
 
 
 def test_the_harness_job_passes_its_inputs_as_harness_run_flags() -> None:
@@ -149,9 +148,9 @@ def test_the_harness_job_passes_its_inputs_as_harness_run_flags() -> None:
         run_globals={"run_outputs_path": "/plx/outputs"},
     )  # fmt: skip
     assert rendered.argv == [
-        "harness", "run", "--service-uuid", uuid, "--inventory", "prompts/qwen3-4b-fixed-4096x8",
-        "--rate", "2.5", "--max-tokens", "300", "--seed", "3", "--slo-ttft-ms", "500.0",
-        "--out", "/plx/outputs/run",
+        "harness", "run", f"--service-uuid={uuid}", "--inventory=prompts/qwen3-4b-fixed-4096x8",
+        "--rate=2.5", "--max-tokens=300", "--seed=3", "--slo-ttft-ms=500.0",
+        "--out=/plx/outputs/run",
     ]  # fmt: skip
     assert rendered.kind == "job" and rendered.image == IMAGE
 
