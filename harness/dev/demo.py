@@ -7,6 +7,8 @@ cache); every point is tracked as a Polyaxon offline run; the analysis writes th
 
 from __future__ import annotations
 
+import os
+import secrets
 import time
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from rich.table import Table
 from harness.dev.tiny_model import ensure_tiny_model
 from harness.errors import EXIT_INVALID, HarnessError
 from harness.explain.report import WrittenReport, write_report
+from harness.launch.engine_auth import API_KEY_ENV
 from harness.launch.engine_process import engine_python
 from harness.launch.local_executor import run_locally
 from harness.launch.specs import render
@@ -86,7 +89,7 @@ def run_demo(out: Path, console: Console, repeats: int = 1) -> DemoResult:
                   f"finish; {repeats} run(s) per point")
     runs = run_locally(
         [repeated_sweep(out, repeats), PRESET], params, out_root=points_dir,
-        env=offline_tracking_env(offline_root, "local/vllm-harness-demo"),
+        env=offline_tracking_env(offline_root, "local/vllm-harness-demo") | engine_key(),
         extra_args=["--duration-s", str(LOAD_DURATION_S), "--cold"],
         on_start=lambda index, total, point: console.print(
             f"[bold]point {index + 1}/{total}[/bold]: {LIMIT}={point[LIMIT]}"),
@@ -103,6 +106,11 @@ def run_demo(out: Path, console: Console, repeats: int = 1) -> DemoResult:
                       failed_points=[r.index for r in runs if r.exit_code not in (0, EXIT_INVALID)],
                       invalid_points=[r.index for r in runs if r.exit_code == EXIT_INVALID],
                       seconds=time.monotonic() - started)
+
+
+def engine_key() -> dict[str, str]:
+    """The engines refuse to serve without a key: the caller's VLLM_API_KEY, or one made for this demo alone."""
+    return {API_KEY_ENV: os.environ.get(API_KEY_ENV) or secrets.token_hex(16)}
 
 
 def repeated_sweep(out: Path, repeats: int) -> Path:
