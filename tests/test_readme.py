@@ -24,8 +24,8 @@ from run_records import write_run
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 README_PROJECT = "ACME/serving"  # the README's example project; the sandbox's owner is "default"
-KINDS = ("make demo", "make test", "harness demo", "export HARNESS_IMAGE=", "polyaxon run", "harness check",
-         "harness sweep", "harness report")
+KINDS = ("make demo", "make test", "harness demo", "kubectl create secret", "export HARNESS_IMAGE=", "polyaxon run",
+         "harness check", "harness sweep", "harness report")
 BUILD_IMAGE = "polyaxonfiles/build-image.yaml"
 
 
@@ -80,6 +80,20 @@ def test_harness_demo_repeats_as_written(tmp_path: Path) -> None:
     repeats = int(words[words.index("--repeats") + 1])
     points = check_files([repeated_sweep(tmp_path, repeats), PRESET], {"model": "tiny", "concurrency": 8})
     assert [point["max_num_seqs"] for point in points] == [1, 1, 1, 2, 2, 2, 4, 4, 4, 8, 8, 8]
+
+
+def test_the_secret_as_written_is_the_one_the_engines_read() -> None:
+    """No cluster here to run kubectl on: the command must create the secret and key the components read,
+    with a value made on the spot (never one written in the README)."""
+    [words] = commands_of("kubectl create secret")
+    assert words[:5] == ["kubectl", "create", "secret", "generic", "vllm-api-key"]
+    [literal] = [word for word in words if word.startswith("--from-literal=")]
+    name, value = literal.removeprefix("--from-literal=").split("=", 1)
+    assert value.startswith("$(openssl rand ")
+    for component in ("vllm-service.yaml", "experiment.yaml", "harness-job.yaml"):
+        env = yaml.safe_load((ROOT / "polyaxonfiles" / component).read_text())["run"]["container"]["env"]
+        [key] = [item["valueFrom"]["secretKeyRef"] for item in env if item["name"] == "VLLM_API_KEY"]
+        assert (key["name"], key["key"]) == ("vllm-api-key", name), component
 
 
 def test_harness_check_as_written() -> None:
