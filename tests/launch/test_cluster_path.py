@@ -210,10 +210,11 @@ def test_the_report_operation_joins_every_child_of_a_sweep(polyaxon_api: str):
     assert sorted(report.inputs["uuids"]) == sorted(job.uuid for job in jobs)
     compiled_report = RunClient(owner="default", project="joined-report", run_uuid=report.uuid)
     compiled_report.refresh_data()
-    [command] = json.loads(compiled_report.run_data.content)["run"]["container"]["args"]
-    assert "--project default/joined-report" in command
-    assert f"--out /plx-context/artifacts/{report.uuid}/outputs/report" in command
-    query = command.split("--query '")[1].split("'")[0]  # the query the report reads its runs with
+    line, _, *words = json.loads(compiled_report.run_data.content)["run"]["container"]["args"]
+    assert "{{" not in line  # the API compiled the values into words of their own, none into the shell line
+    assert "--project=default/joined-report" in words
+    assert f"--out=/plx-context/artifacts/{report.uuid}/outputs/report" in words
+    [query] = [word.removeprefix("--query=") for word in words if word.startswith("--query=")]  # the report's runs
     assert sorted(run.uuid for run in client.list(query=query, limit=100).results) == sorted(job.uuid for job in jobs)
 
 

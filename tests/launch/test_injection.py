@@ -8,8 +8,11 @@ value inside one of them, and the canary the value tries to create must not exis
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -199,3 +202,36 @@ def test_the_declared_inputs_are_the_ones_attacked() -> None:
     service = declared_inputs([FILES / "vllm-service.yaml"])
     assert {"model", "revision", "extra_args", "allow_unauthenticated"} <= service
     assert set(string_inputs("vllm-service.yaml")) == {"model", "revision", "extra_args"}
+
+
+@pytest.mark.sandbox
+def test_the_api_refuses_hostile_values_and_compiles_the_rest_into_words(polyaxon_api: str) -> None:
+    """What a cluster does with the same file: Polyaxon's API compiles it (the sandbox never runs it)."""
+    from polyaxon.client import ProjectClient, RunClient
+
+    ProjectClient(owner="default").create({"name": "injection"})
+    polyaxon = str(Path(sys.executable).with_name("polyaxon"))
+
+    def submit(*params: str) -> subprocess.CompletedProcess[str]:
+        words = [polyaxon, "run", "-p", "injection", "-f", str(FILES / "experiment.yaml"), "-P", "concurrency=8"]
+        return subprocess.run([*words, *(f"-P{param}" for param in params)], capture_output=True, text=True,
+                              timeout=120)
+
+    for hostile in ("model=x'; touch canary", "revision=main\n--trust-remote-code", "extra_args=--host 0.0.0.0"):
+        refused = submit(hostile)
+        assert refused.returncode != 0 and "must match the regex" in refused.stdout + refused.stderr, hostile
+    client = RunClient(owner="default", project="injection")
+    assert client.list(limit=10).results == []  # nothing refused was created
+    accepted = submit("model=Qwen/Qwen3-4B", "extra_args=--seed 7")
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    [run] = client.list(limit=10).results
+    compiled = RunClient(owner="default", project="injection", run_uuid=run.uuid)
+    deadline = time.monotonic() + 60
+    while not compiled.run_data.content and time.monotonic() < deadline:
+        time.sleep(1)
+        compiled.refresh_data()
+    container = json.loads(compiled.run_data.content)["run"]["container"]
+    line, _, *words = container["args"]
+    assert line == render([FILES / "experiment.yaml"], {"concurrency": 8}).args[0]
+    assert "--model=Qwen/Qwen3-4B" in words and "--concurrency=8" in words
+    assert {"name": "HARNESS_ENGINE_EXTRA_ARGS", "value": "--seed 7"} in container["env"]
