@@ -7,6 +7,7 @@ later, server-side), so every sweep point is compiled here with the same compile
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -95,8 +96,8 @@ def load_operation(polyaxonfiles: Sequence[Path], params: Params | None = None) 
         raise HarnessError(f"{_describe(files)}: {reason}") from None
 
 
-def declared_inputs(polyaxonfiles: Sequence[Path]) -> set[str]:
-    """The inputs a polyaxonfile (+ presets) declares, whether or not the given params would satisfy them."""
+def declared_inputs(polyaxonfiles: Sequence[Path]) -> dict[str, str]:
+    """The inputs a polyaxonfile (+ presets) declares and their types, whether or not params would satisfy them."""
     files = [Path(path) for path in polyaxonfiles]
     for path in files:
         if not path.is_file():
@@ -108,7 +109,27 @@ def declared_inputs(polyaxonfiles: Sequence[Path]) -> set[str]:
             compiled = OperationSpecification.compile_operation(operation)
     except Exception as error:  # the compiler raises several types; each is a bad spec, not a bug here
         raise HarnessError(f"{_describe(files)}: {_cause(error)}") from None
-    return {io.name for io in compiled.inputs or []}
+    return {io.name: str(io.type) for io in compiled.inputs or []}
+
+
+# How a -P value for a number must be written. Polyaxon's own conversion reads `1e3` as the int 1000, `true`
+# as 1 and `8\n` as 8: a value that is not written as a number of its type is refused instead.
+NUMBER_WORDS = {
+    "int": re.compile(r"-?[0-9]+\Z"),
+    "float": re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?\Z"),
+}
+
+
+def _refuse_loose_numbers(files: list[Path], params: Params) -> None:
+    """Only values given as text are read here (`-P name=value`, or a sweep point written as a string)."""
+    if not any(isinstance(value, str) for value in params.values()):
+        return
+    types = declared_inputs(files)
+    for name, value in params.items():
+        kind = types.get(name, "")
+        if isinstance(value, str) and kind in NUMBER_WORDS and not NUMBER_WORDS[kind].match(value):
+            expected = "a whole number" if kind == "int" else "a decimal number"
+            raise HarnessError(f"{_describe(files)}: input {name}: {value!r} is not {expected}")
 
 
 def overridden_params(polyaxonfiles: Sequence[Path], params: Params) -> list[str]:
@@ -142,6 +163,7 @@ def render(
             check_extra_args(str(params["extra_args"]))
         except HarnessError as error:
             raise HarnessError(f"{_describe(files)}: {error}") from None
+    _refuse_loose_numbers(files, params or {})
     operation = load_operation(files, params)
     matrix_points = _matrix_points(operation, files)
     if operation.matrix is not None:

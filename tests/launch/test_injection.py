@@ -200,7 +200,7 @@ def test_extra_args_admits_only_the_allow_list() -> None:
 def test_the_declared_inputs_are_the_ones_attacked() -> None:
     """A new string input is attacked by the tests above without being listed: they read the files."""
     service = declared_inputs([FILES / "vllm-service.yaml"])
-    assert {"model", "revision", "extra_args", "allow_unauthenticated"} <= service
+    assert {"model", "revision", "extra_args", "allow_unauthenticated"} <= service.keys()
     assert set(string_inputs("vllm-service.yaml")) == {"model", "revision", "extra_args"}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,7 @@ def test_optional_and_boolean_inputs_render_as_whole_arguments() -> None:
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"max_num_seqs": "eight"}, r"Cannot convert value `eight` \(key: `max_num_seqs`\) to `int`"),
+        ({"max_num_seqs": "eight"}, r"input max_num_seqs: 'eight' is not a whole number"),
         ({"max_model_len": 65536}, r"`max_model_len`.*less than or equal to `40960`"),
         ({"gpu_memory_utilization": 0}, r"`gpu_memory_utilization`.*greater than `0`"),
         ({"kv_cache_dtype": "fp16"}, r"`kv_cache_dtype`.*must be one of"),
@@ -196,7 +197,7 @@ def _sweep(tmp_path: Path, matrix: str) -> Path:
         ),
         (
             "  kind: mapping\n  values:\n    - {max_num_seqs: many}\n",
-            r"point 0 \{'max_num_seqs': 'many'\}: .*Cannot convert value `many`",
+            r"point 0 \{'max_num_seqs': 'many'\}: input max_num_seqs: 'many' is not a whole number",
         ),
         (
             "  kind: mapping\n  values:\n    - {max_num_seq: 4}\n",
@@ -241,3 +242,18 @@ def test_a_p_value_every_sweep_point_replaces_is_warned_about() -> None:
     assert "-P concurrency=4 is not used" not in result.output
     quiet = CliRunner().invoke(app, ["check", "-f", sweep, "-P", "concurrency=4"])
     assert "warning" not in quiet.output
+
+
+@pytest.mark.parametrize("value", ["1e3", "true", "8\n", " 8", "8.0", "0x10"])
+def test_a_number_param_must_be_written_as_a_number_of_its_type(value: str) -> None:
+    """Polyaxon alone reads `1e3` as 1000 and `true` as 1: the run would not be the one the user typed."""
+    with pytest.raises(HarnessError, match=rf"input concurrency: {re.escape(repr(value))} is not a whole number"):
+        render([EXPERIMENT], {"concurrency": value})
+
+
+def test_numbers_written_as_numbers_pass() -> None:
+    rendered = render([EXPERIMENT], {"rate": "1e-1", "max_tokens": "300", "gpu_memory_utilization": "0.5"})
+    assert (rendered.inputs["rate"], rendered.inputs["max_tokens"]) == (0.1, 300)
+    assert rendered.inputs["gpu_memory_utilization"] == 0.5
+    with pytest.raises(HarnessError, match=r"input rate: '2,5' is not a decimal number"):
+        render([EXPERIMENT], {"rate": "2,5"})
