@@ -96,6 +96,14 @@ def test_a_trailing_newline_passes_no_check() -> None:
         render([FILES / "experiment.yaml"], {"concurrency": 8, "inventory": "prompts/tiny-qwen3-600x8\n"})
 
 
+def test_an_inventory_is_never_addressed_through_dot_dot() -> None:
+    for component in ("experiment.yaml", "harness-job.yaml"):
+        params = REQUIRED[component]
+        assert render([FILES / component], {**params, "inventory": "/data/inventories/mine"})
+        with pytest.raises(HarnessError, match="inventory"):
+            render([FILES / component], {**params, "inventory": "prompts/../../etc"})
+
+
 def without_validation(component: str, tmp_path: Path) -> Path:
     """The file with every pattern removed: the command's shape alone must keep values inert."""
     spec = yaml.safe_load((FILES / component).read_text())
