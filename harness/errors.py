@@ -35,3 +35,15 @@ def describe_validation_error(error: pydantic.ValidationError, source: str | Pat
     field = ".".join(str(part) for part in first["loc"]) or "(root)"
     more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
     return f"{source}: field '{field}': {first['msg']}{more}"
+
+
+def describe_option_error(error: pydantic.ValidationError, renamed: dict[str, str] | None = None) -> str:
+    """The first refused field of a command's options model as the option the user typed, in one line:
+    '--block-size: vLLM's block sizes are 1, 8, ..., not 17'. `renamed` maps fields whose option differs."""
+    first = error.errors()[0]
+    if not first["loc"]:  # a rule across fields names them itself
+        return describe_validation_error(error, "command line")
+    name = str(first["loc"][-1])
+    option = "--" + (renamed or {}).get(name, name).replace("_", "-")
+    given = repr(first["input"]) if isinstance(first["input"], str) else first["input"]
+    return f"{option}: {first['msg'].removeprefix('Value error, ')}, not {given}"

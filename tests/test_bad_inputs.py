@@ -90,7 +90,7 @@ BAD_INPUTS = [
     ("negative-read-timeout", lambda f: run_args(str(f["held"]) + "-new", "--read-timeout-s", "-1"),
      "error: --read-timeout-s must be a positive number of seconds, not -1.0"),
     ("nan-stall-timeout", lambda f: run_args(str(f["held"]) + "-new", "--stall-timeout-s", "nan"),
-     "error: --stall-timeout-s must be a positive number of seconds, not nan"),
+     "error: --stall-timeout-s: must be a finite number, not nan"),
 ]
 
 
