@@ -63,11 +63,13 @@ from rich.table import Table
 
 from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE, ensure_tiny_model
 from harness.launch.engine_process import engine_python, local_engine
+from harness.measure.auth import auth_headers
 from harness.measure.client import RequestRecord
 from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.record import read_requests
 from harness.observe.server_metrics import MetricsSnapshot, parse_metrics
+from harness.redact import redact_argv
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICE = [REPO / "polyaxonfiles" / "vllm-service.yaml", REPO / "polyaxonfiles" / "presets" / "local-cpu.yaml"]
@@ -78,7 +80,7 @@ PACED_GAP_S = 0.001
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 
 VLLM_DRIVER = """
-import asyncio, json, sys
+import asyncio, json, os, sys
 from transformers import AutoTokenizer
 from vllm.benchmarks.datasets import SampleRequest
 from vllm.benchmarks.serve import TaskType, benchmark
@@ -92,7 +94,8 @@ result = asyncio.run(benchmark(
     input_requests=requests, logprobs=None, request_rate=float("inf"), burstiness=1.0, disable_tqdm=True,
     num_warmups=spec["warmup"], profile=False, selected_percentile_metrics=["ttft", "tpot", "itl", "e2el"],
     selected_percentiles=[50.0, 99.0], ignore_eos=True, goodput_config_dict={},
-    max_concurrency=spec["concurrency"], lora_modules=None, extra_headers=None,
+    max_concurrency=spec["concurrency"], lora_modules=None,
+    extra_headers={"Authorization": "Bearer " + os.environ["VLLM_API_KEY"]} if os.environ.get("VLLM_API_KEY") else None,
     extra_body={"temperature": 0.0, "stream_options": spec["stream_options"]}, ready_check_timeout_sec=0,
 ))
 figures = {key: value for key, value in result.items() if isinstance(value, (int, float))}
@@ -267,14 +270,14 @@ def main() -> None:
     console = Console(width=160)
     trials: list[Trial] = []
     with local_engine(SERVICE, {"model": str(model)}, log_path=work / "engine.log") as engine:
-        served = httpx.get(f"{engine.base_url}/v1/models", timeout=10).json()["data"][0]["id"]
+        served = httpx.get(f"{engine.base_url}/v1/models", headers=auth_headers(), timeout=10).json()["data"][0]["id"]
         spec = {
             "model": served, "tokenizer": str(model), "prompts": [p.token_ids for p in inventory.prompts],
             "output_tokens": args.output_tokens, "concurrency": args.concurrency, "warmup": args.warmup,
             "stream_options": STREAM_OPTIONS,
         }
         console.print(
-            f"engine: {' '.join(engine.argv[1:])}\n{args.prompts} prompts of {args.prompt_tokens} tokens, "
+            f"engine: {' '.join(redact_argv(engine.argv[1:]))}\n{args.prompts} prompts of {args.prompt_tokens} tokens, "
             f"{args.output_tokens} output tokens (ignore_eos), concurrency {args.concurrency}, "
             f"{args.warmup} warm-up requests per run, {args.rounds} rounds; load average at start "
             f"{os.getloadavg()[0]:.2f}; work dir {work}"

@@ -27,6 +27,7 @@ from harness.errors import (
     EXIT_SIGINT,
     HarnessError,
 )
+from harness.redact import redact_text
 
 # pydantic's error types for a value typer could not parse, as the kind of value the option wants
 PARSE_ERRORS = {"int_parsing": "an integer", "int_from_float": "an integer", "int_type": "an integer",
@@ -130,7 +131,7 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return command(*args, **kwargs)
         except HarnessError as error:
-            print(f"error: {one_line(str(error))}", file=sys.stderr)
+            print(f"error: {one_line(redact_text(str(error)))}", file=sys.stderr)  # it may quote a URL or a log line
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except OSError as error:  # a path the command's own checks let through: name it; anything else is a bug
             if error.filename is None:

@@ -25,8 +25,12 @@ def emulate(
     max_model_len: int = typer.Option(4096, help="prompt+max_tokens above this is rejected with HTTP 400"),
     drop_every: int | None = typer.Option(None, help="abort every Nth stream's connection after 2 chunks"),
 ) -> None:
-    """Serve a vLLM-shaped API with scripted timing, for dry runs and client benchmarks."""
+    """Serve a vLLM-shaped API with scripted timing, for dry runs and client benchmarks. With VLLM_API_KEY set,
+    /v1/* answer only requests bearing that key, as vLLM's API server does."""
+    import os
+
     from harness.dev.emulator import EmulatorConfig, serve
+    from harness.measure.auth import API_KEY_ENV
 
     serve(
         EmulatorConfig(
@@ -40,6 +44,7 @@ def emulate(
             kv_capacity_tokens=kv_capacity_tokens,
             max_model_len=max_model_len,
             drop_every=drop_every,
+            api_key=os.environ.get(API_KEY_ENV) or None,
         )
     )
 

@@ -10,6 +10,7 @@ import typer
 
 from harness.cli.app import app, one_line_errors
 from harness.errors import EXIT_CODES_HELP, EXIT_INVALID, HarnessError
+from harness.redact import redact_text
 from harness.schema import RunFile
 
 
@@ -147,7 +148,7 @@ def sweep(
         result = run_sweep(files[0], limit, [{**for_service, **point} for point in points], backend,
                            on_point=lambda point: print(f"point {point.index}: {point.outcome}", flush=True))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    (out / "sweep.json").write_text(redact_text(result.model_dump_json(indent=2)), encoding="utf-8")
     print(f"sweep over {limit}: {out / 'sweep.json'}")
     if any(point.outcome != Outcome.MEASURED for point in result.points):
         raise typer.Exit(EXIT_INVALID)

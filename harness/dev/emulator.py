@@ -10,12 +10,14 @@ import asyncio
 import gc
 import itertools
 import json
+import secrets
 import time
 from collections import deque
 
 import prometheus_client
 import uvloop
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from pydantic import BaseModel, Field
 
 from harness.errors import HarnessError
@@ -34,6 +36,7 @@ class EmulatorConfig(BaseModel):
     kv_capacity_tokens: int = Field(1_048_576, ge=1)
     max_model_len: int = Field(4096, ge=1)
     drop_every: int | None = Field(None, ge=1, description="abort every Nth stream's connection")
+    api_key: str | None = Field(None, repr=False, description="the key /v1/* require, as vLLM's VLLM_API_KEY")
 
 
 def count_prompt_tokens(body: dict) -> int:
@@ -153,7 +156,7 @@ class Emulator:
         self.streams_on_new_connections = 0
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self.authenticate] if self.config.api_key else [])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_get("/metrics", self.prometheus)
@@ -165,6 +168,14 @@ class Emulator:
         app.router.add_get("/emulator/connections", self.connections)
         app.on_response_prepare.append(self._note_peer)
         return app
+
+    @web.middleware
+    async def authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """As vLLM's API server with a key: /v1/* need `Authorization: Bearer <key>`, the rest stays open."""
+        sent, wanted = request.headers.get("Authorization", "").encode(), f"Bearer {self.config.api_key}".encode()
+        if request.path.startswith("/v1") and not secrets.compare_digest(sent, wanted):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response()

@@ -44,6 +44,7 @@ from harness.explain.plots import (
 )
 from harness.explain.sources import DEFAULT_API_LIMIT, collect_runs
 from harness.explain.table import PEAK_RUNNING, RunTable, build_table
+from harness.redact import redact_text
 from harness.schema import Output
 
 RUN_FIGURES = (
@@ -142,8 +143,8 @@ def write_report(
         for plot in section.plots:
             (out / plot.file_name).write_bytes(plot.png)
     markdown, page = out / "report.md", out / "report.html"
-    markdown.write_text(render_markdown(title, sections), encoding="utf-8")
-    page.write_text(render_html(title, sections), encoding="utf-8")
+    markdown.write_text(redact_text(render_markdown(title, sections)), encoding="utf-8")  # records from before
+    page.write_text(redact_text(render_html(title, sections)), encoding="utf-8")  # masking may hold a secret
     return WrittenReport(markdown=markdown, html=page, runs=comparison.runs, verdicts=verdicts)
 
 

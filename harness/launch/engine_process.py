@@ -32,6 +32,7 @@ from harness.launch.specs import Params, render
 from harness.loopback import LOCAL_HOST, free_port
 from harness.measure.ready import is_healthy, wait_until_healthy
 from harness.observe.engine_failure import engine_error_line
+from harness.redact import redact_argv, redact_file, redact_text
 
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 STOP_GRACE_S = 15.0
@@ -146,16 +147,21 @@ def start_engine(
 
     A start that fails or times out raises EngineStartError with the engine's own error line. A healthy
     engine's processes are then placed on the cores (see harness/launch/placement.py), and the launcher says how.
+    The engine writes its log itself; once it has stopped, the log's secrets are masked in place.
     """
     port = engine_port(argv)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with stop_on_sigterm(), log_path.open("wb") as log, _engine_process(argv, env or {}, log) as process:
-        engine = RunningEngine(engine_base_url(argv), port, process.pid, log_path, argv)
-        _wait_until_healthy(engine, process, health_timeout_s)
-        placement = place_engine(process.pid)
-        if placement:
-            print(placement, file=sys.stderr, flush=True)
-        yield engine
+    redact_argv(argv)  # remembers the command line's secrets, so that the log is masked of them too
+    try:
+        with stop_on_sigterm(), log_path.open("wb") as log, _engine_process(argv, env or {}, log) as process:
+            engine = RunningEngine(engine_base_url(argv), port, process.pid, log_path, argv)
+            _wait_until_healthy(engine, process, health_timeout_s)
+            placement = place_engine(process.pid)
+            if placement:
+                print(placement, file=sys.stderr, flush=True)
+            yield engine
+    finally:
+        redact_file(log_path)
 
 
 def engine_base_url(argv: list[str]) -> str:
@@ -226,12 +232,17 @@ def _wait_until_healthy(engine: RunningEngine, process: subprocess.Popen[bytes],
     """Poll /health until it answers 200; an engine that exits first ends the wait with its own error."""
     outcome = wait_until_healthy(engine.base_url, timeout_s, process=process, poll_s=HEALTH_POLL_S)
     if outcome == "exited":
-        reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
+        reason = _error_line(engine.log_path)
         raise EngineStartError(
             f"engine exited with code {process.returncode} before it was healthy: {reason} (log: {engine.log_path})"
         )
     if outcome == "timed_out":
         raise EngineStartError(f"engine not healthy after {timeout_s:g} s (log: {engine.log_path})")
+
+
+def _error_line(log_path: Path) -> str:
+    """The engine's own error line, its secrets masked: it goes into error messages and sweep results."""
+    return engine_error_line(redact_text(log_path.read_text(errors="replace"))) or "no error line logged"
 
 
 TERMINATED = threading.Event()  # set by `stop_on_sigterm`'s handler; see `exit_if_terminated`
@@ -276,5 +287,5 @@ def wait_while_healthy(engine: RunningEngine, poll_s: float = 5.0) -> None:
         while True:
             time.sleep(poll_s)
             if not is_healthy(client, engine.base_url):
-                reason = engine_error_line(engine.log_path.read_text(errors="replace")) or "no error line logged"
+                reason = _error_line(engine.log_path)
                 raise HarnessError(f"engine stopped answering /health: {reason} (log: {engine.log_path})")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.launch.engine_args import engine_options
+from harness.launch.engine_args import engine_options, option_value
 from harness.launch.engine_process import EngineStartError, start_engine
 from harness.measure.inventory import Inventory
 from harness.measure.record import RunConfig
@@ -26,6 +26,7 @@ from harness.observe.log_lines import fetch_polyaxon_run_log
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.polyaxon_client import managed_run
+from harness.redact import redact_argv, redact_file, redact_text, secret_free
 from harness.schema import EngineRecord, RunFile, TrackedRun
 from harness.track.tracking import DEFAULT_PROJECT, LiveRun
 
@@ -104,7 +105,8 @@ def run_with_engine(
             monitor = stack.enter_context(
                 MemoryMonitor(engine.pid, max(config.sample_interval_s, 1.0), live.log_series if live else None)
             )
-            summary = run_load(config, inventory, run_dir, on_sample=live.on_sample if live else None)
+            summary = run_load(config, inventory, run_dir, on_sample=live.on_sample if live else None,
+                               api_key=option_value(engine_argv, "--api-key"))  # vLLM's: --api-key over the env
             snapshot = scrape_metrics(engine.base_url)
             facts = monitor.record(facts)
     report = record_capacity(run_dir, run_dir / RunFile.ENGINE_LOG, snapshot)
@@ -139,7 +141,7 @@ def attach_service(run_dir: Path, service_uuid: str, base_url: str) -> None:
             return
     else:
         return
-    (run_dir / RunFile.ENGINE_LOG).write_text(log_text, encoding="utf-8")
+    (run_dir / RunFile.ENGINE_LOG).write_text(redact_text(log_text), encoding="utf-8")
     stated = parse_startup_log(log_text).non_default_args or {}
     write_engine_record(run_dir, argv=None, limits={name: value for name, value in stated.items()
                                                     if name not in ("host", "port")})
@@ -147,16 +149,19 @@ def attach_service(run_dir: Path, service_uuid: str, base_url: str) -> None:
 
 
 def engine_limits(argv: list[str]) -> dict[str, Any]:
-    """Everything the engine was told except where to listen, which says nothing about what it holds."""
-    return {name: value for name, value in engine_options(argv).items() if name not in ("host", "port")}
+    """Everything the engine was told except where to listen and its secrets, which say nothing about what
+    it holds."""
+    return secret_free({name: value for name, value in engine_options(argv).items() if name not in ("host", "port")})
 
 
 def write_engine_record(run_dir: Path, *, argv: list[str] | None, limits: dict[str, Any]) -> None:
-    """engine.json: the engine's command line (when this run started it) and its limits, for comparisons."""
+    """engine.json: the engine's command line (when this run started it, its secrets masked) and its limits,
+    for comparisons."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    engine = EngineRecord(argv=argv, limits=limits, image_reference=os.environ.get("HARNESS_IMAGE_REFERENCE"),
+    engine = EngineRecord(argv=None if argv is None else redact_argv(argv), limits=secret_free(limits),
+                          image_reference=os.environ.get("HARNESS_IMAGE_REFERENCE"),
                           container_image=os.environ.get("HARNESS_CONTAINER_IMAGE") or None)
-    (run_dir / RunFile.ENGINE).write_text(engine.model_dump_json(indent=2), encoding="utf-8")
+    (run_dir / RunFile.ENGINE).write_text(redact_text(engine.model_dump_json(indent=2)), encoding="utf-8")
 
 
 def scrape_metrics(base_url: str) -> MetricsSnapshot | None:
@@ -167,10 +172,13 @@ def scrape_metrics(base_url: str) -> MetricsSnapshot | None:
 
 
 def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot | None) -> CapacityReport:
-    """capacity.json from the start-up log (copied into the record) and /metrics, with the prediction."""
-    log_text = engine_log.read_text(encoding="utf-8", errors="replace")
-    if engine_log.resolve() != (run_dir / RunFile.ENGINE_LOG).resolve():
-        (run_dir / RunFile.ENGINE_LOG).write_text(log_text, encoding="utf-8")
+    """capacity.json from the start-up log (copied into the record, its secrets masked, also when the
+    engine wrote it there itself) and /metrics, with the prediction."""
+    record_log = run_dir / RunFile.ENGINE_LOG
+    if engine_log.resolve() != record_log.resolve():
+        record_log.write_text(engine_log.read_text(encoding="utf-8", errors="replace"), encoding="utf-8")
+    redact_file(record_log)
+    log_text = record_log.read_text(encoding="utf-8", errors="replace")
     report = build_capacity_report(parse_startup_log(log_text), snapshot)
     (run_dir / RunFile.CAPACITY).write_text(report.model_dump_json(indent=2), encoding="utf-8")
     return report
@@ -179,4 +187,4 @@ def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot |
 def _write_config(run_dir: Path, config: RunConfig) -> None:
     """What was asked, kept even when nothing could be sent."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / RunFile.CONFIG).write_text(config.model_dump_json(indent=2), encoding="utf-8")
+    (run_dir / RunFile.CONFIG).write_text(redact_text(config.model_dump_json(indent=2)), encoding="utf-8")

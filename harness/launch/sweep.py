@@ -26,6 +26,7 @@ from harness.launch.experiment import SERVICE_LOG_ENV
 from harness.launch.local_executor import run_locally
 from harness.launch.specs import check_sweep, declared_inputs, load_operation, render
 from harness.polyaxon_client import polyaxon_call
+from harness.redact import redact_text
 from harness.schema import RunFile
 
 SWEEP_SCHEMA_VERSION = 1
@@ -196,7 +197,7 @@ class PolyaxonBackend:
             lines = [str(getattr(line, "value", line)) for line in (logs.logs or [])]
         except Exception as error:  # the service may have no logs yet; say so in the file
             lines = [f"no logs: {type(error).__name__}"]
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        path.write_text(redact_text("\n".join(lines) + "\n"), encoding="utf-8")
         return path
 
 

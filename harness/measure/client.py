@@ -11,17 +11,18 @@ import codecs
 import contextlib
 import contextvars
 import json
-import os
 import re
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 from pydantic import BaseModel
+
+from harness.measure.auth import auth_headers
 
 JSON = {"Content-Type": "application/json"}
 STALL_SLACK = 0.05  # share of the stall timeout a stall may be reported late by (see StreamingClient._receive)
@@ -83,7 +84,7 @@ class ClientSettings:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 300.0  # from sending to the first response byte: queueing in the server counts
     stall_timeout_s: float = 60.0  # the longest silence once the response has started
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key: str | None = field(default=None, repr=False)  # None: $VLLM_API_KEY (see harness.measure.auth)
 
 
 def request_body(model: str, prompt: PromptRequest, temperature: float) -> tuple[str, dict]:
@@ -224,8 +225,7 @@ class StreamingClient:
     def __init__(self, settings: ClientSettings, clock_zero: float) -> None:
         self.settings = settings
         self.clock_zero = clock_zero
-        api_key = os.environ.get(settings.api_key_env)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = auth_headers(settings.api_key)
         # Reads are bounded by `send`'s own deadline (read timeout, then stall timeout), not per socket read.
         timeout = httpx.Timeout(None, connect=settings.connect_timeout_s, pool=None)
         self.http = httpx.AsyncClient(

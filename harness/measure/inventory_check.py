@@ -13,7 +13,9 @@ import httpx
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.measure.auth import auth_headers, check_not_refused
 from harness.measure.inventory import Inventory, InventoryPrompt
+from harness.redact import refuse_url_credentials
 
 
 def check_fits(inventory: Inventory, max_model_len: int) -> None:
@@ -80,11 +82,13 @@ def verify_with_server(
 
     vLLM's /tokenize takes a text `prompt` or chat `messages`, not token ids; token-id prompts are
     therefore counted by the usage of a one-token /v1/completions request, under a cache salt so this
-    prefill cannot warm the prefix cache for the run that follows.
+    prefill cannot warm the prefix cache for the run that follows. /v1/* carry the engine's key
+    ($VLLM_API_KEY); a server that refuses it ends the check with one line.
     """
+    refuse_url_credentials(base_url, "--server")
     try:
-        with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s) as client:
-            model, max_model_len = _served_model(client)
+        with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s, headers=auth_headers()) as client:
+            model, max_model_len = _served_model(client, base_url)
             counts = {
                 prompt.prompt_id: _server_count(client, model, max_model_len, prompt)
                 for prompt in inventory.prompts
@@ -107,8 +111,9 @@ def verify_with_server(
     return mismatches
 
 
-def _served_model(client: httpx.Client) -> tuple[str, int]:
+def _served_model(client: httpx.Client, base_url: str) -> tuple[str, int]:
     response = client.get("/v1/models")
+    check_not_refused(response, base_url)
     response.raise_for_status()
     try:
         first = response.json()["data"][0]

@@ -20,6 +20,7 @@ from typing import Literal
 import httpx
 
 from harness.errors import HarnessError
+from harness.measure.auth import REFUSED_STATUSES, auth_headers, check_not_refused, refused_error
 from harness.measure.client import aiohttp_transport
 
 HEALTH_PATH = "/health"
@@ -29,13 +30,18 @@ PROGRESS_EVERY_S = 10.0
 StartOutcome = Literal["healthy", "exited", "timed_out"]
 
 
-async def discover_server(base_url: str, ready_timeout_s: float) -> tuple[str, int | None, str | None]:
-    """Wait for /health, then read the served model, its context length and the engine version."""
+async def discover_server(
+    base_url: str, ready_timeout_s: float, api_key: str | None = None
+) -> tuple[str, int | None, str | None]:
+    """Wait for /health, then read the served model, its context length and the engine version. A server
+    that refuses the key (GET /v1/models is guarded, /health is not) is one line at once, not a wait."""
     transport = aiohttp_transport(base_url, 1)
-    async with httpx.AsyncClient(base_url=base_url, timeout=10.0, transport=transport) as http:
+    async with httpx.AsyncClient(base_url=base_url, timeout=10.0, transport=transport,
+                                 headers=auth_headers(api_key)) as http:
         await wait_healthy(http, base_url, ready_timeout_s)
         try:
             answer = await http.get("/v1/models")
+            check_not_refused(answer, base_url)
             answer.raise_for_status()
             card = answer.json()["data"][0]
         except httpx.HTTPStatusError as error:
@@ -64,6 +70,8 @@ async def wait_healthy(http: httpx.AsyncClient, base_url: str, ready_timeout_s: 
             last = f"HTTP {status}"
         if status == 200:
             return
+        if status in REFUSED_STATUSES:  # vLLM leaves /health open; a proxy in front of it may not
+            raise refused_error(base_url, status, "Authorization" in http.headers)
         if status is not None and 400 <= status < 500:
             raise HarnessError(f"server {base_url}: answers GET /health with {status}: not a vLLM server")
         waited_s = time.monotonic() - started

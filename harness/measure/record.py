@@ -26,6 +26,7 @@ from harness.errors import HarnessError, describe_validation_error
 from harness.measure.client import RequestRecord
 from harness.measure.schedule import LoadShape
 from harness.observe.server_metrics import MetricsSnapshot
+from harness.redact import redact_text
 from harness.schema import RunFile
 
 RECORD_SCHEMA_VERSION = 1
@@ -125,16 +126,21 @@ class RunWriter:
             raise HarnessError(f"{error.filename}: already written by another run; use a new directory") from None
 
     def write_model(self, name: str, model: BaseModel) -> None:
-        """Whole-file JSON, replaced atomically so a reader never sees half of it."""
+        """Whole-file JSON with secrets masked, replaced atomically so a reader never sees half of it."""
         partial = self.run_dir / f".{name}.partial"
-        partial.write_text(model.model_dump_json(indent=2), encoding="utf-8")
+        partial.write_text(redact_text(model.model_dump_json(indent=2)), encoding="utf-8")
         os.replace(partial, self.run_dir / name)
 
     def add_request(self, record: RequestRecord) -> None:
+        """An error's text is masked in the record itself, so the table written at the end matches."""
+        if record.error is not None:
+            record.error = redact_text(record.error)
         self.requests.write(record.model_dump_json() + "\n")
         self.requests.flush()
 
     def add_sample(self, sample: ServerSample) -> None:
+        if sample.error is not None:
+            sample.error = redact_text(sample.error)
         self.samples.write(sample.model_dump_json() + "\n")
         self.samples.flush()
 

@@ -19,6 +19,7 @@ from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION, RunConfig, Slo
 from harness.measure.schedule import LoadShape
 from harness.measure.timeouts import request_timeouts
 from harness.polyaxon_client import managed_run_uuid
+from harness.redact import refuse_url_credentials
 
 LOAD_OPTION_NAMES = {"rate_per_s": "rate", "warmup_requests": "warmup"}  # `LoadShape` fields the CLI shortens
 
@@ -66,6 +67,8 @@ def build_run_config(options: RunOptions) -> tuple[RunConfig, Inventory]:
     if options.base_url is None and options.service_uuid is None:
         raise HarnessError("give --base-url, --service-uuid, or both (the service's run, reached at the URL)")
     base_url = options.base_url
+    if base_url is not None:
+        refuse_url_credentials(base_url, "--base-url")
     if base_url is None:
         namespace = os.environ.get("POLYAXON_K8S_NAMESPACE", "polyaxon")
         base_url = f"http://plx-operation-{options.service_uuid}.{namespace}.svc:{options.service_port}"

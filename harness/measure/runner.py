@@ -57,12 +57,13 @@ def run_load(
     *,
     ready_timeout_s: float = 600.0,
     on_sample: Callable[[ServerSample], None] | None = None,
+    api_key: str | None = None,
 ) -> RunSummary:
     """Blocking entry point for the CLI and tests. uvloop: the client must never be the bottleneck, and
     libuv's loop costs less CPU per streamed chunk than asyncio's own. `on_sample` sees every scrape as it
-    is kept (live tracking); it runs in the event loop, so it must be quick."""
+    is kept (live tracking); it runs in the event loop, so it must be quick. `api_key` None: $VLLM_API_KEY."""
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_run(config, inventory, run_dir, ready_timeout_s, on_sample))
+        return runner.run(_run(config, inventory, run_dir, ready_timeout_s, on_sample, api_key))
 
 
 async def _run(
@@ -71,8 +72,9 @@ async def _run(
     run_dir: Path,
     ready_timeout_s: float,
     on_sample: Callable[[ServerSample], None] | None = None,
+    api_key: str | None = None,
 ) -> RunSummary:
-    served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s)
+    served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s, api_key)
     if max_model_len is not None:
         check_fits(inventory, max_model_len)
         longest = max(p.prompt_tokens for p in inventory.prompts)
@@ -117,6 +119,7 @@ async def _run(
         pool_size=limit or UNCAPPED_POOL_SIZE,
         read_timeout_s=read_timeout_s,
         stall_timeout_s=stall_timeout_s,
+        api_key=api_key,
     )
     sampler = MetricsSampler(config.base_url, config.sample_interval_s, clock_zero, keep_sample)
     keep_sample(await sampler.scrape())

@@ -20,6 +20,7 @@ from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.predict.budget import CapacityPrediction, predict_capacity
 from harness.predict.model_shape import ModelShape, load_model_shape
+from harness.redact import refuse_url_credentials
 from harness.units import GiB
 
 CAPACITY_SCHEMA_VERSION = 1
@@ -145,6 +146,7 @@ def _metrics_snapshot(source: str) -> MetricsSnapshot:
 def _metrics_text(source: str) -> str:
     """A live /metrics URL, or a saved scrape on disk."""
     if source.startswith(("http://", "https://")):
+        refuse_url_credentials(source, "--metrics")
         return fetch_metrics_text(source)
     return read_log_text(source)
 

@@ -27,6 +27,7 @@ from harness.observe.engine_failure import (
 )
 from harness.observe.log_lines import LOGGED_NUMBER, LogLine, split_log_lines
 from harness.observe.memory_profile import PROFILE_V06, V0_KV_REST, MemoryProfile, memory_profile_line
+from harness.redact import redact_text
 from harness.units import gib_to_bytes
 
 STARTUP_SCHEMA_VERSION = 1
@@ -145,11 +146,12 @@ def parse_startup_log(text: str, start: int | None = None) -> StartupCapacity:
     """Parse a start-up log; unknown lines are ignored, a missing capacity line is diagnosed.
 
     A text that holds several start-ups (see `split_starts`) is never read as one: its figures come
-    from one start, the last unless `start` (counted from 1) names another.
+    from one start, the last unless `start` (counted from 1) names another. Secrets are masked first (an
+    older vLLM logs its `api_key` among the non-default args): nothing read from a log can carry one.
     """
     if "\x00" in text:
         raise HarnessError("not a text log: it contains NUL bytes")
-    starts = split_starts(split_log_lines(text))
+    starts = split_starts(split_log_lines(redact_text(text)))
     chosen = len(starts) if start is None else start
     if not 1 <= chosen <= len(starts):
         raise HarnessError(f"start {start} asked for, but the log holds {len(starts)} start(s)")

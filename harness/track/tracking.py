@@ -25,6 +25,7 @@ from harness.observe.capacity import CapacityReport
 from harness.observe.device import DeviceRecord
 from harness.observe.server_metrics import Histogram, MetricsSnapshot
 from harness.polyaxon_client import managed_run_uuid, polyaxon_call
+from harness.redact import redact_text, secret_free
 from harness.schema import EngineRecord, RunFile, TrackedRun
 from harness.track.point_name import name_matrix_child
 
@@ -97,7 +98,7 @@ class LiveRun:
         self.run.log_outputs(**outputs)
         self._log_record_files(run_dir)
         if failure is not None:
-            self.run.log_failed(reason="HarnessRun", message=failure[:1000])
+            self.run.log_failed(reason="HarnessRun", message=redact_text(failure)[:1000])
         self.run.end()
         tracked = TrackedRun(run_uuid=self.run.run_uuid, owner=self.owner, project=self.project,
                              offline_root=None if self.offline_root is None else str(self.offline_root))
@@ -193,7 +194,7 @@ def run_io(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         device = DeviceRecord.model_validate_json(_read(run_dir / RunFile.DEVICE))
         limits.update(device.inputs())
         outputs.update(device.outputs())
-    return run_inputs(config, limits), outputs
+    return run_inputs(config, limits), secret_free(outputs)
 
 
 def read_engine_record(run_dir: Path) -> EngineRecord:
@@ -203,7 +204,8 @@ def read_engine_record(run_dir: Path) -> EngineRecord:
 
 
 def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:
-    """The engine's limits and the workload: what a one-limit comparison holds fixed or varies."""
+    """The engine's limits and the workload: what a one-limit comparison holds fixed or varies. A secret is
+    neither, and is left out (a record written before secrets were masked may still hold one)."""
     load = config.load
     workload = {
         "inventory_digest": config.inventory_digest,
@@ -221,7 +223,7 @@ def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:
         "cold": config.cold,
         "service_uuid": config.service_uuid,
     }
-    return {name: value for name, value in {**limits, **workload}.items() if value is not None}
+    return secret_free({name: value for name, value in {**limits, **workload}.items() if value is not None})
 
 
 def run_outputs(summary: RunSummary) -> dict[str, Any]:
