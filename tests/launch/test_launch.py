@@ -20,6 +20,7 @@ from harness.errors import HarnessError
 from harness.launch.engine_args import option_value
 from harness.launch.engine_process import engine_python, local_engine, local_engine_words, stop_process_group
 from harness.launch.specs import render
+from harness.measure.auth import auth_headers
 
 from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
@@ -111,7 +112,8 @@ def test_service_runs_on_the_real_engine_and_streams_a_token_id_prompt(start_eng
     body = {"model": option_value(engine.argv, "--model"), "prompt": [11, 22, 33, 44, 55],
             "max_tokens": 6, "temperature": 0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
-    with httpx.stream("POST", f"{engine.base_url}/v1/completions", json=body, timeout=60) as response:
+    with httpx.stream("POST", f"{engine.base_url}/v1/completions", json=body, headers=auth_headers(),
+                      timeout=60) as response:
         assert response.status_code == 200
         events = [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
@@ -120,7 +122,7 @@ def test_service_runs_on_the_real_engine_and_streams_a_token_id_prompt(start_eng
     assert (usage["prompt_tokens"], usage["completion_tokens"]) == (5, 6)
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
     # The tiny model's chat template renders Qwen's turn markers, and the engine counts exactly those tokens.
-    chat = httpx.post(f"{engine.base_url}/v1/chat/completions", timeout=60, json={
+    chat = httpx.post(f"{engine.base_url}/v1/chat/completions", timeout=60, headers=auth_headers(), json={
         "model": body["model"], "messages": [{"role": "user", "content": "How long is the queue?"}],
         "max_tokens": 2, "temperature": 0})  # fmt: skip
     assert chat.status_code == 200, chat.text

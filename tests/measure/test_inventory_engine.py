@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
+from harness.measure.auth import auth_headers
 from harness.measure.inventory import (
     Inventory,
     assemble_inventory,
@@ -48,7 +49,7 @@ def engine_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
         # a prompt of a token or two; after one longer prompt, prompts of 1 and 2 tokens are served. Seen here:
         # first request of 1 or 2 tokens -> "Worker proc died unexpectedly (exit code: -4)"; first request of 128
         # tokens, then 64, 33, 17, 2 -> all answered. One longer prompt first keeps this module on what it tests.
-        warm = httpx.post(f"{engine.base_url}/v1/completions", timeout=120, json={
+        warm = httpx.post(f"{engine.base_url}/v1/completions", timeout=120, headers=auth_headers(), json={
             "model": str(tiny_model_dir), "prompt": list(range(1000, 1128)), "max_tokens": 1, "temperature": 0.0})
         assert warm.status_code == 200, warm.text
         yield engine.base_url
@@ -93,7 +94,7 @@ def test_token_id_prompts_produce_exactly_the_manifest_prompt_tokens(engine_url:
     check_fits(inventory, MAX_MODEL_LEN)
 
     usage_by_prompt_id = {}
-    with httpx.Client(base_url=engine_url, timeout=120) as client:
+    with httpx.Client(base_url=engine_url, timeout=120, headers=auth_headers()) as client:
         model = client.get("/v1/models").json()["data"][0]["id"]
         for prompt in inventory.prompts:
             body = {"model": model, "prompt": prompt.token_ids, "max_tokens": prompt.output_cap_tokens,
@@ -161,12 +162,16 @@ def test_verifying_token_ids_does_not_warm_the_prefix_cache_for_the_run(engine_u
     inventory = build_token_id_inventory("cold", recipe)
     assert verify_with_server(inventory, engine_url) == []
     body = {"prompt": inventory.prompts[0].token_ids, "max_tokens": 1, "temperature": 0}
-    model = httpx.get(f"{engine_url}/v1/models", timeout=30).json()["data"][0]["id"]
+    model = httpx.get(f"{engine_url}/v1/models", headers=auth_headers(), timeout=30).json()["data"][0]["id"]
 
     before = prefix_cache_hit_tokens(engine_url)
-    assert httpx.post(f"{engine_url}/v1/completions", json={"model": model, **body}, timeout=120).status_code == 200
+    def send() -> int:
+        return httpx.post(f"{engine_url}/v1/completions", json={"model": model, **body}, headers=auth_headers(),
+                          timeout=120).status_code
+
+    assert send() == 200
     after_first_send = prefix_cache_hit_tokens(engine_url)
-    assert httpx.post(f"{engine_url}/v1/completions", json={"model": model, **body}, timeout=120).status_code == 200
+    assert send() == 200
     after_second_send = prefix_cache_hit_tokens(engine_url)
     assert after_first_send - before == 0
     # The repeat hits every full 128-token block before the last prompt token: 999 // 128 * 128.
