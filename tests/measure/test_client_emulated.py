@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import re
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 
 from harness.errors import HarnessError
@@ -24,7 +31,7 @@ from harness.measure.record import read_requests, read_samples
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
-from harness.measure.stats import RunSummary
+from harness.measure.stats import MAX_LOOP_STALL_SHARE, MIN_LOOP_STALLED_MS, RunSummary
 
 from conftest import emulator
 
@@ -44,6 +51,23 @@ def run(inventory_dir: Path, base_url: str, out: Path, *, max_tokens: int | None
     config, inventory = build_run_config(RunOptions(inventory=inventory_dir, base_url=base_url, load=LoadShape(**load),
                                                     max_tokens=max_tokens, sample_interval_s=0.2))
     return run_load(config, inventory, out, ready_timeout_s=20)
+
+
+BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+@contextmanager
+def busy_cores(seconds: float) -> Iterator[list[subprocess.Popen]]:
+    """A second workload at the harness's own priority: one busy process per core this test may use, each
+    ending by itself after `seconds` at the latest and killed on the way out."""
+    loops = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(seconds=seconds)])
+             for _ in os.sched_getaffinity(0)]
+    try:
+        yield loops
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait(timeout=10)
 
 
 def test_injected_ttft_and_itl_are_recovered(inventory_dir: Path, tmp_path: Path) -> None:
@@ -68,6 +92,26 @@ def test_injected_ttft_and_itl_are_recovered(inventory_dir: Path, tmp_path: Path
         assert record.chunk_tokens == [1, 2, 2, 2, 2, 2]
         assert record.finish_reason == "length" and record.http_status == 200
     assert summary.valid
+
+
+def test_short_runs_beside_a_busy_loop_on_every_core_are_valid_unless_the_client_really_stalled(
+    inventory_dir: Path, tmp_path: Path
+) -> None:
+    """Runs of the kind the tests make (8 requests at concurrency 4, 0.4 s) while every core also runs a busy
+    process at the same priority: a scheduling hiccup of the client's loop must not make a run invalid, and
+    where the load did hold the client back past a limit, the run must say so, naming the client's own figure."""
+    with emulator(ttft_ms=20, itl_ms=20) as base_url, busy_cores(seconds=60) as loops:
+        summaries = [run(inventory_dir, base_url, tmp_path / f"run-{i}", concurrency=4, requests=8, max_tokens=10)
+                     for i in range(3)]
+        # the second workload ran through every run, and ran: a busy loop spends whatever CPU it is given
+        assert all(loop.poll() is None and sum(psutil.Process(loop.pid).cpu_times()[:2]) > 0 for loop in loops)
+    for summary in summaries:
+        assert summary.requests_ok == 8 and summary.errors_by_class == {}
+        assert all(reason.startswith("client ") for reason in summary.invalid_reasons), summary.invalid_reasons
+        for reason in summary.invalid_reasons:
+            if probed := re.search(r"of (\d+) ms probed", reason):  # stalled: past 5 % and past 50 ms in all
+                assert summary.loop_stall_share > MAX_LOOP_STALL_SHARE, reason
+                assert summary.loop_stall_share * float(probed[1]) > MIN_LOOP_STALLED_MS, reason
 
 
 def test_client_queueing_under_a_rate_shows_in_latency_and_flags_the_run(inventory_dir: Path, tmp_path: Path) -> None:

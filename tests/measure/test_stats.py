@@ -6,7 +6,7 @@ import pytest
 
 from harness.measure.client import ErrorClass, RequestRecord
 from harness.measure.record import ServerSample, Slo
-from harness.measure.stats import distribution, itl_ms, summarize, tpot_ms
+from harness.measure.stats import distribution, itl_ms, max_loop_stall_share, summarize, tpot_ms
 from harness.observe.server_metrics import MetricsSnapshot
 
 
@@ -172,6 +172,30 @@ def test_a_stalled_loop_and_a_lagging_sampler_make_the_run_invalid() -> None:
     steady = summary(cold=False, max_dispatch_lag_ms=60.0, loop_lags_ms=[2.0] * 200, sample_interval_s=0.1,
                      max_error_fraction=0.5)  # the one timeout of 3 is allowed here
     assert steady.valid and steady.loop_stall_share == 0.0
+
+
+def test_a_short_run_needs_more_than_one_hiccup_to_count_as_stalled() -> None:
+    def judged(lags: list[float]):  # nothing else is late; the one timeout of 3 is allowed here
+        return summary(cold=False, max_dispatch_lag_ms=60.0, max_error_fraction=0.5, loop_lags_ms=lags)
+
+    # 80 ticks of 5 ms (a 0.4 s run): 79 at 1 ms late and one hiccup 41 ms late, about the latest single tick
+    # measured on a shared machine (benchmarks/loop_stalls.py). Stalled 41 - 10 = 31 ms of 80 x 5 + 79 x 1 + 41
+    # = 520 ms probed: 31 / 520 = 0.0596, over 0.05 but under max(0.05, 50 / 520) = 0.0962: the run stays valid.
+    hiccup = judged([1.0] * 79 + [41.0])
+    assert hiccup.loop_stall_share == pytest.approx(31 / 520)
+    assert hiccup.valid and max_loop_stall_share(520) == pytest.approx(50 / 520)
+    # The same run with four ticks 25 ms late: stalled 4 x 15 = 60 ms of 80 x 5 + 76 x 1 + 4 x 25 = 576 ms probed,
+    # 60 / 576 = 0.104 > max(0.05, 50 / 576) = 0.087: stalled for longer than any one hiccup, and invalid.
+    repeated = judged([1.0] * 76 + [25.0] * 4)
+    assert repeated.invalid_reasons == ["client event loop stalled: loop_stall_share 0.104 > 0.087 (the larger of "
+                                        "0.05 and 50 ms of 576 ms probed; loop_lag_ms_max 25)"]
+    # From 1,000 ms probed the share alone decides: 399 ticks on time and one 120 ms late is 110 ms stalled of
+    # 400 x 5 + 120 = 2,120 ms, 110 / 2,120 = 0.0519 > max(0.05, 50 / 2,120 = 0.0236) = 0.05: one stall that long
+    # is more than a hiccup, and invalid.
+    assert max_loop_stall_share(1000) == max_loop_stall_share(2120) == 0.05
+    long_stall = judged([0.0] * 399 + [120.0])
+    assert long_stall.invalid_reasons == ["client event loop stalled: loop_stall_share 0.052 > 0.050 (the larger of "
+                                          "0.05 and 50 ms of 2120 ms probed; loop_lag_ms_max 120)"]
 
 
 def test_a_sampler_far_behind_its_interval_makes_the_run_invalid() -> None:
