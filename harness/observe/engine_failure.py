@@ -27,6 +27,9 @@ FAILURE_MARKERS = (
     "larger than the available KV cache memory",
     "No available memory for the cache blocks",
 )
+# pydantic states what it refused on the lines after this header ("  Value error, Unknown quantization …").
+VALIDATION_HEADER = re.compile(r"ValidationError: \d+ validation errors? for \w+$")
+VALIDATION_TYPE_SUFFIX = re.compile(r"\s*\[type=.*$")
 # Wrappers that only point at the root cause printed earlier.
 GENERIC_FAILURES = ("See root cause above", "Engine core initialization failed", "Engine process failed to start")
 MAX_EVIDENCE_LINES = 8
@@ -83,12 +86,24 @@ def _root_cause(lines: list[LogLine]) -> str | None:
     """The first specific exception or argument error: later ones usually just say 'see root cause above'.
     Without one, the first failure marker, else the first ERROR line; None when there is none of those."""
     exceptions = [
-        line.message for line in lines if EXCEPTION_LINE.search(line.message) or ARGUMENT_ERROR.search(line.message)
+        _with_validation_detail(lines, index) for index, line in enumerate(lines)
+        if EXCEPTION_LINE.search(line.message) or ARGUMENT_ERROR.search(line.message)
     ]
     specific = [text for text in exceptions if not any(generic in text for generic in GENERIC_FAILURES)]
     markers = [line.message for line in lines if is_failure_marker(line.message)]
     errors = [line.message for line in lines if line.level in ("ERROR", "CRITICAL")]
     return next(iter(specific or exceptions or markers or errors), None)
+
+
+def _with_validation_detail(lines: list[LogLine], index: int) -> str:
+    """A pydantic refusal's header names only the model: add what it says was wrong, and of which field
+    (the field's name, when there is one, is the line before its reason)."""
+    message = lines[index].message
+    if not VALIDATION_HEADER.search(message):
+        return message
+    detail = [line.message.strip() for line in lines[index + 1 : index + 3]]
+    detail = [VALIDATION_TYPE_SUFFIX.sub("", text) for text in detail if text and not text.startswith("For further")]
+    return ": ".join([message, *detail])
 
 
 def is_failure_marker(message: str) -> bool:

@@ -137,7 +137,8 @@ def test_service_runs_on_the_real_engine_and_streams_a_token_id_prompt(start_eng
 @pytest.mark.parametrize(
     ("params", "engine_says"),
     [
-        ({"extra_args": "--no-such-engine-flag 1"}, r"error: unrecognized arguments: --no-such-engine-flag"),
+        # an allow-listed flag with a value only the engine can refuse
+        ({"extra_args": "--quantization no-such-method"}, r"Unknown quantization method: no-such-method"),
         ({"model": "/nonexistent/tiny-model"}, r"Error: .*'/nonexistent/tiny-model'"),
         # 1 MiB = 1,024 tokens = 8 blocks of 128, one reserved: 896 tokens, less than one 2,048-token request.
         ({"kv_cache_memory_bytes": 1_048_576, "max_model_len": 2048},

@@ -331,6 +331,28 @@ def test_schema_round_trip() -> None:
     assert type(result).model_validate_json(result.model_dump_json()) == result
 
 
+def test_a_refused_engine_config_names_what_was_wrong_not_only_the_model() -> None:
+    """vLLM 0.32 refusing `--quantization no-such-method` and a field error: pydantic prints the header, then
+    the field (if any) and the reason, then a link; the line keeps the header, the field and the reason."""
+    model_level = (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+        "  Value error, Unknown quantization method: no-such-method. Must be one of ['awq']. "
+        "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]\n"
+        "    For further information visit https://errors.pydantic.dev/2.14/v/value_error\n"
+    )
+    assert engine_error_line(model_level) == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
+        "Value error, Unknown quantization method: no-such-method. Must be one of ['awq'].")
+    field_level = (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig\n"
+        "max_num_seqs\n"
+        "  Input should be greater than 0 [type=greater_than, input_value=0, input_type=int]\n"
+    )
+    assert engine_error_line(field_level) == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig: max_num_seqs: "
+        "Input should be greater than 0")
+
+
 def test_engine_error_line_finds_the_root_cause_under_log_headers() -> None:
     log = "\n".join(
         [
