@@ -129,7 +129,9 @@ def start_emulator(args: argparse.Namespace, cpu: int | None) -> tuple[subproces
         HARNESS, "emulate", "--port", str(port), "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
         "--max-num-seqs", "4096", "--kv-capacity-tokens", "100000000",
     ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, preexec_fn=pinned(cpu))
+    # open to every client: `vllm bench serve` sends no key, and what is measured here is the client alone
+    open_env = {name: value for name, value in os.environ.items() if name != "VLLM_API_KEY"}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, preexec_fn=pinned(cpu), env=open_env)
     base_url = f"http://127.0.0.1:{port}"
     if wait_until_healthy(base_url, 10, process=process, poll_s=0.05, request_timeout_s=1) == "healthy":
         return process, base_url
