@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import pydantic
+
+ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
 
 # Exit codes a script can trust; `harness --help` and the README list them.
 EXIT_OK = 0  # finished, and the run (every point) is valid
@@ -47,3 +50,11 @@ def describe_option_error(error: pydantic.ValidationError, renamed: dict[str, st
     option = "--" + (renamed or {}).get(name, name).replace("_", "-")
     given = repr(first["input"]) if isinstance(first["input"], str) else first["input"]
     return f"{option}: {first['msg'].removeprefix('Value error, ')}, not {given}"
+
+
+def validate_options(model: type[ModelT], values: dict[str, object], renamed: dict[str, str] | None = None) -> ModelT:
+    """A command's options model from its option values; a refused value is one line naming its option."""
+    try:
+        return model.model_validate(values)
+    except pydantic.ValidationError as error:
+        raise HarnessError(describe_option_error(error, renamed)) from None

@@ -9,12 +9,13 @@ Call these first thing in a command, before reading other inputs or writing anyt
     text = read_text(log, "--log")              # its UTF-8 text; a binary file is refused, not a traceback
 
 Each raises `HarnessError` ("--out runs/x: is a file, not a directory"), which every command prints as one line
-with exit code 2. Nothing here creates anything: a refusal leaves the disk as it was.
+with exit code 2. A refusal leaves the disk as it was (the write check makes and removes one empty folder).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from harness.errors import HarnessError
@@ -110,5 +111,12 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def _writable(directory: Path) -> bool:
-    """Entries can be made in `directory` (write and search permission, on a filesystem mounted read-write)."""
-    return os.access(directory, os.W_OK | os.X_OK)
+    """Entries can be made in `directory`: permission says so, and making one works (root passes the permission
+    check everywhere, yet procfs, sysfs and a root-squashed NFS export still refuse it)."""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".harness-probe-", dir=directory))
+    except OSError:
+        return False
+    return True

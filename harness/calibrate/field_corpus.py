@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pydantic
 import yaml
+from packaging.version import Version
 
 from harness.errors import HarnessError, describe_validation_error
 from harness.observe.log_lines import LogLine, split_log_lines
 from harness.observe.server_logs import StartupCapacity, parse_startup_log, split_starts
+from harness.predict.budget import MAX_MEMORY_GIB, MAX_TENSOR_PARALLEL_SIZE, MAX_TOKENS, resolve_kv_dtype
 
 MODEL_SIZE = re.compile(r"\d+(?:\.\d+)?[BbMm]")
 # What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using
@@ -32,24 +34,44 @@ SAMPLER_LINES = {
 }
 
 
+Count = Annotated[int, pydantic.Field(ge=1, le=MAX_TOKENS)]
+
+
+def _kv_dtype(name: str) -> str:
+    """A dtype name the calculator prices ('auto', 'bfloat16', 'fp8', ...): a typo would drop its case silently."""
+    try:
+        resolve_kv_dtype(name, "bfloat16")
+    except HarnessError as error:
+        raise ValueError(str(error)) from None
+    return name
+
+
+def _release(text: str) -> str:
+    Version(text)  # InvalidVersion is a ValueError: the case's file and field are named
+    return text
+
+
+DType = Annotated[str, pydantic.AfterValidator(_kv_dtype)]
+
+
 class CaseFacts(pydantic.BaseModel, extra="forbid"):
-    vllm_version: str
+    vllm_version: Annotated[str, pydantic.AfterValidator(_release)]
     model: str
-    config: str | None = None
-    dtype: str = "bfloat16"
-    kv_cache_dtype: str = "auto"
+    config: str | None = pydantic.Field(None, pattern=r"^[^/\\]+\.json$")  # a file in configs/, nowhere else
+    dtype: DType = "bfloat16"
+    kv_cache_dtype: DType = "auto"
     quantization: str | None = None
     gpu: str | None = None
-    gpu_total_gib: float | None = None
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    max_model_len: int
-    max_num_batched_tokens: int | None = None
-    max_num_seqs: int | None = None
-    block_size: int = 16
-    engine: str | None = None  # "V0" or "V1" when the release could run either
-    sampler: str | None = None  # V1's top-k/top-p sampler as the thread states it: "flashinfer" or "pytorch"
+    gpu_total_gib: float | None = pydantic.Field(None, gt=0, le=MAX_MEMORY_GIB, allow_inf_nan=False)
+    tensor_parallel_size: int = pydantic.Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
+    pipeline_parallel_size: int = pydantic.Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
+    gpu_memory_utilization: float = pydantic.Field(0.9, gt=0, le=1, allow_inf_nan=False)
+    max_model_len: Count
+    max_num_batched_tokens: Count | None = None
+    max_num_seqs: Count | None = None
+    block_size: Count = 16
+    engine: Literal["V0", "V1"] | None = None  # when the release could run either
+    sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's top-k/top-p sampler as the thread states it
     started: bool = True
     failed_after_cache_sized: bool = False  # the cache held a full-length request; the start failed later
 
@@ -60,7 +82,7 @@ class FieldCase(pydantic.BaseModel, extra="forbid"):
     where: str
     edits: str
     facts: CaseFacts
-    log: str
+    log: str = pydantic.Field(pattern=r"\S")  # an empty log would drop its case from the scores silently
     start: int | None = None  # which start (from 1) the case scores, where its log holds several
 
     @pydantic.model_validator(mode="after")
@@ -112,17 +134,23 @@ def load_corpus(directory: Path) -> tuple[list[FieldCase], dict[str, dict[str, A
             try:
                 configs[name] = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as error:
-                raise HarnessError(f"{path}: config named by case {case.id} cannot be read ({error})") from None
+                reason = error.strerror if isinstance(error, OSError) else type(error).__name__
+                raise HarnessError(f"{path}: config named by case {case.id} cannot be read ({reason})") from None
+            if not isinstance(configs[name], dict):
+                raise HarnessError(f"{path}: config named by case {case.id} is not a JSON object")
     return cases, configs
 
 
 def _load_case(path: Path) -> FieldCase:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise HarnessError(f"{path}: not a readable YAML case ({type(error).__name__})") from None
     if not isinstance(data, dict):
         raise HarnessError(f"{path}: expected a mapping")
+    odd = sorted(str(key) for key in data if not isinstance(key, str) or key == "id")
+    if odd:  # the case's id is its file name; every other key is a field name
+        raise HarnessError(f"{path}: unexpected key {odd[0]!r} (the id is the file's name)")
     try:
         return FieldCase(id=path.stem, **data)
     except pydantic.ValidationError as error:

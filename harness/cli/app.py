@@ -51,7 +51,7 @@ def usage_line(error: UsageError) -> str:
             first = cause.errors()[0]
             if first["type"] in PARSE_ERRORS:
                 return f"{name}: {first['input']!r} is not {PARSE_ERRORS[first['type']]}"
-            return f"{name}: {first['msg']}, not {first['input']!r}"
+            return f"{name}: {first['msg']}, not {first['input']}"
         return f"{name}: {' '.join(error.message.split())}"
     return " ".join(error.format_message().split())
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from harness.cli.app import app, one_line_errors
-from harness.errors import EXIT_CODES_HELP, EXIT_INVALID
+from harness.errors import EXIT_CODES_HELP, EXIT_INVALID, validate_options
 
 
 @app.command()
@@ -33,7 +33,7 @@ def emulate(
     from harness.measure.auth import API_KEY_ENV
 
     serve(
-        EmulatorConfig(
+        validate_options(EmulatorConfig, dict(
             host=host,
             port=port,
             model=model,
@@ -45,7 +45,7 @@ def emulate(
             max_model_len=max_model_len,
             drop_every=drop_every,
             api_key=os.environ.get(API_KEY_ENV) or None,
-        )
+        ))
     )
 
 
@@ -55,7 +55,8 @@ app.add_typer(model_app, name="model")
 
 @model_app.command("tiny")
 @one_line_errors
-def model_tiny(seed: int = typer.Option(0, help="weights seed; the same seed gives byte-identical files")) -> None:
+def model_tiny(seed: int = typer.Option(0, min=0, max=2**63 - 1,
+                                        help="weights seed; the same seed gives byte-identical files")) -> None:
     """Generate the tiny Qwen3 model once (cached) and print its directory."""
     from harness.dev.tiny_model import ensure_tiny_model
 

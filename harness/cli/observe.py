@@ -28,11 +28,12 @@ def capacity(
     """The KV capacity the engine logged, /metrics beside it, and the calculator's prediction; exit 1 if none."""
     from rich.console import Console
 
-    from harness.observe.capacity import LogOverrides, capacity_from_sources
+    from harness.observe.capacity import capacity_from_sources
+    from harness.observe.capacity_options import LogOverrides
     from harness.observe.capacity_table import capacity_renderable
 
-    stated = LogOverrides(engine_version=engine_version, tensor_parallel_size=tensor_parallel_size,
-                          kv_cache_dtype=kv_cache_dtype)
+    stated = LogOverrides.from_command_line(engine_version=engine_version, tensor_parallel_size=tensor_parallel_size,
+                                            kv_cache_dtype=kv_cache_dtype)
 
     report = capacity_from_sources(
         log=log, run_dir=run, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model,

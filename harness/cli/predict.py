@@ -8,6 +8,8 @@ from pathlib import Path
 import typer
 
 from harness.cli.app import app, one_line_errors
+from harness.errors import validate_options
+from harness.paths import input_directory
 
 
 @app.command()
@@ -44,35 +46,38 @@ def budget(
     from harness.predict.budget_table import budget_renderable
     from harness.predict.model_shape import load_model_shape
 
+    options = validate_options(BudgetOptions, dict(
+        tokens=tokens, sequences=sequences, lengths=lengths, kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size, block_size=block_size, shared_prefix_tokens=shared_prefix_tokens,
+        hybrid_kv_manager=hybrid_kv_manager, available_kv_gib=available_kv_gib,
+        kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_gib=gpu_memory_gib,
+        gpu_memory_utilization=gpu_memory_utilization, overhead_gib=overhead_gib, max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version, max_num_seqs=max_num_seqs,
+        quantization=quantization,
+    ))
     if field_check is not None:
         from harness.calibrate.field_check import run_field_check
         from harness.calibrate.field_report import field_renderable
 
-        report = run_field_check(field_check)
+        report = run_field_check(input_directory(field_check, "--field-check"))
         print(report.model_dump_json(indent=2)) if json_output else Console().print(field_renderable(report))
         return
     if gpu is not None:
         from harness.predict.fit_answer import answer_fit, answer_renderable
         from harness.predict.releases import PRODUCTION_ENGINE, engine_version_warnings
 
-        for warning in engine_version_warnings(engine_version):
+        for warning in engine_version_warnings(options.engine_version):
             print(f"warning: {warning}", file=sys.stderr)
         answer = answer_fit(
-            load_model_shape(model, revision), gpu=gpu, gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len, asked_tokens=tokens, engine_version=engine_version or PRODUCTION_ENGINE,
-            tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
-            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, quantization=quantization,
+            load_model_shape(model, revision), gpu=gpu, gpu_memory_utilization=options.gpu_memory_utilization,
+            max_model_len=options.max_model_len, asked_tokens=options.tokens,
+            engine_version=options.engine_version or PRODUCTION_ENGINE,
+            tensor_parallel_size=options.tensor_parallel_size, kv_cache_dtype=options.kv_cache_dtype,
+            block_size=options.block_size, max_num_batched_tokens=options.max_num_batched_tokens,
+            max_num_seqs=options.max_num_seqs, quantization=options.quantization,
         )
         print(answer.model_dump_json(indent=2)) if json_output else Console().print(answer_renderable(answer))
         return
-    options = BudgetOptions(
-        tokens=tokens, sequences=sequences, lengths=lengths, kv_cache_dtype=kv_cache_dtype,
-        tensor_parallel_size=tensor_parallel_size, block_size=block_size, shared_prefix_tokens=shared_prefix_tokens,
-        hybrid_kv_manager=hybrid_kv_manager, available_kv_gib=available_kv_gib,
-        kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_gib=gpu_memory_gib,
-        gpu_memory_utilization=gpu_memory_utilization, overhead_gib=overhead_gib, max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
-    )
     result = plan_budget(load_model_shape(model, revision), options)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)

@@ -21,21 +21,25 @@ from aiohttp.typedefs import Handler
 from pydantic import BaseModel, Field
 
 from harness.errors import HarnessError
+from harness.predict.budget import MAX_SEQUENCES, MAX_TOKENS
+
+MAX_DELAY_MS = 3_600_000  # an hour before a token: longer is a typo, not a scripted server
 
 
 class EmulatorConfig(BaseModel):
     """Timing and limits of the emulated engine."""
 
-    host: str = "127.0.0.1"
+    # ASCII only: the resolver reads a full-width '１２７.0.0.1' as 127.0.0.1, and '' as every interface
+    host: str = Field("127.0.0.1", pattern=r"^[A-Za-z0-9.:\-\[\]%]+$")
     port: int = Field(8000, ge=0, le=65535)
-    model: str = "emulated"
-    ttft_ms: float = Field(20.0, ge=0)
-    itl_ms: float = Field(5.0, ge=0)
-    tokens_per_chunk: int = Field(1, ge=1)
-    max_num_seqs: int = Field(256, ge=1)
-    kv_capacity_tokens: int = Field(1_048_576, ge=1)
-    max_model_len: int = Field(4096, ge=1)
-    drop_every: int | None = Field(None, ge=1, description="abort every Nth stream's connection")
+    model: str = Field("emulated", min_length=1)
+    ttft_ms: float = Field(20.0, ge=0, le=MAX_DELAY_MS)
+    itl_ms: float = Field(5.0, ge=0, le=MAX_DELAY_MS)
+    tokens_per_chunk: int = Field(1, ge=1, le=MAX_TOKENS)
+    max_num_seqs: int = Field(256, ge=1, le=MAX_SEQUENCES)
+    kv_capacity_tokens: int = Field(1_048_576, ge=1, le=MAX_TOKENS)
+    max_model_len: int = Field(4096, ge=1, le=MAX_TOKENS)
+    drop_every: int | None = Field(None, ge=1, le=MAX_TOKENS, description="abort every Nth stream's connection")
     api_key: str | None = Field(None, repr=False, description="the key /v1/* require, as vLLM's VLLM_API_KEY")
 
 

@@ -21,6 +21,10 @@ import numpy as np
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from harness.paths import output_directory
+
+CACHE_DIR_ENV = "HARNESS_CACHE_DIR"
+
 # Bump when the generator's output changes, so stale cached copies are not reused.
 GENERATOR_VERSION = 1
 
@@ -50,7 +54,7 @@ CHAT_TEMPLATE = (
 
 def cache_root() -> Path:
     """Where generated artefacts live; $HARNESS_CACHE_DIR lets tests and CI keep them apart."""
-    configured = os.environ.get("HARNESS_CACHE_DIR")
+    configured = os.environ.get(CACHE_DIR_ENV)
     return Path(configured) if configured else Path.home() / ".cache" / "vllm-serving-harness"
 
 
@@ -60,6 +64,7 @@ def ensure_tiny_model(seed: int = 0) -> Path:
     target = models_dir / f"tiny-qwen3-seed{seed}-{_inputs_digest()}"
     if (target / "model.safetensors").is_file():
         return target
+    output_directory(models_dir, f"{CACHE_DIR_ENV} (the cache)" if os.environ.get(CACHE_DIR_ENV) else "the cache")
     models_dir.mkdir(parents=True, exist_ok=True)
     # Build beside the target and rename, so a concurrent caller never sees a half-written model.
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=models_dir))

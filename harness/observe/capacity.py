@@ -8,16 +8,18 @@ report says so; where the prediction misses the log, the residual shows by how m
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pydantic
 
 from harness.errors import HarnessError
+from harness.observe.capacity_options import LogOverrides, check_given
 from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
-from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
+from harness.observe.server_metrics import MetricsSnapshot, check_url, fetch_metrics_text, parse_metrics
 from harness.predict.budget import CapacityPrediction, predict_capacity
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.redact import refuse_url_credentials
@@ -34,17 +36,6 @@ LOG_FIGURES = (
     "max_model_len", "num_gpu_blocks", "num_cpu_blocks", "available_kv_cache_bytes", "kv_cache_memory_bytes",
     "model_weights_bytes", "model_loading_seconds", "cuda_graph_bytes", "init_seconds", "tensor_parallel_size",
 )
-
-
-class LogOverrides(pydantic.BaseModel):
-    """Facts a log does not state (no engine config line), given by the user; they win over the log."""
-
-    engine_version: str | None = None
-    tensor_parallel_size: int | None = None
-    kv_cache_dtype: str | None = None
-
-    def apply(self, log: StartupCapacity) -> StartupCapacity:
-        return log.model_copy(update={k: v for k, v in self.model_dump().items() if v is not None})
 
 
 class PredictionInputs(pydantic.BaseModel):
@@ -113,13 +104,14 @@ def capacity_from_sources(
     stated: LogOverrides | None = None,
 ) -> CapacityReport:
     """Read at most one log source (a file or `-`, a local run, a Polyaxon run) and /metrics, then join."""
-    chosen = [name for name, value in (("--log", log), ("--run", run_dir), ("--polyaxon-run", polyaxon_run)) if value]
+    sources = (("--log", log), ("--run", run_dir), ("--polyaxon-run", polyaxon_run))
+    chosen = [name for name, value in sources if value is not None]
     if len(chosen) > 1:
         raise HarnessError(f"give one log source, not {' and '.join(chosen)}")
     if not chosen and metrics is None:
         raise HarnessError("nothing to read: give --log FILE|-, --run DIR, --polyaxon-run UUID or --metrics URL")
-    if polyaxon_run and not project:
-        raise HarnessError("--polyaxon-run needs --project OWNER/NAME")
+    check_given(log=log, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model,
+                revision=revision, gpu=gpu)
     text: str | None = None
     if log is not None:
         text = read_log_text(log)
@@ -127,6 +119,9 @@ def capacity_from_sources(
         text = read_run_log(run_dir)
     elif polyaxon_run is not None and project is not None:
         text = fetch_polyaxon_run_log(polyaxon_run, project)
+    if text is not None and not text.strip():
+        where = {"--log": log, "--run": run_dir, "--polyaxon-run": polyaxon_run}[chosen[0]]
+        raise HarnessError(f"{chosen[0]} {where}: the log is empty; expected a vLLM start-up log")
     snapshot = _metrics_snapshot(metrics) if metrics is not None else None
     parsed = parse_startup_log(text) if text is not None else None
     return build_capacity_report(parsed, snapshot, model=model, revision=revision, gpu=gpu, stated=stated)
@@ -137,7 +132,10 @@ def _metrics_snapshot(source: str) -> MetricsSnapshot:
     text = _metrics_text(source)
     if not text.strip():
         raise HarnessError(f"--metrics {source}: empty; expected a vLLM /metrics scrape")
-    snapshot = parse_metrics(text)
+    try:
+        snapshot = parse_metrics(text)
+    except HarnessError as error:
+        raise HarnessError(f"--metrics {source}: {error}") from None
     if snapshot == MetricsSnapshot():
         raise HarnessError(f"--metrics {source}: no vLLM metric in it; expected a vLLM /metrics scrape")
     return snapshot
@@ -145,8 +143,8 @@ def _metrics_snapshot(source: str) -> MetricsSnapshot:
 
 def _metrics_text(source: str) -> str:
     """A live /metrics URL, or a saved scrape on disk."""
-    if source.startswith(("http://", "https://")):
-        refuse_url_credentials(source, "--metrics")
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source):  # any scheme: httpx refuses those it does not speak
+        refuse_url_credentials(check_url(source), "--metrics")
         return fetch_metrics_text(source)
     return read_log_text(source)
 
@@ -254,7 +252,7 @@ def _kv_budget(log: StartupCapacity, cache_config: dict[str, str] | None) -> tup
     args = log.non_default_args or {}
     if isinstance(args.get("kv_cache_memory_bytes"), int):
         return args["kv_cache_memory_bytes"], "kv_cache_memory_bytes argument (exact)", True
-    if cache_config and cache_config.get("kv_cache_memory_bytes", "None").isdigit():
+    if cache_config and _ascii_count(cache_config.get("kv_cache_memory_bytes")):
         return int(cache_config["kv_cache_memory_bytes"]), "/metrics cache_config_info kv_cache_memory_bytes", True
     if log.kv_cache_memory_bytes is not None:
         return log.kv_cache_memory_bytes, "logged kv_cache_memory_bytes reservation (GiB, 2 decimals)", False
@@ -267,7 +265,7 @@ def _kv_budget(log: StartupCapacity, cache_config: dict[str, str] | None) -> tup
 
 
 def _block_size(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int, str]:
-    if cache_config and cache_config.get("block_size", "").isdigit():
+    if cache_config and _ascii_count(cache_config.get("block_size")):
         return int(cache_config["block_size"]), "/metrics cache_config_info"
     args = log.non_default_args or {}
     if isinstance(args.get("block_size"), int):
@@ -334,10 +332,15 @@ def _compare(
     return figures
 
 
+def _ascii_count(label: str | None) -> bool:
+    """A label that is a count: ASCII digits only ('１２'.isdigit() is true, but vLLM never writes it)."""
+    return label is not None and label.isascii() and label.isdigit()
+
+
 def _logged_blocks(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int | None, str]:
     if log.num_gpu_blocks is not None:
         return log.num_gpu_blocks, "start-up log"
-    if cache_config and cache_config.get("num_gpu_blocks", "").isdigit():
+    if cache_config and _ascii_count(cache_config.get("num_gpu_blocks")):
         return int(cache_config["num_gpu_blocks"]), "/metrics cache_config_info"
     return None, ""
 
@@ -361,7 +364,7 @@ def _cross_checks(log: StartupCapacity, cache_config: dict[str, str]) -> list[Cr
             continue
         try:
             agree = convert(metrics_value) == log_value
-        except ValueError:
+        except (ValueError, OverflowError):  # 'NaN', 'inf' or words where /metrics states a figure
             agree = False
         checks.append(CrossCheck(name=name, log_value=str(log_value), metrics_value=metrics_value, agree=agree))
     return checks

@@ -49,8 +49,8 @@ def read_log_text(source: str | Path) -> str:
         try:
             data = path.read_bytes()
         except OSError as error:
-            raise HarnessError(f"{path}: cannot read log: {error.strerror or error}") from None
-        name = str(path)
+            raise HarnessError(f"{source}: cannot read log: {error.strerror or error}") from None
+        name = str(source)
     return decode_log_bytes(data, name)
 
 

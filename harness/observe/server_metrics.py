@@ -93,7 +93,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     def summed(names: tuple[str, ...]) -> float | None:
         for name in names:
             if name in by_name:
-                return sum(sample.value for sample in by_name[name])
+                return _finite(name, sum(sample.value for sample in by_name[name]))
         return None
 
     def counted(names: tuple[str, ...]) -> int | None:
@@ -115,7 +115,8 @@ def parse_metrics(text: str) -> MetricsSnapshot:
 
 
 def fetch_metrics_text(url: str, timeout_seconds: float = 10.0) -> str:
-    """GET a /metrics page; an unreachable server or an error status is one line of bad input."""
+    """GET a /metrics page; a malformed URL, an unreachable server or an error status is one line of bad input."""
+    check_url(url)
     try:
         response = httpx.get(url, timeout=timeout_seconds)
         response.raise_for_status()
@@ -124,11 +125,20 @@ def fetch_metrics_text(url: str, timeout_seconds: float = 10.0) -> str:
     return response.text
 
 
+def check_url(url: str) -> str:
+    """A URL httpx can send to; a full-width host ('http://１２７.0.0.1') or an open '[' is one line of bad input."""
+    try:
+        httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as error:
+        raise HarnessError(f"{url}: not a valid URL ({error})") from None
+    return url
+
+
 def _samples(text: str) -> list[Sample]:
     try:
         return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
     except (ValueError, IndexError, KeyError, TypeError) as error:
-        raise HarnessError(f"metrics text is not in Prometheus exposition format: {error}") from None
+        raise HarnessError(f"not in Prometheus exposition format: {error}") from None
 
 
 def _mean_over_engines(by_name: dict[str, list[Sample]], names: tuple[str, ...]) -> float | None:
@@ -136,7 +146,7 @@ def _mean_over_engines(by_name: dict[str, list[Sample]], names: tuple[str, ...])
     for name in names:
         if name in by_name:
             values = [sample.value for sample in by_name[name]]
-            return sum(values) / len(values)
+            return _finite(name, sum(values) / len(values))
     return None
 
 
@@ -147,17 +157,36 @@ def _histogram(by_name: dict[str, list[Sample]], names: tuple[str, ...]) -> Hist
     bucket_samples = by_name[f"{name}_bucket"]
     counts_by_bound: dict[float, float] = defaultdict(float)
     for sample in bucket_samples:
-        counts_by_bound[float(sample.labels["le"])] += sample.value
+        bound = _bucket_bound(name, sample.labels.get("le", ""))
+        counts_by_bound[bound] += _finite(f"{name}_bucket", sample.value)
     buckets = [HistogramBucket(le=bound, count=counts_by_bound[bound]) for bound in sorted(counts_by_bound)]
     return Histogram(
         buckets=buckets,
-        sum=_total(by_name.get(f"{name}_sum", [])),
-        count=_total(by_name.get(f"{name}_count", [])),
+        sum=_total(f"{name}_sum", by_name.get(f"{name}_sum", [])),
+        count=_total(f"{name}_count", by_name.get(f"{name}_count", [])),
     )
 
 
-def _total(samples: Iterable[Sample]) -> float:
-    return sum(sample.value for sample in samples)
+def _total(name: str, samples: Iterable[Sample]) -> float:
+    return _finite(name, sum(sample.value for sample in samples))
+
+
+def _finite(name: str, value: float) -> float:
+    """NaN or infinity where vLLM exports a count, a gauge or a sum: not a scrape the figures can come from."""
+    if not math.isfinite(value):
+        raise HarnessError(f"{name}: {value} is not a finite number")
+    return value
+
+
+def _bucket_bound(name: str, le: str) -> float:
+    """A bucket's upper bound: a number or +Inf (the last bucket), never NaN."""
+    try:
+        bound = float(le)
+    except ValueError:
+        bound = math.nan
+    if math.isnan(bound):
+        raise HarnessError(f"{name}_bucket: le={le!r} is not a bucket bound")
+    return bound
 
 
 def _cache_config(samples: list[Sample]) -> dict[str, str] | None:

@@ -23,6 +23,13 @@ KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3
 KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32", "fp32": "float32"}
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows
 STATE_BLOCK_ALIGNMENT = 16  # attention block sizes are raised in multiples of this to hold one state page
+# vLLM's --block-size choices: `BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]` in vllm/config/cache.py (0.11.x)
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+# Sane bounds on what may be asked: beyond them the arithmetic overflows, or answers with figures no GPU reaches.
+MAX_TOKENS = 2**40  # tokens in one sequence or a whole live population (~1.1 trillion)
+MAX_SEQUENCES = 2**20  # live sequences, beyond any engine's max_num_seqs
+MAX_TENSOR_PARALLEL_SIZE = 1024  # GPUs one model is split over
+MAX_MEMORY_GIB = 2**20  # memory per GPU (1 PiB)
 
 
 class Population(BaseModel):
@@ -33,8 +40,8 @@ class Population(BaseModel):
 
     @classmethod
     def uniform(cls, sequences: int, tokens: int, shared_prefix_tokens: int = 0) -> Population:
-        if sequences <= 0:
-            raise HarnessError(f"sequences must be a positive count, got {sequences}")
+        if not 0 < sequences <= MAX_SEQUENCES:
+            raise HarnessError(f"sequences must be a positive count up to {MAX_SEQUENCES:,}, got {sequences}")
         return cls(sequence_tokens=[tokens] * sequences, shared_prefix_tokens=shared_prefix_tokens)
 
     def validated(self) -> Population:
@@ -43,6 +50,10 @@ class Population(BaseModel):
         bad = [t for t in self.sequence_tokens if t <= 0]
         if bad:
             raise HarnessError(f"tokens per sequence must be positive, got {bad[0]}")
+        if len(self.sequence_tokens) > MAX_SEQUENCES:
+            raise HarnessError(f"{len(self.sequence_tokens):,} sequences: at most {MAX_SEQUENCES:,} live sequences")
+        if sum(self.sequence_tokens) > MAX_TOKENS:
+            raise HarnessError(f"a population of {sum(self.sequence_tokens):,} tokens: at most {MAX_TOKENS:,} (2^40)")
         if not 0 <= self.shared_prefix_tokens <= min(self.sequence_tokens):
             raise HarnessError(
                 f"shared_prefix_tokens must be between 0 and the shortest sequence "

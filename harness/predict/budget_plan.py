@@ -7,12 +7,18 @@ total), and the assumptions each way makes are written beside the result.
 
 from __future__ import annotations
 
-import math
+import re
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from harness.errors import HarnessError
 from harness.predict.budget import (
+    BLOCK_SIZES,
+    MAX_MEMORY_GIB,
+    MAX_SEQUENCES,
+    MAX_TENSOR_PARALLEL_SIZE,
+    MAX_TOKENS,
     BudgetResult,
     Population,
     available_kv_bytes_from_gpu,
@@ -24,42 +30,60 @@ from harness.predict.releases import engine_version_warnings
 from harness.units import GiB
 
 
+def vllm_block_size(size: int) -> int:
+    if size not in BLOCK_SIZES:
+        raise ValueError(f"vLLM's block sizes are {', '.join(map(str, BLOCK_SIZES))}")
+    return size
+
+
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Gib = Annotated[float, Field(gt=0, le=MAX_MEMORY_GIB, allow_inf_nan=False)]
+Named = Annotated[str, Field(min_length=1)]
+
+
 class BudgetOptions(BaseModel):
-    """`harness budget`'s options for the forward budget and the capacity, one field each."""
+    """`harness budget`'s options, one field each, with the command's defaults and legal ranges: the one place
+    a value is refused (`validate_options` names the option)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokens: int | None = None
-    sequences: int = 1
-    lengths: str | None = None
-    kv_cache_dtype: str = "auto"
-    tensor_parallel_size: int = 1
-    block_size: int = 16
-    shared_prefix_tokens: int = 0
+    tokens: Tokens | None = None
+    sequences: int = Field(1, ge=1, le=MAX_SEQUENCES)
+    lengths: Named | None = None
+    kv_cache_dtype: Named = "auto"
+    tensor_parallel_size: int = Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
+    block_size: Annotated[int, AfterValidator(vllm_block_size)] = 16
+    shared_prefix_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
     hybrid_kv_manager: bool = True
-    available_kv_gib: float | None = None
-    kv_cache_memory_bytes: int | None = None
-    gpu_memory_gib: float | None = None
-    gpu_memory_utilization: float = 0.9
-    overhead_gib: float = 0.0
-    max_model_len: int | None = None
-    max_num_batched_tokens: int | None = None
-    engine_version: str | None = None
+    available_kv_gib: Gib | None = None
+    kv_cache_memory_bytes: int | None = Field(None, ge=1, le=MAX_MEMORY_GIB * GiB)
+    gpu_memory_gib: Gib | None = None
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, allow_inf_nan=False)
+    overhead_gib: float = Field(0.0, ge=0, le=MAX_MEMORY_GIB, allow_inf_nan=False)
+    max_model_len: Tokens | None = None
+    max_num_batched_tokens: Tokens | None = None
+    engine_version: Named | None = None
+    max_num_seqs: int | None = Field(None, ge=1, le=MAX_SEQUENCES)  # the before-launch answer's (--gpu)
+    quantization: Named | None = None  # the before-launch answer's (--gpu)
+
+
+def sequence_lengths(lengths: str) -> list[int]:
+    """'600,900' → [600, 900]: ASCII digits only, so '１２' or '1_000' is not read as a number."""
+    parts = lengths.split(",")
+    if not all(re.fullmatch(r"\s*-?[0-9]{1,15}\s*", part) for part in parts):
+        raise HarnessError(f"--lengths must be comma-separated integers, got '{lengths}'")
+    return [int(part) for part in parts]
 
 
 def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     """The forward budget, plus the capacity prediction when a KV memory figure is given one way or another."""
-    _finite_positive("--available-kv-gib", options.available_kv_gib)
-    _finite_positive("--gpu-memory-gib", options.gpu_memory_gib)
-    if not (math.isfinite(options.overhead_gib) and options.overhead_gib >= 0):
-        raise HarnessError(f"--overhead-gib must be a finite number ≥ 0, got {options.overhead_gib}")
     warnings = engine_version_warnings(options.engine_version)
+    unread = [f"--{name.replace('_', '-')}" for name in ("max_num_seqs", "quantization") if getattr(options, name)]
+    if unread:
+        warnings.append(f"{' and '.join(unread)}: read only with --gpu (the before-launch answer); ignored here")
     if options.lengths is not None:
-        try:
-            population = Population(sequence_tokens=[int(x) for x in options.lengths.split(",")],
-                                    shared_prefix_tokens=options.shared_prefix_tokens)
-        except ValueError:
-            raise HarnessError(f"lengths must be comma-separated integers, got '{options.lengths}'") from None
+        population = Population(sequence_tokens=sequence_lengths(options.lengths),
+                                shared_prefix_tokens=options.shared_prefix_tokens)
     elif options.tokens is not None:
         population = Population.uniform(options.sequences, options.tokens, options.shared_prefix_tokens)
     else:
@@ -105,11 +129,4 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
         max_num_batched_tokens=options.max_num_batched_tokens, engine_version=options.engine_version,
         hybrid_kv_manager=options.hybrid_kv_manager, available_kv_source=source)
     return result.model_copy(update={"capacity": capacity, "warnings": warnings})
-
-
-def _finite_positive(name: str, value: float | None) -> None:
-    """nan, inf, zero and negative memory figures are bad input, not a budget."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise HarnessError(f"{name} must be a finite positive number of GiB, got {value}")
-
 

@@ -8,6 +8,7 @@ length it holds at once.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 from pydantic import BaseModel
@@ -16,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.errors import HarnessError
-from harness.predict.budget import CapacityPrediction, predict_capacity, resolve_kv_dtype
+from harness.predict.budget import MAX_MEMORY_GIB, CapacityPrediction, predict_capacity, resolve_kv_dtype
 from harness.predict.budget_table import binary_size
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
@@ -80,12 +81,12 @@ def answer_fit(
 def gpu_total(gpu: str) -> tuple[int, str]:
     """A catalogue GPU's total, or a figure in GiB given directly."""
     try:
-        gib = float(gpu)
+        gib = float(gpu) if gpu.isascii() else math.nan  # float() would read full-width digits ('１２') too
     except ValueError:
         entry = gpu_memory(gpu)
         return int(entry.total_gib * GiB), f"{entry.name}: {entry.source}"
-    if not (gib > 0 and gib != float("inf")):
-        raise HarnessError(f"--gpu must be a GPU name or a positive number of GiB, got {gpu}")
+    if not (0 < gib <= MAX_MEMORY_GIB):
+        raise HarnessError(f"--gpu must be a GPU name or a number of GiB from 0 to {MAX_MEMORY_GIB:,}, got {gpu}")
     return int(gib * GiB), f"{gib} GiB as given"
 
 

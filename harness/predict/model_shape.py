@@ -8,8 +8,11 @@ reading the config is written down in `ModelShape.notes`.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import struct
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -79,6 +82,10 @@ class ModelShape(BaseModel):
 
 def load_model_shape(model: str, revision: str | None = None) -> ModelShape:
     """Read a local config.json or model directory, a bundled snapshot, or the Hugging Face hub."""
+    if not model.strip():
+        raise HarnessError("--model: empty; give a config.json, a model directory, a bundled snapshot or a hub id")
+    if revision is not None and not revision.strip():
+        raise HarnessError("--revision: empty; give a hub revision, or leave it out")
     path = Path(model).expanduser()
     if path.exists():
         return _from_local(path)
@@ -227,19 +234,33 @@ def _from_hub(model: str, revision: str | None) -> ModelShape:
 
     bundled = ", ".join(_bundled_names()) or "none"
     try:
-        config_path = Path(hf_hub_download(model, "config.json", revision=revision))
+        with _quiet_hub():
+            config_path = Path(hf_hub_download(model, "config.json", revision=revision))
     except Exception as error:  # offline, unknown repo, gated, bad revision: all end the same way
         raise HarnessError(
             f"model '{model}' is not a local path or a bundled snapshot (bundled: {bundled}), "
             f"and the Hugging Face hub did not give its config.json: {type(error).__name__}"
         ) from None
     try:
-        index = _read_json(Path(hf_hub_download(model, INDEX_FILE, revision=revision)))
+        with _quiet_hub():
+            index = _read_json(Path(hf_hub_download(model, INDEX_FILE, revision=revision)))
         weights: tuple[int | None, str | None] = (int(index["metadata"]["total_size"]),
                                                   f"{INDEX_FILE} metadata.total_size (hub)")
     except (EntryNotFoundError, KeyError, ValueError):
         weights = (None, None)
     return _shape(_read_json(config_path), name=model, revision=revision, source="Hugging Face hub", weights=weights)
+
+
+@contextlib.contextmanager
+def _quiet_hub() -> Iterator[None]:
+    """The hub client logs each retry ('Retrying in 1s') on stderr: the failure is told once, in one line."""
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub_logger.setLevel(level)
 
 
 def _shape(
