@@ -64,7 +64,7 @@ def one_line_usage_errors() -> Iterator[None]:
     except NoArgsIsHelpError:  # `harness prompts` alone: the help is the answer
         raise
     except UsageError as error:
-        print(f"error: {usage_line(error)}", file=sys.stderr)
+        print(f"error: {redact_text(usage_line(error))}", file=sys.stderr)
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
@@ -136,7 +136,7 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         except OSError as error:  # a path the command's own checks let through: name it; anything else is a bug
             if error.filename is None:
                 raise
-            print(f"error: {error.filename}: {error.strerror or error}", file=sys.stderr)
+            print(f"error: {one_line(redact_text(f'{error.filename}: {error.strerror or error}'))}", file=sys.stderr)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:  # whatever had finished is already on disk
             print("interrupted", file=sys.stderr)
