@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-
-API_KEY_ENV = "VLLM_API_KEY"
+from harness.measure.auth import API_KEY_ENV
 
 
 def refuse_unauthenticated(
