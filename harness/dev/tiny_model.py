@@ -3,7 +3,8 @@
 Random weights give nonsense answers, but the engine does not know that: it loads the same architecture,
 allocates the same paged KV cache and writes the same log lines as it would for Qwen3-4B. The shape
 (4 layers, 2 KV heads, head_dim 32, bf16) makes one token of KV cache exactly 1,024 bytes.
-The same seed gives byte-identical files, so a cached copy and a fresh one are interchangeable.
+The same seed gives byte-identical files, so a cached copy and a fresh one are interchangeable; the
+directory records its own identity (generator, seed, a hash of its files), having no hub revision.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import numpy as np
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from harness.model_identity import write_identity
 from harness.paths import output_directory
 
 CACHE_DIR_ENV = "HARNESS_CACHE_DIR"
 
 # Bump when the generator's output changes, so stale cached copies are not reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
+GENERATOR = f"harness tiny-qwen3 generator {GENERATOR_VERSION}"
 
 NUM_LAYERS = 4
 HIDDEN_SIZE = 128
@@ -81,7 +84,8 @@ def ensure_tiny_model(seed: int = 0) -> Path:
 
 
 def write_tiny_model(directory: Path, seed: int) -> None:
-    """Write config, generation config, tokenizer and weights for `seed` into an existing directory."""
+    """Write config, generation config, tokenizer and weights for `seed` into an existing directory, and
+    last the identity of those files (harness.model_identity)."""
     tokenizer = train_tokenizer()
     ids = {token: _special_id(tokenizer, token) for token in SPECIAL_TOKENS}
     _write_json(directory / "config.json", _model_config(ids))
@@ -89,6 +93,7 @@ def write_tiny_model(directory: Path, seed: int) -> None:
     tokenizer.save(str(directory / "tokenizer.json"))
     _write_json(directory / "tokenizer_config.json", _tokenizer_config())
     save_file(_random_weights(seed), str(directory / "model.safetensors"), metadata={"format": "pt"})
+    write_identity(directory, generator=GENERATOR, seed=seed)
 
 
 def train_tokenizer() -> Tokenizer:

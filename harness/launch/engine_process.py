@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from harness.errors import HarnessError
-from harness.launch.engine_args import engine_port, option_value, with_option
+from harness.launch.engine_args import engine_port, is_model_directory, option_value, with_option, without_option
 from harness.launch.engine_auth import refuse_unauthenticated
 from harness.launch.placement import place_engine
 from harness.launch.specs import Params, render
@@ -96,7 +96,10 @@ def engine_reference() -> str:
 
 def local_engine_words(words: list[str], python: Path, port: int) -> list[str]:
     """The container's engine command with the image's interpreter and listening address replaced:
-    `... python -m vllm.entrypoints... ARGS` → this machine's engine interpreter, on loopback at `port`."""
+    `... python -m vllm.entrypoints... ARGS` → this machine's engine interpreter, on loopback at `port`.
+
+    A model that is a directory here loses the spec's `--revision`: the engine ignores a revision for a
+    directory, and the record would keep it as the directory's (a generated model records its own identity)."""
     try:
         module_at = words.index(ENGINE_MODULE)
     except ValueError:
@@ -104,6 +107,8 @@ def local_engine_words(words: list[str], python: Path, port: int) -> list[str]:
     if module_at < 2 or words[module_at - 1] != "-m":
         raise HarnessError(f"expected 'python -m {ENGINE_MODULE}' in the container command: {' '.join(words)}")
     argv = [str(python), "-m", ENGINE_MODULE, *words[module_at + 1 :]]
+    if is_model_directory(argv):
+        argv = without_option(argv, "--revision")
     return with_option(with_option(argv, "--host", LOCAL_HOST), "--port", str(port))
 
 

@@ -20,6 +20,7 @@ from harness.measure.inventory import Inventory
 from harness.measure.record import RunConfig
 from harness.measure.runner import run_load
 from harness.measure.stats import RunSummary
+from harness.model_identity import read_identity
 from harness.observe.capacity import CapacityReport, build_capacity_report
 from harness.observe.device import DeviceRecord, MemoryMonitor, device_facts
 from harness.observe.log_lines import fetch_polyaxon_run_log
@@ -143,15 +144,27 @@ def attach_service(run_dir: Path, service_uuid: str, base_url: str) -> None:
         return
     (run_dir / RunFile.ENGINE_LOG).write_text(redact_text(log_text), encoding="utf-8")
     stated = parse_startup_log(log_text).non_default_args or {}
-    write_engine_record(run_dir, argv=None, limits={name: value for name, value in stated.items()
-                                                    if name not in ("host", "port")})
+    write_engine_record(run_dir, argv=None, limits=named_model({name: value for name, value in stated.items()
+                                                                if name not in ("host", "port")}))
     record_capacity(run_dir, run_dir / RunFile.ENGINE_LOG, scrape_metrics(base_url))
 
 
 def engine_limits(argv: list[str]) -> dict[str, Any]:
     """Everything the engine was told except where to listen and its secrets, which say nothing about what
-    it holds."""
-    return secret_free({name: value for name, value in engine_options(argv).items() if name not in ("host", "port")})
+    it holds; its model named as the engine used it (`named_model`)."""
+    return named_model(secret_free({name: value for name, value in engine_options(argv).items()
+                                    if name not in ("host", "port")}))
+
+
+def named_model(limits: dict[str, Any]) -> dict[str, Any]:
+    """The limits with a model directory named by the identity its generator recorded in it, when one did,
+    and never by a revision: the engine ignores a revision for a directory, so one there names another model."""
+    model = limits.get("model")
+    if not isinstance(model, str) or not Path(model).is_dir():
+        return limits
+    identity = read_identity(Path(model))
+    named = {name: value for name, value in limits.items() if name != "revision"}
+    return named | identity.limits() if identity is not None else named
 
 
 def write_engine_record(run_dir: Path, *, argv: list[str] | None, limits: dict[str, Any]) -> None:

@@ -21,6 +21,8 @@ from rich.console import Console
 from harness.dev.demo import CONCURRENCY, INVENTORY, run_demo
 from harness.measure.inventory import load_inventory
 from harness.measure.record import read_requests, read_samples
+from harness.model_identity import read_identity
+from harness.predict.model_shape import PINNED_REVISION
 
 pytestmark = pytest.mark.engine
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
@@ -124,6 +126,26 @@ def test_report_and_summary_trace_every_point_to_its_run_uuid(demo, records):
     assert "data:image/png;base64," in html
     assert "KV tokens pred / log" in printed and "4,096 / 4,096" in printed
     assert "front ms" in printed and "queue ms" in printed  # where the time went, per point
+
+
+def test_every_point_names_the_tiny_model_by_its_own_identity_and_never_by_qwen3_4bs_revision(
+    demo, records, tiny_model_dir
+):
+    """The sweep's spec defaults to Qwen3-4B's pinned revision; the generated model has none of its own."""
+    result, _ = demo
+    identity = read_identity(tiny_model_dir)
+    assert identity is not None
+    for run_dir in records.values():
+        engine = json.loads((run_dir / "engine.json").read_text())
+        assert engine["limits"] | identity.limits() == engine["limits"] and "revision" not in engine["limits"]
+        assert PINNED_REVISION not in (run_dir / "engine.json").read_text() + (run_dir / "engine.log").read_text()
+        uuid, _ = outputs(run_dir)
+        tracked = json.loads((run_dir.parents[2] / "polyaxon" / "runs" / uuid / "run.plx.json").read_text())["inputs"]
+        assert tracked["model_files_sha256"] == identity.files_sha256 and "revision" not in tracked
+    markdown = Path(result.report_markdown).read_text()
+    held = markdown.split("## Held fixed")[1].split("## ")[0]
+    assert f"| model_files_sha256 | {identity.files_sha256} |" in held and "| model_seed | 0 |" in held
+    assert "revision" not in held and PINNED_REVISION not in markdown + Path(result.report_html).read_text()
 
 
 def test_no_burst_delivered_run_shows_per_token_figures(records):

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from pathlib import Path
 
+import pytest
 from transformers import AutoConfig, AutoTokenizer
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.dev.tiny_model import ensure_tiny_model, write_tiny_model
+from harness.dev.tiny_model import GENERATOR, ensure_tiny_model, write_tiny_model
+from harness.errors import HarnessError
+from harness.model_identity import IDENTITY_FILE, ModelIdentity, read_identity
 
-FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+FILES = ["config.json", "generation_config.json", "harness-model.json", "model.safetensors", "tokenizer.json",
+         "tokenizer_config.json"]
 
 
 def _safetensors_header(path: Path) -> dict[str, dict]:
@@ -34,6 +39,22 @@ def test_same_seed_gives_byte_identical_files(tmp_path: Path) -> None:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     assert (first / "model.safetensors").read_bytes() != (other / "model.safetensors").read_bytes()
     assert (first / "tokenizer.json").read_bytes() == (other / "tokenizer.json").read_bytes()
+
+
+def test_the_model_records_its_own_identity_and_refuses_files_changed_since(tmp_path: Path) -> None:
+    write_tiny_model(tmp_path, 7)
+    # By hand: sha256 over every file but the identity, in name order, each as "name NUL size NUL" and its bytes.
+    digest = hashlib.sha256()
+    for name in (name for name in FILES if name != IDENTITY_FILE):
+        content = (tmp_path / name).read_bytes()
+        digest.update(f"{name}\0{len(content)}\0".encode() + content)
+    expected = ModelIdentity(generator=GENERATOR, seed=7, files_sha256=digest.hexdigest())
+    assert read_identity(tmp_path) == expected
+    assert json.loads((tmp_path / IDENTITY_FILE).read_text()) == expected.model_dump()
+    assert read_identity(tmp_path.parent) is None  # a directory no generator of the harness wrote
+    (tmp_path / "config.json").write_text("{}\n")
+    with pytest.raises(HarnessError, match=r"harness-model\.json: the model's files hash to .* changed after"):
+        read_identity(tmp_path)
 
 
 def test_weights_have_qwen3_names_shapes_and_bf16(tiny_model_dir: Path) -> None:

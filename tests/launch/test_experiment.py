@@ -9,12 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.launch.engine_args import engine_port, option_value, with_option
+from harness.launch.engine_args import engine_port, option_value, with_option, without_option
 from harness.launch.engine_process import ENGINE_MODULE, engine_base_url, engine_python, local_engine_words
 from harness.launch.experiment import engine_limits
+from harness.launch.specs import render
 from harness.loopback import free_port
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.schedule import LoadShape
+from harness.model_identity import read_identity
+from harness.predict.model_shape import PINNED_REVISION
+
+from conftest import LOCAL_CPU_PRESET, SERVICE_FILE
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
 INVENTORY = Path(__file__).resolve().parents[2] / "prompts" / "tiny-qwen3-600x8"
@@ -43,6 +48,26 @@ def test_the_engine_words_are_read_and_set_one_way():
     assert with_option(argv, "--port", "9") == ["python", "-m", "m", "--model=/a", "--enforce-eager", "--model", "/b",
                                                 "--port", "9"]
     assert with_option(["--host", "--enforce-eager"], "--host", "h") == ["--enforce-eager", "--host", "h"]
+    assert without_option(argv, "--model") == ["python", "-m", "m", "--port", "1", "--enforce-eager", "--port=2"]
+
+
+def test_a_generated_model_is_named_by_its_own_identity_and_never_by_the_specs_revision(tiny_model_dir: Path):
+    """The service's default revision is Qwen3-4B's pin; the tiny model directory has none, and the engine
+    ignores one for a directory: the local engine is started without it, and the limits name the directory
+    by the seed and file hash its generator recorded."""
+    rendered = render([SERVICE_FILE, LOCAL_CPU_PRESET], {"model": str(tiny_model_dir)}).argv
+    assert option_value(rendered, "--revision") == PINNED_REVISION
+    local = local_engine_words(rendered, Path("/venv/bin/python"), 43210)
+    assert not any(word.startswith("--revision") for word in local)
+    identity = read_identity(tiny_model_dir)
+    assert identity is not None and identity.seed == 0
+    for words in (local, rendered):  # started here, or as the spec wrote it (a directory in a cluster's image)
+        limits = engine_limits(words)
+        assert "revision" not in limits and PINNED_REVISION not in map(str, limits.values())
+        assert limits | identity.limits() == limits  # model_generator, model_seed, model_files_sha256
+    hub = render([SERVICE_FILE, LOCAL_CPU_PRESET], {"model": "Qwen/Qwen3-4B"}).argv
+    assert engine_limits(local_engine_words(hub, Path("/venv/bin/python"), 43210))["revision"] == PINNED_REVISION
+    assert "model_seed" not in engine_limits(hub)
 
 
 def test_inside_a_managed_run_the_record_id_is_the_polyaxon_run_uuid(monkeypatch):
