@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from harness.cli.app import app, one_line_errors
+from harness.errors import HarnessError
 
 
 @app.command()
@@ -22,7 +23,14 @@ def report(
 ) -> None:
     """Compare runs along one limit, say which limit bound each run, and write Markdown and HTML."""
     from harness.explain.report import write_report
+    from harness.track.tracking import check_project
 
+    if api_limit < 1:
+        raise HarnessError(f"--api-limit: {api_limit} is not a positive number of runs")
+    if project is not None:
+        check_project(project, owner_required=True)
+    if query is not None and not query.strip():
+        raise HarnessError("--query: empty; leave it out to read every run of --project")
     written = write_report(limit=limit, out=out, run_dirs=runs, offline_root=offline_root, project=project,
                            query=query, api_limit=api_limit)
     for verdict in written.verdicts:

@@ -53,8 +53,14 @@ def serve(
     """Run a service polyaxonfile on the local vLLM engine until interrupted (Ctrl-C stops it cleanly, exit 130)."""
     from harness.launch.engine_process import local_engine, wait_while_healthy
     from harness.launch.specs import parse_param_options
+    from harness.measure.timeouts import positive_seconds
+    from harness.paths import output_file
 
     params = parse_param_options(param)
+    if port is not None and not 1 <= port <= 65535:
+        raise HarnessError(f"--port: {port} is not a port (1-65535); leave it out for a free one")
+    positive_seconds(health_timeout_s, "--health-timeout-s")
+    output_file(log, "--log")
     with local_engine(files, params, log_path=log, port=port, health_timeout_s=health_timeout_s) as engine:
         try:
             print(f"engine healthy at {engine.base_url} (pid {engine.pid}, log {engine.log_path})", flush=True)
@@ -77,12 +83,16 @@ def run_local(
     from harness.launch.engine_process import stop_on_sigterm
     from harness.launch.local_executor import run_locally
     from harness.launch.specs import overridden_params, parse_param_options
-    from harness.track.tracking import offline_tracking_env
+    from harness.paths import output_directory
+    from harness.track.tracking import check_project, offline_tracking_env
 
     def announce(index: int, total: int, point: dict[str, object]) -> None:
         print(f"point {index + 1}/{total}: {point}", file=sys.stderr, flush=True)
 
     params = parse_param_options(param)
+    output_directory(out, "--out")
+    output_directory(offline_root, "--offline-root")
+    check_project(project)
     warn_overridden(overridden_params(files, params), params)
     with stop_on_sigterm():
         runs = run_locally(files, params, out_root=out,
@@ -119,15 +129,22 @@ def sweep(
         Outcome,
         PolyaxonBackend,
         check_harness_params,
+        check_sweep_out,
         run_sweep,
         service_params,
         sweep_points,
     )
-    from harness.track.tracking import DEFAULT_PROJECT, offline_tracking_env
+    from harness.measure.timeouts import positive_seconds
+    from harness.track.tracking import DEFAULT_PROJECT, check_project, offline_tracking_env
 
     params = parse_param_options(param)
-    if (out / "sweep.json").exists():
-        raise HarnessError(f"--out {out}: already holds a sweep ({out / 'sweep.json'}); give a new directory")
+    check_sweep_out(out)
+    if project is not None:
+        check_project(project, owner_required=not local)
+    if queue is not None:
+        check_project(queue, "--queue", parts=("AGENT", "QUEUE"))
+    positive_seconds(running_deadline_s, "--running-deadline-s")
+    positive_seconds(harness_deadline_s, "--harness-deadline-s")
     limit, points = sweep_points(files, service_files, params)
     for_service = service_params(service_files, params)
     for_harness = {name: value for name, value in params.items() if name not in for_service}

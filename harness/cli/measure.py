@@ -40,10 +40,14 @@ def prompts_build_token_ids(
         build_token_id_inventory,
         check_vocabulary,
         int_list,
+        inventory_directory,
+        inventory_name,
         token_id_recipe,
         token_shapes,
     )
 
+    inventory_directory(out)
+    name = inventory_name(name, out)
     lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
     excluded = int_list(exclude_ids, "--exclude-ids", minimum=0)
     vocabulary = {"low": vocab_low, "high": vocab_high, "excluded_ids": excluded}
@@ -58,7 +62,7 @@ def prompts_build_token_ids(
         salt=salt,
         seed=seed,
     )
-    inventory = build_token_id_inventory(name or out.name, recipe)
+    inventory = build_token_id_inventory(name, recipe)
     write_inventory(inventory, out)
     print(f"{out}: {inventory.manifest.prompt_count} prompts, inventory_sha256 {inventory.digest}")
 
@@ -79,14 +83,22 @@ def prompts_build_text(
 ) -> None:
     """Corpus text cut to exact token counts as the server will count them."""
     from harness.measure.inventory import write_inventory
-    from harness.measure.inventory_build import build_text_inventory, text_recipe, token_shapes
+    from harness.measure.inventory_build import (
+        build_text_inventory,
+        inventory_directory,
+        inventory_name,
+        text_recipe,
+        token_shapes,
+    )
 
+    inventory_directory(out)
+    name = inventory_name(name, out)
     lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
     recipe = text_recipe(
         corpus, tokenizer=tokenizer, tokenizer_revision=revision, chat=chat,
         prompt_tokens=lengths, output_cap_tokens=caps, seed=seed,
     )
-    inventory = build_text_inventory(name or out.name, recipe)
+    inventory = build_text_inventory(name, recipe)
     write_inventory(inventory, out)
     print(f"{out}: {inventory.manifest.prompt_count} prompts, inventory_sha256 {inventory.digest}")
 
@@ -103,7 +115,12 @@ def prompts_verify(
     from harness.measure.inventory import load_inventory
     from harness.measure.inventory_build import check_rebuilds
     from harness.measure.inventory_check import check_fits, verify_with_server
+    from harness.measure.server_url import checked_server_url
 
+    if server is not None:
+        checked_server_url(server, "--server")
+    if max_model_len is not None and max_model_len < 1:
+        raise HarnessError(f"--max-model-len: {max_model_len} is not a positive number of tokens")
     inventory = load_inventory(inventory_dir)
     if max_model_len is not None:
         check_fits(inventory, max_model_len)
@@ -168,8 +185,11 @@ def run_command(
     """
     from harness.launch.engine_process import engine_base_url
     from harness.launch.experiment import measure
-    from harness.measure.record import Slo, claim_run_dir
+    from harness.measure.record import claimed_run_dir, run_dir_plan
     from harness.measure.run_options import build_run_config, command_line_options
+    from harness.measure.timeouts import positive_seconds
+    from harness.paths import output_directory
+    from harness.track.tracking import check_project
 
     if engine and (base_url or service_uuid):
         raise HarnessError("an engine command after -- sets the server; drop --base-url/--service-uuid")
@@ -178,16 +198,22 @@ def run_command(
         service_uuid=service_uuid, service_port=service_port,
         load=dict(concurrency=concurrency, rate_per_s=rate, burstiness=burstiness, max_concurrency=max_concurrency,
                   requests=requests, duration_s=duration_s, warmup_requests=warmup, seed=seed, order=order),
-        max_tokens=max_tokens, temperature=temperature, slo=Slo(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms),
+        max_tokens=max_tokens, temperature=temperature, slo=dict(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms),
         cold=cold, sample_interval_s=sample_interval_s, max_dispatch_lag_ms=max_dispatch_lag_ms,
         max_error_fraction=max_error_fraction, read_timeout_s=read_timeout_s, stall_timeout_s=stall_timeout_s,
     )
+    positive_seconds(ready_timeout_s, "--ready-timeout-s")
+    run_dir_plan(out, force=force)  # everything is checked before the record's folder is made
+    if project is not None:
+        check_project(project)
+    if offline_root is not None:
+        output_directory(offline_root, "--offline-root")
     config, prompts = build_run_config(options)
-    moved = claim_run_dir(out, force=force)
+    with claimed_run_dir(out, force=force) as moved:
+        summary, tracked = measure(config, prompts, out, engine_argv=engine, ready_timeout_s=ready_timeout_s,
+                                   project=project, offline_root=offline_root)
     if moved is not None:
         print(f"moved the run that was in {out} to {moved}", file=sys.stderr)
-    summary, tracked = measure(config, prompts, out, engine_argv=engine, ready_timeout_s=ready_timeout_s,
-                               project=project, offline_root=offline_root)
     if tracked is not None:
         print(f"tracked as Polyaxon run {tracked.run_uuid} in {tracked.owner}/{tracked.project}", file=sys.stderr)
     if summary is None:  # not bad input: the record is the result, and says how far the engine got

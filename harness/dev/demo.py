@@ -25,6 +25,7 @@ from harness.launch.engine_process import engine_python
 from harness.launch.local_executor import run_locally
 from harness.launch.specs import render
 from harness.measure.inventory import load_inventory
+from harness.paths import output_directory
 from harness.predict.budget_plan import BudgetOptions, plan_budget
 from harness.predict.budget_table import budget_renderable
 from harness.predict.model_shape import load_model_shape
@@ -58,6 +59,7 @@ def run_demo(out: Path, console: Console, repeats: int = 1) -> DemoResult:
     figure's spread and tell a real difference between points from run-to-run noise."""
     if repeats < 1:
         raise HarnessError(f"--repeats must be at least 1, not {repeats}")
+    output_directory(out, "--out")
     started = time.monotonic()
     points_dir, offline_root, report_dir = out / "points", out / "polyaxon", out / "report"
     if points_dir.exists() and any(points_dir.iterdir()):

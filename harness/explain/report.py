@@ -44,6 +44,7 @@ from harness.explain.plots import (
 )
 from harness.explain.sources import DEFAULT_API_LIMIT, collect_runs
 from harness.explain.table import PEAK_RUNNING, RunTable, build_table
+from harness.paths import output_directory
 from harness.redact import redact_text
 from harness.schema import Output
 
@@ -133,6 +134,7 @@ def write_report(
     """Read every source, compare along `limit`, diagnose each run, and write report.md and report.html."""
     if out.exists() and not out.is_dir():
         raise HarnessError(f"--out {out}: is a file; the report needs a directory")
+    output_directory(out, "--out")
     table = build_table(collect_runs(run_dirs, offline_root, project, query, api_limit))
     comparison = compare_one_limit(table, limit)
     verdicts = diagnose_runs(comparison.runs, limit)

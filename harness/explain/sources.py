@@ -8,6 +8,7 @@ series over time. Nothing here interprets the figures.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +19,10 @@ from pydantic import ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
 from harness.measure.record import RunConfig, check_run_files, read_samples
+from harness.paths import input_directory
 from harness.polyaxon_client import quiet_polyaxon
 from harness.schema import RunFile, TrackedRun
-from harness.track.tracking import SERIES, live_name, run_io
+from harness.track.tracking import SERIES, check_project, live_name, run_io
 
 SERIES_NAMES = tuple(SERIES)
 # What each record model is read from, so a validation error can name its file.
@@ -30,6 +32,8 @@ MODEL_FILES = {"RunConfig": RunFile.CONFIG, "RunSummary": RunFile.SUMMARY, "Capa
 RUN_MARKERS = (RunFile.SUMMARY, RunFile.ENGINE, RunFile.CAPACITY, RunFile.REQUESTS)
 OFFLINE_RUN_FILE = "run.plx.json"
 DEFAULT_API_LIMIT = 100
+# A run's UUID names the files the report writes for it (series-<uuid>.png), so it is a plain name.
+PLAIN_UUID = re.compile(r"^(?!.*\.\.)[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,7 @@ def runs_from_directories(roots: Sequence[Path]) -> list[SourcedRun]:
     """Every run record under the given directories, searched recursively."""
     runs = []
     for root in roots:
-        if not root.is_dir():
-            raise HarnessError(f"{root}: not a directory of run records")
+        input_directory(root, "--runs")
         for config in sorted(root.rglob(RunFile.CONFIG)):
             in_offline_run = any((parent / "run.plx.json").exists() for parent in config.parents)
             if not in_offline_run and any((config.parent / marker).exists() for marker in RUN_MARKERS):
@@ -73,8 +76,17 @@ def _record_uuid(run_dir: Path) -> str:
     """The tracked run's UUID when the record was tracked, else the record's own id (equal outside managed runs)."""
     tracking = run_dir / RunFile.TRACKING
     if tracking.exists():
-        return TrackedRun.model_validate_json(tracking.read_text(encoding="utf-8")).run_uuid
-    return RunConfig.model_validate_json((run_dir / RunFile.CONFIG).read_text(encoding="utf-8")).run_id
+        return plain_uuid(TrackedRun.model_validate_json(tracking.read_text(encoding="utf-8")).run_uuid, tracking)
+    config = run_dir / RunFile.CONFIG
+    return plain_uuid(RunConfig.model_validate_json(config.read_text(encoding="utf-8")).run_id, config)
+
+
+def plain_uuid(run_uuid: str, source: str | Path) -> str:
+    """`run_uuid` when it can name a file: one with '/' or '..' in it would put the report's files elsewhere."""
+    if not PLAIN_UUID.match(run_uuid):
+        raise HarnessError(f"{source}: run id {run_uuid!r} is not a plain name (letters, digits, '_', '-', '.'); "
+                           "the record is damaged")
+    return run_uuid
 
 
 def _samples_frame(run_dir: Path) -> pd.DataFrame:
@@ -88,6 +100,7 @@ def _samples_frame(run_dir: Path) -> pd.DataFrame:
 
 def runs_from_offline_root(root: Path) -> list[SourcedRun]:
     """Runs tracked offline (`runs/<uuid>/run.plx.json` and `events/metric/*.plx`), read with Polyaxon's loaders."""
+    input_directory(root, "--offline-root")
     runs_dir = root / "runs"
     if not runs_dir.is_dir():
         raise HarnessError(f"{root}: not a Polyaxon offline root (no runs/ directory)")
@@ -102,8 +115,8 @@ def runs_from_offline_root(root: Path) -> list[SourcedRun]:
             raise HarnessError(f"{run_file}: not a readable Polyaxon run: {str(error).splitlines()[0]}") from None
         data = client.run_data
         series = _offline_series(run_file.parent / "events" / "metric")
-        runs.append(SourcedRun(run_uuid=data.uuid, inputs=dict(data.inputs or {}), outputs=dict(data.outputs or {}),
-                               series=series, origin=str(run_file.parent)))
+        runs.append(SourcedRun(run_uuid=plain_uuid(data.uuid, run_file), inputs=dict(data.inputs or {}),
+                               outputs=dict(data.outputs or {}), series=series, origin=str(run_file.parent)))
     return runs
 
 
@@ -132,9 +145,7 @@ def runs_from_polyaxon(project: str, query: str | None = None, limit: int = DEFA
     quiet_polyaxon()
     from polyaxon.client import RunClient
 
-    owner, _, name = project.rpartition("/")
-    if not owner or not name:
-        raise HarnessError(f"--project '{project}' must be OWNER/NAME")
+    owner, _, name = check_project(project, owner_required=True).rpartition("/")
     logging.disable(logging.CRITICAL)  # the client logs API errors with stack traces; we report one line
     try:
         listed = RunClient(owner=owner, project=name).list(query=query, limit=limit).results or []
@@ -144,7 +155,8 @@ def runs_from_polyaxon(project: str, query: str | None = None, limit: int = DEFA
             metrics = client.get_metrics(names=[live_name(series) for series in SERIES_NAMES])
             frames = [pd.DataFrame(metrics[live_name(series)]["data"]).rename(columns={"metric": series})
                       [["step", "timestamp", series]] for series in SERIES_NAMES if live_name(series) in metrics]
-            runs.append(SourcedRun(run_uuid=run.uuid, inputs=dict(run.inputs or {}), outputs=dict(run.outputs or {}),
+            runs.append(SourcedRun(run_uuid=plain_uuid(run.uuid, f"{project}/{run.uuid}"),
+                                   inputs=dict(run.inputs or {}), outputs=dict(run.outputs or {}),
                                    series=_series_from_events(frames), origin=f"{project}/{run.uuid}"))
         return runs
     except HarnessError:

@@ -25,6 +25,7 @@ from harness.launch.engine_process import EngineStartError, RunningEngine, exit_
 from harness.launch.experiment import SERVICE_LOG_ENV
 from harness.launch.local_executor import run_locally
 from harness.launch.specs import check_sweep, declared_inputs, load_operation, render
+from harness.paths import output_directory
 from harness.polyaxon_client import polyaxon_call
 from harness.redact import redact_text
 from harness.schema import RunFile
@@ -86,6 +87,17 @@ def sweep_points(
     check_sweep(sweep_files, points, for_sweep)  # one limit at a time, the refusal naming the sweep file
     check_sweep(service_files, points, service_params(service_files, params))
     return next(iter(points[0])), points
+
+
+def check_sweep_out(out: Path) -> None:
+    """--out can be written and holds no earlier sweep (its result, or the points an interrupted one left):
+    two sweeps' points never mix."""
+    output_directory(out, "--out")
+    if (out / "sweep.json").exists():
+        raise HarnessError(f"--out {out}: already holds a sweep ({out / 'sweep.json'}); give a new directory")
+    used = sorted(path.name for path in out.glob("point-*")) + (["logs"] if (out / "logs").exists() else [])
+    if used:
+        raise HarnessError(f"--out {out}: an earlier sweep's points are in {', '.join(used[:5])}; give a new directory")
 
 
 def check_harness_params(harness_files: Sequence[Path], params: dict[str, Any]) -> None:

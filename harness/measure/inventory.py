@@ -15,21 +15,24 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from harness.errors import HarnessError, describe_validation_error
+from harness.measure.inventory_recipe import (
+    FrozenModel,
+    InventoryName,
+    PositiveTokens,
+    Recipe,
+    Sha256Hex,
+    TextRecipe,
+    TokenIdRecipe,
+    VocabularyRange,
+)
 
 SCHEMA_VERSION = 1
 PROMPTS_FILE = "prompts.jsonl"
 MANIFEST_FILE = "manifest.json"
 BUNDLED_DIR = "prompts"  # where a checkout keeps the frozen inventories
-
-Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-PositiveTokens = Annotated[int, Field(gt=0)]
-
-
-class FrozenModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def canonical_json(value: Any) -> str:
@@ -39,90 +42,6 @@ def canonical_json(value: Any) -> str:
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-class VocabularyRange(FrozenModel):
-    """Token ids a token-id inventory may use: [low, high) minus ids that would act as control tokens."""
-
-    low: int = Field(ge=0)
-    # Bounded so a typo cannot ask for a multi-gigabyte id table; real vocabularies stay far below.
-    high: int = Field(gt=0, le=2**24, description="one past the last allowed id")
-    excluded_ids: list[int] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> VocabularyRange:
-        if self.low >= self.high:
-            raise ValueError(f"low {self.low} must be below high {self.high}")
-        if self.excluded_ids != sorted(set(self.excluded_ids)):
-            raise ValueError("excluded_ids must be sorted and unique")
-        outside = [i for i in self.excluded_ids if not self.low <= i < self.high]
-        if outside:
-            raise ValueError(f"excluded_ids outside [{self.low}, {self.high}): {outside[:5]}")
-        if self.high - self.low - len(self.excluded_ids) < 2:
-            raise ValueError("fewer than 2 allowed token ids")
-        return self
-
-    def disallowed(self, token_ids: list[int]) -> list[int]:
-        excluded = set(self.excluded_ids)
-        return [t for t in token_ids if not self.low <= t < self.high or t in excluded]
-
-
-# Leading tokens a salt overwrites: enough that two prompts almost never share them, even with a small
-# vocabulary, and a prefix cache then misses from the first block on.
-SALT_TOKENS = 8
-
-
-class TokenIdRecipe(FrozenModel):
-    """Everything that determines a token-id inventory, so it rebuilds byte-identically."""
-
-    kind: Literal["token_ids"] = "token_ids"
-    vocabulary: VocabularyRange
-    prompt_tokens: list[PositiveTokens] = Field(min_length=1)
-    output_cap_tokens: list[PositiveTokens] = Field(min_length=1)
-    shared_prefix_tokens: int = Field(default=0, ge=0)
-    salt: str | None = Field(default=None, min_length=1)
-    seed: int = Field(ge=0)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> TokenIdRecipe:
-        _check_same_length(self.prompt_tokens, self.output_cap_tokens)
-        if self.shared_prefix_tokens >= min(self.prompt_tokens):
-            raise ValueError(
-                f"shared_prefix_tokens {self.shared_prefix_tokens} must be below the shortest prompt "
-                f"({min(self.prompt_tokens)} tokens)"
-            )
-        if self.salt is not None and min(self.prompt_tokens) < SALT_TOKENS:
-            raise ValueError(f"a salted inventory needs prompts of at least {SALT_TOKENS} tokens")
-        return self
-
-
-class TextRecipe(FrozenModel):
-    """Everything that determines a text inventory; the corpus is pinned by its hash."""
-
-    kind: Literal["text"] = "text"
-    corpus: str = Field(min_length=1)
-    corpus_sha256: Sha256Hex
-    tokenizer: str = Field(min_length=1, description="a local tokenizer directory or a hub id")
-    tokenizer_revision: str | None = None
-    chat: bool
-    prompt_tokens: list[PositiveTokens] = Field(min_length=1)
-    output_cap_tokens: list[PositiveTokens] = Field(min_length=1)
-    seed: int = Field(ge=0)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> TextRecipe:
-        _check_same_length(self.prompt_tokens, self.output_cap_tokens)
-        return self
-
-
-Recipe = Annotated[TokenIdRecipe | TextRecipe, Field(discriminator="kind")]
-
-
-def _check_same_length(prompt_tokens: list[int], output_cap_tokens: list[int]) -> None:
-    if len(prompt_tokens) != len(output_cap_tokens):
-        raise ValueError(
-            f"{len(prompt_tokens)} prompt lengths but {len(output_cap_tokens)} output caps"
-        )
 
 
 class TokenizerIdentity(FrozenModel):
@@ -201,7 +120,7 @@ class ManifestEntry(FrozenModel):
 
 class InventoryManifest(FrozenModel):
     schema_version: Literal[1]
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: InventoryName
     kind: Literal["token_ids", "text"]
     inventory_sha256: Sha256Hex
     tokenizer: TokenizerIdentity | None
@@ -303,9 +222,15 @@ def load_inventory(path: Path) -> Inventory:
 def resolve_inventory(path: Path) -> Path:
     """`prompts/<name>` as given when it exists here, else the inventory of that name that travels with the
     harness: a job's command names the same inventory whether the harness came in an image, a wheel, an
-    upload or a git checkout, and whatever its working directory."""
+    upload or a git checkout, and whatever its working directory. Such a name never holds '..': it
+    addresses the prompts folder, not a way out of it."""
     path = Path(path)
-    if path.exists() or path.is_absolute() or path.parts[:1] != (BUNDLED_DIR,):
+    if path.is_absolute() or path.parts[:1] != (BUNDLED_DIR,):
+        return path
+    if ".." in path.parts:
+        raise HarnessError(f"{path}: '..' in an inventory addressed as {BUNDLED_DIR}/<name>; give the "
+                           f"inventory's own name, or its folder's path without {BUNDLED_DIR}/ in front")
+    if path.exists():
         return path
     package = Path(__file__).resolve().parents[1]  # harness/, where an install keeps bundled_prompts
     for root in (package / "bundled_prompts", package.parent / BUNDLED_DIR):  # installed; a checkout
@@ -315,12 +240,18 @@ def resolve_inventory(path: Path) -> Path:
 
 
 def _read_text(file: Path) -> str:
+    """The file's exact text: line endings are part of the frozen bytes, so none is translated."""
     try:
-        return file.read_text(encoding="utf-8")
+        text = file.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise HarnessError(f"{file}: no such file (an inventory needs {PROMPTS_FILE} and {MANIFEST_FILE})") from None
     except (OSError, UnicodeDecodeError) as error:
         raise HarnessError(f"{file}: unreadable: {error}") from None
+    if "\r" in text:
+        line = text.count("\n", 0, text.index("\r")) + 1
+        raise HarnessError(f"{file} line {line}: holds a carriage return (a CRLF line ending?); the file was "
+                           "changed since it was built, so it is not the frozen inventory")
+    return text
 
 
 def _load_manifest(file: Path) -> InventoryManifest:

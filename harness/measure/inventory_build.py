@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +20,27 @@ import pydantic
 
 from harness.errors import HarnessError, describe_validation_error
 from harness.measure.inventory import (
-    SALT_TOKENS,
+    MANIFEST_FILE,
+    PROMPTS_FILE,
     Inventory,
     InventoryManifest,
     InventoryPrompt,
-    TextRecipe,
-    TokenIdRecipe,
     TokenizerIdentity,
     assemble_inventory,
     make_prompt,
 )
+from harness.measure.inventory_recipe import MAX_PROMPTS, SALT_TOKENS, InventoryName, TextRecipe, TokenIdRecipe
+from harness.paths import output_directory, read_text
 
+# The command-line option each recipe field comes from, so a refused field names what the user typed.
+RECIPE_OPTIONS = {
+    "vocabulary.low": "--vocab-low", "vocabulary.high": "--vocab-high", "vocabulary.excluded_ids": "--exclude-ids",
+    "prompt_tokens": "--prompt-tokens", "output_cap_tokens": "--output-cap-tokens",
+    "shared_prefix_tokens": "--shared-prefix-tokens", "salt": "--salt", "seed": "--seed", "corpus": "--corpus",
+    "tokenizer": "--tokenizer", "tokenizer_revision": "--revision",
+}
+# What prose never holds: control characters other than whitespace, and a byte-order mark.
+NOT_PROSE = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufeff]")
 # The files that decide how a tokenizer splits text and renders the chat template.
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -86,17 +97,35 @@ def corpus_sha256(corpus: Path) -> str:
         raise HarnessError(f"corpus {corpus}: unreadable: {error}") from None
 
 
+def read_corpus(corpus: Path, option: str = "--corpus") -> str:
+    """A corpus's text, refused when it is not prose to cut prompts from: not UTF-8, a binary file that happens
+    to decode (control characters, a byte-order mark), or a JSON dataset whose keys would be cut into prompts."""
+    text = read_text(corpus, option)
+    odd = NOT_PROSE.search(text)
+    if odd is not None:
+        shown = "a byte-order mark" if odd.group() == "\ufeff" else f"control character {odd.group()!r}"
+        raise HarnessError(f"{option} {corpus}: {shown} at character {odd.start()}; a corpus is plain text, not a "
+                           "binary or re-encoded file")
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        parsed = json.loads(first)
+    except ValueError:
+        return text
+    if isinstance(parsed, dict | list):
+        keys = f" with keys {', '.join(repr(key) for key in list(parsed)[:5])}" if isinstance(parsed, dict) else ""
+        raise HarnessError(f"{option} {corpus}: JSON{keys}, not plain text; give the text itself, as a .txt file")
+    return text
+
+
 def build_text_inventory(name: str, recipe: TextRecipe) -> Inventory:
     """Corpus windows cut so the server's count (templated, if chat) is exactly each prompt length."""
     corpus = Path(recipe.corpus)
+    text = read_corpus(corpus, "corpus")
     if corpus_sha256(corpus) != recipe.corpus_sha256:
         raise HarnessError(f"corpus {corpus}: its sha256 differs from the recipe's corpus_sha256")
     directory, identity = resolve_tokenizer(recipe.tokenizer, recipe.tokenizer_revision)
     counter = _TokenCounter(directory, recipe.chat)
-    try:
-        corpus_ids = counter.encode(corpus.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as error:
-        raise HarnessError(f"corpus {corpus}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    corpus_ids = counter.encode(text)
     if len(corpus_ids) < 2:
         raise HarnessError(f"corpus {corpus}: too little text to cut prompts from")
     rng = np.random.default_rng(recipe.seed)
@@ -129,6 +158,10 @@ def check_vocabulary(vocabulary: dict[str, Any], tokenizer: str, revision: str |
 
 def resolve_tokenizer(source: str, revision: str | None) -> tuple[Path, TokenizerIdentity]:
     """A local directory as is, or a hub id at a pinned revision (from the local cache when offline)."""
+    if not source.strip():
+        raise HarnessError("--tokenizer: empty; give a tokenizer directory or a hub id")
+    if revision is not None and not revision.strip():
+        raise HarnessError("--revision: empty; give the hub revision, or leave the option out for a directory")
     directory = Path(source)
     if not directory.is_dir():
         if revision is None:
@@ -256,6 +289,9 @@ def token_shapes(prompt_tokens: str, output_cap_tokens: str, count: int) -> tupl
         raise HarnessError(f"--output-cap-tokens: {len(caps)} values for {len(lengths)} prompt lengths")
     if count < 1:
         raise HarnessError(f"--count: {count} is not a positive number of prompts")
+    if count * len(lengths) > MAX_PROMPTS:
+        raise HarnessError(f"--count: {count} × {len(lengths)} prompt lengths is {count * len(lengths):,} prompts; "
+                           f"an inventory holds at most {MAX_PROMPTS:,}")
     return (
         [n for n in lengths for _ in range(count)],
         [c for c in caps for _ in range(count)],
@@ -291,12 +327,44 @@ def token_id_recipe(**fields: Any) -> TokenIdRecipe:
     try:
         return TokenIdRecipe(**fields)
     except pydantic.ValidationError as error:
-        raise HarnessError(describe_validation_error(error, "token-id recipe")) from None
+        raise HarnessError(recipe_error(error, "token-id recipe")) from None
 
 
 def text_recipe(corpus: Path, **fields: Any) -> TextRecipe:
-    """A recipe from command-line values; the corpus is pinned by hashing it now."""
+    """A recipe from command-line values; the corpus is checked and pinned by hashing it now."""
+    read_corpus(corpus)
     try:
         return TextRecipe(corpus=str(corpus), corpus_sha256=corpus_sha256(corpus), **fields)
     except pydantic.ValidationError as error:
-        raise HarnessError(describe_validation_error(error, "text recipe")) from None
+        raise HarnessError(recipe_error(error, "text recipe")) from None
+
+
+def recipe_error(error: pydantic.ValidationError, recipe: str) -> str:
+    """The refused field in one line, led by the option it came from: '--vocab-high: token-id recipe: field
+    'vocabulary.high': ...'."""
+    field = ".".join(str(part) for part in error.errors()[0]["loc"] if not isinstance(part, int))
+    described = describe_validation_error(error, recipe)
+    return f"{RECIPE_OPTIONS[field]}: {described}" if field in RECIPE_OPTIONS else described
+
+
+def inventory_name(name: str | None, out: Path) -> str:
+    """The inventory's name: `--name`, else OUT's folder name; checked before anything is built."""
+    given = name if name is not None else out.name
+    try:
+        return pydantic.TypeAdapter(InventoryName).validate_python(given)
+    except pydantic.ValidationError:
+        reason = "not an inventory name (letters, digits, '_', '-' and '.', not only dots)"
+        if name is not None:
+            raise HarnessError(f"--name {name!r}: {reason}") from None
+        raise HarnessError(f"inventory {given!r}: field 'name': {reason}; OUT's folder name is used, give --name") \
+            from None
+
+
+def inventory_directory(out: Path) -> Path:
+    """OUT as a folder the inventory can be written in, and not one already holding an inventory: a frozen
+    inventory is never overwritten by a new build."""
+    output_directory(out, "OUT")
+    held = [name for name in (MANIFEST_FILE, PROMPTS_FILE) if (out / name).exists()]
+    if held:
+        raise HarnessError(f"OUT {out}: already holds an inventory ({', '.join(held)}); give a new directory")
+    return out

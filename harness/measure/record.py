@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -26,6 +27,7 @@ from harness.errors import HarnessError, describe_validation_error
 from harness.measure.client import RequestRecord
 from harness.measure.schedule import LoadShape
 from harness.observe.server_metrics import MetricsSnapshot
+from harness.paths import output_directory
 from harness.redact import redact_text
 from harness.schema import RunFile
 
@@ -41,8 +43,8 @@ DEFAULT_MAX_ERROR_FRACTION = 0.05
 class Slo(BaseModel):
     """Service-level objectives for goodput; a request meets them when it meets every one set."""
 
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
 
 
 class RunConfig(BaseModel):
@@ -85,14 +87,14 @@ class ServerSample(BaseModel):
     duration_s: float | None = None  # sent to body read: the longest the scrape can have held the server
 
 
-def claim_run_dir(run_dir: Path, *, force: bool = False) -> Path | None:
-    """Make `run_dir` an empty home for one run. A folder that already holds a run is refused, or with
-    `force` moved aside whole (returned), so two runs' files never mix."""
+def run_dir_plan(run_dir: Path, *, force: bool = False) -> Path | None:
+    """Refuse `run_dir` when it cannot be one run's home, writing nothing. Returns where `force` will move
+    the run it holds, or None when it holds none: two runs' files never mix."""
     if run_dir.exists() and not run_dir.is_dir():
         raise HarnessError(f"--out {run_dir}: is a file, not a run directory")
+    output_directory(run_dir, "--out")
     held = sorted(path.name for path in run_dir.glob("*") if path.name in RUN_FILES) if run_dir.is_dir() else []
     if not held:
-        run_dir.mkdir(parents=True, exist_ok=True)
         return None
     old_id = _recorded_run_id(run_dir)
     if not force:
@@ -101,9 +103,38 @@ def claim_run_dir(run_dir: Path, *, force: bool = False) -> Path | None:
     aside = run_dir.with_name(f"{run_dir.name}.replaced-{old_id or time.strftime('%Y%m%d-%H%M%S')}")
     if aside.exists():
         raise HarnessError(f"--force: cannot move {run_dir} aside, {aside} exists")
-    run_dir.rename(aside)
-    run_dir.mkdir(parents=True)
     return aside
+
+
+@contextlib.contextmanager
+def claimed_run_dir(run_dir: Path, *, force: bool = False) -> Iterator[Path | None]:
+    """`run_dir` as an empty home for one run while the block runs; yields where an old run was moved (`force`).
+
+    A block that ends in an error before anything was written (no server, a server that is not vLLM) leaves
+    the disk as it found it: the folders made for the run are removed and a moved run is put back.
+    """
+    aside = run_dir_plan(run_dir, force=force)
+    made = [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]
+    if aside is not None:
+        run_dir.rename(aside)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        yield aside
+    except BaseException:
+        if not any(run_dir.iterdir()):
+            _undo_claim(run_dir, aside, made)
+        raise
+
+
+def _undo_claim(run_dir: Path, aside: Path | None, made: list[Path]) -> None:
+    """Remove the empty folders `claimed_run_dir` made, deepest first, and move the old run back."""
+    if aside is not None:
+        run_dir.rmdir()
+        aside.rename(run_dir)
+        return
+    for folder in made:
+        with contextlib.suppress(OSError):  # a folder something else wrote into meanwhile stays
+            folder.rmdir()
 
 
 def _recorded_run_id(run_dir: Path) -> str | None:
@@ -156,11 +187,16 @@ class RunWriter:
 
 def read_jsonl_lines(path: Path) -> list[str]:
     """Complete lines only: a run killed mid-write may leave a partial last line, which is dropped."""
+    return [line for _, line in numbered_jsonl_lines(path)]
+
+
+def numbered_jsonl_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, line) of every complete, non-blank line; bytes that are not UTF-8 are kept as U+FFFD, so
+    the line holding them is refused by its model, with its number, instead of the whole file unread."""
     if not path.exists():
         return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    return [line for line in lines[:-1] if line.strip()]
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    return [(number, line) for number, line in enumerate(lines[:-1], start=1) if line.strip()]
 
 
 def read_requests(run_dir: Path) -> list[RequestRecord]:
@@ -190,18 +226,26 @@ def check_run_files(run_dir: Path) -> None:
             summary = json.loads(summary_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise HarnessError(f"{summary_path}: not JSON ({error}); the record is damaged") from None
+        if not isinstance(summary, dict):
+            raise HarnessError(f"{summary_path}: JSON, but not a summary object; the record is damaged")
     if summary.get("run_id") and config_id and summary["run_id"] != config_id:
         raise HarnessError(f"{run_dir}: summary.json is run {summary['run_id']} but config.json is run {config_id}; "
                            "two runs were written into one folder")
     jsonl = run_dir / RunFile.REQUESTS
     text = jsonl.read_text(encoding="utf-8", errors="replace") if jsonl.exists() else ""
-    lines = [line for line in text.split("\n") if line.strip()]
-    complete = len(lines) - (1 if text and not text.endswith("\n") else 0)
+    lines = numbered_jsonl_lines(jsonl)
+    complete = len(lines)
     parquet = run_dir / RunFile.REQUESTS_PARQUET
     if summary and not parquet.exists():
         raise HarnessError(f"{parquet}: missing, though summary.json says the run finished")
     if summary and text and not text.endswith("\n"):
         raise HarnessError(f"{jsonl}: last line cut short, though summary.json says the run finished")
+    for number, line in lines:  # a line cut short inside the file, too
+        try:
+            RequestRecord.model_validate_json(line)
+        except ValidationError as error:
+            raise HarnessError(f"{jsonl}: line {number} is not a request record "
+                               f"({error.errors()[0]['msg']})") from None
     if parquet.exists():
         rows = _parquet_rows(parquet)
         if summary and rows != summary.get("requests_sent", rows):
@@ -210,13 +254,6 @@ def check_run_files(run_dir: Path) -> None:
         if text and rows != complete:
             raise HarnessError(f"{run_dir}: {RunFile.REQUESTS} holds {complete} requests but "
                                f"{RunFile.REQUESTS_PARQUET} {rows}; the record is truncated or mixes two runs")
-        return
-    for number, line in enumerate(lines[:complete], start=1):
-        try:
-            RequestRecord.model_validate_json(line)
-        except ValidationError as error:
-            raise HarnessError(f"{jsonl}: line {number} is not a request record "
-                               f"({error.errors()[0]['msg']})") from None
 
 
 def _parquet_rows(path: Path) -> int:
@@ -230,7 +267,15 @@ def _parquet_rows(path: Path) -> int:
 
 
 def read_samples(run_dir: Path) -> list[ServerSample]:
-    return [ServerSample.model_validate_json(line) for line in read_jsonl_lines(run_dir / RunFile.SAMPLES)]
+    """Every complete line of samples.jsonl; a damaged one is one line naming the file and the line."""
+    samples = []
+    for number, line in numbered_jsonl_lines(run_dir / RunFile.SAMPLES):
+        try:
+            samples.append(ServerSample.model_validate_json(line))
+        except ValidationError as error:
+            raise HarnessError(f"{run_dir / RunFile.SAMPLES}: line {number} is not a server sample "
+                               f"({error.errors()[0]['msg']})") from None
+    return samples
 
 
 def _plain(row: dict) -> dict:

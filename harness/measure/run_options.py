@@ -13,15 +13,17 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.errors import HarnessError, describe_validation_error
+from harness.errors import HarnessError, describe_option_error
 from harness.measure.inventory import Inventory, load_inventory
 from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION, RunConfig, Slo
 from harness.measure.schedule import LoadShape
+from harness.measure.server_url import ServerUrl
 from harness.measure.timeouts import request_timeouts
 from harness.polyaxon_client import managed_run_uuid
 from harness.redact import refuse_url_credentials
 
 LOAD_OPTION_NAMES = {"rate_per_s": "rate", "warmup_requests": "warmup"}  # `LoadShape` fields the CLI shortens
+OPTION_NAMES = {**LOAD_OPTION_NAMES, "ttft_ms": "slo_ttft_ms", "tpot_ms": "slo_tpot_ms"}  # fields → options
 
 
 class RunOptions(BaseModel):
@@ -31,17 +33,18 @@ class RunOptions(BaseModel):
 
     inventory: Path
     load: LoadShape
-    base_url: str | None = None
-    service_uuid: str | None = None
-    service_port: int = 8000
+    base_url: ServerUrl | None = None
+    # A Polyaxon run's UUID: it becomes part of the service's in-cluster host name.
+    service_uuid: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
+    service_port: int = Field(8000, ge=1, le=65535)
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float = 0.0
+    temperature: float = Field(0.0, ge=0)
     slo: Slo = Slo()
     cold: bool = False
     # Each /metrics scrape holds vLLM's API server (stats.MAX_SCRAPE_SHARE): every 1 s was 1.1-1.2 % of a run
     # on the CPU engine, over the share that qualifies a run's tails. Verdicts read histograms and counters.
     sample_interval_s: float = Field(5.0, gt=0)
-    max_dispatch_lag_ms: float = 10.0
+    max_dispatch_lag_ms: float = Field(10.0, gt=0)  # a limit of 0 would make every run invalid
     max_error_fraction: float = Field(DEFAULT_MAX_ERROR_FRACTION, ge=0, le=1)
     read_timeout_s: float | None = None  # checked with the defaults they replace, in `request_timeouts`
     stall_timeout_s: float | None = None
@@ -54,12 +57,7 @@ def command_line_options(**values: object) -> RunOptions:
         load = LoadShape.model_validate(values.pop("load"))
         return RunOptions.model_validate({**values, "load": load})
     except ValidationError as error:
-        first = error.errors()[0]
-        if not first["loc"]:  # a rule across fields names them itself
-            raise HarnessError(describe_validation_error(error, "command line")) from None
-        name = str(first["loc"][-1])
-        option = "--" + LOAD_OPTION_NAMES.get(name, name).replace("_", "-")
-        raise HarnessError(f"{option}: {first['msg']}, not {first['input']}") from None
+        raise HarnessError(describe_option_error(error, OPTION_NAMES)) from None
 
 
 def build_run_config(options: RunOptions) -> tuple[RunConfig, Inventory]:

@@ -24,7 +24,7 @@ class LoadShape(BaseModel):
     requests: int | None = Field(None, ge=1, description="measured requests; default one pass")
     duration_s: float | None = Field(None, gt=0, description="stop scheduling after this long")
     warmup_requests: int = Field(0, ge=0, description="sent first and left out of the results")
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     order: Literal["inventory", "shuffled"] = "inventory"
 
     @model_validator(mode="after")

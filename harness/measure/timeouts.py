@@ -34,11 +34,19 @@ def request_timeouts(
 ) -> tuple[float, float]:
     """(read timeout, stall timeout) in seconds: the ones given, else the defaults this load warrants."""
     for option, value in (("--read-timeout-s", read_timeout_s), ("--stall-timeout-s", stall_timeout_s)):
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            raise HarnessError(f"{option} must be a positive number of seconds, not {value}")
+        if value is not None:
+            positive_seconds(value, option)
     in_flight = requests_in_flight(load)
     if read_timeout_s is None:
         read_timeout_s = READ_TIMEOUT_BASE_S + in_flight * longest_output_tokens * READ_TIMEOUT_PER_QUEUED_TOKEN_S
     if stall_timeout_s is None:
         stall_timeout_s = STALL_TIMEOUT_BASE_S + in_flight * STALL_TIMEOUT_PER_REQUEST_S
     return read_timeout_s, stall_timeout_s
+
+
+def positive_seconds(value: float, option: str) -> float:
+    """A wait or deadline option's value: a positive, finite number of seconds (0 or less would give up at
+    once, NaN never)."""
+    if not (value > 0 and math.isfinite(value)):
+        raise HarnessError(f"{option} must be a positive number of seconds, not {value}")
+    return value

@@ -14,6 +14,7 @@ and a last scrape (usually 0 waiting, 0 running once the load is over) must not 
 from __future__ import annotations
 
 import datetime
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ SERIES = {  # series name → MetricsSnapshot field; tracked as `live_<name>`
     "kv_cache_usage_fraction": "kv_cache_usage_fraction",
 }
 LIVE_PREFIX = "live_"
+SLUG = re.compile(r"^[A-Za-z0-9_-]+$")  # what Polyaxon accepts for an owner's or a project's name
 
 
 def live_name(series: str) -> str:
@@ -294,10 +296,20 @@ def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, na
     )
 
 
+def check_project(project: str, option: str = "--project", *, owner_required: bool = False,
+                  parts: tuple[str, str] = ("OWNER", "NAME")) -> str:
+    """`project` when Polyaxon can name a project (or, with `parts`, a queue) by it: OWNER/NAME, or NAME alone
+    unless `owner_required`, each a slug. Checked before anything starts: Polyaxon's client refuses it later
+    with a traceback."""
+    owner, slash, name = project.rpartition("/")
+    wanted = "/".join(parts) + ("" if owner_required else f" or {parts[1]}")
+    if (owner_required and not slash) or not all(SLUG.match(part) for part in ([owner] if slash else []) + [name]):
+        raise HarnessError(f"{option} {project!r}: must be {wanted}, each of letters, digits, '_' and '-'")
+    return project
+
+
 def _split_project(project: str) -> tuple[str, str]:
-    owner, _, name = project.rpartition("/")
-    if not name:
-        raise HarnessError(f"Polyaxon project '{project}' must be 'owner/name' or 'name'")
+    owner, _, name = check_project(project, "Polyaxon project").rpartition("/")
     return owner or DEFAULT_OWNER, name
 
 

@@ -69,7 +69,7 @@ def test_harness_run_joins_its_service_run_capacity(tmp_path: Path):
 def test_bad_sources_are_one_line_naming_the_file(tmp_path: Path):
     with pytest.raises(HarnessError, match=f"no run records found in --runs {tmp_path}"):
         collect_runs([tmp_path])
-    with pytest.raises(HarnessError, match="not a directory"):
+    with pytest.raises(HarnessError, match=r"--runs .*missing: no such directory"):
         runs_from_directories([tmp_path / "missing"])
     run_dir = write_run(tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -17,7 +17,6 @@ from harness.errors import HarnessError
 from harness.measure.inventory import (
     MANIFEST_FILE,
     PROMPTS_FILE,
-    SALT_TOKENS,
     Inventory,
     TokenIdRecipe,
     VocabularyRange,
@@ -41,6 +40,7 @@ from harness.measure.inventory_check import (
     prompt_token_mismatches,
     verify_with_server,
 )
+from harness.measure.inventory_recipe import SALT_TOKENS
 
 SMALL_VOCABULARY = VocabularyRange(low=3, high=50, excluded_ids=[10, 11, 12])
 
@@ -384,7 +384,7 @@ def test_hub_tokenizer_needs_a_pinned_revision(corpus_file: Path) -> None:
 def test_unreadable_corpus_and_tokenizer_are_named(tokenizer_dir: Path, corpus_file: Path, tmp_path: Path) -> None:
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("caf\u00e9 au lait".encode("latin-1"))
-    with pytest.raises(HarnessError, match=r"latin1\.txt: not UTF-8 text \(invalid continuation byte at byte 3\)"):
+    with pytest.raises(HarnessError, match=r"latin1\.txt: not UTF-8 text \(byte 3\)"):
         build_text(latin1, tokenizer_dir, False, [4])
     broken = tmp_path / "broken-tokenizer"
     broken.mkdir()
@@ -484,7 +484,7 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(
         harness("prompts", "build", "text", str(tmp_path / "y"), "--corpus", str(tmp_path / "missing.txt"),
                 "--tokenizer", "t", "--prompt-tokens", "4", "--output-cap-tokens", "1"),
-        "missing.txt: unreadable",
+        "missing.txt: no such file",
     )
 
 

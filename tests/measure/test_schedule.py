@@ -92,7 +92,8 @@ def test_contradictory_or_impossible_loads_are_refused(fields: dict) -> None:
     [
         (["--concurrency", "0"], "error: --concurrency: Input should be greater than or equal to 1, not 0"),
         (["--concurrency", "2", "--rate", "3"], "set exactly one of concurrency (closed loop) or rate_per_s"),
-        (["--rate", "3", "--order", "random"], "error: --order: Input should be 'inventory' or 'shuffled', not random"),
+        (["--rate", "3", "--order", "random"],
+         "error: --order: Input should be 'inventory' or 'shuffled', not 'random'"),
         (["--rate", "-3"], "error: --rate: Input should be greater than 0, not -3.0"),
         (["--concurrency", "2", "--warmup", "-1"],
          "error: --warmup: Input should be greater than or equal to 0, not -1"),
