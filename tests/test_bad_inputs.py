@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -172,6 +173,7 @@ BASES = {  # words that make each command valid, so the refusal seen is the one 
                           "{tmp}/sweep"],
     "report": ["report", "--runs", "{tmp}/runs", "--limit", "max_num_seqs", "--out", "{tmp}/report"],
     "demo": ["demo", "--out", "{tmp}/demo"],
+    "emulate": ["emulate", "--port", "{held_port}"],  # a port held by the test: an emulator let through cannot stay
 }
 NUMBERS = [  # (base, option, values nonsense for what the option counts); NaN and infinity: test_bad_input_classes
     ("run", "--concurrency", ["0", "-1"]), ("run", "--max-tokens", ["0", "-1"]), ("run", "--requests", ["0", "-1"]),
@@ -204,7 +206,7 @@ WORDS = [  # (base, option, values): names and ids that are empty, span lines, o
     ("prompts build token-ids", "--name", ["", "a\nb", "a b", "..", "a/b"]),
     ("prompts build token-ids", "--salt", ["", "a\nb"]), ("prompts build token-ids", "--tokenizer", ["", " "]),
     ("prompts build text", "--name", ["", "a\nb"]), ("prompts build text", "--tokenizer", ["", "a\nb"]),
-    ("prompts build text", "--revision", ["", "a\nb"]),
+    ("prompts build text", "--revision", ["", "a\nb"]), ("emulate", "--model", ["", "a\nb"]),
 ]
 BAD_URLS = ["", "not-a-url", "127.0.0.1:9", "ftp://127.0.0.1:9", "http://", "http://:9", "http://127.0.0.1:0",
             "http://127.0.0.1:65536", "http://127.0.0.1:99999", "http://127.0.0.1:-1", "http://127.0.0.1:abc",
@@ -235,7 +237,7 @@ def tree(folder: Path) -> list[tuple[str, int]]:
 
 @pytest.fixture
 def work(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
-         tiny_model_dir: Path) -> dict[str, str]:
+         tiny_model_dir: Path, request: pytest.FixtureRequest) -> dict[str, str]:
     """The folder every case may write in (and must not); no engine and no Polyaxon API can be reached."""
     (tmp_path / "runs").mkdir()
     (tmp_path / "job.yaml").write_text("kind: component\nrun:\n  kind: job\n  container:\n    image: local\n"
@@ -245,7 +247,11 @@ def work(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
     monkeypatch.setenv("HARNESS_ENGINE_VENV", str(tmp_path_factory.mktemp("no-engine")))
     monkeypatch.setenv("POLYAXON_HOST", UNREACHABLE)
     monkeypatch.setenv("VLLM_API_KEY", "bad-inputs-test-key")
-    return {"tmp": str(tmp_path), "tiny": str(tiny_model_dir)}
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    request.addfinalizer(held.close)
+    return {"tmp": str(tmp_path), "tiny": str(tiny_model_dir), "held_port": str(held.getsockname()[1])}
 
 
 def with_option(base: str, option: str, value: str, values: dict[str, str]) -> list[str]:
@@ -293,22 +299,35 @@ def crlf(inventory: Path, file: str) -> None:
     (inventory / file).write_bytes((inventory / file).read_bytes().replace(b"\n", b"\r\n"))
 
 
-INVENTORY_DAMAGE = {"prompts.jsonl in CRLF": lambda inventory: crlf(inventory, "prompts.jsonl"),
-                    "manifest.json in CRLF": lambda inventory: crlf(inventory, "manifest.json")}
+def nest_first_line(inventory: Path, file: str) -> None:
+    lines = (inventory / file).read_text().split("\n")
+    (inventory / file).write_text("\n".join(["[" * 100_000 + "]" * 100_000, *lines[1:]]))
+
+
+INVENTORY_DAMAGE = {  # damage → (what it does to the inventory, the file and words the refusal names)
+    "prompts.jsonl in CRLF": (lambda inventory: crlf(inventory, "prompts.jsonl"),
+                              ("prompts.jsonl line 1", "carriage return")),
+    "manifest.json in CRLF": (lambda inventory: crlf(inventory, "manifest.json"),
+                              ("manifest.json line 1", "carriage return")),
+    "a prompt nested too deep": (lambda inventory: nest_first_line(inventory, "prompts.jsonl"),
+                                 ("prompts.jsonl line 1", "nested too deep")),
+    "a manifest nested too deep": (lambda inventory: nest_first_line(inventory, "manifest.json"),
+                                   ("manifest.json", "nested too deep")),
+}
 INVENTORY_USERS = {"prompts verify": lambda inventory: ["prompts", "verify", inventory],
                    "run": lambda inventory: [*BASES["run"][:1], "--inventory", inventory, *BASES["run"][3:]]}
 
 
 @pytest.mark.parametrize("damage", list(INVENTORY_DAMAGE))
 @pytest.mark.parametrize("command", list(INVENTORY_USERS))
-def test_an_inventory_saved_with_other_line_endings_is_refused_naming_file_and_line(
-        work: dict[str, str], command: str, damage: str) -> None:
+def test_a_damaged_inventory_is_refused_naming_file_and_line(work: dict[str, str], command: str, damage: str) -> None:
     inventory = Path(work["tmp"]) / "inventory"
     shutil.copytree(INVENTORY, inventory)
     assert CliRunner().invoke(app, ["prompts", "verify", str(inventory)]).exit_code == 0  # intact before
-    INVENTORY_DAMAGE[damage](inventory)
+    harm, (where, words) = INVENTORY_DAMAGE[damage]
+    harm(inventory)
     args = [word.format(**work) for word in INVENTORY_USERS[command](str(inventory))]
-    assert_refused(args, Path(work["tmp"]), f"{inventory / damage.split()[0]} line 1", "carriage return")
+    assert_refused(args, Path(work["tmp"]), f"{inventory}/{where}", words)
 
 
 ESCAPES = ["prompts/../prompts/tiny-qwen3-600x8", "prompts/tiny-qwen3-600x8/../tiny-qwen3-600x8"]
@@ -332,6 +351,7 @@ CORPORA = {  # a --corpus that is not prose: what it holds, and a word the refus
     "a JSON object": (b'{"text": "soup of the day", "id": 1}', "JSON with keys 'text', 'id'"),
     "JSON lines": (b'{"prompt": "soup"}\n{"prompt": "day"}\n', "JSON with keys 'prompt'"),
     "a JSON list": (b'["soup", "day"]', "JSON"),
+    "brackets nested past any parser": (b"[" * 100_000 + b"]" * 100_000, "JSON"),
 }
 
 
@@ -362,6 +382,8 @@ RECORD_DAMAGE = {  # damage → the file and words the refusal names
     "summary.json not JSON": (lambda run: (run / "summary.json").write_text("{not json"), "summary.json: not JSON"),
     "summary.json a list": (lambda run: (run / "summary.json").write_text("[]"), "summary.json: JSON, but not"),
     "summary.json binary": (lambda run: (run / "summary.json").write_bytes(b"\xff\xfe"), "summary.json: not JSON"),
+    "summary.json nested too deep": (lambda run: (run / "summary.json").write_text("[" * 100_000 + "]" * 100_000),
+                                     "summary.json: not JSON"),
     "config.json not JSON": (lambda run: (run / "config.json").write_text('{"run_id": 5'), "config.json"),
     "a samples line not JSON": (lambda run: (run / "samples.jsonl").write_text(
         (run / "samples.jsonl").read_text() + "{garbage\n"), "samples.jsonl: line 2"),
@@ -449,3 +471,23 @@ def test_an_engine_command_that_names_no_port_is_refused(work: dict[str, str]) -
         args = [*BASES["run"][:5], "--concurrency", "1", "--", "python", "-m", "vllm.entrypoints.openai.api_server",
                 "--port", port]
         assert_refused([word.format(**work) for word in args], Path(work["tmp"]), f"--port {port!r}")
+
+
+EXPERIMENT = [str(ROOT / "polyaxonfiles" / "experiment.yaml"),
+              str(ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml")]
+PARAM_USERS = {  # a command that compiles polyaxonfiles, and a whole-number input of theirs
+    "run-local": (["run-local", "-f", EXPERIMENT[0], "-f", EXPERIMENT[1], "--out", "{tmp}/points", "--offline-root",
+                   "{tmp}/offline"], "concurrency"),
+    "sweep": (["sweep", "-f", SWEEP, "--local", "--out", "{tmp}/sweep"], "concurrency"),
+    "serve": (BASES["serve"], "max_num_seqs"),
+}
+WHOLE_NUMBERS_THAT_ARE_NOT = ["1e3", "true", "8\n", "8.5", "0", "-1", "", "\uff18"]
+
+
+@pytest.mark.parametrize("value", WHOLE_NUMBERS_THAT_ARE_NOT)
+@pytest.mark.parametrize("command", list(PARAM_USERS))
+def test_a_param_that_is_not_a_whole_number_of_its_range_is_refused(work: dict[str, str], command: str,
+                                                                    value: str) -> None:
+    words, name = PARAM_USERS[command]
+    args = [word.format(**work) for word in words] + ["-P", f"{name}={value}"]
+    assert_refused(args, Path(work["tmp"]), name)

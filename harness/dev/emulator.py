@@ -32,7 +32,7 @@ class EmulatorConfig(BaseModel):
     # ASCII only: the resolver reads a full-width '１２７.0.0.1' as 127.0.0.1, and '' as every interface
     host: str = Field("127.0.0.1", pattern=r"^[A-Za-z0-9.:\-\[\]%]+$")
     port: int = Field(8000, ge=0, le=65535)
-    model: str = Field("emulated", min_length=1)
+    model: str = Field("emulated", pattern=r"^[^\x00-\x1f\x7f]+$")  # one line: it is printed and sent back
     ttft_ms: float = Field(20.0, ge=0, le=MAX_DELAY_MS)
     itl_ms: float = Field(5.0, ge=0, le=MAX_DELAY_MS)
     tokens_per_chunk: int = Field(1, ge=1, le=MAX_TOKENS)

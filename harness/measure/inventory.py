@@ -260,6 +260,8 @@ def _load_manifest(file: Path) -> InventoryManifest:
         data = json.loads(raw)
     except json.JSONDecodeError as error:
         raise HarnessError(f"{file}: malformed JSON at line {error.lineno}: {error.msg}") from None
+    except RecursionError:  # nested deeper than any manifest: not one
+        raise HarnessError(f"{file}: malformed JSON: nested too deep") from None
     try:
         manifest = InventoryManifest.model_validate(data)
     except pydantic.ValidationError as error:
@@ -300,6 +302,8 @@ def _parse_prompt_line(line: str, where: str) -> InventoryPrompt:
         data = json.loads(line)
     except json.JSONDecodeError as error:
         raise HarnessError(f"{where}: malformed JSON at column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise HarnessError(f"{where}: malformed JSON: nested too deep") from None
     try:
         return InventoryPrompt.model_validate(data)
     except pydantic.ValidationError as error:

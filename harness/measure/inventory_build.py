@@ -111,6 +111,8 @@ def read_corpus(corpus: Path, option: str = "--corpus") -> str:
         parsed = json.loads(first)
     except ValueError:
         return text
+    except RecursionError:  # brackets nested past any prose
+        parsed = []
     if isinstance(parsed, dict | list):
         keys = f" with keys {', '.join(repr(key) for key in list(parsed)[:5])}" if isinstance(parsed, dict) else ""
         raise HarnessError(f"{option} {corpus}: JSON{keys}, not plain text; give the text itself, as a .txt file")

@@ -138,7 +138,7 @@ def _undo_claim(run_dir: Path, aside: Path | None, made: list[Path]) -> None:
 
 
 def _recorded_run_id(run_dir: Path) -> str | None:
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
         return str(json.loads((run_dir / RunFile.CONFIG).read_text(encoding="utf-8"))["run_id"])
     return None
 
@@ -224,7 +224,7 @@ def check_run_files(run_dir: Path) -> None:
     if summary_path.exists():
         try:
             summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, RecursionError) as error:
             raise HarnessError(f"{summary_path}: not JSON ({error}); the record is damaged") from None
         if not isinstance(summary, dict):
             raise HarnessError(f"{summary_path}: JSON, but not a summary object; the record is damaged")
