@@ -208,6 +208,12 @@ WORDS = [  # (base, option, values): names and ids that are empty, span lines, o
     ("prompts build text", "--name", ["", "a\nb"]), ("prompts build text", "--tokenizer", ["", "a\nb"]),
     ("prompts build text", "--revision", ["", "a\nb"]), ("emulate", "--model", ["", "a\nb"]),
 ]
+LISTS = [  # (base, option, values): comma-separated integers that are not, or not in range
+    (base, option, ["x", "1,,2", "1e3", "1_000", "\uff11\uff12", "8,\n", "-1"])
+    for base, option in (("prompts build token-ids", "--prompt-tokens"), ("prompts build token-ids", "--exclude-ids"),
+                         ("prompts build token-ids", "--output-cap-tokens"), ("prompts build text", "--prompt-tokens"),
+                         ("prompts build text", "--output-cap-tokens"))
+]
 BAD_URLS = ["", "not-a-url", "127.0.0.1:9", "ftp://127.0.0.1:9", "http://", "http://:9", "http://127.0.0.1:0",
             "http://127.0.0.1:65536", "http://127.0.0.1:99999", "http://127.0.0.1:-1", "http://127.0.0.1:abc",
             "http://\uff11\uff12\uff17.0.0.1:9", "http://127.0.0.1:9/?q=1", "http://127.0.0.1:9/#top",
@@ -270,7 +276,7 @@ def assert_refused(args: list[str], folder: Path, *named: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize(("base", "option"), [(base, option) for table in (NUMBERS, WORDS, URLS)
+@pytest.mark.parametrize(("base", "option"), [(base, option) for table in (NUMBERS, WORDS, LISTS, URLS)
                                               for base, option, _ in table])
 def test_every_option_in_the_tables_is_an_option_of_its_command(base: str, option: str) -> None:
     assert option in {opt for param in command_of(base).params for opt in param.opts}
@@ -285,6 +291,12 @@ def test_a_number_out_of_its_range_is_refused_naming_the_option(work: dict[str, 
 @pytest.mark.parametrize(("base", "option", "value"), cases(WORDS))
 def test_a_name_that_is_empty_or_malformed_is_refused_naming_the_option(work: dict[str, str], base: str,
                                                                         option: str, value: str) -> None:
+    assert_refused(with_option(base, option, value, work), Path(work["tmp"]), option)
+
+
+@pytest.mark.parametrize(("base", "option", "value"), cases(LISTS))
+def test_a_list_of_integers_that_is_not_one_is_refused_naming_the_option(work: dict[str, str], base: str,
+                                                                         option: str, value: str) -> None:
     assert_refused(with_option(base, option, value, work), Path(work["tmp"]), option)
 
 

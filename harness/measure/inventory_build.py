@@ -39,6 +39,7 @@ RECIPE_OPTIONS = {
     "shared_prefix_tokens": "--shared-prefix-tokens", "salt": "--salt", "seed": "--seed", "corpus": "--corpus",
     "tokenizer": "--tokenizer", "tokenizer_revision": "--revision",
 }
+INTEGER = re.compile(r"^ *-?[0-9]+ *$")  # one item of a comma-separated list of integers
 # What prose never holds: control characters other than whitespace, and a byte-order mark.
 NOT_PROSE = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufeff]")
 # The files that decide how a tokenizer splits text and renders the chat template.
@@ -301,13 +302,13 @@ def token_shapes(prompt_tokens: str, output_cap_tokens: str, count: int) -> tupl
 
 
 def int_list(value: str, option: str, *, minimum: int) -> list[int]:
-    """A comma-separated command-line list of integers; empty means none."""
+    """A comma-separated command-line list of integers; empty means none. Each is ASCII digits, as the
+    integer options take them: Python's int() would also read '１２' and '1_000'."""
     if not value.strip():
         return []
-    try:
-        numbers = [int(part) for part in value.split(",")]
-    except ValueError:
-        raise HarnessError(f"{option}: {value!r} is not a comma-separated list of integers") from None
+    if not all(INTEGER.match(part) for part in value.split(",")):
+        raise HarnessError(f"{option}: {value!r} is not a comma-separated list of integers")
+    numbers = [int(part) for part in value.split(",")]
     if any(n < minimum for n in numbers):
         raise HarnessError(f"{option}: {value!r} holds a value below {minimum}")
     return numbers
