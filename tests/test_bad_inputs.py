@@ -503,3 +503,11 @@ def test_a_param_that_is_not_a_whole_number_of_its_range_is_refused(work: dict[s
     words, name = PARAM_USERS[command]
     args = [word.format(**work) for word in words] + ["-P", f"{name}={value}"]
     assert_refused(args, Path(work["tmp"]), name)
+
+
+@pytest.mark.parametrize("namespace", ["a b", "", "-ns-", "ns\n"])
+def test_a_namespace_that_cannot_be_part_of_the_services_url_is_refused(work: dict[str, str], monkeypatch,
+                                                                       namespace: str) -> None:
+    monkeypatch.setenv("POLYAXON_K8S_NAMESPACE", namespace)
+    args = [word.format(**work) for word in BASES["run --service-uuid"] if word not in ("--base-url", UNREACHABLE)]
+    assert_refused(args, Path(work["tmp"]), "POLYAXON_K8S_NAMESPACE")

@@ -17,7 +17,7 @@ from harness.errors import HarnessError, describe_option_error
 from harness.measure.inventory import Inventory, load_inventory
 from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION, RunConfig, Slo
 from harness.measure.schedule import LoadShape
-from harness.measure.server_url import ServerUrl
+from harness.measure.server_url import ServerUrl, checked_server_url
 from harness.measure.timeouts import request_timeouts
 from harness.polyaxon_client import managed_run_uuid
 from harness.redact import refuse_url_credentials
@@ -70,6 +70,7 @@ def build_run_config(options: RunOptions) -> tuple[RunConfig, Inventory]:
     if base_url is None:
         namespace = os.environ.get("POLYAXON_K8S_NAMESPACE", "polyaxon")
         base_url = f"http://plx-operation-{options.service_uuid}.{namespace}.svc:{options.service_port}"
+        checked_server_url(base_url, f"POLYAXON_K8S_NAMESPACE={namespace!r} makes the service's URL")
     prompts = load_inventory(options.inventory)
     read_timeout_s, stall_timeout_s = request_timeouts(
         options.load, longest_output_tokens(options.max_tokens, prompts), options.read_timeout_s,
