@@ -511,3 +511,18 @@ def test_a_namespace_that_cannot_be_part_of_the_services_url_is_refused(work: di
     monkeypatch.setenv("POLYAXON_K8S_NAMESPACE", namespace)
     args = [word.format(**work) for word in BASES["run --service-uuid"] if word not in ("--base-url", UNREACHABLE)]
     assert_refused(args, Path(work["tmp"]), "POLYAXON_K8S_NAMESPACE")
+
+
+@pytest.mark.parametrize(("spec", "named"), [
+    ("kind: component\nrun:\n  kind: service\n  container:\n    image: local\n    command: [harness, run]\n",
+     "run.kind is 'service'"),
+    ("kind: component\nrun:\n  kind: job\n  container:\n    image: local\n    command: [python3, -V]\n",
+     "expected the container command to start with 'harness'"),
+], ids=["a-service", "not-the-harness"])
+def test_run_local_refuses_a_file_it_cannot_run_before_making_any_point_folder(
+    tmp_path: Path, spec: str, named: str
+) -> None:
+    (tmp_path / "spec.yaml").write_text(spec)
+    assert_refused(["run-local", "-f", str(tmp_path / "spec.yaml"), "--out", str(tmp_path / "points")], tmp_path,
+                   named)
+    assert not (tmp_path / "points").exists()

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from harness.errors import HarnessError
 from harness.launch.engine_auth import refuse_unauthenticated
 from harness.launch.engine_process import ENGINE_MODULE, engine_python, engine_reference, local_engine_words
-from harness.launch.specs import check_files, render
+from harness.launch.specs import RenderedRun, check_files, render
 from harness.loopback import free_port
 
 # A stopped point records its requests in flight, tracks its run and stops its engine within this.
@@ -50,16 +50,11 @@ def run_locally(
     points = check_files(files, params) or [dict(params)]  # a file without a matrix is one point
     refuse_unauthenticated(render(files, params).inputs, files, os.environ | (env or {}))
     refuse_used_outputs(out_root, len(points))
+    rendered_points = [render_point(files, point, index, out_root) for index, point in enumerate(points)]
     runs = []
-    for index, point in enumerate(points):
-        outputs = (out_root / f"point-{index}").resolve()
+    for index, (point, rendered) in enumerate(zip(points, rendered_points, strict=True)):
+        outputs = point_outputs(out_root, index)
         outputs.mkdir(parents=True, exist_ok=True)
-        rendered = render(files, point, run_globals={
-            "uuid": f"local-{index}", "name": f"point-{index}",
-            "run_outputs_path": str(outputs), "run_artifacts_path": str(outputs),
-        })
-        if rendered.kind != "job":
-            raise HarnessError(f"{files[0]}: run.kind is '{rendered.kind}'; the local executor runs jobs")
         if on_start is not None:
             on_start(index, len(points), point)
         argv = local_job_argv(rendered.argv, extra_args)
@@ -70,6 +65,26 @@ def run_locally(
             exit_code = wait_passing_stop(process)
         runs.append(LocalRun(index=index, params=point, outputs_dir=str(outputs), exit_code=exit_code))
     return runs
+
+
+def point_outputs(out_root: Path, index: int) -> Path:
+    return (out_root / f"point-{index}").resolve()
+
+
+def render_point(files: list[Path], point: dict[str, Any], index: int, out_root: Path) -> RenderedRun:
+    """A point as its container would run, checked to be a job the harness runs: every point is checked
+    before any point's folder is made, so a refused file leaves nothing behind."""
+    outputs = point_outputs(out_root, index)
+    rendered = render(files, point, run_globals={
+        "uuid": f"local-{index}", "name": f"point-{index}",
+        "run_outputs_path": str(outputs), "run_artifacts_path": str(outputs),
+    })
+    if rendered.kind != "job":
+        raise HarnessError(f"{files[0]}: run.kind is '{rendered.kind}'; the local executor runs jobs")
+    if rendered.argv[:1] != ["harness"]:
+        raise HarnessError(f"{files[0]}: expected the container command to start with 'harness': "
+                           f"{' '.join(rendered.argv)}")
+    return rendered
 
 
 def refuse_used_outputs(out_root: Path, points: int) -> None:
@@ -102,8 +117,6 @@ def local_job_argv(words: list[str], extra_args: Sequence[str] = ()) -> list[str
 
     `extra_args` go to harness, before any engine command (e.g. where a local service answers).
     """
-    if not words or words[0] != "harness":
-        raise HarnessError(f"expected the container command to start with 'harness': {' '.join(words)}")
     harness = [str(Path(sys.executable).with_name("harness"))]
     if ENGINE_MODULE not in words:
         return [*harness, *words[1:], *extra_args]
