@@ -188,7 +188,7 @@ def test_extra_args_admits_only_the_allow_list() -> None:
         assert pattern == extra_args_pattern()
     usage = USAGE_0_32.read_text()
     for flag in ALLOWED_FLAGS:  # each one a flag vLLM itself declares
-        assert re.fullmatch("--[a-z-]+", flag) and re.search(rf"[[|] ?{flag}[ \]]", usage), flag
+        assert re.fullmatch("--[a-z-]+", flag) and re.search(rf"[\[|] ?{flag}[ \]]", usage), flag
     rendered = render([FILES / "vllm-service.yaml"], {"extra_args": "--seed 7 --dtype=half --enable-chunked-prefill"})
     assert rendered.argv[-4:] == ["--seed", "7", "--dtype=half", "--enable-chunked-prefill"]
     refused = {

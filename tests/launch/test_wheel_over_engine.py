@@ -98,6 +98,7 @@ def test_the_wheel_installs_beside_the_engine_without_changing_it_and_runs_the_e
     elsewhere.mkdir()
     offline = tmp_path / "polyaxon"  # tracked offline, as a managed run would be tracked by its API
     env = {"PATH": f"{image_path}:/usr/bin:/bin", "HOME": os.environ["HOME"], **experiment.env,
+           "VLLM_API_KEY": os.environ["VLLM_API_KEY"],  # the engine refuses to serve without one
            "HARNESS_CONTAINER_IMAGE": "", "HARNESS_OFFLINE_ROOT": str(offline), "HARNESS_PROJECT": "local/wheel"}
     done = subprocess.run([*experiment.command, *experiment.args], cwd=elsewhere, env=env, capture_output=True,
                           text=True, timeout=900)
