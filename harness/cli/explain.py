@@ -15,7 +15,8 @@ from harness.errors import HarnessError
 def report(
     runs: list[Path] = typer.Option([], "--runs", help="directory of run records, searched recursively (repeatable)"),
     offline_root: Path | None = typer.Option(None, help="Polyaxon offline root (holds runs/<uuid>/run.plx.json)"),
-    project: str | None = typer.Option(None, help="OWNER/NAME of a Polyaxon project to read runs from"),
+    project: str | None = typer.Option(None, help="Polyaxon project to read runs from: OWNER/NAME, or NAME "
+                                       "for default/NAME"),
     query: str | None = typer.Option(None, help="Polyaxon query to select the project's runs"),
     api_limit: int = typer.Option(100, help="most runs to read from the Polyaxon API"),
     limit: str = typer.Option(..., "--limit", help="the one input the runs differ in, e.g. max_num_seqs"),
@@ -23,12 +24,12 @@ def report(
 ) -> None:
     """Compare runs along one limit, say which limit bound each run, and write Markdown and HTML."""
     from harness.explain.report import write_report
-    from harness.track.tracking import check_project
+    from harness.polyaxon_project import parse_project
 
     if api_limit < 1:
         raise HarnessError(f"--api-limit: {api_limit} is not a positive number of runs")
     if project is not None:
-        check_project(project, owner_required=True)
+        parse_project(project)
     if query is not None and not query.strip():
         raise HarnessError("--query: empty; leave it out to read every run of --project")
     written = write_report(limit=limit, out=out, run_dirs=runs, offline_root=offline_root, project=project,

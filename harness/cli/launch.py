@@ -84,7 +84,8 @@ def run_local(
     from harness.launch.local_executor import run_locally
     from harness.launch.specs import overridden_params, parse_param_options
     from harness.paths import output_directory
-    from harness.track.tracking import check_project, offline_tracking_env
+    from harness.polyaxon_project import parse_project
+    from harness.track.tracking import offline_tracking_env
 
     def announce(index: int, total: int, point: dict[str, object]) -> None:
         print(f"point {index + 1}/{total}: {point}", file=sys.stderr, flush=True)
@@ -92,7 +93,7 @@ def run_local(
     params = parse_param_options(param)
     output_directory(out, "--out")
     output_directory(offline_root, "--offline-root")
-    check_project(project)
+    parse_project(project)
     warn_overridden(overridden_params(files, params), params)
     with stop_on_sigterm():
         runs = run_locally(files, params, out_root=out,
@@ -113,7 +114,8 @@ def sweep(
     harness_files: list[Path] = typer.Option([Path("polyaxonfiles/harness-job.yaml")], "--harness",
                                              help="harness job polyaxonfile"),
     param: list[str] = typer.Option([], "-P", "--param", help="name=value for the service or the harness job"),
-    project: str | None = typer.Option(None, help="Polyaxon project OWNER/NAME (required unless --local)"),
+    project: str | None = typer.Option(None, help="Polyaxon project OWNER/NAME, or NAME for default/NAME "
+                                       "(required unless --local)"),
     local: bool = typer.Option(False, help="run the services on the local CPU engine and track offline"),
     queue: str | None = typer.Option(None, help="Polyaxon queue for the service runs"),
     running_deadline_s: float = typer.Option(1800.0, help="seconds a service may take to be running"),
@@ -135,14 +137,15 @@ def sweep(
         sweep_points,
     )
     from harness.measure.timeouts import positive_seconds
-    from harness.track.tracking import DEFAULT_PROJECT, check_project, offline_tracking_env
+    from harness.polyaxon_project import check_queue, parse_project
+    from harness.track.tracking import DEFAULT_PROJECT, offline_tracking_env
 
     params = parse_param_options(param)
     check_sweep_out(out)
     if project is not None:
-        check_project(project, owner_required=not local)
+        parse_project(project)
     if queue is not None:
-        check_project(queue, "--queue", parts=("AGENT", "QUEUE"))
+        check_queue(queue)
     positive_seconds(running_deadline_s, "--running-deadline-s")
     positive_seconds(harness_deadline_s, "--harness-deadline-s")
     limit, points = sweep_points(files, service_files, params)
@@ -155,7 +158,7 @@ def sweep(
         tracking = offline_tracking_env(out / "polyaxon", project or DEFAULT_PROJECT)
         backend = LocalBackend(service_files, harness_files, for_harness, out=out, env=tracking)
     elif project is None:
-        raise HarnessError("give --project OWNER/NAME, or --local to run on this machine")
+        raise HarnessError("give --project OWNER/NAME (or NAME), or --local to run on this machine")
     else:
         backend = PolyaxonBackend(project, service_files, harness_files, for_harness, queue=queue,
                                   running_deadline_s=running_deadline_s, harness_deadline_s=harness_deadline_s,

@@ -172,7 +172,8 @@ def run_command(
                                                  "0.1 per request in flight)"),
     ready_timeout_s: float = typer.Option(600.0, help="seconds to wait for the server's /health (progress on "
                                           "stderr; a server that answers but is not vLLM fails at once)"),
-    project: str | None = typer.Option(None, envvar="HARNESS_PROJECT", help="track in this Polyaxon project"),
+    project: str | None = typer.Option(None, envvar="HARNESS_PROJECT", help="track in this Polyaxon project: "
+                                       "OWNER/NAME, or NAME for default/NAME"),
     offline_root: Path | None = typer.Option(None, envvar="HARNESS_OFFLINE_ROOT",
                                              help="track offline into this Polyaxon offline root"),
     engine: list[str] | None = typer.Argument(None, help="after --: an engine command line to start, "
@@ -189,7 +190,7 @@ def run_command(
     from harness.measure.run_options import build_run_config, command_line_options
     from harness.measure.timeouts import positive_seconds
     from harness.paths import output_directory
-    from harness.track.tracking import check_project
+    from harness.polyaxon_project import parse_project
 
     if engine and (base_url or service_uuid):
         raise HarnessError("an engine command after -- sets the server; drop --base-url/--service-uuid")
@@ -205,7 +206,7 @@ def run_command(
     positive_seconds(ready_timeout_s, "--ready-timeout-s")
     run_dir_plan(out, force=force)  # everything is checked before the record's folder is made
     if project is not None:
-        check_project(project)
+        parse_project(project)
     if offline_root is not None:
         output_directory(offline_root, "--offline-root")
     config, prompts = build_run_config(options)

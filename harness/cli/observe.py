@@ -15,7 +15,8 @@ def capacity(
     log: str | None = typer.Option(None, "--log", help="engine start-up log file, or - for stdin"),
     run: Path | None = typer.Option(None, "--run", help="local run directory holding the captured engine.log"),
     polyaxon_run: str | None = typer.Option(None, "--polyaxon-run", help="Polyaxon run UUID whose logs to read"),
-    project: str | None = typer.Option(None, "--project", help="OWNER/NAME of the Polyaxon run"),
+    project: str | None = typer.Option(None, "--project", help="project of the Polyaxon run: OWNER/NAME, or NAME "
+                                       "for default/NAME"),
     metrics: str | None = typer.Option(None, "--metrics", help="/metrics URL (or a saved scrape) to cross-check"),
     model: str | None = typer.Option(None, help="model for the prediction (default: the one the log names)"),
     revision: str | None = typer.Option(None, help="hub revision of --model"),

@@ -11,6 +11,7 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ from pydantic import ValidationError
 from harness.errors import HarnessError, describe_validation_error
 from harness.measure.record import RunConfig, check_run_files, read_samples
 from harness.paths import input_directory
-from harness.polyaxon_client import quiet_polyaxon
+from harness.polyaxon_client import polyaxon_call, quiet_polyaxon
+from harness.polyaxon_project import parse_project
 from harness.schema import RunFile, TrackedRun
-from harness.track.tracking import SERIES, check_project, live_name, run_io
+from harness.track.tracking import SERIES, live_name, run_io
 
 SERIES_NAMES = tuple(SERIES)
 # What each record model is read from, so a validation error can name its file.
@@ -145,28 +147,21 @@ def runs_from_polyaxon(project: str, query: str | None = None, limit: int = DEFA
     quiet_polyaxon()
     from polyaxon.client import RunClient
 
-    owner, _, name = check_project(project, owner_required=True).rpartition("/")
-    logging.disable(logging.CRITICAL)  # the client logs API errors with stack traces; we report one line
-    try:
-        listed = RunClient(owner=owner, project=name).list(query=query, limit=limit).results or []
-        runs = []
-        for run in listed:
-            client = RunClient(owner=owner, project=name, run_uuid=run.uuid)
-            metrics = client.get_metrics(names=[live_name(series) for series in SERIES_NAMES])
-            frames = [pd.DataFrame(metrics[live_name(series)]["data"]).rename(columns={"metric": series})
-                      [["step", "timestamp", series]] for series in SERIES_NAMES if live_name(series) in metrics]
-            runs.append(SourcedRun(run_uuid=plain_uuid(run.uuid, f"{project}/{run.uuid}"),
-                                   inputs=dict(run.inputs or {}), outputs=dict(run.outputs or {}),
-                                   series=_series_from_events(frames), origin=f"{project}/{run.uuid}"))
-        return runs
-    except HarnessError:
-        raise
-    except Exception as error:  # an unreachable API, an unknown project, a bad query
-        reason = str(error).splitlines()[0][:160] if str(error) else ""
-        failure = f"cannot read runs of Polyaxon project '{project}': {type(error).__name__} {reason}"
-        raise HarnessError(failure.rstrip()) from None
-    finally:
-        logging.disable(logging.NOTSET)
+    named = parse_project(project)
+    failure = f"cannot read runs of Polyaxon project '{named}'"
+    client = RunClient(owner=named.owner, project=named.name)
+    listed = polyaxon_call(failure, lambda: client.list(query=query, limit=limit)).results or []
+    runs = []
+    for run in listed:
+        run_client = RunClient(owner=named.owner, project=named.name, run_uuid=run.uuid)
+        metrics = polyaxon_call(failure, partial(run_client.get_metrics,
+                                                 names=[live_name(series) for series in SERIES_NAMES]))
+        frames = [pd.DataFrame(metrics[live_name(series)]["data"]).rename(columns={"metric": series})
+                  [["step", "timestamp", series]] for series in SERIES_NAMES if live_name(series) in metrics]
+        runs.append(SourcedRun(run_uuid=plain_uuid(run.uuid, f"{named}/{run.uuid}"),
+                               inputs=dict(run.inputs or {}), outputs=dict(run.outputs or {}),
+                               series=_series_from_events(frames), origin=f"{named}/{run.uuid}"))
+    return runs
 
 
 def _series_from_events(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:

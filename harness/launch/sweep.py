@@ -27,6 +27,7 @@ from harness.launch.local_executor import run_locally
 from harness.launch.specs import check_sweep, declared_inputs, load_operation, render
 from harness.paths import output_directory
 from harness.polyaxon_client import polyaxon_call
+from harness.polyaxon_project import parse_project
 from harness.redact import redact_text
 from harness.schema import RunFile
 
@@ -142,9 +143,8 @@ class PolyaxonBackend:
                  announce: Callable[[str], None] = lambda message: None) -> None:
         from polyaxon.client import RunClient
 
-        self.owner, _, self.project = project.rpartition("/")
-        self.owner = self.owner or "default"
-        self.client = RunClient(owner=self.owner, project=self.project)
+        self.project = parse_project(project)
+        self.client = RunClient(owner=self.project.owner, project=self.project.name)
         self.service_files, self.harness_files = list(service_files), list(harness_files)
         self.harness_params = harness_params
         self.queue, self.poll_s, self.logs_dir = queue, poll_s, logs_dir
@@ -155,16 +155,16 @@ class PolyaxonBackend:
         operation = load_operation(files, params)
         if self.queue:
             operation.queue = self.queue
-        created = polyaxon_call(f"cannot create run '{name}' in {self.owner}/{self.project}",
+        created = polyaxon_call(f"cannot create run '{name}' in {self.project}",
                                 lambda: self.client.create(name=name, content=operation))
         from polyaxon.client import RunClient
 
-        return RunClient(owner=self.owner, project=self.project, run_uuid=created.uuid)
+        return RunClient(owner=self.project.owner, project=self.project.name, run_uuid=created.uuid)
 
     def _wait(self, run: Any, until: set[str], deadline_s: float) -> str:
         deadline = time.monotonic() + deadline_s
         while True:
-            run.refresh_data()
+            polyaxon_call(f"cannot read the status of run {run.run_uuid}", run.refresh_data)
             exit_if_terminated()
             status = str(run.run_data.status)
             if status in until or status in ENDED or time.monotonic() > deadline:
@@ -205,10 +205,10 @@ class PolyaxonBackend:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         path = self.logs_dir / f"point-{index}-{run.run_uuid}.log"
         try:
-            logs = run.get_logs()
+            logs = polyaxon_call("no logs", run.get_logs)
             lines = [str(getattr(line, "value", line)) for line in (logs.logs or [])]
-        except Exception as error:  # the service may have no logs yet; say so in the file
-            lines = [f"no logs: {type(error).__name__}"]
+        except HarnessError as error:  # the service may have no logs yet; say so in the file
+            lines = [str(error)]
         path.write_text(redact_text("\n".join(lines) + "\n"), encoding="utf-8")
         return path
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.polyaxon_client import polyaxon_call
+from harness.polyaxon_project import parse_project
 from harness.schema import RunFile
 
 MAX_LOG_PAGES = 500
@@ -79,17 +80,15 @@ def fetch_polyaxon_run_log(run_uuid: str, project: str, client: Any = None) -> s
 
     `client` is a polyaxon `RunClient` for that run; by default one is made from the CLI's configuration.
     """
-    owner, _, name = project.partition("/")
-    if not owner or not name or "/" in name:
-        raise HarnessError(f"--project must be OWNER/NAME, got '{project}'")
+    named = parse_project(project)
     if client is None:
         from polyaxon.client import RunClient
 
-        client = RunClient(owner=owner, project=name, run_uuid=run_uuid, manual_exceptions_handling=True)
+        client = RunClient(owner=named.owner, project=named.name, run_uuid=run_uuid, manual_exceptions_handling=True)
     lines: list[str] = []
     last_file = last_time = None
     for _ in range(MAX_LOG_PAGES):
-        page = polyaxon_call(f"Polyaxon run {run_uuid} in {project}: could not read its logs",
+        page = polyaxon_call(f"Polyaxon run {run_uuid} in {named}: could not read its logs",
                              partial(client.get_logs, last_file=last_file, last_time=last_time))
         entries = (page.logs if page is not None else None) or []
         if not entries:

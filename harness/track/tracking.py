@@ -14,7 +14,6 @@ and a last scrape (usually 0 waiting, 0 running once the load is over) must not 
 from __future__ import annotations
 
 import datetime
-import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,11 +25,11 @@ from harness.observe.capacity import CapacityReport
 from harness.observe.device import DeviceRecord
 from harness.observe.server_metrics import Histogram, MetricsSnapshot
 from harness.polyaxon_client import managed_run_uuid, polyaxon_call
+from harness.polyaxon_project import ProjectName, parse_project
 from harness.redact import redact_text, secret_free
 from harness.schema import EngineRecord, RunFile, TrackedRun
 from harness.track.point_name import name_matrix_child
 
-DEFAULT_OWNER = "local"
 DEFAULT_PROJECT = "local/vllm-harness"
 RECORD_FILES = (RunFile.CONFIG, RunFile.ENVIRONMENT, RunFile.ENGINE, RunFile.DEVICE, RunFile.SUMMARY, RunFile.CAPACITY,
                 RunFile.REQUESTS_PARQUET, RunFile.SAMPLES, RunFile.ENGINE_LOG)
@@ -40,7 +39,6 @@ SERIES = {  # series name → MetricsSnapshot field; tracked as `live_<name>`
     "kv_cache_usage_fraction": "kv_cache_usage_fraction",
 }
 LIVE_PREFIX = "live_"
-SLUG = re.compile(r"^[A-Za-z0-9_-]+$")  # what Polyaxon accepts for an owner's or a project's name
 
 
 def live_name(series: str) -> str:
@@ -64,9 +62,9 @@ class LiveRun:
     def start(cls, config: RunConfig, limits: dict[str, Any], *, project: str, offline_root: Path | None = None,
               name: str | None = None) -> LiveRun:
         """Initialise tracking and log what is known before anything runs: the limits and the workload."""
-        owner, project_name = _split_project(project)
-        run = _init(owner, project_name, config.run_id, offline_root, name)
-        live = cls(run, run.owner or owner, run.project or project_name, offline_root)
+        named = parse_project(project, "Polyaxon project")
+        run = _init(named, config.run_id, offline_root, name)
+        live = cls(run, run.owner or named.owner, run.project or named.name, offline_root)
         run.log_inputs(**run_inputs(config, limits))
         if managed_run_uuid():
             name_matrix_child(live.owner, live.project, run.run_uuid)
@@ -278,39 +276,23 @@ def capacity_outputs(report: CapacityReport) -> dict[str, Any]:
     return {name: value for name, value in figures.items() if value is not None}
 
 
-def _init(owner: str, project: str, run_uuid: str, offline_root: Path | None, name: str | None) -> Any:
+def _init(project: ProjectName, run_uuid: str, offline_root: Path | None, name: str | None) -> Any:
     from polyaxon import tracking
 
     quiet = dict(track_code=False, track_env=False, track_logs=False)  # Polyaxon has these already
     if managed_run_uuid():  # a managed run: Polyaxon already knows who we are; CPU, memory and GPU series
-        return tracking.init(collect_resources=True, **quiet)
+        return polyaxon_call("cannot join this managed Polyaxon run",
+                             lambda: tracking.init(collect_resources=True, **quiet))
     # Outside the cluster the resources would be this machine's, not the engine's pod's. And a new run on
     # an API syncs through a sidecar thread that 2.18 closes twice at the end: the second close blocks
     # forever once that thread has died, which a run with resource collection on did here.
     offline_path = None if offline_root is None else str(offline_root.resolve() / "runs" / run_uuid)
     return polyaxon_call(
-        f"cannot create a Polyaxon run in project '{owner}/{project}'",
-        lambda: tracking.init(owner=owner, project=project, run_uuid=run_uuid, is_new=True, name=name,
+        f"cannot create a Polyaxon run in project '{project}'",
+        lambda: tracking.init(owner=project.owner, project=project.name, run_uuid=run_uuid, is_new=True, name=name,
                               is_offline=offline_root is not None, artifacts_path=offline_path,
                               collect_resources=False, **quiet),
     )
-
-
-def check_project(project: str, option: str = "--project", *, owner_required: bool = False,
-                  parts: tuple[str, str] = ("OWNER", "NAME")) -> str:
-    """`project` when Polyaxon can name a project (or, with `parts`, a queue) by it: OWNER/NAME, or NAME alone
-    unless `owner_required`, each a slug. Checked before anything starts: Polyaxon's client refuses it later
-    with a traceback."""
-    owner, slash, name = project.rpartition("/")
-    wanted = "/".join(parts) + ("" if owner_required else f" or {parts[1]}")
-    if (owner_required and not slash) or not all(SLUG.match(part) for part in ([owner] if slash else []) + [name]):
-        raise HarnessError(f"{option} {project!r}: must be {wanted}, each of letters, digits, '_' and '-'")
-    return project
-
-
-def _split_project(project: str) -> tuple[str, str]:
-    owner, _, name = check_project(project, "Polyaxon project").rpartition("/")
-    return owner or DEFAULT_OWNER, name
 
 
 def _read(path: Path) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -110,3 +111,36 @@ def test_polyaxon_api_runs_read_back_with_their_series_and_query(tmp_path: Path,
     assert [run.run_uuid for run in queried] == [four_uuid]
     with pytest.raises(HarnessError, match="cannot read runs of Polyaxon project 'default/no-such-project'"):
         runs_from_polyaxon("default/no-such-project")
+
+
+def test_the_api_reader_asks_again_while_polyaxon_is_busy(monkeypatch: pytest.MonkeyPatch):
+    """The sandbox answers 405 while it compiles what it was just sent; the report reads on once it is free."""
+    import polyaxon.client
+    from polyaxon.exceptions import ApiException
+
+    from harness import polyaxon_client
+
+    busy = {"list", "get_metrics"}  # the calls still to be refused once
+
+    class BusyOnce:
+        """A project whose first listing and first metrics read are refused as busy."""
+
+        def __init__(self, owner: str, project: str, run_uuid: str | None = None) -> None:
+            self.run_uuid = run_uuid
+
+        def answer(self, call: str, value: object) -> object:
+            if call in busy:
+                busy.discard(call)
+                raise ApiException(status=405)
+            return value
+
+        def list(self, **_: object) -> object:
+            return self.answer("list", SimpleNamespace(results=[SimpleNamespace(uuid="a" * 32, inputs={}, outputs={})]))
+
+        def get_metrics(self, **_: object) -> object:
+            return self.answer("get_metrics", {})
+
+    monkeypatch.setattr(polyaxon_client, "BUSY_RETRY_INTERVAL_S", 0.0)
+    monkeypatch.setattr(polyaxon.client, "RunClient", BusyOnce)
+    [run] = runs_from_polyaxon("default/busy")
+    assert run.run_uuid == "a" * 32 and busy == set()

@@ -118,6 +118,7 @@ class SwallowingRun:
 
     def __init__(self) -> None:
         self.refreshes = 0
+        self.run_uuid = "0" * 32
         self.run_data = SimpleNamespace(status="created")
 
     def refresh_data(self) -> None:

@@ -184,7 +184,7 @@ def test_local_run_directory_source(tiny_model_dir: Path, tmp_path: Path) -> Non
         ({"log": "a.log", "run_dir": Path("run")}, "give one log source, not --log and --run"),
         ({"polyaxon_run": "abc"}, "--polyaxon-run needs --project OWNER/NAME"),
         ({}, "nothing to read"),
-        ({"polyaxon_run": "abc", "project": "no-slash"}, "--project must be OWNER/NAME, got 'no-slash'"),
+        ({"polyaxon_run": "abc", "project": "a/b/c"}, "--project 'a/b/c': must be OWNER/NAME or NAME"),
     ],
 )
 def test_source_arguments_are_checked(arguments: dict, message: str) -> None:
