@@ -10,6 +10,7 @@ import typer
 
 from harness.cli.app import app, one_line_errors
 from harness.errors import EXIT_CODES_HELP, EXIT_INVALID, HarnessError
+from harness.measure.timeouts import READY_TIMEOUT_S
 from harness.redact import redact_text
 from harness.schema import RunFile
 
@@ -48,7 +49,7 @@ def serve(
     param: list[str] = typer.Option([], "-P", "--param", help="name=value, as for polyaxon run"),
     log: Path = typer.Option(Path(RunFile.ENGINE_LOG), help="file that receives the engine's stdout and stderr"),
     port: int | None = typer.Option(None, help="local port (default: a free one)"),
-    health_timeout_s: float = typer.Option(300.0, help="seconds to wait for /health"),
+    health_timeout_s: float = typer.Option(READY_TIMEOUT_S, help="seconds to wait for /health"),
 ) -> None:
     """Run a service polyaxonfile on the local vLLM engine until interrupted (Ctrl-C stops it cleanly, exit 130)."""
     from harness.launch.engine_process import local_engine, wait_while_healthy

@@ -9,6 +9,7 @@ import typer
 
 from harness.cli.app import app, one_line_errors
 from harness.errors import EXIT_CODES_HELP, EXIT_ENGINE_DID_NOT_START, EXIT_INVALID, HarnessError, exit_code_for_signal
+from harness.measure.timeouts import READY_TIMEOUT_S
 
 prompts_app = typer.Typer(no_args_is_help=True, help="Frozen, token-counted prompt inventories.")
 prompts_build_app = typer.Typer(no_args_is_help=True, help="Build an inventory; the same recipe gives the same bytes.")
@@ -170,7 +171,7 @@ def run_command(
     stall_timeout_s: float | None = typer.Option(None, help="no byte for this long once a response started ends "
                                                  "the request as 'stalled' (at most 5% later), s (default: 30 + "
                                                  "0.1 per request in flight)"),
-    ready_timeout_s: float = typer.Option(600.0, help="seconds to wait for the server's /health (progress on "
+    ready_timeout_s: float = typer.Option(READY_TIMEOUT_S, help="seconds to wait for the server's /health (progress on "
                                           "stderr; a server that answers but is not vLLM fails at once)"),
     project: str | None = typer.Option(None, envvar="HARNESS_PROJECT", help="track in this Polyaxon project: "
                                        "OWNER/NAME, or NAME for default/NAME"),

@@ -31,6 +31,7 @@ from harness.launch.placement import place_engine
 from harness.launch.specs import Params, render
 from harness.loopback import LOCAL_HOST, free_port
 from harness.measure.ready import is_healthy, wait_until_healthy
+from harness.measure.timeouts import READY_TIMEOUT_S
 from harness.observe.engine_failure import engine_error_line
 from harness.redact import redact_argv, redact_file, redact_text
 
@@ -130,7 +131,7 @@ def local_engine(
     *,
     log_path: Path,
     port: int | None = None,
-    health_timeout_s: float = 300,
+    health_timeout_s: float = READY_TIMEOUT_S,
 ) -> Iterator[RunningEngine]:
     """Start the service's engine locally, wait until /health answers, and always stop it on exit."""
     rendered = render(polyaxonfiles, params, run_globals=_local_globals(log_path))
@@ -146,7 +147,8 @@ def local_engine(
 
 @contextmanager
 def start_engine(
-    argv: list[str], *, log_path: Path, env: dict[str, str] | None = None, health_timeout_s: float = 300
+    argv: list[str], *, log_path: Path, env: dict[str, str] | None = None,
+    health_timeout_s: float = READY_TIMEOUT_S,
 ) -> Iterator[RunningEngine]:
     """Start an engine command line as given, wait until /health answers on its --port, always stop it.
 

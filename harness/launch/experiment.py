@@ -20,6 +20,7 @@ from harness.measure.inventory import Inventory
 from harness.measure.record import RunConfig
 from harness.measure.runner import run_load
 from harness.measure.stats import RunSummary
+from harness.measure.timeouts import READY_TIMEOUT_S
 from harness.model_identity import read_identity
 from harness.observe.capacity import CapacityReport, build_capacity_report
 from harness.observe.device import DeviceRecord, MemoryMonitor, device_facts
@@ -81,7 +82,7 @@ def run_with_engine(
     run_dir: Path,
     engine_argv: list[str],
     *,
-    health_timeout_s: float = 900.0,
+    health_timeout_s: float = READY_TIMEOUT_S,
     live: LiveRun | None = None,
 ) -> RunSummary | None:
     """Start the engine from its command line, run the load against it, then record its capacity and the

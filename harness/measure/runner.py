@@ -44,7 +44,7 @@ from harness.measure.run_options import longest_output_tokens
 from harness.measure.sampler import MetricsSampler
 from harness.measure.schedule import Slot, plan
 from harness.measure.stats import RunSummary, summarize
-from harness.measure.timeouts import request_timeouts
+from harness.measure.timeouts import READY_TIMEOUT_S, request_timeouts
 from harness.schema import RunFile
 
 UNCAPPED_POOL_SIZE = 4096
@@ -55,7 +55,7 @@ def run_load(
     inventory: Inventory,
     run_dir: Path,
     *,
-    ready_timeout_s: float = 600.0,
+    ready_timeout_s: float = READY_TIMEOUT_S,
     on_sample: Callable[[ServerSample], None] | None = None,
     api_key: str | None = None,
 ) -> RunSummary:

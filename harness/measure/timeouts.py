@@ -3,6 +3,7 @@
 A request's first byte may come late for a good reason: it queued in the server behind every request in
 flight, each producing its output cap. After the first byte, tokens flow once per engine step, so a long
 silence means a frozen or dead server. Both waits end the request with a record instead of holding the run.
+Before any request, the wait for a server's /health has one default for every command that starts or meets one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import math
 from harness.errors import HarnessError
 from harness.measure.schedule import LoadShape
 
+# A GPU engine loads (and may first download) its weights and captures CUDA graphs before /health answers.
+READY_TIMEOUT_S = 600.0
 READ_TIMEOUT_BASE_S = 60.0
 # Every request ahead finishing its output cap at 40 tokens/s or better.
 READ_TIMEOUT_PER_QUEUED_TOKEN_S = 0.025
