@@ -45,5 +45,7 @@ def test_every_import_is_declared() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     runtime = {canonicalize_name(Requirement(line).name) for line in project["dependencies"]}
     test = runtime | {canonicalize_name(Requirement(line).name) for line in project["optional-dependencies"]["test"]}
-    assert undeclared(third_party_imports("harness", "benchmarks", "scripts"), runtime) == []
-    assert undeclared(third_party_imports("tests"), test) == []
+    shipped, tested = third_party_imports("harness", "benchmarks", "scripts"), third_party_imports("tests")
+    assert {"pydantic", "yaml", "polyaxon"} <= shipped.keys() and "pytest" in tested  # the walk sees imports
+    assert undeclared(shipped, runtime) == []
+    assert undeclared(tested, test) == []

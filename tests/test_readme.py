@@ -64,7 +64,9 @@ def test_every_readme_command_is_one_this_file_runs() -> None:
 
 def test_make_demo_and_make_test_are_targets() -> None:
     """The demo itself runs in test_demo.py and the suite is this; here: both targets exist as written."""
-    for words in commands_of("make"):
+    makes = commands_of("make")
+    assert sorted(words[1] for words in makes) == ["demo", "test"]
+    for words in makes:
         dry = subprocess.run([*words[:1], "-n", *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert dry.returncode == 0, dry.stderr
         assert f"harness {words[1]}" in dry.stdout or "pytest" in dry.stdout

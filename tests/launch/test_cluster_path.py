@@ -103,6 +103,7 @@ def test_every_figure_a_run_record_gives_is_a_declared_output_of_its_type(tmp_pa
     for log in ("kv4m-len1024.log", "crash-kv64k-len1024.log"):
         produced |= capacity_outputs(build_capacity_report(parse_startup_log((LOGS / log).read_text())))
     produced |= {f"errors_{error_class.value}": 1 for error_class in ErrorClass}
+    assert len(produced) >= 80 and {Output.TTFT_MS_P99, Output.KV_CACHE_TOKENS_LOGGED} <= produced.keys()
     # And the other way round: every output the analysis reads is one a record can give, so a renamed figure
     # fails here instead of reading as None. The emulator exports no engine histograms (the summary's engine_*
     # fields stay unset) and the CPU logs print no weights or blocks: a GPU log with its model's config does.
@@ -127,6 +128,7 @@ def test_no_output_shadows_an_input_of_the_same_name():
     for component in ("experiment.yaml", "harness-job.yaml"):
         spec = yaml.safe_load((ROOT / "polyaxonfiles" / component).read_text(encoding="utf-8"))
         inputs = {entry["name"] for entry in spec.get("inputs", [])}
+        assert "concurrency" in inputs and len(declared_outputs(component)) >= 80, component
         assert not inputs & set(declared_outputs(component)), component
 
 

@@ -64,7 +64,7 @@ def test_every_committed_polyaxonfile_compiles() -> None:
                                                "upload.yaml", "git-checkout.yaml"}
     for path in files:
         if yaml.safe_load(path.read_text()).get("hubRef"):
-            continue  # its component comes from Polyaxon's public hub: tests/test_cluster_path.py reads it
+            continue  # its component comes from Polyaxon's public hub: tests/launch/test_cluster_path.py reads it
         if path in presets:
             check_files([SERVICE, path], {})
             check_files([EXPERIMENT, path], {"concurrency": 8})

