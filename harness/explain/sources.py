@@ -22,7 +22,7 @@ from harness.errors import HarnessError, describe_validation_error
 from harness.measure.record import RunConfig, check_run_files, read_samples
 from harness.paths import input_directory
 from harness.polyaxon_client import polyaxon_call, quiet_polyaxon
-from harness.polyaxon_project import parse_project
+from harness.polyaxon_project import ProjectName, parse_project
 from harness.schema import RunFile, TrackedRun
 from harness.track.tracking import SERIES, live_name, run_io
 
@@ -149,19 +149,21 @@ def runs_from_polyaxon(project: str, query: str | None = None, limit: int = DEFA
 
     named = parse_project(project)
     failure = f"cannot read runs of Polyaxon project '{named}'"
-    client = RunClient(owner=named.owner, project=named.name)
-    listed = polyaxon_call(failure, lambda: client.list(query=query, limit=limit)).results or []
-    runs = []
-    for run in listed:
-        run_client = RunClient(owner=named.owner, project=named.name, run_uuid=run.uuid)
-        metrics = polyaxon_call(failure, partial(run_client.get_metrics,
-                                                 names=[live_name(series) for series in SERIES_NAMES]))
-        frames = [pd.DataFrame(metrics[live_name(series)]["data"]).rename(columns={"metric": series})
-                  [["step", "timestamp", series]] for series in SERIES_NAMES if live_name(series) in metrics]
-        runs.append(SourcedRun(run_uuid=plain_uuid(run.uuid, f"{named}/{run.uuid}"),
-                               inputs=dict(run.inputs or {}), outputs=dict(run.outputs or {}),
-                               series=_series_from_events(frames), origin=f"{named}/{run.uuid}"))
-    return runs
+    # The client's constructor (it reads the configuration) and its answers' shapes fail as calls do.
+    listed = polyaxon_call(failure, lambda: RunClient(owner=named.owner, project=named.name)
+                           .list(query=query, limit=limit).results) or []
+    return [polyaxon_call(failure, partial(_sourced_run, RunClient, named, run)) for run in listed]
+
+
+def _sourced_run(client_class: Any, named: ProjectName, run: Any) -> SourcedRun:
+    """One listed run with its metric series, read from the API."""
+    client = client_class(owner=named.owner, project=named.name, run_uuid=run.uuid)
+    metrics = client.get_metrics(names=[live_name(series) for series in SERIES_NAMES])
+    frames = [pd.DataFrame(metrics[live_name(series)]["data"]).rename(columns={"metric": series})
+              [["step", "timestamp", series]] for series in SERIES_NAMES if live_name(series) in metrics]
+    return SourcedRun(run_uuid=plain_uuid(run.uuid, f"{named}/{run.uuid}"), inputs=dict(run.inputs or {}),
+                      outputs=dict(run.outputs or {}), series=_series_from_events(frames),
+                      origin=f"{named}/{run.uuid}")
 
 
 def _series_from_events(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:

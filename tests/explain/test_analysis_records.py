@@ -144,3 +144,27 @@ def test_the_api_reader_asks_again_while_polyaxon_is_busy(monkeypatch: pytest.Mo
     monkeypatch.setattr(polyaxon.client, "RunClient", BusyOnce)
     [run] = runs_from_polyaxon("default/busy")
     assert run.run_uuid == "a" * 32 and busy == set()
+
+
+@pytest.mark.parametrize("failing", ["constructor", "payload"])
+def test_an_api_reader_that_cannot_build_its_client_or_read_an_answer_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """A client without configuration fails in its constructor; a metrics answer without its data is malformed."""
+    import polyaxon.client
+
+    class Failing:
+        def __init__(self, owner: str, project: str, run_uuid: str | None = None) -> None:
+            if failing == "constructor":
+                raise ValueError("no host configured")
+
+        def list(self, **_: object) -> object:
+            return SimpleNamespace(results=[SimpleNamespace(uuid="a" * 32, inputs={}, outputs={})])
+
+        def get_metrics(self, **_: object) -> object:
+            return {"live_running_requests": {"no": "data"}}
+
+    monkeypatch.setattr(polyaxon.client, "RunClient", Failing)
+    with pytest.raises(HarnessError, match=r"^cannot read runs of Polyaxon project 'default/p': "
+                                           r"(ValueError no host configured|KeyError 'data')$"):
+        runs_from_polyaxon("default/p")
