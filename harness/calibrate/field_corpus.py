@@ -19,7 +19,8 @@ from packaging.version import Version
 from harness.errors import HarnessError, describe_validation_error
 from harness.observe.log_lines import LogLine, split_log_lines
 from harness.observe.server_logs import StartupCapacity, parse_startup_log, split_starts
-from harness.predict.budget import MAX_MEMORY_GIB, MAX_TENSOR_PARALLEL_SIZE, MAX_TOKENS, resolve_kv_dtype
+from harness.predict.budget import MAX_MEMORY_GIB, MAX_TENSOR_PARALLEL_SIZE, MAX_TOKENS
+from harness.predict.kv_bytes import resolve_kv_dtype
 
 MODEL_SIZE = re.compile(r"\d+(?:\.\d+)?[BbMm]")
 # What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using

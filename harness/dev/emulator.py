@@ -176,7 +176,8 @@ class Emulator:
     @web.middleware
     async def authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """As vLLM's API server with a key: /v1/* need `Authorization: Bearer <key>`, the rest stays open."""
-        sent, wanted = request.headers.get("Authorization", "").encode(), f"Bearer {self.config.api_key}".encode()
+        sent = request.headers.get("Authorization", "").encode()
+        wanted = f"Bearer {self.config.api_key}".encode()
         if request.path.startswith("/v1") and not secrets.compare_digest(sent, wanted):
             return web.json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)

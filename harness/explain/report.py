@@ -285,16 +285,24 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
         if section.text:
             parts.append(f"<p>{html.escape(section.text)}</p>")
         if section.table is not None:
-            columns = [str(column) for column in section.table.columns]
-            header = "".join(f"<th>{_breakable(header_with_unit(column))}</th>" for column in columns)
-            cells = ["<td class='id'>" if column.endswith(("uuid", "uuids")) else "<td>" for column in columns]
-            rows = section.table.itertuples(index=False)
-            body = "".join("<tr>" + "".join(f"{cell}{_breakable(_cell(value))}</td>"
-                                            for cell, value in zip(cells, row, strict=True)) + "</tr>" for row in rows)
-            parts.append(f"<table><tr>{header}</tr>{body}</table>")
+            parts.append(_html_table(section.table))
         for plot in section.plots:
             encoded = base64.b64encode(plot.png).decode("ascii")
             parts.append(f"<figure><img alt='{html.escape(plot.caption)}' src='data:image/png;base64,{encoded}'>"
                          f"<figcaption>{html.escape(plot.caption)}</figcaption></figure>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _html_table(table: pd.DataFrame) -> str:
+    """A section's table, a header row with units, then one row per record; id columns get their own class."""
+    columns = [str(column) for column in table.columns]
+    header = "".join(f"<th>{_breakable(header_with_unit(column))}</th>" for column in columns)
+    cells = ["<td class='id'>" if column.endswith(("uuid", "uuids")) else "<td>" for column in columns]
+    body = "".join(_html_row(cells, row) for row in table.itertuples(index=False))
+    return f"<table><tr>{header}</tr>{body}</table>"
+
+
+def _html_row(cells: list[str], row: tuple) -> str:
+    tds = "".join(f"{cell}{_breakable(_cell(value))}</td>" for cell, value in zip(cells, row, strict=True))
+    return f"<tr>{tds}</tr>"

@@ -21,7 +21,7 @@ import httpx
 
 from harness.errors import HarnessError
 from harness.measure.auth import REFUSED_STATUSES, auth_headers, check_not_refused, refused_error
-from harness.measure.client import aiohttp_transport
+from harness.measure.send_path import aiohttp_transport
 
 HEALTH_PATH = "/health"
 POLL_S = 1.0

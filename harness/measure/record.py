@@ -218,42 +218,57 @@ def check_run_files(run_dir: Path) -> None:
     finished run's request table, its JSONL and its summary agree on the number of requests; a run without
     a summary may have lost the last line it was writing, and nothing else.
     """
+    summary = _read_summary(run_dir / RunFile.SUMMARY)
     config_id = _recorded_run_id(run_dir)
-    summary_path = run_dir / RunFile.SUMMARY
-    summary: dict = {}
-    if summary_path.exists():
-        try:
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError) as error:
-            raise HarnessError(f"{summary_path}: not JSON ({error}); the record is damaged") from None
-        if not isinstance(summary, dict):
-            raise HarnessError(f"{summary_path}: JSON, but not a summary object; the record is damaged")
     if summary.get("run_id") and config_id and summary["run_id"] != config_id:
         raise HarnessError(f"{run_dir}: summary.json is run {summary['run_id']} but config.json is run {config_id}; "
                            "two runs were written into one folder")
     jsonl = run_dir / RunFile.REQUESTS
     text = jsonl.read_text(encoding="utf-8", errors="replace") if jsonl.exists() else ""
-    lines = numbered_jsonl_lines(jsonl)
-    complete = len(lines)
     parquet = run_dir / RunFile.REQUESTS_PARQUET
     if summary and not parquet.exists():
         raise HarnessError(f"{parquet}: missing, though summary.json says the run finished")
     if summary and text and not text.endswith("\n"):
         raise HarnessError(f"{jsonl}: last line cut short, though summary.json says the run finished")
-    for number, line in lines:  # a line cut short inside the file, too
+    complete = _check_request_lines(jsonl)
+    if parquet.exists():
+        _check_request_counts(run_dir, summary, rows=_parquet_rows(parquet), jsonl_rows=complete if text else None)
+
+
+def _read_summary(summary_path: Path) -> dict:
+    """The summary as a mapping; empty when the run never finished (no summary.json)."""
+    if not summary_path.exists():
+        return {}
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as error:
+        raise HarnessError(f"{summary_path}: not JSON ({error}); the record is damaged") from None
+    if not isinstance(summary, dict):
+        raise HarnessError(f"{summary_path}: JSON, but not a summary object; the record is damaged")
+    return summary
+
+
+def _check_request_lines(jsonl: Path) -> int:
+    """Every complete line is a request record (a line cut short inside the file, too); returns their count."""
+    lines = numbered_jsonl_lines(jsonl)
+    for number, line in lines:
         try:
             RequestRecord.model_validate_json(line)
         except ValidationError as error:
             raise HarnessError(f"{jsonl}: line {number} is not a request record "
                                f"({error.errors()[0]['msg']})") from None
-    if parquet.exists():
-        rows = _parquet_rows(parquet)
-        if summary and rows != summary.get("requests_sent", rows):
-            raise HarnessError(f"{parquet}: {rows} requests, but {RunFile.SUMMARY} says "
-                               f"{summary['requests_sent']} were sent")
-        if text and rows != complete:
-            raise HarnessError(f"{run_dir}: {RunFile.REQUESTS} holds {complete} requests but "
-                               f"{RunFile.REQUESTS_PARQUET} {rows}; the record is truncated or mixes two runs")
+    return len(lines)
+
+
+def _check_request_counts(run_dir: Path, summary: dict, *, rows: int, jsonl_rows: int | None) -> None:
+    """The request table agrees with the summary's count and with the JSONL (None: no JSONL to agree with)."""
+    parquet = run_dir / RunFile.REQUESTS_PARQUET
+    if summary and rows != summary.get("requests_sent", rows):
+        raise HarnessError(f"{parquet}: {rows} requests, but {RunFile.SUMMARY} says "
+                           f"{summary['requests_sent']} were sent")
+    if jsonl_rows is not None and rows != jsonl_rows:
+        raise HarnessError(f"{run_dir}: {RunFile.REQUESTS} holds {jsonl_rows} requests but "
+                           f"{RunFile.REQUESTS_PARQUET} {rows}; the record is truncated or mixes two runs")
 
 
 def _parquet_rows(path: Path) -> int:

@@ -14,7 +14,7 @@ import platform
 import signal
 import sys
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -23,14 +23,9 @@ from rich.console import Console
 from rich.progress import Progress
 
 from harness.errors import HarnessError
-from harness.measure.client import (
-    ClientSettings,
-    ErrorClass,
-    PromptRequest,
-    RequestRecord,
-    StreamingClient,
-)
-from harness.measure.inventory import Inventory, InventoryPrompt
+from harness.measure.client import ClientSettings, RequestRecord, StreamingClient
+from harness.measure.dispatch import send_all
+from harness.measure.inventory import Inventory
 from harness.measure.inventory_check import check_fits, prompt_token_mismatches
 from harness.measure.loop_lag import LoopLagProbe
 from harness.measure.ready import discover_server
@@ -42,7 +37,6 @@ from harness.measure.record import (
 )
 from harness.measure.run_options import longest_output_tokens
 from harness.measure.sampler import MetricsSampler
-from harness.measure.schedule import Slot, plan
 from harness.measure.stats import RunSummary, summarize
 from harness.measure.timeouts import READY_TIMEOUT_S, request_timeouts
 from harness.schema import RunFile
@@ -76,31 +70,11 @@ async def _run(
 ) -> RunSummary:
     served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s, api_key)
     if max_model_len is not None:
-        check_fits(inventory, max_model_len)
-        longest = max(p.prompt_tokens for p in inventory.prompts)
-        if config.max_tokens is not None and longest + config.max_tokens > max_model_len:
-            raise HarnessError(
-                f"--max-tokens {config.max_tokens}: the longest prompt ({longest} tokens) plus it exceeds the "
-                f"server's max_model_len {max_model_len}"
-            )
+        _check_room(config, inventory, max_model_len)
     writer = RunWriter(run_dir)
-    writer.write_model(
-        RunFile.ENVIRONMENT,
-        Environment(
-            harness_version=_harness_version(),
-            python_version=platform.python_version(),
-            engine_version=engine_version,
-            served_model=served_model,
-            max_model_len=max_model_len,
-            image_reference=os.environ.get("HARNESS_IMAGE_REFERENCE"),
-            model_revision=os.environ.get("HARNESS_MODEL_REVISION"),
-        ),
-    )
+    writer.write_model(RunFile.ENVIRONMENT, _environment(served_model, max_model_len, engine_version))
     clock_zero = time.perf_counter()
-    read_timeout_s, stall_timeout_s = request_timeouts(
-        config.load, longest_output_tokens(config.max_tokens, inventory), config.read_timeout_s, config.stall_timeout_s)
-    config = config.model_copy(update={"clock_zero_unix_s": time.time(), "read_timeout_s": read_timeout_s,
-                                       "stall_timeout_s": stall_timeout_s})  # a config built without them: defaults
+    config = _settled_config(config, inventory)
     writer.write_model(RunFile.CONFIG, config)
     records: list[RequestRecord] = []
     samples: list[ServerSample] = []
@@ -111,58 +85,134 @@ async def _run(
         if on_sample is not None:
             on_sample(sample)
 
-    limit = config.load.in_flight_limit
-    settings = ClientSettings(
-        base_url=config.base_url,
-        model=served_model,
-        temperature=config.temperature,
-        pool_size=limit or UNCAPPED_POOL_SIZE,
-        read_timeout_s=read_timeout_s,
-        stall_timeout_s=stall_timeout_s,
-        api_key=api_key,
-    )
+    def finished(record: RequestRecord) -> None:
+        records.append(record)
+        writer.add_request(record)
+
     sampler = MetricsSampler(config.base_url, config.sample_interval_s, clock_zero, keep_sample)
     keep_sample(await sampler.scrape())
     sampling = asyncio.create_task(sampler.run())
     loop_lag = LoopLagProbe()
     probing = asyncio.create_task(loop_lag.run())
-    interrupted: list[str] = []
-    total = _planned_count(config, inventory)
-    with RunProgress(total) as progress, quiet_garbage_collector():
+    settings = _client_settings(config, served_model, api_key)
+    interrupted = await _send_load(config, inventory, settings, clock_zero, finished)
+    for background in (sampling, probing):
+        await _cancelled(background)
+    keep_sample(await sampler.scrape())
+    await sampler.aclose()
+    summary = _summary(config, inventory, records, samples, loop_lag.lags_ms, interrupted)
+    writer.finish(records, summary)
+    return summary
 
-        def finished(record: RequestRecord) -> None:
-            records.append(record)
-            writer.add_request(record)
+
+def _check_room(config: RunConfig, inventory: Inventory, max_model_len: int) -> None:
+    """Refuse before the first request a run whose prompts, or prompts plus --max-tokens, the server cannot hold."""
+    check_fits(inventory, max_model_len)
+    longest = max(p.prompt_tokens for p in inventory.prompts)
+    if config.max_tokens is not None and longest + config.max_tokens > max_model_len:
+        raise HarnessError(
+            f"--max-tokens {config.max_tokens}: the longest prompt ({longest} tokens) plus it exceeds the "
+            f"server's max_model_len {max_model_len}"
+        )
+
+
+def _environment(served_model: str, max_model_len: int | None, engine_version: str | None) -> Environment:
+    return Environment(
+        harness_version=_harness_version(),
+        python_version=platform.python_version(),
+        engine_version=engine_version,
+        served_model=served_model,
+        max_model_len=max_model_len,
+        image_reference=os.environ.get("HARNESS_IMAGE_REFERENCE"),
+        model_revision=os.environ.get("HARNESS_MODEL_REVISION"),
+    )
+
+
+def _settled_config(config: RunConfig, inventory: Inventory) -> RunConfig:
+    """The config as run: its wall-clock zero and the timeouts this load and these outputs call for, so the
+    record says what was used (a config built without them takes the defaults)."""
+    read_timeout_s, stall_timeout_s = request_timeouts(
+        config.load, longest_output_tokens(config.max_tokens, inventory), config.read_timeout_s, config.stall_timeout_s
+    )
+    return config.model_copy(
+        update={"clock_zero_unix_s": time.time(), "read_timeout_s": read_timeout_s, "stall_timeout_s": stall_timeout_s}
+    )
+
+
+def _client_settings(config: RunConfig, served_model: str, api_key: str | None) -> ClientSettings:
+    assert config.read_timeout_s is not None and config.stall_timeout_s is not None  # settled by _settled_config
+    return ClientSettings(
+        base_url=config.base_url,
+        model=served_model,
+        temperature=config.temperature,
+        pool_size=config.load.in_flight_limit or UNCAPPED_POOL_SIZE,
+        read_timeout_s=config.read_timeout_s,
+        stall_timeout_s=config.stall_timeout_s,
+        api_key=api_key,
+    )
+
+
+async def _send_load(
+    config: RunConfig,
+    inventory: Inventory,
+    settings: ClientSettings,
+    clock_zero: float,
+    finished: Callable[[RequestRecord], None],
+) -> str | None:
+    """Send the whole load under a progress bar; returns the signal that stopped it, None when it ran out."""
+    interrupted: list[str] = []
+    with RunProgress(_planned_count(config, inventory)) as progress, quiet_garbage_collector():
+
+        def finished_and_counted(record: RequestRecord) -> None:
+            finished(record)
             progress.advance(record.error_class is not None)
 
         async with StreamingClient(settings, clock_zero) as client:
-            if limit is not None:
-                await client.open_connections(limit)
-            load = asyncio.create_task(send_all(config, inventory, client, finished))
-            loop = asyncio.get_running_loop()
-            # asyncio resets a removed handler to the default; the caller's (an engine's stop on SIGTERM) returns
-            previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(signum, _stop, load, interrupted, signal.Signals(signum).name)
-            try:
-                await load
-            except asyncio.CancelledError:
-                if not interrupted:
-                    raise
-            finally:
-                for signum, handler in previous.items():
-                    loop.remove_signal_handler(signum)
-                    if handler is not None:  # None: set outside Python, nothing to give back
-                        signal.signal(signum, handler)
-    for background in (sampling, probing):
-        background.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await background
-    keep_sample(await sampler.scrape())
-    await sampler.aclose()
+            if config.load.in_flight_limit is not None:
+                await client.open_connections(config.load.in_flight_limit)
+            load = asyncio.create_task(send_all(config, inventory, client, finished_and_counted))
+            with _signals_stop(load, interrupted):
+                try:
+                    await load
+                except asyncio.CancelledError:
+                    if not interrupted:
+                        raise
+    return interrupted[0] if interrupted else None
 
+
+@contextlib.contextmanager
+def _signals_stop(load: asyncio.Task, interrupted: list[str]) -> Iterator[None]:
+    """SIGINT and SIGTERM cancel the load and note their name. asyncio resets a removed handler to the
+    default, so the caller's own (an engine's stop on SIGTERM) is put back afterwards."""
+    loop = asyncio.get_running_loop()
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    for signum in previous:
+        loop.add_signal_handler(signum, _stop, load, interrupted, signal.Signals(signum).name)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            loop.remove_signal_handler(signum)
+            if handler is not None:  # None: set outside Python, nothing to give back
+                signal.signal(signum, handler)
+
+
+async def _cancelled(background: asyncio.Task) -> None:
+    background.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await background
+
+
+def _summary(
+    config: RunConfig,
+    inventory: Inventory,
+    records: list[RequestRecord],
+    samples: list[ServerSample],
+    loop_lags_ms: list[float],
+    interrupted_by: str | None,
+) -> RunSummary:
     usage = [(r.prompt_id, r.prompt_tokens) for r in records if r.prompt_tokens is not None]  # every send
-    summary = summarize(
+    return summarize(
         records,
         samples,
         slo=config.slo,
@@ -171,13 +221,11 @@ async def _run(
         cold=config.cold,
         max_dispatch_lag_ms=config.max_dispatch_lag_ms,
         sample_interval_s=config.sample_interval_s,
-        loop_lags_ms=loop_lag.lags_ms,
+        loop_lags_ms=loop_lags_ms,
         prompt_token_mismatches=len(prompt_token_mismatches(inventory, usage)),
-        interrupted_by=interrupted[0] if interrupted else None,
+        interrupted_by=interrupted_by,
         max_error_fraction=config.max_error_fraction,
     ).model_copy(update={"run_id": config.run_id})
-    writer.finish(records, summary)
-    return summary
 
 
 @contextlib.contextmanager
@@ -198,84 +246,6 @@ def quiet_garbage_collector() -> Iterator[None]:
 def _stop(load: asyncio.Task, interrupted: list[str], name: str) -> None:
     interrupted.append(name)
     load.cancel()
-
-
-async def send_all(
-    config: RunConfig, inventory: Inventory, client: StreamingClient, finished: Callable[[RequestRecord], None]
-) -> None:
-    """Closed loop: N workers, each sending its next request the moment its last one ends.
-    Open loop: a dispatcher that sends at the scheduled times, waiting for a free slot under a cap.
-    On cancellation, requests in flight end as 'cancelled' records. Requests that become due together
-    go out one at a time (`SendTurn`)."""
-    slots = plan(config.load, len(inventory.prompts))
-    load_start_s = client.now()  # the schedule's zero: after the baseline scrape, not at the clock's zero
-
-    def request(slot: Slot) -> PromptRequest:
-        return _request(slot, inventory.prompts[slot.prompt_index], config)
-
-    if config.load.concurrency is not None:
-        duration_s = config.load.duration_s
-
-        async def worker() -> None:
-            for slot in slots:
-                if duration_s is not None and client.now() - load_start_s > duration_s:
-                    return
-                record = await client.send(request(slot))  # due when its turn to send comes
-                finished(record)
-                if record.error_class == ErrorClass.cancelled:
-                    return
-
-        workers = [asyncio.create_task(worker()) for _ in range(config.load.concurrency)]
-        try:
-            await asyncio.gather(*workers)
-        except asyncio.CancelledError:
-            await _cancel_all(workers)
-            raise
-        return
-
-    free_slots = asyncio.Semaphore(config.load.max_concurrency) if config.load.max_concurrency else None
-    in_flight: set[asyncio.Task] = set()
-
-    async def one(slot: Slot, scheduled_s: float) -> None:
-        try:
-            finished(await client.send(request(slot), scheduled_s))
-        finally:
-            if free_slots is not None:
-                free_slots.release()
-
-    try:
-        for slot in slots:
-            assert slot.send_at_s is not None
-            scheduled_s = load_start_s + slot.send_at_s
-            await asyncio.sleep(max(scheduled_s - client.now(), 0.0))  # a late send still waits one turn
-            if free_slots is not None:
-                await free_slots.acquire()
-            task = asyncio.create_task(one(slot, scheduled_s))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
-        await asyncio.gather(*in_flight)
-    except asyncio.CancelledError:
-        await _cancel_all(in_flight)
-        raise
-
-
-async def _cancel_all(tasks: Collection[asyncio.Task]) -> None:
-    """Cancel the load's tasks and wait until each has recorded its request as cancelled."""
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _request(slot: Slot, prompt: InventoryPrompt, config: RunConfig) -> PromptRequest:
-    return PromptRequest(
-        index=slot.index,
-        prompt_id=prompt.prompt_id,
-        warmup=slot.warmup,
-        max_tokens=config.max_tokens or prompt.output_cap_tokens,
-        token_ids=prompt.token_ids,
-        text=prompt.text,
-        chat=prompt.chat,
-    )
 
 
 def _planned_count(config: RunConfig, inventory: Inventory) -> int | None:

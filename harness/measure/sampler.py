@@ -13,8 +13,8 @@ from collections.abc import Callable
 import httpx
 
 from harness.errors import HarnessError
-from harness.measure.client import aiohttp_transport
 from harness.measure.record import ServerSample
+from harness.measure.send_path import aiohttp_transport
 from harness.observe.server_metrics import parse_metrics
 
 

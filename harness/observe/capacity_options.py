@@ -7,8 +7,9 @@ import pydantic
 
 from harness.errors import HarnessError, validate_options
 from harness.observe.server_logs import StartupCapacity
-from harness.predict.budget import MAX_TENSOR_PARALLEL_SIZE, resolve_kv_dtype
+from harness.predict.budget import MAX_TENSOR_PARALLEL_SIZE
 from harness.predict.fit_answer import gpu_total
+from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.releases import engine_release
 
 

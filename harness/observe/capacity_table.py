@@ -12,6 +12,17 @@ from harness.observe.capacity_waterfall import WaterfallComparison, gib
 
 def capacity_renderable(report: CapacityReport) -> Group:
     """The report for people: what the log says, the prediction beside it, and every disagreement."""
+    parts: list[RenderableType] = [*_observed_parts(report), *_predicted_parts(report)]
+    for check in report.cross_checks:
+        verdict = "agree" if check.agree else "DISAGREE"
+        parts.append(Text(f"log vs /metrics {check.name}: {check.log_value} / {check.metrics_value}: {verdict}"))
+    for disagreement in report.disagreements:
+        parts.append(Text(f"disagreement: {disagreement}", style="bold red"))
+    return Group(*parts)
+
+
+def _observed_parts(report: CapacityReport) -> list[RenderableType]:
+    """What the start-up log and the server's /metrics say, each where present."""
     parts: list[RenderableType] = []
     log = report.log
     if log is not None:
@@ -27,6 +38,12 @@ def capacity_renderable(report: CapacityReport) -> Group:
         config = report.metrics_cache_config
         shown = ", ".join(f"{key}={config[key]}" for key in keys if key in config)
         parts.append(Text(f"/metrics cache_config_info: {shown}"))
+    return parts
+
+
+def _predicted_parts(report: CapacityReport) -> list[RenderableType]:
+    """The prediction's inputs, its figures beside the logged ones, and the memory waterfall."""
+    parts: list[RenderableType] = []
     if report.prediction_inputs is not None:
         inputs = report.prediction_inputs
         parts.append(Text(
@@ -44,12 +61,7 @@ def capacity_renderable(report: CapacityReport) -> Group:
         parts.append(_waterfall_table(report.waterfall))
     if report.prediction_note:
         parts.append(Text(report.prediction_note))
-    for check in report.cross_checks:
-        verdict = "agree" if check.agree else "DISAGREE"
-        parts.append(Text(f"log vs /metrics {check.name}: {check.log_value} / {check.metrics_value}: {verdict}"))
-    for disagreement in report.disagreements:
-        parts.append(Text(f"disagreement: {disagreement}", style="bold red"))
-    return Group(*parts)
+    return parts
 
 
 def _waterfall_table(waterfall: WaterfallComparison) -> Table:

@@ -51,6 +51,11 @@ class MemoryProfile(pydantic.BaseModel):
 
 def memory_profile_line(message: str, profile: MemoryProfile | None, found: dict[str, Any]) -> MemoryProfile | None:
     """Fold one of the three memory-profiling formats into the running breakdown."""
+    return _fold_summary_line(message, profile, found) or _fold_table_line(message, profile, found) or profile
+
+
+def _fold_summary_line(message: str, profile: MemoryProfile | None, found: dict[str, Any]) -> MemoryProfile | None:
+    """V1's one-line summary or V0's budget-and-parts lines; None when the line is neither."""
     if match := PROFILE_V1.search(message):
         profile = profile or MemoryProfile()
         profile.profiling_seconds = float(match.group("seconds"))
@@ -67,13 +72,21 @@ def memory_profile_line(message: str, profile: MemoryProfile | None, found: dict
         profile.components_bytes.update(_gib_parts(message))
         if rest := V0_KV_REST.search(message):
             found["profiled_kv_bytes"] = gib_to_bytes(rest.group("gib"))
-    elif match := PROFILE_TABLE_ROW.search(message):
+    else:
+        return None
+    return profile
+
+
+def _fold_table_line(message: str, profile: MemoryProfile | None, found: dict[str, Any]) -> MemoryProfile | None:
+    """A row of the profiling table, or 0.6's key=value line; None when the line is neither."""
+    if match := PROFILE_TABLE_ROW.search(message):
         profile = profile or MemoryProfile()
         key = TABLE_KEYS[match.group("label")]
         profile.components_bytes[key] = gib_to_bytes(match.group("gib"))
         if key == "kv_cache_size_bytes":
             found["profiled_kv_bytes"] = profile.components_bytes[key]
-    elif match := PROFILE_V06.search(message):
+        return profile
+    if match := PROFILE_V06.search(message):
         profile = profile or MemoryProfile()
         for pair in KEY_VALUE.finditer(match.group("pairs")):
             if pair.group("unit"):
@@ -82,7 +95,8 @@ def memory_profile_line(message: str, profile: MemoryProfile | None, found: dict
                 profile.gpu_memory_utilization = float(pair.group("value"))
         if "kv_cache_size_bytes" in profile.components_bytes:
             found["profiled_kv_bytes"] = profile.components_bytes["kv_cache_size_bytes"]
-    return profile
+        return profile
+    return None
 
 
 def _gib_parts(text: str) -> dict[str, int]:

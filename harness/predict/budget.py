@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 
+from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.kv_bytes import layer_bytes_per_token, layer_state_bytes, resolve_kv_dtype
 from harness.predict.model_shape import LayerKind, LayerSpec, ModelShape
 from harness.predict.releases import DERIVED_TOKENS_SINCE, engine_release, runs_v0
 
 SCHEMA_VERSION = 1
-KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
-KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32", "fp32": "float32"}
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows
 STATE_BLOCK_ALIGNMENT = 16  # attention block sizes are raised in multiples of this to hold one state page
 # vLLM's --block-size choices: `BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]` in vllm/config/cache.py (0.11.x)
@@ -116,37 +117,6 @@ class BudgetResult(BaseModel):
     capacity: CapacityPrediction | None = None
     assumptions: list[str]
     warnings: list[str] = []
-
-
-def resolve_kv_dtype(kv_cache_dtype: str, model_dtype: str) -> tuple[str, int]:
-    """vLLM's --kv-cache-dtype name → (dtype, bytes per element); 'auto' follows the model."""
-    name = model_dtype if kv_cache_dtype.lower() == "auto" else kv_cache_dtype.lower()
-    name = KV_DTYPE_ALIASES.get(name, name)
-    if name not in KV_DTYPE_BYTES:
-        choices = ", ".join(["auto", *KV_DTYPE_ALIASES, *KV_DTYPE_BYTES])
-        raise HarnessError(f"unknown kv cache dtype '{kv_cache_dtype}' (choose from {choices})")
-    return name, KV_DTYPE_BYTES[name]
-
-
-def kv_heads_per_rank(kv_heads: int, tensor_parallel_size: int) -> int:
-    """vLLM shards KV heads over ranks and replicates them when there are more ranks than heads."""
-    if kv_heads % tensor_parallel_size and tensor_parallel_size % kv_heads:
-        raise HarnessError(
-            f"tensor_parallel_size {tensor_parallel_size} neither divides nor is a multiple of {kv_heads} KV heads"
-        )
-    return max(1, kv_heads // tensor_parallel_size)
-
-
-def layer_bytes_per_token(layer: LayerSpec, element_bytes: int, tensor_parallel_size: int) -> int:
-    if layer.kind is LayerKind.MLA:  # one shared latent, replicated on every rank
-        return layer.latent_dim * element_bytes
-    if layer.kind is LayerKind.STATE:
-        return 0
-    return 2 * kv_heads_per_rank(layer.kv_heads, tensor_parallel_size) * layer.head_dim * element_bytes
-
-
-def layer_state_bytes(layer: LayerSpec, element_bytes: int, tensor_parallel_size: int) -> int:
-    return math.ceil(layer.state_elements / tensor_parallel_size) * element_bytes
 
 
 def estimate_budget(
@@ -255,27 +225,9 @@ def predict_capacity(
             return math.ceil(min(layer.window - 1 + batched, max_model_len) / block_size) + 1
         return math.ceil(max_model_len / block_size)
 
-    kinds = Counter(layer.kind for layer in layers)
-    if len(kinds) == 1:  # one group holding every layer, pages summed (vLLM's uniform-type case)
-        groups = 1
-        bytes_per_block = sum(page(layer) for layer in layers)
-        per_request = blocks_per_request(layers[0])
-    else:
-        pages = {page(layer) for layer in layers}
-        if len(pages) > 1:
-            raise HarnessError(
-                f"{shape.name}: hybrid layers with different page sizes {sorted(pages)} are not modelled"
-            )
-        sizes = Counter((layer.kind, layer.window_tokens) for layer in layers)
-        group_size = min(sizes.values())
-        if max(sizes.values()) < group_size * (1.5 if version >= DERIVED_TOKENS_SINCE else 1.25):
-            group_size = max(sizes.values())
-        groups_by_kind = {key: math.ceil(count / group_size) for key, count in sizes.items()}
-        groups = sum(groups_by_kind.values())
-        bytes_per_block = pages.pop() * group_size
-        representative = {(layer.kind, layer.window_tokens): layer for layer in layers}
-        per_request = sum(blocks_per_request(representative[key]) * n for key, n in groups_by_kind.items())
-        assumptions.append(f"hybrid KV cache: {groups} groups of {group_size} layers sharing one block pool")
+    groups, bytes_per_block, per_request = _block_groups(
+        shape.name, layers, version, page, blocks_per_request, assumptions
+    )
     num_blocks = available_kv_bytes // bytes_per_block if bytes_per_block else 0
     max_concurrency = num_blocks / per_request
     v0 = runs_v0(version, engine_generation)
@@ -301,6 +253,34 @@ def predict_capacity(
         engine_version=str(version),
         assumptions=assumptions,
     )
+
+
+def _block_groups(
+    model_name: str,
+    layers: list[LayerSpec],
+    version: Version,
+    page: Callable[[LayerSpec], int],
+    blocks_per_request: Callable[[LayerSpec], int],
+    assumptions: list[str],
+) -> tuple[int, int, int]:
+    """(KV cache groups, bytes per block, blocks per request) as vLLM groups the layers into one block pool."""
+    kinds = Counter(layer.kind for layer in layers)
+    if len(kinds) == 1:  # one group holding every layer, pages summed (vLLM's uniform-type case)
+        return 1, sum(page(layer) for layer in layers), blocks_per_request(layers[0])
+    pages = {page(layer) for layer in layers}
+    if len(pages) > 1:
+        raise HarnessError(f"{model_name}: hybrid layers with different page sizes {sorted(pages)} are not modelled")
+    sizes = Counter((layer.kind, layer.window_tokens) for layer in layers)
+    group_size = min(sizes.values())
+    if max(sizes.values()) < group_size * (1.5 if version >= DERIVED_TOKENS_SINCE else 1.25):
+        group_size = max(sizes.values())
+    groups_by_kind = {key: math.ceil(count / group_size) for key, count in sizes.items()}
+    groups = sum(groups_by_kind.values())
+    representative = {(layer.kind, layer.window_tokens): layer for layer in layers}
+    per_request = sum(blocks_per_request(representative[key]) * n for key, n in groups_by_kind.items())
+    assumptions.append(f"hybrid KV cache: {groups} groups of {group_size} layers sharing one block pool")
+    return groups, pages.pop() * group_size, per_request
+
 
 
 def _effective_layers(layers: list[LayerSpec], hybrid_kv_manager: bool) -> list[LayerSpec]:

@@ -81,14 +81,7 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     unread = [f"--{name.replace('_', '-')}" for name in ("max_num_seqs", "quantization") if getattr(options, name)]
     if unread:
         warnings.append(f"{' and '.join(unread)}: read only with --gpu (the before-launch answer); ignored here")
-    if options.lengths is not None:
-        population = Population(sequence_tokens=sequence_lengths(options.lengths),
-                                shared_prefix_tokens=options.shared_prefix_tokens)
-    elif options.tokens is not None:
-        population = Population.uniform(options.sequences, options.tokens, options.shared_prefix_tokens)
-    else:
-        raise HarnessError("give --tokens (with --sequences) or --lengths")
-    result = estimate_budget(shape, population, kv_cache_dtype=options.kv_cache_dtype,
+    result = estimate_budget(shape, _population(options), kv_cache_dtype=options.kv_cache_dtype,
                              tensor_parallel_size=options.tensor_parallel_size, block_size=options.block_size,
                              hybrid_kv_manager=options.hybrid_kv_manager)
     sources = [x is not None for x in (options.available_kv_gib, options.kv_cache_memory_bytes, options.gpu_memory_gib)]
@@ -99,27 +92,10 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
         warnings.append(f"--max-model-len {options.max_model_len:,} is above the model's max_position_embeddings "
                         f"{shape.max_position_embeddings:,}: vLLM refuses it unless rope scaling or "
                         "VLLM_ALLOW_LONG_MAX_MODEL_LEN allows it")
-    if options.available_kv_gib is not None:
-        available = int(options.available_kv_gib * GiB)
-        source = f"{options.available_kv_gib} GiB as logged by vLLM"
-    elif options.kv_cache_memory_bytes is not None:
-        available, source = options.kv_cache_memory_bytes, "--kv-cache-memory-bytes reservation"
-    elif options.gpu_memory_gib is not None:
-        if result.weights_bytes is None:
-            raise HarnessError(f"{shape.name}: weights unknown, so --gpu-memory-gib cannot be turned into KV memory")
-        overhead = int(options.overhead_gib * GiB)
-        usable = int(options.gpu_memory_gib * GiB * options.gpu_memory_utilization)
-        if result.weights_bytes + overhead > usable:
-            warnings.append(f"the weights ({result.weights_bytes / GiB:.2f} GiB per GPU) and overhead do not fit "
-                            f"in {options.gpu_memory_gib} GiB × {options.gpu_memory_utilization} = "
-                            f"{usable / GiB:.2f} GiB: vLLM cannot start this model on this GPU (0 KV blocks)")
-        available = available_kv_bytes_from_gpu(int(options.gpu_memory_gib * GiB), options.gpu_memory_utilization,
-                                                 result.weights_bytes + overhead)
-        source = (f"{options.gpu_memory_gib} GiB × {options.gpu_memory_utilization} − weights − "
-                  f"{options.overhead_gib} GiB overhead"
-                  + ("" if overhead else " (activation peak and non-torch memory not given: optimistic)"))
-    else:  # no KV memory figure: the forward budget alone
+    kv_memory = _available_kv(shape, options, result.weights_bytes, warnings)
+    if kv_memory is None:  # no KV memory figure: the forward budget alone
         return result.model_copy(update={"warnings": warnings})
+    available, source = kv_memory
     model_len = options.max_model_len or shape.max_position_embeddings
     if model_len is None:
         raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
@@ -130,3 +106,45 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
         hybrid_kv_manager=options.hybrid_kv_manager, available_kv_source=source)
     return result.model_copy(update={"capacity": capacity, "warnings": warnings})
 
+
+def _population(options: BudgetOptions) -> Population:
+    """The live sequences the budget is for: listed lengths, or N sequences of T tokens."""
+    if options.lengths is not None:
+        return Population(sequence_tokens=sequence_lengths(options.lengths),
+                          shared_prefix_tokens=options.shared_prefix_tokens)
+    if options.tokens is not None:
+        return Population.uniform(options.sequences, options.tokens, options.shared_prefix_tokens)
+    raise HarnessError("give --tokens (with --sequences) or --lengths")
+
+
+def _available_kv(
+    shape: ModelShape, options: BudgetOptions, weights_bytes: int | None, warnings: list[str]
+) -> tuple[int, str] | None:
+    """(KV bytes, where the figure came from) from whichever KV memory option was given; None when none was."""
+    if options.available_kv_gib is not None:
+        return int(options.available_kv_gib * GiB), f"{options.available_kv_gib} GiB as logged by vLLM"
+    if options.kv_cache_memory_bytes is not None:
+        return options.kv_cache_memory_bytes, "--kv-cache-memory-bytes reservation"
+    if options.gpu_memory_gib is not None:
+        return _available_kv_from_gpu(shape, options, options.gpu_memory_gib, weights_bytes, warnings)
+    return None
+
+
+def _available_kv_from_gpu(
+    shape: ModelShape, options: BudgetOptions, gpu_memory_gib: float, weights_bytes: int | None, warnings: list[str]
+) -> tuple[int, str]:
+    """vLLM's own budget on a GPU of that size: its share of the memory, less the weights and the overhead."""
+    if weights_bytes is None:
+        raise HarnessError(f"{shape.name}: weights unknown, so --gpu-memory-gib cannot be turned into KV memory")
+    overhead = int(options.overhead_gib * GiB)
+    usable = int(gpu_memory_gib * GiB * options.gpu_memory_utilization)
+    if weights_bytes + overhead > usable:
+        warnings.append(f"the weights ({weights_bytes / GiB:.2f} GiB per GPU) and overhead do not fit "
+                        f"in {gpu_memory_gib} GiB × {options.gpu_memory_utilization} = "
+                        f"{usable / GiB:.2f} GiB: vLLM cannot start this model on this GPU (0 KV blocks)")
+    available = available_kv_bytes_from_gpu(int(gpu_memory_gib * GiB), options.gpu_memory_utilization,
+                                            weights_bytes + overhead)
+    source = (f"{gpu_memory_gib} GiB × {options.gpu_memory_utilization} − weights − "
+              f"{options.overhead_gib} GiB overhead"
+              + ("" if overhead else " (activation peak and non-torch memory not given: optimistic)"))
+    return available, source

@@ -17,9 +17,10 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.errors import HarnessError
-from harness.predict.budget import MAX_MEMORY_GIB, CapacityPrediction, predict_capacity, resolve_kv_dtype
+from harness.predict.budget import MAX_MEMORY_GIB, CapacityPrediction, predict_capacity
 from harness.predict.budget_table import binary_size
 from harness.predict.gpu_catalog import gpu_memory
+from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
 from harness.predict.model_shape import ModelShape
 from harness.units import GiB

@@ -1,0 +1,247 @@
+"""One start-up line at a time: which figure it states, and how far the start had come when it did.
+
+The patterns are vLLM's own wording, release by release; `StartFacts` gathers what they match into the
+fields of a `StartupCapacity`, which the caller assembles once the start's lines are read.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pydantic
+
+from harness.observe.engine_failure import Stage, later_stage
+from harness.observe.log_lines import LOGGED_NUMBER, LogLine
+from harness.observe.memory_profile import PROFILE_V06, V0_KV_REST, MemoryProfile, memory_profile_line
+from harness.units import gib_to_bytes
+
+# The rank in a worker's prefix: `Worker_TP1`, `VllmWorker TP1`, `VllmWorker rank=3`.
+PROCESS_RANK = re.compile(r"(?:_TP| TP| rank=)(?P<rank>\d+)$")
+
+KV_CACHE_SIZE = re.compile(r"^(?P<device>[\w +]+?) KV cache size: (?P<tokens>[\d,]+) tokens")
+MAX_CONCURRENCY = re.compile(
+    r"Maximum concurrency for (?P<length>[\d,]+) tokens per request: (?P<times>[\d.]+)x"
+)
+AVAILABLE_KV = re.compile(rf"^Available KV cache memory: (?P<gib>{LOGGED_NUMBER}) GiB")
+RESERVED_KV = re.compile(
+    rf"reserved (?P<gib>{LOGGED_NUMBER}) GiB memory for KV Cache as specified by kv_cache_memory_bytes"
+)
+CPU_KV_SPACE = re.compile(
+    rf"^(?P<mode>Explicitly|Auto) set \((?P<kv_gib>{LOGGED_NUMBER})/(?P<node_gib>{LOGGED_NUMBER})\) GiB "
+    r"for KV cache on node (?P<node>\d+)"
+)
+BLOCKS = re.compile(r"^# (?P<device>\w+) blocks: (?P<device_blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?")
+MODEL_LOADING = re.compile(
+    rf"^Model loading took (?P<amount>{LOGGED_NUMBER}) (?:GiB|GB)(?: memory)? and (?P<seconds>[\d.]+) seconds"
+)
+# Releases that print "GB" (0.6, early 0.8 V0) compute it with 2**30: GiB in all but name.
+WEIGHTS_MEMORY_V06 = re.compile(rf"^Loading model weights took (?P<amount>{LOGGED_NUMBER}) GB")
+WEIGHTS_TIME = re.compile(r"^Loading weights took (?P<seconds>[\d.]+) seconds")
+GRAPH_CAPTURE = re.compile(
+    rf"Graph capturing finished in (?P<seconds>\d+) secs(?:, took (?P<gib>{LOGGED_NUMBER}) GiB)?")
+TORCH_COMPILE = re.compile(r"torch\.compile takes (?P<seconds>[\d.]+) s in total")
+INIT_ENGINE = re.compile(
+    r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) (?:s\b|seconds)"
+)
+MAX_MODEL_LEN = re.compile(r"^Using max model len (?P<length>\d+)")
+# 0.10 API server: `vllm cache_config_info with initialization after num_gpu_blocks is: 5867`
+BLOCKS_AFTER_INIT = re.compile(r"num_gpu_blocks is: (?P<blocks>\d+)")
+# Failed starts state the capacity they found too short: V0 in tokens, V1 as memory needed vs available.
+V0_TOO_FEW_TOKENS = re.compile(
+    r"larger than the maximum number of tokens that can be stored in KV cache \((?P<tokens>\d+)\)"
+)
+V1_TOO_LITTLE_MEMORY = re.compile(
+    rf"\((?P<needed>{LOGGED_NUMBER}) GiB KV cache is needed, which is larger than the available KV cache memory "
+    rf"\((?P<available>{LOGGED_NUMBER}) GiB\)"
+)
+NON_DEFAULT_ARGS = re.compile(r"^non-default args: (?P<args>\{.*\})\s*$")
+ENGINE_CONFIG = re.compile(
+    r"^Initializing an? (?:(?P<generation>V\d) )?LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)")
+SERVER_VERSION = re.compile(r"^vLLM (?:API )?server version (?P<version>[^\s,]+)")
+BANNER_VERSION = re.compile(r"█\s+version (?P<version>\d+\.\d+\S*)")
+STARTING_TO_LOAD = re.compile(r"^Starting to load model")
+# Lines a start prints once it has sized its cache: memory, blocks, tokens or concurrency.
+SIZED_MARKERS = (KV_CACHE_SIZE, MAX_CONCURRENCY, BLOCKS, AVAILABLE_KV, V0_KV_REST, PROFILE_V06)
+
+
+class CpuKvSpace(pydantic.BaseModel):
+    """The CPU build's own account of the memory it set aside for the KV cache (GiB, 2 decimals)."""
+
+    mode: Literal["explicit", "auto"]
+    kv_cache_gib: float
+    node_memory_gib: float
+    numa_node: int
+
+
+@dataclass
+class StartFacts:
+    """What one start's lines have said so far. Figures printed once per rank are kept per print."""
+
+    found: dict[str, Any] = field(default_factory=dict)
+    tokens: list[int] = field(default_factory=list)
+    concurrency: list[float] = field(default_factory=list)
+    available: list[int] = field(default_factory=list)
+    profiles: dict[str | None, MemoryProfile] = field(default_factory=dict)
+    by_rank: dict[int, int] = field(default_factory=dict)
+    stage: Stage = "starting"
+
+    def read(self, line: LogLine) -> None:
+        """Every sizing pattern the line matches counts; of the other facts, only the first that matches."""
+        for pattern, read_sizing in SIZING_READERS:
+            if match := pattern.search(line.message):
+                read_sizing(self, match, line.process)
+        for pattern, read_fact in FACT_READERS:
+            if match := pattern.search(line.message):
+                read_fact(self, match, line.process)
+                return
+        if profile := memory_profile_line(line.message, self.profiles.get(line.process), self.found):
+            self.profiles[line.process] = profile
+
+    def starting_to_load(self, match: re.Match[str], process: str | None) -> None:
+        self.stage = later_stage(self.stage, "loading_weights")
+
+    def kv_cache_size(self, match: re.Match[str], process: str | None) -> None:
+        self.found["kv_cache_device"] = match.group("device")
+        self.tokens.append(_integer(match.group("tokens")))
+        self.stage = "after_kv_cache"
+
+    def max_concurrency(self, match: re.Match[str], process: str | None) -> None:
+        self.concurrency.append(float(match.group("times")))
+        self.found["max_concurrency_model_len"] = _integer(match.group("length"))
+        self.stage = "after_kv_cache"
+
+    def blocks(self, match: re.Match[str], process: str | None) -> None:
+        self.found["kv_cache_device"] = self.found.get("kv_cache_device") or match.group("device")
+        self.found["num_gpu_blocks"] = int(match.group("device_blocks"))
+        if match.group("cpu_blocks") is not None:
+            self.found["num_cpu_blocks"] = int(match.group("cpu_blocks"))
+        self.stage = "after_kv_cache"
+
+    def too_few_tokens(self, match: re.Match[str], process: str | None) -> None:
+        self.found["kv_cache_tokens_at_failure"] = int(match.group("tokens"))
+
+    def too_little_memory(self, match: re.Match[str], process: str | None) -> None:
+        self.available.append(gib_to_bytes(match.group("available")))
+        self.found["kv_cache_bytes_needed"] = gib_to_bytes(match.group("needed"))
+
+    def blocks_after_init(self, match: re.Match[str], process: str | None) -> None:
+        self.found.setdefault("num_gpu_blocks", int(match.group("blocks")))
+
+    def available_kv(self, match: re.Match[str], process: str | None) -> None:
+        self.available.append(gib_to_bytes(match.group("gib")))
+        if process and (rank := PROCESS_RANK.search(process)):
+            self.by_rank[int(rank.group("rank"))] = self.available[-1]
+
+    def reserved_kv(self, match: re.Match[str], process: str | None) -> None:
+        self.found.setdefault("reserved_kv_bytes", gib_to_bytes(match.group("gib")))
+
+    def cpu_kv_space(self, match: re.Match[str], process: str | None) -> None:
+        self.found["cpu_kv_space"] = CpuKvSpace(
+            mode="explicit" if match.group("mode") == "Explicitly" else "auto",
+            kv_cache_gib=float(match.group("kv_gib")),
+            node_memory_gib=float(match.group("node_gib")),
+            numa_node=int(match.group("node")),
+        )
+
+    def model_loading(self, match: re.Match[str], process: str | None) -> None:
+        self.found.setdefault("model_weights_bytes", gib_to_bytes(match.group("amount")))
+        self.found.setdefault("model_loading_seconds", float(match.group("seconds")))
+        self.stage = later_stage(self.stage, "sizing_kv_cache")
+
+    def weights_memory(self, match: re.Match[str], process: str | None) -> None:
+        self.found.setdefault("model_weights_bytes", gib_to_bytes(match.group("amount")))
+        self.stage = later_stage(self.stage, "sizing_kv_cache")
+
+    def weights_time(self, match: re.Match[str], process: str | None) -> None:
+        self.found.setdefault("weights_loading_seconds", float(match.group("seconds")))
+        self.stage = later_stage(self.stage, "sizing_kv_cache")
+
+    def graph_capture(self, match: re.Match[str], process: str | None) -> None:
+        self.found.setdefault("cuda_graph_seconds", float(match.group("seconds")))
+        if match.group("gib") is not None:
+            self.found.setdefault("cuda_graph_bytes", gib_to_bytes(match.group("gib")))
+
+    def torch_compile(self, match: re.Match[str], process: str | None) -> None:
+        self.found["torch_compile_seconds"] = float(match.group("seconds"))
+
+    def init_engine(self, match: re.Match[str], process: str | None) -> None:
+        self.found["init_seconds"] = float(match.group("seconds"))
+
+    def max_model_len(self, match: re.Match[str], process: str | None) -> None:
+        self.found["max_model_len"] = int(match.group("length"))
+
+    def non_default_args(self, match: re.Match[str], process: str | None) -> None:
+        self.found["non_default_args_text"] = match.group("args")
+        self.found["non_default_args"] = _literal_dict(match.group("args"))
+
+    def engine_config(self, match: re.Match[str], process: str | None) -> None:
+        self.found["engine_version"] = match.group("version")
+        self.found["engine_generation"] = match.group("generation") or "V0"
+        self.found.update(_engine_config_fields(match.group("config")))
+
+    def server_version(self, match: re.Match[str], process: str | None) -> None:
+        self.found.setdefault("engine_version", match.group("version"))
+
+
+Reader = Callable[[StartFacts, re.Match[str], str | None], None]
+# Stage markers and the cache's size: a line may state several (one line carries tokens and concurrency).
+SIZING_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
+    (STARTING_TO_LOAD, StartFacts.starting_to_load),
+    (KV_CACHE_SIZE, StartFacts.kv_cache_size),
+    (MAX_CONCURRENCY, StartFacts.max_concurrency),
+    (BLOCKS, StartFacts.blocks),
+    (V0_TOO_FEW_TOKENS, StartFacts.too_few_tokens),
+    (V1_TOO_LITTLE_MEMORY, StartFacts.too_little_memory),
+    (BLOCKS_AFTER_INIT, StartFacts.blocks_after_init),
+)
+# Facts a line states one at a time, tried in this order; a line none matches may be a memory profile's.
+FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
+    (AVAILABLE_KV, StartFacts.available_kv),
+    (RESERVED_KV, StartFacts.reserved_kv),
+    (CPU_KV_SPACE, StartFacts.cpu_kv_space),
+    (MODEL_LOADING, StartFacts.model_loading),
+    (WEIGHTS_MEMORY_V06, StartFacts.weights_memory),
+    (WEIGHTS_TIME, StartFacts.weights_time),
+    (GRAPH_CAPTURE, StartFacts.graph_capture),
+    (TORCH_COMPILE, StartFacts.torch_compile),
+    (INIT_ENGINE, StartFacts.init_engine),
+    (MAX_MODEL_LEN, StartFacts.max_model_len),
+    (NON_DEFAULT_ARGS, StartFacts.non_default_args),
+    (ENGINE_CONFIG, StartFacts.engine_config),
+    (SERVER_VERSION, StartFacts.server_version),
+    (BANNER_VERSION, StartFacts.server_version),
+)
+
+
+def _engine_config_fields(config: str) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    if match := re.search(r"(?:^|, )model='(?P<value>[^']*)'", config):
+        fields["model"] = match.group("value")
+    if match := re.search(r"(?:^|, )revision=(?P<value>[^,\s]+)", config):
+        fields["model_revision"] = None if match.group("value") == "None" else match.group("value")
+    if match := re.search(r"(?:^|, )dtype=(?:torch\.)?(?P<value>\w+)", config):
+        fields["dtype"] = match.group("value")
+    if match := re.search(r"(?:^|, )kv_cache_dtype=(?P<value>\w+)", config):
+        fields["kv_cache_dtype"] = match.group("value")
+    if match := re.search(r"(?:^|, )tensor_parallel_size=(?P<value>\d+)", config):
+        fields["tensor_parallel_size"] = int(match.group("value"))
+    if match := re.search(r"(?:^|, )max_seq_len=(?P<value>\d+)", config):
+        fields["config_max_seq_len"] = int(match.group("value"))
+    return fields
+
+
+def _literal_dict(text: str) -> dict[str, Any] | None:
+    """The args dict is a Python repr; values that are not literals (objects) leave only the raw text."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _integer(text: str) -> int:
+    return int(text.replace(",", ""))

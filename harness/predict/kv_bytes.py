@@ -1,0 +1,46 @@
+"""Bytes one layer's KV cache takes, per token or per sequence, on one tensor-parallel rank.
+
+The unit both budget directions build on: the forward budget multiplies it by a population, the
+capacity prediction divides an available-memory figure by it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from harness.errors import HarnessError
+from harness.predict.model_shape import LayerKind, LayerSpec
+
+KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
+KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32", "fp32": "float32"}
+
+
+def resolve_kv_dtype(kv_cache_dtype: str, model_dtype: str) -> tuple[str, int]:
+    """vLLM's --kv-cache-dtype name → (dtype, bytes per element); 'auto' follows the model."""
+    name = model_dtype if kv_cache_dtype.lower() == "auto" else kv_cache_dtype.lower()
+    name = KV_DTYPE_ALIASES.get(name, name)
+    if name not in KV_DTYPE_BYTES:
+        choices = ", ".join(["auto", *KV_DTYPE_ALIASES, *KV_DTYPE_BYTES])
+        raise HarnessError(f"unknown kv cache dtype '{kv_cache_dtype}' (choose from {choices})")
+    return name, KV_DTYPE_BYTES[name]
+
+
+def kv_heads_per_rank(kv_heads: int, tensor_parallel_size: int) -> int:
+    """vLLM shards KV heads over ranks and replicates them when there are more ranks than heads."""
+    if kv_heads % tensor_parallel_size and tensor_parallel_size % kv_heads:
+        raise HarnessError(
+            f"tensor_parallel_size {tensor_parallel_size} neither divides nor is a multiple of {kv_heads} KV heads"
+        )
+    return max(1, kv_heads // tensor_parallel_size)
+
+
+def layer_bytes_per_token(layer: LayerSpec, element_bytes: int, tensor_parallel_size: int) -> int:
+    if layer.kind is LayerKind.MLA:  # one shared latent, replicated on every rank
+        return layer.latent_dim * element_bytes
+    if layer.kind is LayerKind.STATE:
+        return 0
+    return 2 * kv_heads_per_rank(layer.kv_heads, tensor_parallel_size) * layer.head_dim * element_bytes
+
+
+def layer_state_bytes(layer: LayerSpec, element_bytes: int, tensor_parallel_size: int) -> int:
+    return math.ceil(layer.state_elements / tensor_parallel_size) * element_bytes
