@@ -43,7 +43,7 @@ def test_each_point_starts_the_service_measures_it_and_stops_it(tiny_model_dir: 
         assert json.loads((record / "engine.json").read_text())["limits"]["max_num_seqs"] == max_num_seqs
         capacity = json.loads((record / "capacity.json").read_text())
         assert capacity["prediction_matches_log"] is True and capacity["log"]["kv_cache_tokens"] == 4096
-    engines = subprocess.run(["pgrep", "-f", f"--model[= ]{tiny_model_dir}"], capture_output=True, text=True,
+    engines = subprocess.run(["pgrep", "-f", "--", f"--model[= ]{tiny_model_dir}"], capture_output=True, text=True,
                              timeout=30)
     assert engines.returncode == 1 and engines.stdout.strip() == ""  # pgrep ran and found no service left
 

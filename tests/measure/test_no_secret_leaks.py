@@ -177,3 +177,28 @@ def test_the_real_engine_refuses_v1_without_its_key_and_serves_with_it(
     refused = harness(*run_args(tmp_path / "run", "--base-url", engine.base_url), env_key=None, timeout_s=120)
     assert refused.returncode == 2 and time.monotonic() - started < 60
     assert refused.stderr.strip().splitlines() == [f"error: server {engine.base_url} {REFUSED}"]
+
+
+@pytest.mark.engine
+@pytest.mark.sandbox
+def test_a_run_tracked_on_the_api_holds_no_trace_of_the_engines_key(
+    canary: str, tiny_model_dir: Path, tmp_path: Path, polyaxon_api: str
+) -> None:
+    """The same engine, tracked on a real Polyaxon API: what the API stores of the run (its inputs, outputs,
+    spec and statuses) holds no trace of the key, and the run it stores is the one measured."""
+    from polyaxon.client import ProjectClient, RunClient
+
+    ProjectClient(owner="default").create({"name": "key-leaks"})
+    engine = local_engine_words(
+        ["python3", "-m", ENGINE_MODULE, "--model", str(tiny_model_dir), "--max-model-len", "1024",
+         "--enforce-eager", "--kv-cache-memory-bytes", "4194304", "--api-key", canary], engine_python(), free_port())
+    run_dir = tmp_path / "run"
+    done = harness(*run_args(run_dir, "--project", "default/key-leaks", "--", *engine), env_key=None, timeout_s=900)
+    assert done.returncode in (0, 3), done.stderr
+    uuid = json.loads((run_dir / "tracking.json").read_text())["run_uuid"]
+    tracked = RunClient(owner="default", project="key-leaks", run_uuid=uuid)
+    tracked.refresh_data()
+    stored = json.dumps([tracked.run_data.to_dict(), tracked.get_statuses()], default=str)
+    assert tracked.run_data.outputs["requests_ok"] == 4 and "kv_cache_memory_bytes" in stored
+    assert canary not in stored
+    assert_nowhere(canary, run_dir, done)
