@@ -116,7 +116,7 @@ def prompts_verify(
     from harness.measure.inventory import load_inventory
     from harness.measure.inventory_build import check_rebuilds
     from harness.measure.inventory_check import check_fits, verify_with_server
-    from harness.measure.server_url import checked_server_url
+    from harness.server_url import checked_server_url
 
     if server is not None:
         checked_server_url(server, "--server")

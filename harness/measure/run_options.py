@@ -17,10 +17,10 @@ from harness.errors import HarnessError, describe_option_error
 from harness.measure.inventory import Inventory, load_inventory
 from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION, RunConfig, Slo
 from harness.measure.schedule import LoadShape
-from harness.measure.server_url import ServerUrl, checked_server_url
 from harness.measure.timeouts import request_timeouts
 from harness.polyaxon_client import managed_run_uuid
 from harness.redact import refuse_url_credentials
+from harness.server_url import ServerUrl, checked_server_url
 
 LOAD_OPTION_NAMES = {"rate_per_s": "rate", "warmup_requests": "warmup"}  # `LoadShape` fields the CLI shortens
 OPTION_NAMES = {**LOAD_OPTION_NAMES, "ttft_ms": "slo_ttft_ms", "tpot_ms": "slo_tpot_ms"}  # fields → options

@@ -19,10 +19,11 @@ from harness.observe.capacity_options import LogOverrides, check_given
 from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
-from harness.observe.server_metrics import MetricsSnapshot, check_url, fetch_metrics_text, parse_metrics
+from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.predict.budget import CapacityPrediction, predict_capacity
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.redact import refuse_url_credentials
+from harness.server_url import checked_server_url
 from harness.units import GiB
 
 CAPACITY_SCHEMA_VERSION = 1
@@ -144,7 +145,7 @@ def _metrics_snapshot(source: str) -> MetricsSnapshot:
 def _metrics_text(source: str) -> str:
     """A live /metrics URL, or a saved scrape on disk."""
     if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source):  # any scheme: httpx refuses those it does not speak
-        refuse_url_credentials(check_url(source), "--metrics")
+        refuse_url_credentials(checked_server_url(source, "--metrics"), "--metrics")
         return fetch_metrics_text(source)
     return read_log_text(source)
 

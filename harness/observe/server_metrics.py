@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from harness.errors import HarnessError
+from harness.server_url import checked_server_url
 
 METRICS_SCHEMA_VERSION = 1
 
@@ -116,22 +117,13 @@ def parse_metrics(text: str) -> MetricsSnapshot:
 
 def fetch_metrics_text(url: str, timeout_seconds: float = 10.0) -> str:
     """GET a /metrics page; a malformed URL, an unreachable server or an error status is one line of bad input."""
-    check_url(url)
+    checked_server_url(url, "--metrics")
     try:
         response = httpx.get(url, timeout=timeout_seconds)
         response.raise_for_status()
     except httpx.HTTPError as error:
         raise HarnessError(f"{url}: could not read metrics: {error}") from None
     return response.text
-
-
-def check_url(url: str) -> str:
-    """A URL httpx can send to; a full-width host ('http://１２７.0.0.1') or an open '[' is one line of bad input."""
-    try:
-        httpx.URL(url)
-    except (httpx.InvalidURL, ValueError) as error:
-        raise HarnessError(f"{url}: not a valid URL ({error})") from None
-    return url
 
 
 def _samples(text: str) -> list[Sample]:
