@@ -62,14 +62,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE, ensure_tiny_model
+from harness.inventory.build import build_token_id_inventory
+from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.launch.engine_process import engine_python, local_engine
-from harness.measure.auth import auth_headers
 from harness.measure.client import RequestRecord
-from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
-from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.record import read_requests
 from harness.observe.server_metrics import MetricsSnapshot, parse_metrics
 from harness.redact import redact_argv
+from harness.server_auth import auth_headers
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICE = [REPO / "polyaxonfiles" / "vllm-service.yaml", REPO / "polyaxonfiles" / "presets" / "local-cpu.yaml"]

@@ -29,11 +29,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analysis.compare import compare_one_limit
+from analysis.diagnose import diagnose_runs
+from analysis.sources import collect_runs
+from analysis.table import build_table
 from harness.dev.tiny_model import ensure_tiny_model
-from harness.explain.compare import compare_one_limit
-from harness.explain.diagnose import diagnose_runs
-from harness.explain.sources import collect_runs
-from harness.explain.table import build_table
 from harness.measure.client import RequestRecord
 from harness.measure.record import Environment, RunConfig, ServerSample, Slo
 from harness.measure.schedule import LoadShape

@@ -45,9 +45,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from harness.inventory.build import build_token_id_inventory
+from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.loopback import free_port
-from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
-from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.ready import wait_until_healthy
 from harness.measure.record import read_requests
 from harness.schema import RunFile

@@ -23,9 +23,9 @@ import tempfile
 from pathlib import Path
 
 import harness.measure.runner as runner
+from harness.inventory.build import build_token_id_inventory
+from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.loopback import free_port
-from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
-from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.loop_lag import LoopLagProbe
 from harness.measure.ready import wait_until_healthy
 from harness.measure.run_options import RunOptions, build_run_config

@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
-OWN = {"harness", "conftest"} | {path.stem for path in (ROOT / "tests").rglob("*.py")}
+OWN = {"harness", "analysis", "conftest"} | {path.stem for path in (ROOT / "tests").rglob("*.py")}
 
 
 def third_party_imports(*folders: str) -> dict[str, str]:
@@ -45,7 +45,7 @@ def test_every_import_is_declared() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     runtime = {canonicalize_name(Requirement(line).name) for line in project["dependencies"]}
     test = runtime | {canonicalize_name(Requirement(line).name) for line in project["optional-dependencies"]["test"]}
-    shipped, tested = third_party_imports("harness", "benchmarks", "scripts"), third_party_imports("tests")
+    shipped, tested = third_party_imports("harness", "analysis", "benchmarks", "scripts"), third_party_imports("tests")
     assert {"pydantic", "yaml", "polyaxon"} <= shipped.keys() and "pytest" in tested  # the walk sees imports
     assert undeclared(shipped, runtime) == []
     assert undeclared(tested, test) == []

@@ -8,25 +8,37 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "harness"
+ANALYSIS = ROOT / "analysis"  # the card's top-level stage: join, comparison, diagnosis, report
 MAX_MODULE_LINES = 400
+# The pipeline, first to last: each stage may import only the stages before it.
+STAGE_ORDER = ("base", "predict", "observe", "calibrate", "inventory", "measure", "track", "launch", "analysis",
+               "dev", "cli")
 
 
 def stage_of(module: str) -> str:
-    """'harness.measure.runner' → 'measure'; a top-level module ('harness.errors') is the base, 'cli' the top."""
+    """'harness.measure.runner' → 'measure', 'analysis.report' → 'analysis'; a top-level module
+    ('harness.errors') is the base, 'cli' the top."""
     parts = module.split(".")
+    if parts[0] == "analysis":
+        return "analysis"
     if len(parts) > 2:
         return parts[1]
     return "cli" if parts[1:] == ["cli"] else "base"
 
 
+def modules() -> list[Path]:
+    return [*PACKAGE.rglob("*.py"), *ANALYSIS.rglob("*.py")]
+
+
 def stage_imports() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in modules():
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         source = stage_of(module) if module != "harness" else "base"
         graph.setdefault(source, set())
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness."):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in {"harness",
+                                                                                                 "analysis"}:
                 target = stage_of(node.module)
                 if target != source:
                     graph[source].add(target)
@@ -34,21 +46,23 @@ def stage_imports() -> dict[str, set[str]]:
 
 
 def test_no_module_is_longer_than_one_person_holds_in_mind() -> None:
-    modules = list(PACKAGE.rglob("*.py"))
-    assert len(modules) >= 60 and PACKAGE / "explain" / "diagnose.py" in modules
-    long = {str(path.relative_to(ROOT)): lines for path in modules
+    found = modules()
+    assert len(found) >= 60 and ANALYSIS / "diagnose.py" in found
+    long = {str(path.relative_to(ROOT)): lines for path in found
             if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert long == {}
 
 
 def test_stages_import_no_later_stage() -> None:
     graph = stage_imports()
-    assert {"base", "measure", "observe", "explain", "cli"} <= graph.keys() and "measure" in graph["cli"]
+    assert set(graph) == set(STAGE_ORDER) and "measure" in graph["cli"] and "analysis" in graph["cli"]
     try:
-        order = list(TopologicalSorter(graph).static_order())
+        TopologicalSorter(graph).static_order()
     except CycleError as cycle:
         raise AssertionError(f"package cycle: {cycle.args[1]}") from None
-    assert order[0] == "base" and order[-1] == "cli"
+    later = {stage: sorted(target for target in targets if STAGE_ORDER.index(target) > STAGE_ORDER.index(stage))
+             for stage, targets in graph.items()}
+    assert {stage: targets for stage, targets in later.items() if targets} == {}
     assert graph["base"] == set()  # errors, schema, the Polyaxon call: every stage may use them, they use none
 
 
@@ -56,5 +70,6 @@ def test_the_readme_layout_names_every_stage_package_and_nothing_else() -> None:
     layout = re.search(r"## Layout\n```\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
     listed = set(re.findall(r"^  (\w+)/", layout, re.M))  # the stage folders, indented under harness/
     packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
-    assert len(packages) >= 8 and {"measure", "explain"} <= packages
+    assert len(packages) >= 8 and {"measure", "inventory"} <= packages
     assert listed == packages
+    assert re.search(r"^analysis/ ", layout, re.M), "the README layout names the top-level analysis/ stage"

@@ -35,7 +35,7 @@ def quoted_names(path: Path) -> set[str]:
 def test_the_analysis_cites_declared_outputs_through_the_schema_only() -> None:
     """A quoted output name in the analysis would escape the check above. Inputs (`max_num_seqs`, `block_size`)
     and the figures the analysis derives (`kv_tokens_needed_padded`) are no component's outputs, so they stay."""
-    modules = sorted((ROOT / "harness" / "explain").glob("*.py"))
+    modules = sorted((ROOT / "analysis").glob("*.py"))
     assert len(modules) >= 6 and "diagnose.py" in {path.name for path in modules}
     quoted = {path.name: quoted_names(path) for path in modules}
     assert "max_num_seqs" in quoted["diagnose.py"]  # the scan reads the analysis's strings

@@ -30,7 +30,7 @@ def emulate(
     import os
 
     from harness.dev.emulator import EmulatorConfig, serve
-    from harness.measure.auth import API_KEY_ENV
+    from harness.server_auth import API_KEY_ENV
 
     serve(
         validate_options(EmulatorConfig, dict(
@@ -69,7 +69,7 @@ def demo(
     out: Path | None = typer.Option(None, help="directory for the demo's runs and report (default: runs/demo-TIME)"),
     repeats: int = typer.Option(1, help="runs per point, each with its own engine: the report shows the spread"),
 ) -> None:
-    """The whole loop on this machine: predict, launch the real CPU engine, measure a sweep, explain."""
+    """The whole loop on this machine: predict, launch the real CPU engine, measure a sweep, analyse it."""
     import time
 
     from rich.console import Console

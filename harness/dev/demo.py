@@ -1,4 +1,4 @@
-"""`harness demo`: the whole loop on one machine with no GPU — predict, launch, measure, explain.
+"""`harness demo`: the whole loop on one machine with no GPU — predict, launch, measure, analyse.
 
 The real vLLM engine (CPU build) serves the generated tiny model; the production polyaxonfiles are
 compiled with Polyaxon's compiler and executed as local processes (the local-cpu preset sizes the KV
@@ -17,14 +17,14 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
+from analysis.report import WrittenReport, write_report
 from harness.dev.tiny_model import ensure_tiny_model
 from harness.errors import EXIT_INVALID, HarnessError
-from harness.explain.report import WrittenReport, write_report
+from harness.inventory.frozen import load_inventory
 from harness.launch.engine_auth import API_KEY_ENV
 from harness.launch.engine_process import engine_python
 from harness.launch.local_executor import run_locally
 from harness.launch.specs import render
-from harness.measure.inventory import load_inventory
 from harness.paths import output_directory
 from harness.predict.budget_plan import BudgetOptions, plan_budget
 from harness.predict.budget_table import budget_renderable

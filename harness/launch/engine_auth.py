@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.measure.auth import API_KEY_ENV
+from harness.server_auth import API_KEY_ENV
 
 
 def refuse_unauthenticated(

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.inventory.frozen import Inventory
 from harness.launch.engine_args import engine_options, option_value
 from harness.launch.engine_process import EngineStartError, start_engine
-from harness.measure.inventory import Inventory
 from harness.measure.record import RunConfig
 from harness.measure.runner import run_load
 from harness.measure.stats import RunSummary

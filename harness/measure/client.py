@@ -20,8 +20,8 @@ import aiohttp
 import httpx
 from pydantic import BaseModel
 
-from harness.measure.auth import auth_headers
 from harness.measure.send_path import Sending, SendTurn, aiohttp_transport
+from harness.server_auth import auth_headers
 
 JSON = {"Content-Type": "application/json"}
 STALL_SLACK = 0.05  # share of the stall timeout a stall may be reported late by (see StreamingClient._receive)
@@ -83,7 +83,7 @@ class ClientSettings:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 300.0  # from sending to the first response byte: queueing in the server counts
     stall_timeout_s: float = 60.0  # the longest silence once the response has started
-    api_key: str | None = field(default=None, repr=False)  # None: $VLLM_API_KEY (see harness.measure.auth)
+    api_key: str | None = field(default=None, repr=False)  # None: $VLLM_API_KEY (see harness.server_auth)
 
 
 def request_body(model: str, prompt: PromptRequest, temperature: float) -> tuple[str, dict]:

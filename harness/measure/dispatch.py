@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
+from harness.inventory.frozen import Inventory, InventoryPrompt
 from harness.measure.client import ErrorClass, PromptRequest, RequestRecord, StreamingClient
-from harness.measure.inventory import Inventory, InventoryPrompt
 from harness.measure.record import RunConfig
 from harness.measure.schedule import Slot, plan
 

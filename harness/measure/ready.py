@@ -20,8 +20,8 @@ from typing import Literal
 import httpx
 
 from harness.errors import HarnessError
-from harness.measure.auth import REFUSED_STATUSES, auth_headers, check_not_refused, refused_error
 from harness.measure.send_path import aiohttp_transport
+from harness.server_auth import REFUSED_STATUSES, auth_headers, check_not_refused, refused_error
 
 HEALTH_PATH = "/health"
 POLL_S = 1.0

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import HarnessError, describe_option_error
-from harness.measure.inventory import Inventory, load_inventory
+from harness.inventory.frozen import Inventory, load_inventory
 from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION, RunConfig, Slo
 from harness.measure.schedule import LoadShape
 from harness.measure.timeouts import request_timeouts

@@ -23,10 +23,10 @@ from rich.console import Console
 from rich.progress import Progress
 
 from harness.errors import HarnessError
+from harness.inventory.check import check_fits, prompt_token_mismatches
+from harness.inventory.frozen import Inventory
 from harness.measure.client import ClientSettings, RequestRecord, StreamingClient
 from harness.measure.dispatch import send_all
-from harness.measure.inventory import Inventory
-from harness.measure.inventory_check import check_fits, prompt_token_mismatches
 from harness.measure.loop_lag import LoopLagProbe
 from harness.measure.ready import discover_server
 from harness.measure.record import (

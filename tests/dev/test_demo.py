@@ -19,7 +19,7 @@ from polyaxon.client import ProjectClient, RunClient
 from rich.console import Console
 
 from harness.dev.demo import CONCURRENCY, INVENTORY, run_demo
-from harness.measure.inventory import load_inventory
+from harness.inventory.frozen import load_inventory
 from harness.measure.record import read_requests, read_samples
 from harness.model_identity import read_identity
 from harness.predict.model_shape import PINNED_REVISION

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from polyaxon.client import ProjectClient, RunClient
 
+from harness.inventory.build import build_token_id_inventory
+from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.launch.specs import load_operation, render
 from harness.measure.client import ErrorClass
-from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
-from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.record import Slo
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load

@@ -20,7 +20,7 @@ from harness.errors import HarnessError
 from harness.launch.engine_args import option_value
 from harness.launch.engine_process import engine_python, local_engine, local_engine_words, stop_process_group
 from harness.launch.specs import render
-from harness.measure.auth import auth_headers
+from harness.server_auth import auth_headers
 
 from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 

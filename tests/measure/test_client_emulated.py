@@ -23,10 +23,10 @@ import psutil
 import pytest
 
 from harness.errors import HarnessError
+from harness.inventory.build import build_token_id_inventory
+from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.loopback import free_port
 from harness.measure.client import ClientSettings, ErrorClass, PromptRequest, StreamingClient
-from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
-from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.record import read_requests, read_samples
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load

@@ -18,9 +18,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.inventory.build import build_token_id_inventory
+from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.client import STALL_SLACK, ErrorClass
-from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
-from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.record import read_requests
 from harness.track.tracking import run_io
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.diagnose import SCHEDULING, diagnose
 from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
-from harness.explain.diagnose import SCHEDULING, diagnose
-from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
-from harness.measure.inventory_build import build_token_id_inventory
+from harness.inventory.build import build_token_id_inventory
+from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
-from harness.measure.inventory import (
+from harness.inventory.build import build_token_id_inventory
+from harness.inventory.frozen import (
     TokenIdRecipe,
     VocabularyRange,
     load_inventory,
     write_inventory,
 )
-from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.record import read_requests, read_samples
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load

@@ -17,10 +17,10 @@ import pytest
 from polyaxon.client import ProjectClient, RunClient
 
 from harness.errors import HarnessError
+from harness.inventory.build import build_token_id_inventory
+from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.launch.experiment import measure
 from harness.loopback import free_port
-from harness.measure.inventory import TokenIdRecipe, VocabularyRange, write_inventory
-from harness.measure.inventory_build import build_token_id_inventory
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.explain.compare import compare_one_limit
-from harness.explain.diagnose import (
+from analysis.compare import compare_one_limit
+from analysis.diagnose import (
     CLIENT,
     COMPUTE,
     FRONTEND,
@@ -22,8 +22,8 @@ from harness.explain.diagnose import (
     diagnose_runs,
     lowest_load_run,
 )
-from harness.explain.sources import runs_from_directories
-from harness.explain.table import build_table
+from analysis.sources import runs_from_directories
+from analysis.table import build_table
 from harness.measure.client import ErrorClass
 
 from run_records import STARVED_LOG, write_failed_run, write_run

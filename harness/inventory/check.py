@@ -13,9 +13,9 @@ import httpx
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.measure.auth import auth_headers, check_not_refused
-from harness.measure.inventory import Inventory, InventoryPrompt
+from harness.inventory.frozen import Inventory, InventoryPrompt
 from harness.redact import refuse_url_credentials
+from harness.server_auth import auth_headers, check_not_refused
 
 
 def check_fits(inventory: Inventory, max_model_len: int) -> None:

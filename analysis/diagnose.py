@@ -7,7 +7,7 @@ a front end that spent most of each request's time explains latency before compu
 no queue can be compute-bound, and only against a baseline from the same comparison.
 
 Every rule reads only the figures it cites, so a verdict's evidence implies the verdict under the
-thresholds it states — checked for every rule in tests/explain/test_analysis_diagnose.py. Queues are read from
+thresholds it states — checked for every rule in tests/analysis/test_analysis_diagnose.py. Queues are read from
 vLLM's queue-time histogram (a request that waited shows there whether or not a scrape caught it), with
 the sampled peak as a second witness; the live KV population is padded to whole blocks, as vLLM
 allocates it.
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.explain.table import PEAK_RUNNING
+from analysis.table import PEAK_RUNNING
 from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION
 from harness.schema import Output
 

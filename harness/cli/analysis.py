@@ -23,7 +23,7 @@ def report(
     out: Path = typer.Option(..., help="directory for report.md, report.html and the plots"),
 ) -> None:
     """Compare runs along one limit, say which limit bound each run, and write Markdown and HTML."""
-    from harness.explain.report import write_report
+    from analysis.report import write_report
     from harness.polyaxon_project import parse_project
 
     if api_limit < 1:

@@ -18,14 +18,13 @@ from typing import Any
 
 import pandas as pd
 
-from harness.errors import HarnessError
-from harness.explain.compare import (
+from analysis.compare import (
     Comparison,
     compare_one_limit,
     point_differences,
     shown_value,
 )
-from harness.explain.diagnose import (
+from analysis.diagnose import (
     CLIENT,
     COMPUTE,
     FRONTEND,
@@ -37,13 +36,14 @@ from harness.explain.diagnose import (
     Verdict,
     diagnose_runs,
 )
-from harness.explain.plots import (
+from analysis.plots import (
     latency_vs_limit_png,
     server_series_png,
     throughput_vs_ttft_png,
 )
-from harness.explain.sources import DEFAULT_API_LIMIT, collect_runs
-from harness.explain.table import PEAK_RUNNING, RunTable, build_table
+from analysis.sources import DEFAULT_API_LIMIT, collect_runs
+from analysis.table import PEAK_RUNNING, RunTable, build_table
+from harness.errors import HarnessError
 from harness.paths import output_directory
 from harness.redact import redact_text
 from harness.schema import Output

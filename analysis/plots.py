@@ -8,7 +8,7 @@ import numbers
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.explain.compare import Comparison, shown_value
+from analysis.compare import Comparison, shown_value
 from harness.schema import Output
 
 LATENCY_PANELS = (("time to first token", (Output.TTFT_MS_P50, Output.TTFT_MS_P99)),

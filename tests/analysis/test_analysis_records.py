@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.explain.sources import (
+from analysis.sources import (
     collect_runs,
     runs_from_directories,
     runs_from_offline_root,
     runs_from_polyaxon,
 )
-from harness.explain.table import build_table
+from analysis.table import build_table
+from harness.errors import HarnessError
 from harness.schema import RunFile
 from harness.track.tracking import track_run
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from analysis.compare import REAL, SPREAD_UNKNOWN, WITHIN_SPREAD, compare_one_limit, point_differences
+from analysis.sources import runs_from_directories
+from analysis.table import build_table
 from harness.errors import HarnessError
-from harness.explain.compare import REAL, SPREAD_UNKNOWN, WITHIN_SPREAD, compare_one_limit, point_differences
-from harness.explain.sources import runs_from_directories
-from harness.explain.table import build_table
 
 from run_records import write_run
 

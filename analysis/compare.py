@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.table import PEAK_RUNNING, RunTable
 from harness.errors import HarnessError
-from harness.explain.table import PEAK_RUNNING, RunTable
 from harness.schema import Output
 
 # Inputs that identify a run rather than configure it: every point of a sweep has its own service run.

@@ -18,7 +18,7 @@ import pydantic
 from pydantic import Field, model_validator
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.measure.inventory_recipe import (
+from harness.inventory.recipe import (
     FrozenModel,
     InventoryName,
     PositiveTokens,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.sources import SourcedRun
 from harness.errors import HarnessError
-from harness.explain.sources import SourcedRun
 
 PEAK_RUNNING = "peak_running_requests"
 

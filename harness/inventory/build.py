@@ -19,7 +19,7 @@ import numpy as np
 import pydantic
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.measure.inventory import (
+from harness.inventory.frozen import (
     MANIFEST_FILE,
     PROMPTS_FILE,
     Inventory,
@@ -29,7 +29,7 @@ from harness.measure.inventory import (
     assemble_inventory,
     make_prompt,
 )
-from harness.measure.inventory_recipe import MAX_PROMPTS, SALT_TOKENS, InventoryName, TextRecipe, TokenIdRecipe
+from harness.inventory.recipe import MAX_PROMPTS, SALT_TOKENS, InventoryName, TextRecipe, TokenIdRecipe
 from harness.paths import output_directory, read_text
 
 # The command-line option each recipe field comes from, so a refused field names what the user typed.

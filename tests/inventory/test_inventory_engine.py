@@ -12,25 +12,25 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
-from harness.measure.auth import auth_headers
-from harness.measure.inventory import (
+from harness.inventory.build import (
+    build_text_inventory,
+    build_token_id_inventory,
+    text_recipe,
+    token_id_recipe,
+)
+from harness.inventory.check import (
+    check_fits,
+    prompt_token_mismatches,
+    verify_with_server,
+)
+from harness.inventory.frozen import (
     Inventory,
     assemble_inventory,
     load_inventory,
     make_prompt,
     write_inventory,
 )
-from harness.measure.inventory_build import (
-    build_text_inventory,
-    build_token_id_inventory,
-    text_recipe,
-    token_id_recipe,
-)
-from harness.measure.inventory_check import (
-    check_fits,
-    prompt_token_mismatches,
-    verify_with_server,
-)
+from harness.server_auth import auth_headers
 
 from conftest import local_cpu_engine
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.explain.diagnose import KV_CAPACITY, SCHEDULING
-from harness.explain.report import write_report
+from analysis.diagnose import KV_CAPACITY, SCHEDULING
+from analysis.report import write_report
 from harness.launch.local_executor import run_locally
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

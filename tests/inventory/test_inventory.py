@@ -14,7 +14,22 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.measure.inventory import (
+from harness.inventory.build import (
+    build_text_inventory,
+    build_token_id_inventory,
+    check_rebuilds,
+    rebuild,
+    salted,
+    text_recipe,
+    token_id_recipe,
+    token_shapes,
+)
+from harness.inventory.check import (
+    check_fits,
+    prompt_token_mismatches,
+    verify_with_server,
+)
+from harness.inventory.frozen import (
     MANIFEST_FILE,
     PROMPTS_FILE,
     Inventory,
@@ -25,22 +40,7 @@ from harness.measure.inventory import (
     make_prompt,
     write_inventory,
 )
-from harness.measure.inventory_build import (
-    build_text_inventory,
-    build_token_id_inventory,
-    check_rebuilds,
-    rebuild,
-    salted,
-    text_recipe,
-    token_id_recipe,
-    token_shapes,
-)
-from harness.measure.inventory_check import (
-    check_fits,
-    prompt_token_mismatches,
-    verify_with_server,
-)
-from harness.measure.inventory_recipe import SALT_TOKENS
+from harness.inventory.recipe import SALT_TOKENS
 
 SMALL_VOCABULARY = VocabularyRange(low=3, high=50, excluded_ids=[10, 11, 12])
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.explain.report import write_report
+from analysis.report import write_report
 
 from run_records import STARVED_LOG, write_failed_run, write_run
 

@@ -1,0 +1,137 @@
+"""`harness prompts`: build and verify frozen, token-counted inventories."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from harness.cli.app import app, one_line_errors
+from harness.errors import HarnessError
+
+prompts_app = typer.Typer(no_args_is_help=True, help="Frozen, token-counted prompt inventories.")
+prompts_build_app = typer.Typer(no_args_is_help=True, help="Build an inventory; the same recipe gives the same bytes.")
+prompts_app.add_typer(prompts_build_app, name="build")
+app.add_typer(prompts_app, name="prompts")
+
+
+@prompts_build_app.command("token-ids")
+@one_line_errors
+def prompts_build_token_ids(
+    out: Path = typer.Argument(..., help="inventory directory to write"),
+    vocab_high: int = typer.Option(..., help="one past the last allowed token id (special ids above it)"),
+    vocab_low: int = typer.Option(0, help="first allowed token id"),
+    exclude_ids: str = typer.Option("", help="comma-separated ids inside the range never to use"),
+    prompt_tokens: str = typer.Option(..., help="comma-separated prompt lengths, tokens"),
+    output_cap_tokens: str = typer.Option(..., help="one output cap for all, or one per prompt length"),
+    count: int = typer.Option(1, help="prompts per listed length"),
+    shared_prefix_tokens: int = typer.Option(0, help="leading tokens every prompt shares"),
+    salt: str | None = typer.Option(None, help="per-run salt: unique leading tokens defeat prefix-cache hits"),
+    seed: int = typer.Option(0, help="numpy Generator seed"),
+    name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
+    tokenizer: str | None = typer.Option(None, help="tokenizer directory or hub id the ids are meant for: "
+                                         "--vocab-high beyond it is refused, special ids in range warned about"),
+    revision: str | None = typer.Option(None, help="pinned hub revision of --tokenizer"),
+) -> None:
+    """Seeded token-id prompts of exact lengths, sent to /v1/completions as-is."""
+    from harness.inventory.build import (
+        build_token_id_inventory,
+        check_vocabulary,
+        int_list,
+        inventory_directory,
+        inventory_name,
+        token_id_recipe,
+        token_shapes,
+    )
+    from harness.inventory.frozen import write_inventory
+
+    inventory_directory(out)
+    name = inventory_name(name, out)
+    lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
+    excluded = int_list(exclude_ids, "--exclude-ids", minimum=0)
+    vocabulary = {"low": vocab_low, "high": vocab_high, "excluded_ids": excluded}
+    if tokenizer is not None:
+        for warning in check_vocabulary(vocabulary, tokenizer, revision):
+            print(f"warning: {warning}", file=sys.stderr)
+    recipe = token_id_recipe(
+        vocabulary=vocabulary,
+        prompt_tokens=lengths,
+        output_cap_tokens=caps,
+        shared_prefix_tokens=shared_prefix_tokens,
+        salt=salt,
+        seed=seed,
+    )
+    inventory = build_token_id_inventory(name, recipe)
+    write_inventory(inventory, out)
+    print(f"{out}: {inventory.manifest.prompt_count} prompts, inventory_sha256 {inventory.digest}")
+
+
+@prompts_build_app.command("text")
+@one_line_errors
+def prompts_build_text(
+    out: Path = typer.Argument(..., help="inventory directory to write"),
+    corpus: Path = typer.Option(..., help="UTF-8 text file to cut prompts from"),
+    tokenizer: str = typer.Option(..., help="local tokenizer directory or hub id"),
+    revision: str | None = typer.Option(None, help="pinned hub revision (required for a hub id)"),
+    chat: bool = typer.Option(False, help="send as a chat message; count the templated prompt"),
+    prompt_tokens: str = typer.Option(..., help="comma-separated prompt lengths, tokens"),
+    output_cap_tokens: str = typer.Option(..., help="one output cap for all, or one per prompt length"),
+    count: int = typer.Option(1, help="prompts per listed length"),
+    seed: int = typer.Option(0, help="numpy Generator seed (picks corpus offsets)"),
+    name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
+) -> None:
+    """Corpus text cut to exact token counts as the server will count them."""
+    from harness.inventory.build import (
+        build_text_inventory,
+        inventory_directory,
+        inventory_name,
+        text_recipe,
+        token_shapes,
+    )
+    from harness.inventory.frozen import write_inventory
+
+    inventory_directory(out)
+    name = inventory_name(name, out)
+    lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
+    recipe = text_recipe(
+        corpus, tokenizer=tokenizer, tokenizer_revision=revision, chat=chat,
+        prompt_tokens=lengths, output_cap_tokens=caps, seed=seed,
+    )
+    inventory = build_text_inventory(name, recipe)
+    write_inventory(inventory, out)
+    print(f"{out}: {inventory.manifest.prompt_count} prompts, inventory_sha256 {inventory.digest}")
+
+
+@prompts_app.command("verify")
+@one_line_errors
+def prompts_verify(
+    inventory_dir: Path = typer.Argument(..., help="inventory directory"),
+    server: str | None = typer.Option(None, help="base URL of a running vLLM server to count every prompt"),
+    max_model_len: int | None = typer.Option(None, help="refuse prompts whose prompt + output cap exceed it"),
+    rebuild: bool = typer.Option(False, help="also rebuild from the manifest's recipe and compare"),
+) -> None:
+    """Re-hash an inventory (refusing any edit); optionally check it fits, rebuilds, and counts the same on a server."""
+    from harness.inventory.build import check_rebuilds
+    from harness.inventory.check import check_fits, verify_with_server
+    from harness.inventory.frozen import load_inventory
+    from harness.server_url import checked_server_url
+
+    if server is not None:
+        checked_server_url(server, "--server")
+    if max_model_len is not None and max_model_len < 1:
+        raise HarnessError(f"--max-model-len: {max_model_len} is not a positive number of tokens")
+    inventory = load_inventory(inventory_dir)
+    if max_model_len is not None:
+        check_fits(inventory, max_model_len)
+    if rebuild:
+        check_rebuilds(inventory)
+    print(f"{inventory_dir}: intact, {inventory.manifest.prompt_count} prompts, inventory_sha256 {inventory.digest}")
+    if server is None:
+        return
+    mismatches = verify_with_server(inventory, server)
+    for mismatch in mismatches:
+        print(f"mismatch {mismatch.describe()}")
+    if mismatches:
+        raise typer.Exit(1)
+    print(f"{server}: all {inventory.manifest.prompt_count} prompt token counts match")
