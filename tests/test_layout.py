@@ -12,7 +12,7 @@ ANALYSIS = ROOT / "analysis"  # the card's top-level stage: join, comparison, di
 MAX_MODULE_LINES = 400
 # The pipeline, first to last: each stage may import only the stages before it.
 STAGE_ORDER = ("base", "predict", "observe", "calibrate", "inventory", "measure", "track", "launch", "analysis",
-               "dev", "cli")
+               "search", "dev", "cli")
 
 
 def stage_of(module: str) -> str:
@@ -70,6 +70,6 @@ def test_the_readme_layout_names_every_stage_package_and_nothing_else() -> None:
     layout = re.search(r"## Layout\n```\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
     listed = set(re.findall(r"^  (\w+)/", layout, re.M))  # the stage folders, indented under harness/
     packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
-    assert len(packages) >= 8 and {"measure", "inventory"} <= packages
+    assert len(packages) >= 8 and {"measure", "inventory", "search"} <= packages
     assert listed == packages
     assert re.search(r"^analysis/ ", layout, re.M), "the README layout names the top-level analysis/ stage"

@@ -1,0 +1,1 @@
+"""The capacity search: the most load of a workload that meets an objective, bracketed by the prediction."""

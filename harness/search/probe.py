@@ -1,0 +1,40 @@
+"""One probe of a capacity search: a real run at one load, left as the record `harness run` leaves.
+
+Where the probe runs is a runner's business (one engine started here, or an ordinary run of
+experiment.yaml on a Polyaxon API); the search reads only the record directory a runner returns.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Knob(StrEnum):
+    """The load a search turns: requests in flight (closed loop) or arrivals per second (open loop)."""
+
+    CONCURRENCY = "concurrency"
+    RATE = "rate"
+
+
+class Probe(BaseModel):
+    """Which step of which search, at which load: what a probe's run is tagged with."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    search_id: str
+    step: int  # counted from 1 in the order the search measured
+    repeat: int  # counted from 1: a probe measured again (undecided or invalid) keeps its step
+    knob: Knob
+    value: float
+
+    def tags(self) -> list[str]:
+        return [f"search-{self.search_id}", f"search-step-{self.step}", f"search-repeat-{self.repeat}"]
+
+
+class ProbeRunner(Protocol):
+    def run(self, probe: Probe) -> Path:
+        """Measure one probe and return its run directory; the limits of the server stay as they are."""
