@@ -103,8 +103,10 @@ def capacity_from_sources(
     revision: str | None = None,
     gpu: str | None = None,
     stated: LogOverrides | None = None,
+    start: int | None = None,
 ) -> CapacityReport:
-    """Read at most one log source (a file or `-`, a local run, a Polyaxon run) and /metrics, then join."""
+    """Read at most one log source (a file or `-`, a local run, a Polyaxon run) and /metrics, then join.
+    `start` (counted from 1) picks one start of a log that holds several; by default the last."""
     sources = (("--log", log), ("--run", run_dir), ("--polyaxon-run", polyaxon_run))
     chosen = [name for name, value in sources if value is not None]
     if len(chosen) > 1:
@@ -113,6 +115,8 @@ def capacity_from_sources(
         raise HarnessError("nothing to read: give --log FILE|-, --run DIR, --polyaxon-run UUID or --metrics URL")
     check_given(log=log, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model,
                 revision=revision, gpu=gpu)
+    if start is not None and not chosen:
+        raise HarnessError(f"--start {start}: picks one start of a log; give the log too")
     text: str | None = None
     if log is not None:
         text = read_log_text(log)
@@ -124,7 +128,7 @@ def capacity_from_sources(
         where = {"--log": log, "--run": run_dir, "--polyaxon-run": polyaxon_run}[chosen[0]]
         raise HarnessError(f"{chosen[0]} {where}: the log is empty; expected a vLLM start-up log")
     snapshot = _metrics_snapshot(metrics) if metrics is not None else None
-    parsed = parse_startup_log(text) if text is not None else None
+    parsed = parse_startup_log(text, start) if text is not None else None
     return build_capacity_report(parsed, snapshot, model=model, revision=revision, gpu=gpu, stated=stated)
 
 

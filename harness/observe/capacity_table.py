@@ -26,7 +26,8 @@ def _observed_parts(report: CapacityReport) -> list[RenderableType]:
     parts: list[RenderableType] = []
     log = report.log
     if log is not None:
-        parts.append(Text(f"start-up log: {log.diagnosis}"))
+        which = f" (start {log.start} of {log.starts}; --start picks another)" if log.starts > 1 else ""
+        parts.append(Text(f"start-up log: {log.diagnosis}{which}"))
         facts = Table(show_header=False)
         for name in LOG_FIGURES:
             value = getattr(log, name)

