@@ -23,6 +23,8 @@ def capacity(
     gpu: str | None = typer.Option(None, help="GPU name or total GiB, for the waterfall when the log lacks it"),
     engine_version: str | None = typer.Option(None, help="vLLM version, when the log does not state it"),
     tensor_parallel_size: int | None = typer.Option(None, help="tensor-parallel size, when the log does not state it"),
+    pipeline_parallel_size: int | None = typer.Option(None, help="pipeline stages, when the log does not state "
+                                                      "them"),
     kv_cache_dtype: str | None = typer.Option(None, help="KV cache dtype, when the log does not state it"),
     start: int | None = typer.Option(None, help="which start of a log holding several, counted from 1 "
                                      "(default: the last)"),
@@ -36,6 +38,7 @@ def capacity(
     from harness.observe.capacity_table import capacity_renderable
 
     stated = LogOverrides.from_command_line(engine_version=engine_version, tensor_parallel_size=tensor_parallel_size,
+                                            pipeline_parallel_size=pipeline_parallel_size,
                                             kv_cache_dtype=kv_cache_dtype)
 
     report = capacity_from_sources(

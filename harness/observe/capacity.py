@@ -20,8 +20,9 @@ from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_be
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
-from harness.predict.budget import CapacityPrediction, predict_capacity
+from harness.predict.budget import CapacityPrediction
 from harness.predict.model_shape import ModelShape, load_model_shape
+from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.redact import refuse_url_credentials
 from harness.server_url import checked_server_url
 from harness.units import GiB
@@ -51,6 +52,8 @@ class PredictionInputs(pydantic.BaseModel):
     max_model_len: int
     kv_cache_dtype: str
     tensor_parallel_size: int
+    pipeline_parallel_size: int
+    stage_kv_bytes: list[int]  # each pipeline stage's KV memory; one stage holds the whole model
     max_num_batched_tokens: int | None
     engine_version: str | None
 
@@ -234,6 +237,7 @@ def _prediction_inputs(
     args = log.non_default_args or {}
     batched = args.get("max_num_batched_tokens")
     available, source, exact = budget
+    tp, pp = log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1
     return (
         PredictionInputs(
             model=model_name,
@@ -244,7 +248,9 @@ def _prediction_inputs(
             block_size_source=block_source,
             max_model_len=max_model_len,
             kv_cache_dtype=log.kv_cache_dtype or str(args.get("kv_cache_dtype", "auto")),
-            tensor_parallel_size=log.tensor_parallel_size or 1,
+            tensor_parallel_size=tp,
+            pipeline_parallel_size=pp,
+            stage_kv_bytes=_stage_kv_bytes(log, available, tp, pp),
             max_num_batched_tokens=batched if isinstance(batched, int) else None,
             engine_version=log.engine_version,
         ),
@@ -269,6 +275,13 @@ def _kv_budget(log: StartupCapacity, cache_config: dict[str, str] | None) -> tup
     return None
 
 
+def _stage_kv_bytes(log: StartupCapacity, available: int, tp: int, pp: int) -> list[int]:
+    """Each pipeline stage's KV memory: its ranks' logged figures where the budget is the logged memory and
+    every rank printed one; else the one budget for every stage (a reservation is the same on each GPU)."""
+    by_rank = log.available_kv_cache_bytes_by_rank if available == log.available_kv_cache_bytes else {}
+    return stage_memory(by_rank, available, tensor_parallel_size=tp, pipeline_parallel_size=pp) or [available] * pp
+
+
 def _block_size(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int, str]:
     if cache_config and _ascii_count(cache_config.get("block_size")):
         return int(cache_config["block_size"]), "/metrics cache_config_info"
@@ -280,10 +293,11 @@ def _block_size(log: StartupCapacity, cache_config: dict[str, str] | None) -> tu
     return size, f"vLLM's default for {device} (not stated by the log)"
 
 
-def _predict(shape: ModelShape, inputs: PredictionInputs, available_kv_bytes: int | None = None) -> CapacityPrediction:
-    return predict_capacity(
+def _predict(shape: ModelShape, inputs: PredictionInputs, offset_bytes: int = 0) -> CapacityPrediction:
+    """The prediction from the log's KV memory, each stage's moved by `offset_bytes` (the print's rounding)."""
+    return predict_pipeline_capacity(
         shape,
-        available_kv_bytes=inputs.available_kv_bytes if available_kv_bytes is None else available_kv_bytes,
+        [available + offset_bytes for available in inputs.stage_kv_bytes],
         block_size=inputs.block_size,
         max_model_len=inputs.max_model_len,
         kv_cache_dtype=inputs.kv_cache_dtype,
@@ -304,9 +318,8 @@ def _compare(
     """Each logged figure against the prediction; inexact KV inputs also get a rounding band."""
     bounds: tuple[CapacityPrediction, CapacityPrediction] | None = None
     if not inputs.available_kv_exact:
-        low = max(0, inputs.available_kv_bytes - GIB_PRINT_HALF_STEP_BYTES)
-        high = inputs.available_kv_bytes + GIB_PRINT_HALF_STEP_BYTES
-        bounds = (_predict(shape, inputs, low), _predict(shape, inputs, high))
+        half_step = GIB_PRINT_HALF_STEP_BYTES
+        bounds = (_predict(shape, inputs, -half_step), _predict(shape, inputs, half_step))
 
     figures: list[ComparedFigure] = []
 

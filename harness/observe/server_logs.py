@@ -63,6 +63,7 @@ class StartupCapacity(pydantic.BaseModel):
     kv_cache_dtype: str | None = None
     tensor_parallel_size: int | None = None
     tensor_parallel_size_from_ranks: bool = False  # no config line: counted from the workers' `TP<n>` prefixes
+    pipeline_parallel_size: int | None = None
     kv_cache_device: str | None = None
     kv_cache_tokens: int | None = None
     kv_cache_tokens_per_print: list[int] = []
@@ -187,8 +188,9 @@ def _assemble(
         found["kv_cache_memory_bytes"] = exact_reservation
     elif reserved is not None:
         found["kv_cache_memory_bytes"] = reserved
-    if found.get("tensor_parallel_size") is None and isinstance(args.get("tensor_parallel_size"), int):
-        found["tensor_parallel_size"] = args["tensor_parallel_size"]
+    for parallel in ("tensor_parallel_size", "pipeline_parallel_size"):
+        if found.get(parallel) is None and isinstance(args.get(parallel), int):
+            found[parallel] = args[parallel]
     if found.get("tensor_parallel_size") is None and (ranks := tensor_parallel_ranks(lines)):
         found.update(tensor_parallel_size=max(ranks) + 1, tensor_parallel_size_from_ranks=True)
 
