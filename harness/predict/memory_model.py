@@ -318,7 +318,7 @@ FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=36.29,
     non_torch_gib=0.519,
     cuda_context_gib=0.0,
-    cuda_graph_gib=0.5,
+    cuda_graph_gib=0.55,
     fitted_on=[
         "v0101-gpt-oss-120b-a100-tp4-util08",
         "v0101-qwen2-7b-a100-40gb-tp2-two-nodes",
@@ -334,5 +334,7 @@ FITTED_CONSTANTS = MemoryConstants(
         "v085-r1-distill-qwen-14b-len32768",
         "v09-qwen3-06b-v0-util08",
         "v090-llama31-8b-len16384-lmcache",
+        "v092-qwen25-14b-tp4-len16384",
+        "v092-qwen3-14b-tp4-len8192",
     ],
 )
