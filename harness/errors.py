@@ -71,9 +71,9 @@ def describe_option_error(error: pydantic.ValidationError, flags: Mapping[str, s
     '--block-size: vLLM's block sizes are 1, 8, ..., not 17'. `flags` maps fields whose flag differs."""
     first = error.errors()[0]
     if not first["loc"]:  # a rule across fields: its own words, the flags in place of the fields
-        context = first.get("ctx") or {}
         if first["type"] != FIELDS_RULE:
             return describe_validation_error(error, "command line")
+        context = first.get("ctx") or {}
         message = str(context["rule"])
         for placeholder, field in context.items():
             message = message.replace(f"{{{placeholder}}}", flag_of(str(field), flags))

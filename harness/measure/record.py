@@ -36,6 +36,8 @@ RECORD_SCHEMA_VERSION = 1
 # Any one of these makes a directory a run record that a new run must not write into.
 RUN_FILES = {RunFile.CONFIG, RunFile.ENVIRONMENT, RunFile.ENGINE, RunFile.CAPACITY, RunFile.ENGINE_LOG, RunFile.SUMMARY,
              RunFile.REQUESTS, RunFile.REQUESTS_PARQUET, RunFile.SAMPLES, RunFile.TRACKING}
+
+
 class RunConfig(BaseModel):
     schema_version: int = RECORD_SCHEMA_VERSION
     run_id: str
