@@ -1,4 +1,4 @@
-"""The demo end to end on the real CPU engine: the README's sweep, through the local executor, explained.
+"""The demo end to end on the real CPU engine: the README's sweep, through the local executor, analysed.
 
 One sweep (max_num_seqs 1, 2, 4, 8 against 8 requests in flight of 600 + 300 tokens for 12 s, a 4,096-token
 KV cache) is run once for the module; each test reads what it must show from the records, the report and
