@@ -6,7 +6,6 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from harness.launch.engine_process import engine_python, local_engine, local_eng
 from harness.launch.specs import render
 from harness.server_auth import auth_headers
 
+import child_programs
 from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
 
@@ -78,23 +78,11 @@ def test_a_port_in_use_is_refused_before_the_engine_starts(tiny_model_dir: Path,
     assert not (tmp_path / "e.log").exists()
 
 
-STUBBORN_TREE = """
-import signal, subprocess, sys, time
-child = subprocess.Popen(
-    [sys.executable, "-c",
-     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(600)"],
-    stdout=subprocess.PIPE,
-)
-child.stdout.readline()
-print(child.pid, flush=True)
-time.sleep(600)
-"""
-
-
 def test_stopping_kills_a_child_that_ignores_sigterm_after_the_grace_period() -> None:
     leader = subprocess.Popen(
-        [sys.executable, "-c", STUBBORN_TREE], stdout=subprocess.PIPE, text=True, start_new_session=True
+        child_programs.argv("stubborn-tree"), stdout=subprocess.PIPE, text=True, start_new_session=True
     )
+    assert leader.stdout is not None
     child_pid = int(leader.stdout.readline())
     assert sorted(live_group_members(leader.pid)) == sorted([leader.pid, child_pid])
     started = time.monotonic()
@@ -159,23 +147,13 @@ def test_engine_start_failures_end_promptly_with_the_engine_error(
     assert time.monotonic() - started < 240  # well before the 600 s health deadline: exit was noticed
 
 
-CALLER = """
-import json, sys, time
-from pathlib import Path
-sys.path.insert(0, {tests!r})
-from conftest import local_cpu_engine
-with local_cpu_engine(Path({model!r}), Path({log!r})) as engine:
-    print(json.dumps({{"pid": engine.pid}}), flush=True)
-    time.sleep(3600)
-"""
-
-
 @pytest.mark.engine
 @pytest.mark.parametrize("caller_signal", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_no_engine_process_outlives_a_killed_caller(tiny_model_dir: Path, tmp_path: Path, caller_signal) -> None:
-    script = CALLER.format(tests=str(Path(__file__).parents[1]), model=str(tiny_model_dir), log=str(tmp_path / "e.log"))
-    caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    caller = subprocess.Popen(child_programs.argv("engine-caller", str(tiny_model_dir), str(tmp_path / "e.log")),
+                              stdout=subprocess.PIPE, text=True)
     try:
+        assert caller.stdout is not None
         line = caller.stdout.readline()
         engine_pid = json.loads(line)["pid"]
         assert len(live_group_members(engine_pid)) >= 3  # API server, engine core, worker

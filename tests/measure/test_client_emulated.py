@@ -11,7 +11,6 @@ import itertools
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
 from harness.measure.stats import MAX_LOOP_STALL_SHARE, MIN_LOOP_STALLED_MS, RunSummary
 
+import child_programs
 from conftest import emulator
 
 
@@ -53,14 +53,11 @@ def run(inventory_dir: Path, base_url: str, out: Path, *, max_tokens: int | None
     return run_load(config, inventory, out, ready_timeout_s=20)
 
 
-BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
-
-
 @contextmanager
 def busy_cores(seconds: float) -> Iterator[list[subprocess.Popen]]:
     """A second workload at the harness's own priority: one busy process per core this test may use, each
     ending by itself after `seconds` at the latest and killed on the way out."""
-    loops = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(seconds=seconds)])
+    loops = [subprocess.Popen(child_programs.argv("busy-loop", str(seconds)))
              for _ in os.sched_getaffinity(0)]
     try:
         yield loops
