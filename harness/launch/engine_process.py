@@ -209,7 +209,7 @@ def _hub_env(argv: list[str]) -> dict[str, str]:
     return {"HF_HUB_OFFLINE": "1"} if model and Path(model).is_dir() else {}
 
 
-def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+def stop_process_group(process: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the engine's group, SIGKILL it after the grace period; no engine core or worker survives."""
     pgid = process.pid
     _signal_group(pgid, signal.SIGTERM)
