@@ -230,7 +230,7 @@ def cases(table: list[tuple[str, str, list[str]]]) -> list[Any]:
 
 def command_of(base: str) -> Any:
     """The click command a base's words name: 'prompts build text' → that leaf."""
-    command = typer.main.get_command(app)
+    command: Any = typer.main.get_command(app)
     for word in BASES[base]:
         if not getattr(command, "commands", None):
             break
