@@ -6,6 +6,7 @@ import json
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +18,13 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.errors import HarnessError
 from harness.launch.engine_args import option_value
-from harness.launch.engine_process import engine_python, local_engine, local_engine_words, stop_process_group
+from harness.launch.engine_process import (
+    WATCHDOG,
+    engine_python,
+    local_engine,
+    local_engine_words,
+    stop_process_group,
+)
 from harness.launch.specs import render
 from harness.server_auth import auth_headers
 
@@ -90,6 +97,33 @@ def test_stopping_kills_a_child_that_ignores_sigterm_after_the_grace_period() ->
     elapsed_s = time.monotonic() - started
     assert wait_until_group_gone(leader.pid, timeout_s=5) == []
     assert 1.0 <= elapsed_s < 5.0  # the leader obeyed SIGTERM, the child needed the SIGKILL after 1 s
+
+
+def test_the_watchdog_stops_the_group_once_its_launcher_closes_the_pipe() -> None:
+    leader = subprocess.Popen(
+        child_programs.argv("stubborn-tree"), stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    watchdog = subprocess.Popen([sys.executable, "-I", str(WATCHDOG)], stdin=subprocess.PIPE, text=True)
+    try:
+        assert leader.stdout is not None and watchdog.stdin is not None
+        child_pid = int(leader.stdout.readline())
+        watchdog.stdin.write(f"{leader.pid} 1.0\n")
+        watchdog.stdin.flush()
+        with pytest.raises(subprocess.TimeoutExpired):
+            watchdog.wait(timeout=0.5)  # it waits while the pipe is open
+        assert sorted(live_group_members(leader.pid)) == sorted([leader.pid, child_pid])
+        started = time.monotonic()
+        watchdog.stdin.close()  # what the launcher's death does too
+        assert watchdog.wait(timeout=10) == 0
+        elapsed_s = time.monotonic() - started
+        leader.wait(timeout=10)
+        assert wait_until_group_gone(leader.pid, timeout_s=5) == []
+        assert 1.0 <= elapsed_s < 5.0  # the child ignored SIGTERM and needed the SIGKILL after the 1 s grace
+    finally:
+        leader.kill()
+        leader.wait(timeout=10)
+        watchdog.kill()
+        watchdog.wait(timeout=10)
 
 
 @pytest.mark.engine
