@@ -103,11 +103,11 @@ def write_record(run_dir: Path, *, max_num_seqs: int, requests: int, rng: np.ran
     (run_dir / "samples.jsonl").write_text("".join(sample.model_dump_json() + "\n" for sample in samples))
 
     window_s = float(end.max() - scheduled.min())
-    latency = {**distribution("ttft", ttft_s * 1000),
-               **distribution("tpot", tpot_s * 1000),
-               **distribution("itl", np.repeat(tpot_s * 1000, OUTPUT_TOKENS - 1)),
-               **distribution("e2e", (end - scheduled) * 1000),
-               **distribution("dispatch_lag", (dispatch - scheduled) * 1000)}
+    latency = {**distribution("ttft", (ttft_s * 1000).tolist()),
+               **distribution("tpot", (tpot_s * 1000).tolist()),
+               **distribution("itl", np.repeat(tpot_s * 1000, OUTPUT_TOKENS - 1).tolist()),
+               **distribution("e2e", ((end - scheduled) * 1000).tolist()),
+               **distribution("dispatch_lag", ((dispatch - scheduled) * 1000).tolist())}
     summary = RunSummary(
         requests_sent=requests, requests_measured=requests, requests_ok=requests, errors_by_class={},
         window_s=window_s, latency=latency, requests_per_s=requests / window_s,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.dev.tiny_model import ensure_tiny_model
@@ -42,7 +43,7 @@ def write_run(
     ttft_ms: float = 50.0,
     tpot_ms: float = 10.0,
     dispatch_lag_ms: float = 0.0,
-    samples: list[tuple[int, int, float, int]] = ((0, 4, 0.1, 0),),
+    samples: Sequence[tuple[int, int, float, int]] = ((0, 4, 0.1, 0),),
     log: str | None = STARTED_LOG,
     run_id: str | None = None,
     service_uuid: str | None = None,

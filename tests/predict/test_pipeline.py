@@ -38,9 +38,10 @@ def test_the_stage_with_fewest_blocks_sets_the_cache() -> None:
     # 14 and 13 layers with the same memory: the 14-layer stage has 13/14 of the other's blocks, so it decides
     shape = load_model_shape(str(CONFIGS / "deepseek-ai--DeepSeek-V2-Lite.json"))
     first, second = pipeline_stages(shape, 2)
-    arguments = {"block_size": 16, "max_model_len": 1024}
-    whole = predict_pipeline_capacity(shape, [10 * 2**30, 10 * 2**30], **arguments)
-    assert whole == predict_capacity(first, available_kv_bytes=10 * 2**30, **arguments)
-    assert whole.num_blocks < predict_capacity(second, available_kv_bytes=10 * 2**30, **arguments).num_blocks
-    assert predict_pipeline_capacity(shape, [10 * 2**30], **arguments) == predict_capacity(
-        shape, available_kv_bytes=10 * 2**30, **arguments)
+    memory = 10 * 2**30
+    whole = predict_pipeline_capacity(shape, [memory, memory], block_size=16, max_model_len=1024)
+    assert whole == predict_capacity(first, available_kv_bytes=memory, block_size=16, max_model_len=1024)
+    assert whole.num_blocks < predict_capacity(second, available_kv_bytes=memory, block_size=16,
+                                               max_model_len=1024).num_blocks
+    assert predict_pipeline_capacity(shape, [memory], block_size=16, max_model_len=1024) == predict_capacity(
+        shape, available_kv_bytes=memory, block_size=16, max_model_len=1024)
