@@ -20,6 +20,7 @@ from harness.inventory.frozen import (
     load_inventory,
     write_inventory,
 )
+from harness.measure.figures import PARTS, read_run_figures
 from harness.measure.record import read_requests, read_samples
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
@@ -91,3 +92,15 @@ def test_usage_counts_match_the_inventory(engine_run) -> None:
     # Random token ids share no prefix, so the run declared cold stays valid.
     assert summary.server.prefix_cache_hits_during_run_tokens == 0
     assert summary.valid, summary.invalid_reasons
+
+
+def test_every_figure_of_the_summary_parts_is_filled_by_the_real_engine(engine_run) -> None:
+    """The parts the emulator leaves empty (the engine's histograms) and every other part: each of their figures
+    has a value in a real engine's run, so none is a name that nothing fills."""
+    summary, run_dir, _ = engine_run
+    figures = read_run_figures(run_dir)
+    assert figures.summary == summary and figures.config.run_id == summary.run_id
+    parts = {part: getattr(summary, part).model_dump() for part in PARTS}
+    assert set(parts["engine"]) >= {"engine_queue_ms_mean", "frontend_share"}  # the scan reads the parts' figures
+    unfilled = {part: sorted(name for name, value in found.items() if value is None) for part, found in parts.items()}
+    assert {part: names for part, names in unfilled.items() if names} == {}
