@@ -4,7 +4,8 @@ outputs and artifacts at the end.
 Inputs and outputs are what the Polyaxon dashboard compares runs by, so their names are stable and carry
 their units. Inside a managed run the record's id already is the run's UUID; offline, the record's id
 becomes the offline run's UUID; a new run on an API gets the UUID the API assigns. Whichever it is, it is
-written back into the record (`tracking.json`), and analysis joins on it.
+written back into the record (`tracking.json`), and analysis joins on it. What is logged at the end is the
+record's figures contract (`measure.figures.RunFigures`), the same the analysis reads from a local record.
 
 Tracking starts before the engine does, so a run that times out or dies still shows its inputs and the
 series up to then. Series carry a `live_` prefix: Polyaxon also shows a series' last value as an output,
