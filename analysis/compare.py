@@ -13,15 +13,15 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.table import PEAK_RUNNING, RunTable
+from analysis.table import Derived, RunTable
 from harness.errors import HarnessError
-from harness.schema import Output
+from harness.schema import Input, Output
 
 # Inputs that identify a run rather than configure it: every point of a sweep has its own service run.
-IDENTITY_INPUTS = ("service_uuid",)
+IDENTITY_INPUTS = (Input.SERVICE_UUID,)
 COMPARED_FIGURES = (
     Output.TTFT_MS_P50, Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.TPOT_MS_P99, Output.E2E_MS_P99,
-    Output.REQUESTS_PER_S, Output.OUTPUT_TOKENS_PER_S, Output.PEAK_WAITING_REQUESTS, PEAK_RUNNING,
+    Output.REQUESTS_PER_S, Output.OUTPUT_TOKENS_PER_S, Output.PEAK_WAITING_REQUESTS, Derived.PEAK_RUNNING_REQUESTS,
     Output.PEAK_KV_CACHE_USAGE_FRACTION, Output.PREEMPTIONS_DURING_RUN, Output.KV_CACHE_TOKENS_LOGGED,
     Output.KV_CACHE_TOKENS_PREDICTED, Output.ENGINE_WAITING_REQUESTS_MEAN, Output.ENGINE_RUNNING_REQUESTS_MEAN,
     Output.ENGINE_QUEUE_MS_MEAN, Output.ENGINE_DECODE_MS_MEAN, Output.FRONTEND_SHARE, Output.BURST_TOKEN_FRACTION,

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.table import PEAK_RUNNING
+from analysis.table import GROWTH, Derived
 from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION
-from harness.schema import Output
+from harness.schema import Input, Output
 
 WEIGHTS = "weights and start-up headroom"
 SERVER_FAILED = "server dead or failing (requests failed)"
@@ -51,7 +51,7 @@ FRONTEND_SHARE = 0.5
 # Latency this many times the comparison's lowest-load point, with no queue, is the engine out of compute;
 # smaller changes are within what scheduling noise on a shared machine does to a short run.
 LATENCY_GROWTH_FACTOR = 2.0
-LATENCY_FIGURES = (Output.TTFT_MS_P99, Output.TPOT_MS_P50)
+LATENCY_FIGURES = tuple(GROWTH)  # each compared with the baseline's as its `Derived` growth
 
 Figures = Mapping[str, Any]
 
@@ -88,7 +88,7 @@ def _queued(f: Figures) -> bool:
 
 
 def _memory_bound(f: Figures) -> bool:
-    needed, usable = _num(f, "kv_tokens_needed_padded"), _num(f, "kv_cache_tokens_usable")
+    needed, usable = _num(f, Derived.KV_TOKENS_NEEDED_PADDED), _num(f, Derived.KV_CACHE_TOKENS_USABLE)
     cache_full = _at_least(f, Output.PEAK_KV_CACHE_USAGE_FRACTION, HIGH_KV_USAGE_FRACTION) or (
         needed is not None and usable is not None and needed > usable)
     return (_num(f, Output.PREEMPTIONS_DURING_RUN) or 0) > 0 or (_queued(f) and cache_full)
@@ -100,17 +100,18 @@ def _failing(f: Figures) -> bool:
 
 
 def _grown(f: Figures) -> bool:
-    return any(_at_least(f, f"{name}_growth", LATENCY_GROWTH_FACTOR) for name in LATENCY_FIGURES)
+    return any(_at_least(f, GROWTH[name], LATENCY_GROWTH_FACTOR) for name in LATENCY_FIGURES)
 
 
 QUEUE = (Output.ENGINE_WAITING_REQUESTS_MEAN, Output.PEAK_WAITING_REQUESTS)
-MEMORY = (Output.PREEMPTIONS_DURING_RUN, *QUEUE, Output.PEAK_KV_CACHE_USAGE_FRACTION, "kv_tokens_needed_padded",
-          Output.KV_CACHE_TOKENS_LOGGED, "kv_cache_tokens_usable")
+MEMORY = (Output.PREEMPTIONS_DURING_RUN, *QUEUE, Output.PEAK_KV_CACHE_USAGE_FRACTION, Derived.KV_TOKENS_NEEDED_PADDED,
+          Output.KV_CACHE_TOKENS_LOGGED, Derived.KV_CACHE_TOKENS_USABLE)
+SEQUENCES = (Input.MAX_NUM_SEQS, Input.CONCURRENCY, Output.ENGINE_RUNNING_REQUESTS_MEAN)
 QUEUE_WORDS = (f"engine_waiting_requests_mean>={QUEUED_REQUESTS_MEAN} or "
                f"peak_waiting_requests>={QUEUED_REQUESTS_PEAK}")
 RULES = (
     Rule(WEIGHTS, (Output.ENGINE_STARTED, Output.ENGINE_ERROR, Output.ENGINE_FAILURE_STAGE,
-                   Output.MODEL_WEIGHTS_BYTES_LOGGED, "kv_cache_memory_bytes", "gpu_memory_utilization"),
+                   Output.MODEL_WEIGHTS_BYTES_LOGGED, Input.KV_CACHE_MEMORY_BYTES, Input.GPU_MEMORY_UTILIZATION),
          lambda f: f.get(Output.ENGINE_STARTED) is False or _present(f, Output.ENGINE_ERROR),
          "the engine did not start"),
     Rule(SERVER_FAILED,
@@ -122,17 +123,17 @@ RULES = (
                   Output.SEND_DELAY_MS_P99, Output.LOOP_STALL_SHARE, Output.LOOP_LAG_MS_MAX, Output.SAMPLE_GAP_S_MAX),
          lambda f: f.get(Output.VALID) is not True,
          "the run's own validity checks failed, or it recorded no summary"),
-    Rule(KV_CAPACITY, (*MEMORY, "max_num_seqs", "concurrency", Output.ENGINE_RUNNING_REQUESTS_MEAN), _memory_bound,
+    Rule(KV_CAPACITY, (*MEMORY, *SEQUENCES), _memory_bound,
          f"preemptions_during_run>0, or a queue ({QUEUE_WORDS}) with peak_kv_cache_usage_fraction>="
          f"{HIGH_KV_USAGE_FRACTION} or kv_tokens_needed_padded>kv_cache_tokens_usable"),
-    Rule(SCHEDULING, (*MEMORY, "max_num_seqs", "concurrency", Output.ENGINE_RUNNING_REQUESTS_MEAN),
+    Rule(SCHEDULING, (*MEMORY, *SEQUENCES),
          lambda f: _queued(f) and not _memory_bound(f), f"a queue ({QUEUE_WORDS}) without memory pressure"),
     Rule(FRONTEND, (*MEMORY, Output.FRONTEND_SHARE, Output.FRONTEND_MS_MEAN, Output.CLIENT_E2E_MS_MEAN,
                     Output.ENGINE_QUEUE_MS_MEAN, Output.ENGINE_PREFILL_MS_MEAN, Output.ENGINE_DECODE_MS_MEAN,
                     Output.BURST_TOKEN_FRACTION),
          lambda f: not _memory_bound(f) and not _queued(f) and _at_least(f, Output.FRONTEND_SHARE, FRONTEND_SHARE),
          f"no queue, and frontend_share>={FRONTEND_SHARE} of client_e2e_ms_mean outside the engine"),
-    Rule(COMPUTE, (*MEMORY, *(f"{name}_growth" for name in LATENCY_FIGURES), *LATENCY_FIGURES),
+    Rule(COMPUTE, (*MEMORY, *(GROWTH[name] for name in LATENCY_FIGURES), *LATENCY_FIGURES),
          lambda f: not _memory_bound(f) and not _queued(f) and _grown(f),
          f"no queue, and a latency at least {LATENCY_GROWTH_FACTOR:g}x the comparison's baseline run"),
     Rule(NO_LIMIT,
@@ -156,8 +157,8 @@ def lowest_load_run(runs: pd.DataFrame) -> str | None:
                      for _, row in runs.iterrows()]]
     if measured.empty:
         return None
-    keys = {uuid: (_num(row, "concurrency") or _num(row, "max_concurrency") or math.inf,
-                   _num(row, "rate_per_s") or 0.0, _num(row, PEAK_RUNNING) or 0.0,
+    keys = {uuid: (_num(row, Input.CONCURRENCY) or _num(row, Input.MAX_CONCURRENCY) or math.inf,
+                   _num(row, Input.RATE_PER_S) or 0.0, _num(row, Derived.PEAK_RUNNING_REQUESTS) or 0.0,
                    _num(row, Output.ACHIEVED_CONCURRENCY_MEAN) or 0.0)
             for uuid, row in measured.iterrows()}
     return str(min(keys, key=keys.__getitem__))
@@ -191,7 +192,7 @@ def run_figures(row: pd.Series, baseline: pd.Series | None) -> dict[str, Any]:
             per_token = name != Output.TPOT_MS_P50 or (row.get(Output.PER_TOKEN_LATENCY_PACED) is not False
                                                   and baseline.get(Output.PER_TOKEN_LATENCY_PACED) is not False)
             if value is not None and base and per_token:
-                figures[f"{name}_growth"] = value / base
+                figures[GROWTH[name]] = value / base
     return figures
 
 
@@ -203,11 +204,12 @@ def live_kv_figures(f: Figures) -> dict[str, float]:
     """
     derived: dict[str, float] = {}
     blocks, tokens = _num(f, Output.NUM_BLOCKS_LOGGED), _num(f, Output.KV_CACHE_TOKENS_LOGGED)
-    block_size = _num(f, "block_size") or (tokens / blocks if blocks and tokens else None)
+    block_size = _num(f, Input.BLOCK_SIZE) or (tokens / blocks if blocks and tokens else None)
     if blocks and block_size:
-        derived["kv_cache_tokens_usable"] = (blocks - 1) * block_size
-    in_flight = _num(f, "concurrency") or _num(f, "max_concurrency") or _num(f, Output.ACHIEVED_CONCURRENCY_MEAN)
-    max_num_seqs = _num(f, "max_num_seqs")
+        derived[Derived.KV_CACHE_TOKENS_USABLE] = (blocks - 1) * block_size
+    in_flight = (_num(f, Input.CONCURRENCY) or _num(f, Input.MAX_CONCURRENCY)
+                 or _num(f, Output.ACHIEVED_CONCURRENCY_MEAN))
+    max_num_seqs = _num(f, Input.MAX_NUM_SEQS)
     if in_flight and max_num_seqs:
         in_flight = min(in_flight, max_num_seqs)
     per_s = _num(f, Output.REQUESTS_PER_S)
@@ -216,7 +218,7 @@ def live_kv_figures(f: Figures) -> dict[str, float]:
         per_sequence = (prompt_per_s + output_per_s) / per_s
         if block_size:
             per_sequence = math.ceil(round(per_sequence, 6) / block_size) * block_size
-        derived["kv_tokens_needed_padded"] = in_flight * per_sequence
+        derived[Derived.KV_TOKENS_NEEDED_PADDED] = in_flight * per_sequence
     return derived
 
 

@@ -42,16 +42,16 @@ from analysis.plots import (
     throughput_vs_ttft_png,
 )
 from analysis.sources import DEFAULT_API_LIMIT, collect_runs
-from analysis.table import PEAK_RUNNING, RunTable, build_table
+from analysis.table import Derived, RunTable, build_table
 from harness.errors import HarnessError
 from harness.paths import output_directory
 from harness.redact import redact_text
-from harness.schema import Output
+from harness.schema import Input, Output
 
 RUN_FIGURES = (
     Output.TTFT_MS_P50, Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.TPOT_MS_P99, Output.REQUESTS_PER_S,
-    Output.OUTPUT_TOKENS_PER_S, Output.PEAK_WAITING_REQUESTS, PEAK_RUNNING, Output.PEAK_KV_CACHE_USAGE_FRACTION,
-    Output.PREEMPTIONS_DURING_RUN, Output.ERROR_RATE_FRACTION, Output.VALID,
+    Output.OUTPUT_TOKENS_PER_S, Output.PEAK_WAITING_REQUESTS, Derived.PEAK_RUNNING_REQUESTS,
+    Output.PEAK_KV_CACHE_USAGE_FRACTION, Output.PREEMPTIONS_DURING_RUN, Output.ERROR_RATE_FRACTION, Output.VALID,
 )
 CAPACITY_FIGURES = (
     Output.KV_CACHE_TOKENS_PREDICTED, Output.KV_CACHE_TOKENS_LOGGED, Output.MAX_CONCURRENCY_PREDICTED,
@@ -89,12 +89,13 @@ PAGE_STYLE = ("body{font-family:sans-serif;margin:1.5em auto;max-width:80em;padd
               "overflow-wrap:break-word}th{background:#f4f4f4}"
               "td.id{font-family:monospace;font-size:12px;word-break:break-all}img{max-width:100%;height:auto}")
 UNITS = {  # headers whose names do not carry their unit; the rest already do (ttft_ms_p99, output_tokens_per_s)
-    "n": "runs", "max_num_seqs": "sequences", "max_model_len": "tokens", "concurrency": "requests",
-    Output.PEAK_WAITING_REQUESTS: "requests", PEAK_RUNNING: "requests", Output.PREEMPTIONS_DURING_RUN: "preemptions",
+    "n": "runs", Input.MAX_NUM_SEQS: "sequences", Input.MAX_MODEL_LEN: "tokens", Input.CONCURRENCY: "requests",
+    Output.PEAK_WAITING_REQUESTS: "requests", Derived.PEAK_RUNNING_REQUESTS: "requests",
+    Output.PREEMPTIONS_DURING_RUN: "preemptions",
     Output.MAX_CONCURRENCY_PREDICTED: "requests", Output.MAX_CONCURRENCY_LOGGED: "requests",
-    Output.NUM_BLOCKS_PREDICTED: "blocks", Output.NUM_BLOCKS_LOGGED: "blocks", "block_size": "tokens",
-    "tensor_parallel_size": "GPUs",
-    "gpu_memory_utilization": "fraction",
+    Output.NUM_BLOCKS_PREDICTED: "blocks", Output.NUM_BLOCKS_LOGGED: "blocks", Input.BLOCK_SIZE: "tokens",
+    Input.TENSOR_PARALLEL_SIZE: "GPUs",
+    Input.GPU_MEMORY_UTILIZATION: "fraction",
 }
 
 

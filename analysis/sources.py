@@ -1,7 +1,8 @@
 """Read runs from wherever they were kept: plain run directories, a Polyaxon offline root, or the API.
 
 Every source yields the same thing per run: its UUID, the inputs and outputs the Polyaxon dashboard
-shows (`harness.track.tracking.run_io` for local records, so there is one schema), and the server's metric
+shows (`harness.measure.figures.RunFigures` for local records, the same the tracking logs, so there is one
+schema), and the server's metric
 series over time. Nothing here interprets the figures.
 """
 
@@ -19,17 +20,18 @@ import pandas as pd
 from pydantic import ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.measure.record import RunConfig, check_run_files, read_samples
+from harness.measure.figures import SERIES, RunFigures, live_name, read_run_figures
+from harness.measure.record import check_run_files
 from harness.paths import input_directory
 from harness.polyaxon_client import polyaxon_call, quiet_polyaxon
 from harness.polyaxon_project import ProjectName, parse_project
-from harness.schema import RunFile, TrackedRun
-from harness.track.tracking import SERIES, live_name, run_io
+from harness.schema import RunFile
 
 SERIES_NAMES = tuple(SERIES)
 # What each record model is read from, so a validation error can name its file.
 MODEL_FILES = {"RunConfig": RunFile.CONFIG, "RunSummary": RunFile.SUMMARY, "CapacityReport": RunFile.CAPACITY,
-               "ServerSample": RunFile.SAMPLES, "TrackedRun": RunFile.TRACKING, "EngineRecord": RunFile.ENGINE}
+               "ServerSample": RunFile.SAMPLES, "TrackedRun": RunFile.TRACKING, "EngineRecord": RunFile.ENGINE,
+               "DeviceRecord": RunFile.DEVICE}
 # config.json alone is also a model's or an inventory's; a run record has one of these beside it.
 RUN_MARKERS = (RunFile.SUMMARY, RunFile.ENGINE, RunFile.CAPACITY, RunFile.REQUESTS)
 OFFLINE_RUN_FILE = "run.plx.json"
@@ -62,25 +64,16 @@ def runs_from_directories(roots: Sequence[Path]) -> list[SourcedRun]:
 
 
 def read_run_directory(run_dir: Path) -> SourcedRun:
-    """One record through `run_io`; a malformed, truncated or mixed file is one line naming it."""
+    """One record, read once as `RunFigures`; a malformed, truncated or mixed file is one line naming it."""
     check_run_files(run_dir)
     try:
-        inputs, outputs = run_io(run_dir)
-        series = _samples_frame(run_dir)
-        run_uuid = _record_uuid(run_dir)
+        figures = read_run_figures(run_dir)
     except ValidationError as error:
         source = run_dir / MODEL_FILES.get(error.title, error.title)
         raise HarnessError(describe_validation_error(error, source)) from None
-    return SourcedRun(run_uuid=run_uuid, inputs=inputs, outputs=outputs, series=series, origin=str(run_dir))
-
-
-def _record_uuid(run_dir: Path) -> str:
-    """The tracked run's UUID when the record was tracked, else the record's own id (equal outside managed runs)."""
-    tracking = run_dir / RunFile.TRACKING
-    if tracking.exists():
-        return plain_uuid(TrackedRun.model_validate_json(tracking.read_text(encoding="utf-8")).run_uuid, tracking)
-    config = run_dir / RunFile.CONFIG
-    return plain_uuid(RunConfig.model_validate_json(config.read_text(encoding="utf-8")).run_id, config)
+    uuid_source = run_dir / (RunFile.CONFIG if figures.tracked is None else RunFile.TRACKING)
+    return SourcedRun(run_uuid=plain_uuid(figures.run_uuid, uuid_source), inputs=figures.inputs(),
+                      outputs=figures.outputs(), series=_samples_frame(figures), origin=str(run_dir))
 
 
 def plain_uuid(run_uuid: str, source: str | Path) -> str:
@@ -91,10 +84,10 @@ def plain_uuid(run_uuid: str, source: str | Path) -> str:
     return run_uuid
 
 
-def _samples_frame(run_dir: Path) -> pd.DataFrame:
+def _samples_frame(figures: RunFigures) -> pd.DataFrame:
     rows = [
         {"t_s": sample.t_s, **{name: getattr(sample.snapshot, field) for name, field in SERIES.items()}}
-        for sample in read_samples(run_dir)
+        for sample in figures.samples
         if sample.snapshot is not None
     ]
     return pd.DataFrame(rows, columns=["t_s", *SERIES_NAMES], dtype=float)

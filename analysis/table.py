@@ -9,14 +9,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import pandas as pd
 
 from analysis.sources import SourcedRun
 from harness.errors import HarnessError
+from harness.measure.figures import RUNNING_SERIES
+from harness.schema import Input, Output
 
-PEAK_RUNNING = "peak_running_requests"
+
+class Derived(StrEnum):
+    """Figures the analysis derives from a run's row, declared once: no record gives them."""
+
+    PEAK_RUNNING_REQUESTS = "peak_running_requests"  # the largest running_requests series value
+    KV_TOKENS_NEEDED_PADDED = "kv_tokens_needed_padded"  # what the cache must hold at once, in whole blocks
+    KV_CACHE_TOKENS_USABLE = "kv_cache_tokens_usable"  # the logged blocks less vLLM's reserved null block
+    TTFT_MS_P99_GROWTH = "ttft_ms_p99_growth"  # against the comparison's baseline run
+    TPOT_MS_P50_GROWTH = "tpot_ms_p50_growth"
+
+
+GROWTH = {Output.TTFT_MS_P99: Derived.TTFT_MS_P99_GROWTH, Output.TPOT_MS_P50: Derived.TPOT_MS_P50_GROWTH}
 
 
 @dataclass(frozen=True)
@@ -33,18 +47,18 @@ def build_table(runs: Sequence[SourcedRun]) -> RunTable:
         if run.run_uuid in by_uuid:
             raise HarnessError(f"run {run.run_uuid} found twice: {by_uuid[run.run_uuid].origin} and {run.origin}")
         by_uuid[run.run_uuid] = run
-    services = {run.inputs.get("service_uuid") for run in runs} & by_uuid.keys()
+    services = {run.inputs.get(Input.SERVICE_UUID) for run in runs} & by_uuid.keys()
     rows: dict[str, dict[str, Any]] = {}
     input_columns: dict[str, None] = {}
     for run in runs:
         if run.run_uuid in services:
             continue
-        service = by_uuid.get(run.inputs.get("service_uuid", ""))
+        service = by_uuid.get(run.inputs.get(Input.SERVICE_UUID, ""))
         inputs = {**service.inputs, **run.inputs} if service else run.inputs
         outputs = {**service.outputs, **run.outputs} if service else dict(run.outputs)
-        running = run.series["running_requests"].dropna() if "running_requests" in run.series else pd.Series()
+        running = run.series[RUNNING_SERIES].dropna() if RUNNING_SERIES in run.series else pd.Series()
         if not running.empty:
-            outputs[PEAK_RUNNING] = int(running.max())
+            outputs[Derived.PEAK_RUNNING_REQUESTS] = int(running.max())
         input_columns.update(dict.fromkeys(inputs))
         rows[run.run_uuid] = {**inputs, **outputs}
     frame = pd.DataFrame.from_dict(rows, orient="index")

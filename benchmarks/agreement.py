@@ -161,7 +161,7 @@ def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out:
     run_id = json.loads((out / "config.json").read_text())["run_id"]
     output_tokens = {r.output_tokens for r in measured if r.output_tokens is not None}
     return Trial("harness", round_index, figures, run_id=run_id, output_tokens=output_tokens,
-                 scrape_share=summary["scrape_share"])
+                 scrape_share=summary["scrape"]["scrape_share"])
 
 
 def vllm_trial(args: argparse.Namespace, base_url: str, spec: dict, work: Path, round_index: int) -> Trial:

@@ -7,7 +7,7 @@ ServerSample a second), requests.parquet (10,000 RequestRecord rows with their p
 and summary.json (RunSummary, its latencies computed from those requests by harness.measure.stats). The sweep is
 max_num_seqs over ten values, a hundred repeats each.
 
-Timed: what `harness report` does before drawing — read every record through `harness.track.tracking.run_io`
+Timed: what `harness report` does before drawing — read every record through `harness.measure.figures.read_run_figures`
 (config, engine, summary and capacity JSON) plus its samples.jsonl for the metric series, join them into
 one table, check the sweep and aggregate its points, and diagnose every run. Of requests.parquet the analysis
 reads only the footer, to check the row count against summary.json, which already carries the figures.
@@ -35,9 +35,10 @@ from analysis.sources import collect_runs
 from analysis.table import build_table
 from harness.dev.tiny_model import ensure_tiny_model
 from harness.measure.client import RequestRecord
+from harness.measure.figures import ClientHealth, EngineTime, RunSummary, ScrapeCost, StreamPacing
 from harness.measure.record import Environment, RunConfig, ServerSample, Slo
 from harness.measure.schedule import LoadShape
-from harness.measure.stats import RunSummary, distribution, server_figures
+from harness.measure.stats import distribution, server_figures
 from harness.observe.capacity import build_capacity_report
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, parse_metrics
@@ -117,7 +118,8 @@ def write_record(run_dir: Path, *, max_num_seqs: int, requests: int, rng: np.ran
         achieved_dispatch_per_s=(requests - 1) / float(dispatch.max() - dispatch.min()),
         offered_concurrency=CONCURRENCY,
         achieved_concurrency_mean=float((end - dispatch).sum()) / window_s, failed_scrapes=0, prompt_token_mismatches=0,
-        valid=True, invalid_reasons=[], **server_figures(samples))
+        valid=True, invalid_reasons=[], health=ClientHealth(), scrape=ScrapeCost(), pacing=StreamPacing(),
+        engine=EngineTime(), server=server_figures(samples))
     (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
 
 
@@ -148,7 +150,7 @@ def main() -> None:
         stages: list[tuple[str, float]] = []
         clock = time.perf_counter()
         runs = collect_runs([root / "runs"])
-        stages.append(("read records (run_io + samples.jsonl)", time.perf_counter() - clock))
+        stages.append(("read records (read_run_figures)", time.perf_counter() - clock))
         clock = time.perf_counter()
         table = build_table(runs)
         stages.append(("join into one table", time.perf_counter() - clock))

@@ -1,9 +1,10 @@
 """What a run leaves on disk and the names of the figures it reports, in one place.
 
 The record's files are named here and nowhere else. `Output` names every output the analysis, the report
-and the dashboard read: the analysis cites `Output.TTFT_MS_P99`, never a string, and tests hold the names
-against the components' declared outputs (`tests/test_schema.py`) and against what a record can give
-(`tests/launch/test_cluster_path.py`), so a renamed figure fails a test instead of reading as a silent None.
+and the dashboard read, `Input` every input: the analysis cites `Output.TTFT_MS_P99`, never a string, and
+tests hold the names against the figures contract (`measure.figures`), the components' declared outputs
+(`tests/test_schema.py`) and what a record can give (`tests/launch/test_cluster_path.py`), so a renamed
+figure fails a test instead of reading as a silent None.
 The models of the stages' own records stay beside the code that writes them (`measure/record.py`,
 `measure/stats.py`, `observe/capacity.py`, `observe/device.py`): they are built from that stage's types,
 and a base module importing them would make every stage depend on every other.
@@ -26,7 +27,7 @@ class RunFile:
     DEVICE: Final = "device.json"  # the device and its memory peaks (`observe.device.DeviceRecord`)
     CAPACITY: Final = "capacity.json"  # logged and predicted KV capacity (`observe.capacity.CapacityReport`)
     ENGINE_LOG: Final = "engine.log"  # the engine's start-up log, verbatim
-    SUMMARY: Final = "summary.json"  # the run's figures (`measure.stats.RunSummary`)
+    SUMMARY: Final = "summary.json"  # the run's figures (`measure.figures.RunSummary`)
     REQUESTS: Final = "requests.jsonl"  # one `measure.client.RequestRecord` per line, appended as each ends
     REQUESTS_PARQUET: Final = "requests.parquet"  # the same, columnar, written at the end
     SAMPLES: Final = "samples.jsonl"  # one `measure.record.ServerSample` per /metrics scrape
@@ -50,6 +51,21 @@ class TrackedRun(BaseModel):
     owner: str
     project: str
     offline_root: str | None
+
+
+class Input(StrEnum):
+    """A run's inputs that the analysis reads: the engine's limits and the workload, under their dashboard names."""
+
+    BLOCK_SIZE = "block_size"
+    CONCURRENCY = "concurrency"
+    GPU_MEMORY_UTILIZATION = "gpu_memory_utilization"
+    KV_CACHE_MEMORY_BYTES = "kv_cache_memory_bytes"
+    MAX_CONCURRENCY = "max_concurrency"
+    MAX_MODEL_LEN = "max_model_len"
+    MAX_NUM_SEQS = "max_num_seqs"
+    RATE_PER_S = "rate_per_s"
+    SERVICE_UUID = "service_uuid"
+    TENSOR_PARALLEL_SIZE = "tensor_parallel_size"
 
 
 class Output(StrEnum):

@@ -75,3 +75,19 @@ def test_the_readme_layout_names_every_stage_package_and_nothing_else() -> None:
     assert len(packages) >= 8 and {"measure", "inventory", "search"} <= packages
     assert listed == packages
     assert re.search(r"^analysis/ ", layout, re.M), "the README layout names the top-level analysis/ stage"
+
+
+def test_the_analysis_reads_only_the_base_and_the_record() -> None:
+    """The analysis joins what runs left; it needs what a record is, not how it was measured or tracked."""
+    assert graph_of_analysis() - {"base", "measure.record", "measure.figures"} == set()
+
+
+def graph_of_analysis() -> set[str]:
+    imported: set[str] = set()
+    for path in ANALYSIS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness."):
+                parts = node.module.split(".")
+                imported.add("base" if len(parts) == 2 else ".".join(parts[1:3]))
+    assert imported, "the scan found no import of the harness in analysis/"
+    return imported

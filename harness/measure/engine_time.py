@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.measure.client import RequestRecord
+from harness.measure.figures import EngineTime
 from harness.measure.record import ServerSample
 from harness.observe.server_metrics import Histogram, MetricsSnapshot
 
@@ -27,42 +28,46 @@ ENGINE_SPANS = {
     "engine_itl": "inter_token_latency_seconds",
     "engine_e2e": "e2e_request_latency_seconds",
 }
-ENGINE_FIGURES = (*(f"{span}_ms_mean" for span in ENGINE_SPANS), "engine_requests_finished",
-                  "engine_waiting_requests_mean", "engine_running_requests_mean", "client_e2e_ms_mean",
-                  "frontend_ms_mean", "frontend_share")
 
 
-def engine_time(records: Sequence[RequestRecord], samples: Sequence[ServerSample]) -> dict[str, float | int | None]:
+def engine_time(records: Sequence[RequestRecord], samples: Sequence[ServerSample]) -> EngineTime:
     """`records`: every request the run sent (warm-up included: the engine's histograms count them too)."""
-    figures: dict[str, float | int | None] = dict.fromkeys(ENGINE_FIGURES)
     snapshots = [sample.snapshot for sample in samples if sample.snapshot is not None]
     if len(snapshots) < 2:
-        return figures
+        return EngineTime()
     first, last = snapshots[0], snapshots[-1]
     grown = {span: _growth(first, last, field) for span, field in ENGINE_SPANS.items()}
-    for span, growth in grown.items():
-        if growth is not None and growth[1] > 0:
-            figures[f"{span}_ms_mean"] = growth[0] * 1000 / growth[1]
-    if grown["engine_e2e"] is not None:
-        figures["engine_requests_finished"] = round(grown["engine_e2e"][1])
-
+    means = {span: growth[0] * 1000 / growth[1] if growth is not None and growth[1] > 0 else None
+             for span, growth in grown.items()}
+    finished = grown["engine_e2e"]
     ok = [r for r in records if r.error_class is None and r.first_token_s is not None]
-    if not ok:
-        return figures
-    window_s = max(r.end_s for r in ok) - min(r.dispatch_s for r in ok)
+    window_s = max(r.end_s for r in ok) - min(r.dispatch_s for r in ok) if ok else 0.0
     queue, prefill, decode = grown["engine_queue"], grown["engine_prefill"], grown["engine_decode"]
-    if window_s > 0 and queue is not None:
-        figures["engine_waiting_requests_mean"] = queue[0] / window_s
-    if window_s > 0 and prefill is not None and decode is not None:
-        figures["engine_running_requests_mean"] = (prefill[0] + decode[0]) / window_s
-    client_e2e_ms = sum((r.end_s - (r.sent_s if r.sent_s is not None else r.dispatch_s)) * 1000 for r in ok) / len(ok)
-    figures["client_e2e_ms_mean"] = client_e2e_ms
-    spans = [figures[f"{span}_ms_mean"] for span in ("engine_queue", "engine_prefill", "engine_decode")]
-    if all(span is not None for span in spans) and client_e2e_ms > 0:
-        frontend_ms = client_e2e_ms - sum(span for span in spans if span is not None)
-        figures["frontend_ms_mean"] = frontend_ms
-        figures["frontend_share"] = frontend_ms / client_e2e_ms
-    return figures
+    client_e2e_ms = (sum((r.end_s - (r.sent_s if r.sent_s is not None else r.dispatch_s)) * 1000 for r in ok)
+                     / len(ok) if ok else None)
+    frontend_ms = _frontend_ms(client_e2e_ms, [means["engine_queue"], means["engine_prefill"], means["engine_decode"]])
+    return EngineTime(
+        engine_queue_ms_mean=means["engine_queue"],
+        engine_prefill_ms_mean=means["engine_prefill"],
+        engine_decode_ms_mean=means["engine_decode"],
+        engine_ttft_ms_mean=means["engine_ttft"],
+        engine_itl_ms_mean=means["engine_itl"],
+        engine_e2e_ms_mean=means["engine_e2e"],
+        engine_requests_finished=None if finished is None else round(finished[1]),
+        engine_waiting_requests_mean=queue[0] / window_s if window_s > 0 and queue is not None else None,
+        engine_running_requests_mean=(prefill[0] + decode[0]) / window_s
+        if window_s > 0 and prefill is not None and decode is not None else None,
+        client_e2e_ms_mean=client_e2e_ms,
+        frontend_ms_mean=frontend_ms,
+        frontend_share=None if frontend_ms is None or not client_e2e_ms else frontend_ms / client_e2e_ms,
+    )
+
+
+def _frontend_ms(client_e2e_ms: float | None, engine_spans_ms: list[float | None]) -> float | None:
+    """The client's end-to-end time outside the engine's queue, prefill and decode; None without all three."""
+    if client_e2e_ms is None or client_e2e_ms <= 0 or any(span is None for span in engine_spans_ms):
+        return None
+    return client_e2e_ms - sum(span for span in engine_spans_ms if span is not None)
 
 
 def _growth(first: MetricsSnapshot, last: MetricsSnapshot, field: str) -> tuple[float, float] | None:

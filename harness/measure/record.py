@@ -128,7 +128,17 @@ def _undo_claim(run_dir: Path, aside: Path | None, made: list[Path]) -> None:
             folder.rmdir()
 
 
+def read_run_config(run_dir: Path) -> RunConfig:
+    """config.json, the one place it is parsed; a damaged one raises ValidationError for the caller to name."""
+    try:
+        text = (run_dir / RunFile.CONFIG).read_text(encoding="utf-8")
+    except OSError:
+        raise HarnessError(f"{run_dir / RunFile.CONFIG}: missing from the run record") from None
+    return RunConfig.model_validate_json(text)
+
+
 def _recorded_run_id(run_dir: Path) -> str | None:
+    """The run a folder holds, by its config's id alone: enough to refuse writing over it or mixing runs."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
         return str(json.loads((run_dir / RunFile.CONFIG).read_text(encoding="utf-8"))["run_id"])
     return None

@@ -18,16 +18,23 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel
 
 from harness.measure.client import RequestRecord
 from harness.measure.engine_time import engine_time
+from harness.measure.figures import (
+    LATENCIES,
+    PERCENTILES,
+    ClientHealth,
+    RunSummary,
+    ScrapeCost,
+    ServerFigures,
+    StreamPacing,
+    latency_names,
+)
 from harness.measure.loop_lag import PROBE_INTERVAL_S
 from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION, ServerSample, Slo
 from harness.measure.stream_pacing import PACED_BURST_FRACTION_MAX, run_pacing
 
-SUMMARY_SCHEMA_VERSION = 1
-PERCENTILES = (50, 90, 95, 99)
 # While the client's loop is late, every chunk it stamps is late by as much: a late stamp, not a slow
 # server. Lateness up to a scheduler time slice or two is ordinary jitter on a shared machine; beyond it,
 # the loop is stalled. A run whose loop was stalled for more than a twentieth of its time measured the
@@ -58,68 +65,9 @@ def max_sample_gap_s(interval_s: float) -> float:
     return max(3 * interval_s, interval_s + 1.0)
 
 
-class RunSummary(BaseModel):
-    """Every figure names its unit; `latency` keys read like `ttft_ms_p99`."""
-
-    schema_version: int = SUMMARY_SCHEMA_VERSION
-    run_id: str | None = None  # the config's: a reader refuses a folder whose files disagree
-    requests_sent: int
-    requests_measured: int
-    requests_ok: int
-    errors_by_class: dict[str, int]
-    error_fraction_by_class: dict[str, float] = {}
-    error_rate_fraction: float = 0.0
-    max_error_fraction: float | None = None  # the threshold the run was judged by
-    window_s: float
-    latency: dict[str, float | None]
-    requests_per_s: float
-    output_tokens_per_s: float
-    prompt_tokens_per_s: float
-    chunks_per_s: float
-    goodput_requests_per_s: float | None
-    offered_requests_per_s: float | None
-    achieved_dispatch_per_s: float
-    offered_concurrency: int | None
-    achieved_concurrency_mean: float
-    peak_waiting_requests: int | None
-    peak_kv_cache_usage_fraction: float | None
-    preemptions_during_run: int | None
-    prefix_cache_hits_during_run_tokens: int | None
-    failed_scrapes: int
-    sample_interval_s: float | None = None
-    sample_gap_s_max: float | None = None
-    scrape_ms_mean: float | None = None
-    scrape_share: float | None = None
-    loop_lag_ms_p99: float | None = None
-    loop_lag_ms_max: float | None = None
-    loop_stall_share: float | None = None
-    burst_token_fraction: float | None = None
-    arrival_instants_per_token: float | None = None
-    largest_burst_tokens: int | None = None
-    requests_burst_delivered: int | None = None
-    per_token_latency_paced: bool | None = None
-    engine_queue_ms_mean: float | None = None
-    engine_prefill_ms_mean: float | None = None
-    engine_decode_ms_mean: float | None = None
-    engine_ttft_ms_mean: float | None = None
-    engine_itl_ms_mean: float | None = None
-    engine_e2e_ms_mean: float | None = None
-    engine_requests_finished: int | None = None
-    engine_waiting_requests_mean: float | None = None
-    engine_running_requests_mean: float | None = None
-    client_e2e_ms_mean: float | None = None
-    frontend_ms_mean: float | None = None
-    frontend_share: float | None = None
-    prompt_token_mismatches: int
-    valid: bool
-    invalid_reasons: list[str]
-    qualifications: list[str] = []  # figures that stand, but not for what their names say
-    stopped_by_signal: str | None = None
-
-
 def distribution(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
     """mean, p50, p90, p95, p99 and max of one latency, keyed `<name>_ms_<stat>`; None when empty."""
-    keys = [f"{name}_ms_mean", *(f"{name}_ms_p{p}" for p in PERCENTILES), f"{name}_ms_max"]
+    keys = latency_names(name)
     if len(values_ms) == 0:
         return dict.fromkeys(keys)
     array = np.asarray(values_ms, dtype=float)
@@ -156,24 +104,24 @@ def meets_slo(record: RequestRecord, slo: Slo) -> bool:
     return slo.tpot_ms is None or tpot is None or tpot <= slo.tpot_ms
 
 
-def server_figures(samples: Sequence[ServerSample]) -> dict[str, int | float | None]:
+def server_figures(samples: Sequence[ServerSample]) -> ServerFigures:
     """Peaks of gauges and growth of counters between the first and last successful scrape."""
     snapshots = [sample.snapshot for sample in samples if sample.snapshot is not None]
 
-    def peak(values: list[float | int | None]) -> float | int | None:
-        present = [value for value in values if value is not None]
-        return max(present) if present else None
+    def peak(values: list[float | None]) -> float | None:
+        return max((value for value in values if value is not None), default=None)
 
     def growth(values: list[int | None]) -> int | None:
         present = [value for value in values if value is not None]
         return present[-1] - present[0] if present else None
 
-    return {
-        "peak_waiting_requests": peak([s.num_requests_waiting for s in snapshots]),
-        "peak_kv_cache_usage_fraction": peak([s.kv_cache_usage_fraction for s in snapshots]),
-        "preemptions_during_run": growth([s.num_preemptions_total for s in snapshots]),
-        "prefix_cache_hits_during_run_tokens": growth([s.prefix_cache_hits_total for s in snapshots]),
-    }
+    waiting = [s.num_requests_waiting for s in snapshots]
+    return ServerFigures(
+        peak_waiting_requests=max((value for value in waiting if value is not None), default=None),
+        peak_kv_cache_usage_fraction=peak([s.kv_cache_usage_fraction for s in snapshots]),
+        preemptions_during_run=growth([s.num_preemptions_total for s in snapshots]),
+        prefix_cache_hits_during_run_tokens=growth([s.prefix_cache_hits_total for s in snapshots]),
+    )
 
 
 def summarize(
@@ -202,14 +150,15 @@ def summarize(
     dispatches = sorted(record.dispatch_s for record in measured)
     dispatch_span_s = dispatches[-1] - dispatches[0] if len(dispatches) > 1 else 0.0
 
-    latency = {
-        **distribution("ttft", [ttft_ms(r) for r in ok]),
-        **distribution("tpot", [t for r in ok if (t := tpot_ms(r)) is not None]),
-        **distribution("itl", [gap for r in ok for gap in itl_ms(r)]),
-        **distribution("e2e", [(r.end_s - r.scheduled_s) * 1000 for r in ok]),
-        **distribution("dispatch_lag", [(r.dispatch_s - r.scheduled_s) * 1000 for r in measured]),
-        **distribution("send_delay", [(r.sent_s - r.dispatch_s) * 1000 for r in measured if r.sent_s is not None]),
+    latencies_ms = {
+        "ttft": [ttft_ms(r) for r in ok],
+        "tpot": [t for r in ok if (t := tpot_ms(r)) is not None],
+        "itl": [gap for r in ok for gap in itl_ms(r)],
+        "e2e": [(r.end_s - r.scheduled_s) * 1000 for r in ok],
+        "dispatch_lag": [(r.dispatch_s - r.scheduled_s) * 1000 for r in measured],
+        "send_delay": [(r.sent_s - r.dispatch_s) * 1000 for r in measured if r.sent_s is not None],
     }
+    latency = {key: value for name in LATENCIES for key, value in distribution(name, latencies_ms[name]).items()}
     server = server_figures(samples)
     health = client_health(samples, loop_lags_ms)
     errors = dict(Counter(str(r.error_class) for r in measured if r.error_class is not None))
@@ -244,50 +193,50 @@ def summarize(
         achieved_concurrency_mean=per_s(sum(r.end_s - r.dispatch_s for r in measured)),
         failed_scrapes=sum(sample.snapshot is None for sample in samples),
         sample_interval_s=sample_interval_s,
-        **health,
-        **scrape,
-        **pacing,
-        **engine_time(records, samples),
         prompt_token_mismatches=prompt_token_mismatches,
         valid=not reasons,
         invalid_reasons=reasons,
         qualifications=qualifications(pacing, scrape, sample_interval_s),
         stopped_by_signal=interrupted_by,
-        **server,
+        health=health,
+        scrape=scrape,
+        pacing=pacing,
+        engine=engine_time(records, samples),
+        server=server,
     )
 
 
-def qualifications(pacing: dict, scrape: dict, sample_interval_s: float | None) -> list[str]:
+def qualifications(pacing: StreamPacing, scrape: ScrapeCost, sample_interval_s: float | None) -> list[str]:
     found = []
-    fraction = pacing["burst_token_fraction"]
-    if pacing["per_token_latency_paced"] is False:
+    fraction = pacing.burst_token_fraction
+    if pacing.per_token_latency_paced is False:
         found.append(f"tpot_ms and itl_ms are not per-token figures: the server delivered tokens in bursts "
                      f"(burst_token_fraction {fraction:.2f} > {PACED_BURST_FRACTION_MAX:g}, largest_burst_tokens "
-                     f"{pacing['largest_burst_tokens']}); engine_itl_ms_mean is the engine's own")
-    share = scrape["scrape_share"]
+                     f"{pacing.largest_burst_tokens}); engine_itl_ms_mean is the engine's own")
+    share = scrape.scrape_share
     if share is not None and share > MAX_SCRAPE_SHARE:
         every = f" every {sample_interval_s:g} s" if sample_interval_s is not None else ""
         found.append(f"latency tails include this run's own /metrics scrapes: scrape_share {share:.3f} > "
-                     f"{MAX_SCRAPE_SHARE:g} (scrape_ms_mean {scrape['scrape_ms_mean']:.1f}{every}); a longer "
+                     f"{MAX_SCRAPE_SHARE:g} (scrape_ms_mean {scrape.scrape_ms_mean:.1f}{every}); a longer "
                      f"--sample-interval-s scrapes less")
     return found
 
 
-def scrape_cost(samples: Sequence[ServerSample]) -> dict[str, float | None]:
+def scrape_cost(samples: Sequence[ServerSample]) -> ScrapeCost:
     """How long the server spent answering this run's scrapes: their mean, and their share of the time
     from the first scrape to the end of the last (an upper bound: it includes the network and the wait
     for the server's event loop)."""
     timed = [(sample.t_s, sample.duration_s) for sample in samples if sample.duration_s is not None]
     if len(timed) < 2:
-        return {"scrape_ms_mean": None, "scrape_share": None}
+        return ScrapeCost()
     busy_s = sum(duration_s for _, duration_s in timed)
     span_s = timed[-1][0] + timed[-1][1] - timed[0][0]
-    return {"scrape_ms_mean": 1000 * busy_s / len(timed), "scrape_share": busy_s / span_s}
+    return ScrapeCost(scrape_ms_mean=1000 * busy_s / len(timed), scrape_share=busy_s / span_s)
 
 
 def client_health(
     samples: Sequence[ServerSample], loop_lags_ms: Sequence[float], probe_interval_s: float = PROBE_INTERVAL_S
-) -> dict[str, float | None]:
+) -> ClientHealth:
     """The client's own lateness: its event loop's, and its sampler's against the configured interval.
 
     One tick of the loop probe reports one lateness however long the stall, so the share of the probe's
@@ -296,12 +245,12 @@ def client_health(
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     lags = np.asarray(loop_lags_ms, dtype=float)
     probed_ms = loop_probed_ms(loop_lags_ms, probe_interval_s)
-    return {
-        "sample_gap_s_max": max(gaps) if gaps else None,
-        "loop_lag_ms_p99": float(np.percentile(lags, 99)) if lags.size else None,
-        "loop_lag_ms_max": float(lags.max()) if lags.size else None,
-        "loop_stall_share": float(np.clip(lags - LOOP_LAG_FLOOR_MS, 0, None).sum() / probed_ms) if lags.size else None,
-    }
+    return ClientHealth(
+        sample_gap_s_max=max(gaps) if gaps else None,
+        loop_lag_ms_p99=float(np.percentile(lags, 99)) if lags.size else None,
+        loop_lag_ms_max=float(lags.max()) if lags.size else None,
+        loop_stall_share=float(np.clip(lags - LOOP_LAG_FLOOR_MS, 0, None).sum() / probed_ms) if lags.size else None,
+    )
 
 
 def loop_probed_ms(loop_lags_ms: Sequence[float], probe_interval_s: float = PROBE_INTERVAL_S) -> float:
@@ -317,8 +266,8 @@ def max_loop_stall_share(probed_ms: float) -> float:
 
 def validity_problems(
     latency: dict[str, float | None],
-    server: dict[str, int | float | None],
-    health: dict[str, float | None],
+    server: ServerFigures,
+    health: ClientHealth,
     ok: Sequence[RequestRecord],
     *,
     cold: bool,
@@ -343,16 +292,16 @@ def validity_problems(
     if send_delay is not None and send_delay > send_limit:
         reasons.append(f"client sent late: send_delay_ms_p99 {send_delay:.1f} > {send_limit:.1f} "
                        f"(the larger of {max_dispatch_lag_ms:g} and {MAX_SEND_DELAY_SHARE_OF_TTFT:g} x ttft_ms_p50)")
-    stalled, stall_limit = health["loop_stall_share"], max_loop_stall_share(probed_ms)
+    stalled, stall_limit = health.loop_stall_share, max_loop_stall_share(probed_ms)
     if stalled is not None and stalled > stall_limit:
         reasons.append(f"client event loop stalled: loop_stall_share {stalled:.3f} > {stall_limit:.3f} (the larger "
                        f"of {MAX_LOOP_STALL_SHARE:g} and {MIN_LOOP_STALLED_MS:g} ms of {probed_ms:.0f} ms probed; "
-                       f"loop_lag_ms_max {health['loop_lag_ms_max']:.0f})")
-    gap = health["sample_gap_s_max"]
+                       f"loop_lag_ms_max {health.loop_lag_ms_max:.0f})")
+    gap = health.sample_gap_s_max
     if gap is not None and sample_interval_s is not None and gap > max_sample_gap_s(sample_interval_s):
         reasons.append(f"sampler missed its ticks: sample_gap_s_max {gap:.2f} > "
                        f"{max_sample_gap_s(sample_interval_s):.2f} (interval {sample_interval_s:g} s)")
-    hits = server["prefix_cache_hits_during_run_tokens"]
+    hits = server.prefix_cache_hits_during_run_tokens
     if cold and hits:
         reasons.append(f"run declared cold but the prefix cache hit {hits} tokens")
     return reasons

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.measure.client import RequestRecord
+from harness.measure.figures import StreamPacing
 
 BURST_GAP_MS = 1.0
 # Above this share of tokens arriving in bursts, TPOT and ITL are not per-token figures: the summary,
@@ -50,19 +51,18 @@ def request_pacing(record: RequestRecord) -> RequestPacing:
                          largest_burst_tokens=max(instants, default=0))
 
 
-def run_pacing(records: Sequence[RequestRecord]) -> dict[str, float | int | bool | None]:
+def run_pacing(records: Sequence[RequestRecord]) -> StreamPacing:
     """Token-weighted over the requests that streamed two tokens or more (one token has no gap)."""
     pacings = [pacing for pacing in map(request_pacing, records) if pacing.output_tokens >= 2]
     if not pacings:
-        return {"burst_token_fraction": None, "arrival_instants_per_token": None, "largest_burst_tokens": None,
-                "requests_burst_delivered": None, "per_token_latency_paced": None}
+        return StreamPacing()
     gaps = sum(pacing.output_tokens - 1 for pacing in pacings)
     burst_fraction = sum(pacing.burst_tokens for pacing in pacings) / gaps
-    return {
-        "burst_token_fraction": burst_fraction,
-        "arrival_instants_per_token": sum(p.arrival_instants for p in pacings) / sum(p.output_tokens for p in pacings),
-        "largest_burst_tokens": max(pacing.largest_burst_tokens for pacing in pacings),
-        "requests_burst_delivered": sum(p.burst_tokens / (p.output_tokens - 1) > PACED_BURST_FRACTION_MAX
-                                        for p in pacings),
-        "per_token_latency_paced": burst_fraction <= PACED_BURST_FRACTION_MAX,
-    }
+    return StreamPacing(
+        burst_token_fraction=burst_fraction,
+        arrival_instants_per_token=sum(p.arrival_instants for p in pacings) / sum(p.output_tokens for p in pacings),
+        largest_burst_tokens=max(pacing.largest_burst_tokens for pacing in pacings),
+        requests_burst_delivered=sum(p.burst_tokens / (p.output_tokens - 1) > PACED_BURST_FRACTION_MAX
+                                     for p in pacings),
+        per_token_latency_paced=burst_fraction <= PACED_BURST_FRACTION_MAX,
+    )

@@ -4,7 +4,8 @@ outputs and artifacts at the end.
 Inputs and outputs are what the Polyaxon dashboard compares runs by, so their names are stable and carry
 their units. Inside a managed run the record's id already is the run's UUID; offline, the record's id
 becomes the offline run's UUID; a new run on an API gets the UUID the API assigns. Whichever it is, it is
-written back into the record (`tracking.json`), and analysis joins on it.
+written back into the record (`tracking.json`), and analysis joins on it. What is logged at the end is the
+record's figures contract (`measure.figures.RunFigures`), the same the analysis reads from a local record.
 
 Tracking starts before the engine does, so a run that times out or dies still shows its inputs and the
 series up to then. Series carry a `live_` prefix: Polyaxon also shows a series' last value as an output,
@@ -18,32 +19,18 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError
-from harness.measure.record import RunConfig, ServerSample, read_samples
-from harness.measure.stats import RunSummary
-from harness.observe.capacity import CapacityReport
-from harness.observe.device import DeviceRecord
+from harness.measure.figures import SERIES, RunFigures, live_name, read_run_figures, run_inputs
+from harness.measure.record import RunConfig, ServerSample
 from harness.observe.server_metrics import Histogram, MetricsSnapshot
 from harness.polyaxon_client import managed_run_uuid, polyaxon_call
 from harness.polyaxon_project import ProjectName, parse_project
-from harness.redact import redact_text, secret_free
-from harness.schema import EngineRecord, RunFile, TrackedRun
+from harness.redact import redact_text
+from harness.schema import RunFile, TrackedRun
 from harness.track.point_name import name_matrix_child
 
 DEFAULT_PROJECT = "local/vllm-harness"
 RECORD_FILES = (RunFile.CONFIG, RunFile.ENVIRONMENT, RunFile.ENGINE, RunFile.DEVICE, RunFile.SUMMARY, RunFile.CAPACITY,
                 RunFile.REQUESTS_PARQUET, RunFile.SAMPLES, RunFile.ENGINE_LOG)
-SERIES = {  # series name → MetricsSnapshot field; tracked as `live_<name>`
-    "waiting_requests": "num_requests_waiting",
-    "running_requests": "num_requests_running",
-    "kv_cache_usage_fraction": "kv_cache_usage_fraction",
-}
-LIVE_PREFIX = "live_"
-
-
-def live_name(series: str) -> str:
-    """The tracked metric's name for a series (its last value lands in outputs under this name too)."""
-    return f"{LIVE_PREFIX}{series}"
 
 
 class LiveRun:
@@ -91,11 +78,12 @@ class LiveRun:
                                  **{live_name(name): value for name, value in values.items()})
             self.step += 1
 
-    def finish(self, run_dir: Path, *, failure: str | None = None) -> TrackedRun:
-        """Outputs, inputs learnt since the start, the record's files; the run ends failed when it failed."""
-        inputs, outputs = run_io(run_dir)
-        self.run.log_inputs(**inputs)
-        self.run.log_outputs(**outputs)
+    def finish(self, run_dir: Path, *, failure: str | None = None, figures: RunFigures | None = None) -> TrackedRun:
+        """Outputs, inputs learnt since the start, the record's files; the run ends failed when it failed.
+        `figures`: the record already read (a finished record tracked afterwards), else read now it is complete."""
+        figures = figures or read_run_figures(run_dir)
+        self.run.log_inputs(**figures.inputs())
+        self.run.log_outputs(**figures.outputs())
         self._log_record_files(run_dir)
         if failure is not None:
             self.run.log_failed(reason="HarnessRun", message=redact_text(failure)[:1000])
@@ -136,15 +124,14 @@ def track_report(markdown: Path, page: Path, runs_compared: int) -> None:
 
 def track_run(run_dir: Path, *, project: str, offline_root: Path | None = None, name: str | None = None) -> TrackedRun:
     """Log a finished run record to Polyaxon (the API, or an offline root that `polyaxon ops push` accepts)."""
-    config = RunConfig.model_validate_json(_read(run_dir / RunFile.CONFIG))
-    engine = read_engine_record(run_dir)
-    live = LiveRun.start(config, dict(engine.limits), project=project, offline_root=offline_root,
+    figures = read_run_figures(run_dir)
+    live = LiveRun.start(figures.config, dict(figures.engine.limits), project=project, offline_root=offline_root,
                          name=name)
-    anchor = config.clock_zero_unix_s
-    for sample in read_samples(run_dir):
+    anchor = figures.config.clock_zero_unix_s
+    for sample in figures.samples:
         when = None if anchor is None else datetime.datetime.fromtimestamp(anchor + sample.t_s, datetime.UTC)
         live.on_sample(sample, when)
-    return live.finish(run_dir)
+    return live.finish(run_dir, figures=figures)
 
 
 def live_series(snapshot: MetricsSnapshot, previous: tuple[float, MetricsSnapshot] | None) -> dict[str, float]:
@@ -173,109 +160,6 @@ def offline_tracking_env(offline_root: Path, project: str) -> dict[str, str]:
     return {"HARNESS_OFFLINE_ROOT": str(offline_root.resolve()), "HARNESS_PROJECT": project}
 
 
-def run_io(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A run record's Polyaxon inputs and outputs; analysis reads local records through this too.
-
-    A run whose engine never started has no summary: its outputs then say so, with the engine's error.
-    """
-    config = RunConfig.model_validate_json(_read(run_dir / RunFile.CONFIG))
-    engine = read_engine_record(run_dir)
-    outputs: dict[str, Any] = {}
-    if (run_dir / RunFile.SUMMARY).exists():
-        outputs.update(run_outputs(RunSummary.model_validate_json(_read(run_dir / RunFile.SUMMARY))))
-    if (run_dir / RunFile.CAPACITY).exists():
-        outputs.update(capacity_outputs(CapacityReport.model_validate_json(_read(run_dir / RunFile.CAPACITY))))
-    limits = dict(engine.limits)
-    if engine.image_reference:  # the image is held fixed in a one-limit comparison like any limit
-        limits["image"] = engine.image_reference
-    if engine.container_image:  # the harness image built on it, by digest, when the job ran in one
-        limits["container_image"] = engine.container_image
-    if (run_dir / RunFile.DEVICE).exists():  # the device is held fixed too; its memory peaks are figures
-        device = DeviceRecord.model_validate_json(_read(run_dir / RunFile.DEVICE))
-        limits.update(device.inputs())
-        outputs.update(device.outputs())
-    return run_inputs(config, limits), secret_free(outputs)
-
-
-def read_engine_record(run_dir: Path) -> EngineRecord:
-    """engine.json, or an empty record for a run measured against a server it did not start."""
-    path = run_dir / RunFile.ENGINE
-    return EngineRecord.model_validate_json(_read(path)) if path.exists() else EngineRecord()
-
-
-def run_inputs(config: RunConfig, limits: dict[str, Any]) -> dict[str, Any]:
-    """The engine's limits and the workload: what a one-limit comparison holds fixed or varies. A secret is
-    neither, and is left out (a record written before secrets were masked may still hold one)."""
-    load = config.load
-    workload = {
-        "inventory_digest": config.inventory_digest,
-        "concurrency": load.concurrency,
-        "rate_per_s": load.rate_per_s,
-        "burstiness": load.burstiness,
-        "max_concurrency": load.max_concurrency,
-        "requests": load.requests,
-        "duration_s": load.duration_s,
-        "warmup_requests": load.warmup_requests,
-        "seed": load.seed,
-        "order": load.order,
-        "max_tokens": config.max_tokens,
-        "temperature": config.temperature,
-        "cold": config.cold,
-        "service_uuid": config.service_uuid,
-    }
-    return secret_free({name: value for name, value in {**limits, **workload}.items() if value is not None})
-
-
-def run_outputs(summary: RunSummary) -> dict[str, Any]:
-    """Every scalar of the summary, latency percentiles flattened to `ttft_ms_p99`-style names.
-
-    The sample interval is a setting the run was given (an input of the components), not a figure: an
-    output of the same name would shadow the input in the components' templates."""
-    outputs: dict[str, Any] = {}
-    for name, value in summary.model_dump(exclude={"latency", "errors_by_class", "error_fraction_by_class",
-                                                   "invalid_reasons", "qualifications", "schema_version",
-                                                   "run_id", "sample_interval_s"}).items():
-        if value is not None:
-            outputs[name] = value
-    per_token = ("tpot_ms_", "itl_ms_")  # left out when the tokens came in bursts: they would read as per-token
-    outputs.update({name: value for name, value in summary.latency.items() if value is not None
-                    and (summary.per_token_latency_paced is not False or not name.startswith(per_token))})
-    outputs.update({f"errors_{name}": count for name, count in summary.errors_by_class.items()})
-    outputs.update({f"error_rate_{name}_fraction": share for name, share in summary.error_fraction_by_class.items()})
-    outputs["invalid_reasons"] = "; ".join(summary.invalid_reasons)
-    outputs["qualifications"] = "; ".join(summary.qualifications)
-    return outputs
-
-
-def capacity_outputs(report: CapacityReport) -> dict[str, Any]:
-    """Logged and predicted KV capacity side by side; whether the engine started at all."""
-    log, prediction = report.log, report.prediction
-    figures: dict[str, Any] = {}
-    if log is not None:
-        blocks = log.num_gpu_blocks  # V0 logs also print CPU blocks: swap space, not KV capacity
-        if blocks is None and report.metrics_cache_config:
-            blocks = int(report.metrics_cache_config.get("num_gpu_blocks") or 0) or None
-        figures.update(
-            engine_started=log.capacity_found,
-            kv_cache_tokens_logged=log.kv_cache_tokens,
-            max_concurrency_logged=log.max_concurrency,
-            num_blocks_logged=blocks,
-            available_kv_cache_bytes_logged=log.available_kv_cache_bytes or log.kv_cache_memory_bytes,
-            model_weights_bytes_logged=log.model_weights_bytes,
-            engine_init_s=log.init_seconds,
-            engine_failure_stage=log.failure.stage if log.failure else None,
-            engine_error=log.failure.error if log.failure else None,
-        )
-    if prediction is not None:
-        figures.update(
-            kv_cache_tokens_predicted=prediction.kv_cache_tokens,
-            max_concurrency_predicted=prediction.max_concurrency,
-            num_blocks_predicted=prediction.num_blocks,
-            prediction_matches_log=report.prediction_matches_log,
-        )
-    return {name: value for name, value in figures.items() if value is not None}
-
-
 def _init(project: ProjectName, run_uuid: str, offline_root: Path | None, name: str | None) -> Any:
     from polyaxon import tracking
 
@@ -293,10 +177,3 @@ def _init(project: ProjectName, run_uuid: str, offline_root: Path | None, name: 
                               is_offline=offline_root is not None, artifacts_path=offline_path,
                               collect_resources=False, **quiet),
     )
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        raise HarnessError(f"{path}: missing from the run record") from None

@@ -81,8 +81,8 @@ def test_every_request_is_accounted_for(records) -> None:
         assert pd.read_parquet(run_dir / "requests.parquet").shape[0] == len(requests)
         summary = json.loads((run_dir / "summary.json").read_text())
         # the engine's histograms counted exactly the requests the client saw finish, none from before
-        assert summary["engine_requests_finished"] == len(requests)
-        assert summary["prefix_cache_hits_during_run_tokens"] == 0  # prefix caching off: measured fresh
+        assert summary["engine"]["engine_requests_finished"] == len(requests)
+        assert summary["server"]["prefix_cache_hits_during_run_tokens"] == 0  # prefix caching off: measured fresh
 
 
 def test_waiting_exactly_when_concurrency_exceeds_max_num_seqs_and_preemption_only_when_capacity_bound(

@@ -19,17 +19,16 @@ from harness.inventory.build import build_token_id_inventory
 from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.launch.specs import load_operation, render
 from harness.measure.client import ErrorClass
+from harness.measure.figures import CapacityFigures, EngineTime, read_run_figures
 from harness.measure.record import Slo
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
-from harness.measure.stats import RunSummary
 from harness.observe.capacity import build_capacity_report
 from harness.observe.device import DeviceRecord
 from harness.observe.server_logs import parse_startup_log
 from harness.schema import Output, RunFile
 from harness.track.point_name import name_matrix_child, swept_inputs
-from harness.track.tracking import capacity_outputs, run_io
 
 from conftest import emulator
 
@@ -100,20 +99,21 @@ def test_every_figure_a_run_record_gives_is_a_declared_output_of_its_type(tmp_pa
         run_load(config, inventory, tmp_path / "run", ready_timeout_s=20)
     device = DeviceRecord(cpu_model="any", peak_engine_rss_bytes=1, peak_gpu_memory_used_bytes=2)
     (tmp_path / "run" / RunFile.DEVICE).write_text(device.model_dump_json())
-    produced = run_io(tmp_path / "run")[1]
+    produced = read_run_figures(tmp_path / "run").outputs()
     for log in ("kv4m-len1024.log", "crash-kv64k-len1024.log"):
-        produced |= capacity_outputs(build_capacity_report(parse_startup_log((LOGS / log).read_text())))
+        produced |= CapacityFigures.of(build_capacity_report(parse_startup_log((LOGS / log).read_text()))).outputs()
     produced |= {f"errors_{error_class.value}": 1 for error_class in ErrorClass}
     # 78 figures on a busy machine, where chunks arrive in bursts and the ITL and TPOT figures are withheld
     # as unpaced; more on a quiet one. Either way the scan read a whole record and both capacity reports.
     assert len(produced) >= 75 and {Output.TTFT_MS_P99, Output.KV_CACHE_TOKENS_LOGGED} <= produced.keys()
     # And the other way round: every output the analysis reads is one a record can give, so a renamed figure
     # fails here instead of reading as None. The emulator exports no engine histograms (the summary's engine_*
-    # fields stay unset) and the CPU logs print no weights or blocks: a GPU log with its model's config does.
+    # fields stay unset: the real engine's run fills them, tests/measure/test_run_engine.py) and the CPU logs
+    # print no weights or blocks: a GPU log with its model's config does.
     gpu_log = (LOGS.parent / "vllm-0.8.5" / "v0-cuda-blocks-qwen2.5-7b.log").read_text()
     gpu_config = ROOT / "tests" / "fixtures" / "field" / "configs" / "Qwen--Qwen2.5-7B-Instruct.json"
-    possible = (set(produced) | set(RunSummary.model_fields)
-                | set(capacity_outputs(build_capacity_report(parse_startup_log(gpu_log), model=str(gpu_config)))))
+    gpu_capacity = CapacityFigures.of(build_capacity_report(parse_startup_log(gpu_log), model=str(gpu_config)))
+    possible = set(produced) | set(EngineTime.model_fields) | set(gpu_capacity.outputs())
     assert [str(name) for name in sorted(set(Output) - possible)] == []
     for component in ("experiment.yaml", "harness-job.yaml"):
         declared = declared_outputs(component)

@@ -110,8 +110,9 @@ def test_short_runs_beside_a_busy_loop_on_every_core_are_valid_unless_the_client
         assert all(reason.startswith("client ") for reason in summary.invalid_reasons), summary.invalid_reasons
         for reason in summary.invalid_reasons:
             if probed := re.search(r"of (\d+) ms probed", reason):  # stalled: past 5 % and past 50 ms in all
-                assert summary.loop_stall_share is not None and summary.loop_stall_share > MAX_LOOP_STALL_SHARE, reason
-                assert summary.loop_stall_share * float(probed[1]) > MIN_LOOP_STALLED_MS, reason
+                stall_share = summary.health.loop_stall_share
+                assert stall_share is not None and stall_share > MAX_LOOP_STALL_SHARE, reason
+                assert stall_share * float(probed[1]) > MIN_LOOP_STALLED_MS, reason
 
 
 def test_client_queueing_under_a_rate_shows_in_latency_and_flags_the_run(inventory_dir: Path, tmp_path: Path) -> None:
@@ -135,7 +136,7 @@ def test_client_queueing_under_a_rate_shows_in_latency_and_flags_the_run(invento
 def test_server_side_waiting_appears_in_the_samples(inventory_dir: Path, tmp_path: Path) -> None:
     with emulator(ttft_ms=20, itl_ms=50, max_num_seqs=2) as base_url:
         summary = run(inventory_dir, base_url, tmp_path, concurrency=8, requests=16, max_tokens=10)
-    assert summary.peak_waiting_requests is not None and summary.peak_waiting_requests >= 4
+    assert summary.server.peak_waiting_requests is not None and summary.server.peak_waiting_requests >= 4
     assert summary.failed_scrapes == 0
     assert len(read_samples(tmp_path)) >= 5
     assert summary.valid  # the client kept up; the server made requests wait
@@ -175,7 +176,7 @@ def test_a_thousand_concurrent_streams_complete_without_error(tmp_path: Path) ->
         summary = run(inventory_dir, base_url, tmp_path / "run", concurrency=1000)
     assert summary.requests_ok == 1000
     assert summary.errors_by_class == {}
-    assert summary.peak_waiting_requests == 0
+    assert summary.server.peak_waiting_requests == 0
 
 
 @pytest.mark.parametrize("load", [{"concurrency": 16}, {"rate_per_s": 1000.0, "max_concurrency": 16}])

@@ -31,23 +31,23 @@ RECORDS = [record(1, 0.0, 0.0, [(0.5, 1), (0.9, 1)], 1.0), record(2, 0.0, 0.0, [
 
 def test_means_come_from_what_the_run_added_to_the_histograms() -> None:
     figures = engine_time(RECORDS, [BEFORE, AFTER])
-    assert figures["engine_requests_finished"] == 2
-    assert figures["engine_queue_ms_mean"] == pytest.approx(200.0)  # 0.4 s / 2
-    assert figures["engine_prefill_ms_mean"] == pytest.approx(100.0)  # 0.2 s / 2
-    assert figures["engine_decode_ms_mean"] == pytest.approx(500.0)  # 1.0 s / 2
-    assert figures["engine_e2e_ms_mean"] == pytest.approx(850.0)  # 1.7 s / 2
-    assert figures["engine_ttft_ms_mean"] is None  # not exported in these scrapes
+    assert figures.engine_requests_finished == 2
+    assert figures.engine_queue_ms_mean == pytest.approx(200.0)  # 0.4 s / 2
+    assert figures.engine_prefill_ms_mean == pytest.approx(100.0)  # 0.2 s / 2
+    assert figures.engine_decode_ms_mean == pytest.approx(500.0)  # 1.0 s / 2
+    assert figures.engine_e2e_ms_mean == pytest.approx(850.0)  # 1.7 s / 2
+    assert figures.engine_ttft_ms_mean is None  # not exported in these scrapes
 
 
 def test_littles_law_and_the_front_end_remainder() -> None:
     figures = engine_time(RECORDS, [BEFORE, AFTER])
-    assert figures["engine_waiting_requests_mean"] == pytest.approx(0.4 / 2.0)  # queue seconds over the window
-    assert figures["engine_running_requests_mean"] == pytest.approx((0.2 + 1.0) / 2.0)
+    assert figures.engine_waiting_requests_mean == pytest.approx(0.4 / 2.0)  # queue seconds over the window
+    assert figures.engine_running_requests_mean == pytest.approx((0.2 + 1.0) / 2.0)
     # client e2e mean 1,500 ms; engine queue + prefill + decode 200 + 100 + 500 = 800 ms; front end 700 ms
-    assert figures["client_e2e_ms_mean"] == pytest.approx(1500.0)
-    assert figures["frontend_ms_mean"] == pytest.approx(700.0)
-    assert figures["frontend_share"] == pytest.approx(700 / 1500)
+    assert figures.client_e2e_ms_mean == pytest.approx(1500.0)
+    assert figures.frontend_ms_mean == pytest.approx(700.0)
+    assert figures.frontend_share == pytest.approx(700 / 1500)
 
 
 def test_nothing_without_two_scrapes() -> None:
-    assert set(engine_time(RECORDS, [AFTER]).values()) == {None}
+    assert set(engine_time(RECORDS, [AFTER]).model_dump().values()) == {None}

@@ -21,8 +21,8 @@ import pytest
 from harness.inventory.build import build_token_id_inventory
 from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.measure.client import STALL_SLACK, ErrorClass
+from harness.measure.figures import read_run_figures
 from harness.measure.record import read_requests
-from harness.track.tracking import run_io
 
 from conftest import emulator, emulator_process
 
@@ -94,7 +94,7 @@ def test_a_server_killed_mid_run_makes_an_invalid_run_that_names_the_server(
     assert any(reason.startswith("requests failed: error_rate_fraction 0.9") for reason in summary["invalid_reasons"])
     refused = next(r for r in records if r.error_class == ErrorClass.connection_refused)
     assert "Connect" in (refused.error or "")
-    _, outputs = run_io(out)  # what the Polyaxon dashboard shows
+    outputs = read_run_figures(out).outputs()  # what the Polyaxon dashboard shows
     assert outputs["errors_connection_refused"] == errors["connection_refused"]
     assert outputs["error_rate_connection_refused_fraction"] == pytest.approx(errors["connection_refused"] / 200)
     assert outputs["valid"] is False and outputs["invalid_reasons"].startswith("requests failed")

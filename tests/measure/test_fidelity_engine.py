@@ -22,11 +22,10 @@ from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 from harness.inventory.build import build_token_id_inventory
 from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.launch.engine_process import RunningEngine
+from harness.measure.figures import RunSummary
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
-from harness.measure.stats import RunSummary
-from harness.track.tracking import run_outputs
 
 from conftest import HARNESS, local_cpu_engine
 
@@ -60,13 +59,13 @@ def measure(engine: FidelityEngine, *, sample_interval_s: float, out: Path) -> R
 def test_a_queue_no_scrape_caught_is_read_from_the_engine_and_named_the_sequence_cap(engine, tmp_path: Path) -> None:
     # one scrape before the load and one after it: both see an empty queue
     summary = measure(engine, sample_interval_s=60.0, out=tmp_path / "run")
-    assert summary.peak_waiting_requests == 0
+    assert summary.server.peak_waiting_requests == 0
     # 8 in flight over 1 seat: on average about 7 wait (Little's law on vLLM's queue-time histogram)
-    waiting, running = summary.engine_waiting_requests_mean, summary.engine_running_requests_mean
+    waiting, running = summary.engine.engine_waiting_requests_mean, summary.engine.engine_running_requests_mean
     assert waiting is not None and running is not None, "the engine exported no queue or running histogram"
     assert waiting > 3
     assert 0.5 < running <= 1.02  # one at a time, never more
-    row = pd.Series({**run_outputs(summary), "max_num_seqs": 1, "concurrency": 8}, name="capped")
+    row = pd.Series({**summary.outputs(), "max_num_seqs": 1, "concurrency": 8}, name="capped")
     verdict = diagnose("capped", row, None)
     assert verdict.bound_by == SCHEDULING, verdict.text
     assert "peak_waiting_requests=0" in verdict.evidence  # the sample alone would have said no queue
@@ -75,14 +74,15 @@ def test_a_queue_no_scrape_caught_is_read_from_the_engine_and_named_the_sequence
 def test_a_stream_sent_in_bursts_is_flagged_and_its_per_token_figures_withheld(engine, tmp_path: Path) -> None:
     summary = measure(engine, sample_interval_s=0.5, out=tmp_path / "run")
     # tokens come 8 at a time: at most one arrival instant in 8 carries a first token
-    assert summary.largest_burst_tokens is not None and summary.burst_token_fraction is not None
-    assert summary.largest_burst_tokens >= STREAM_INTERVAL
-    assert summary.burst_token_fraction > 0.5 and summary.per_token_latency_paced is False
+    pacing = summary.pacing
+    assert pacing.largest_burst_tokens is not None and pacing.burst_token_fraction is not None
+    assert pacing.largest_burst_tokens >= STREAM_INTERVAL
+    assert pacing.burst_token_fraction > 0.5 and pacing.per_token_latency_paced is False
     assert summary.qualifications and "not per-token figures" in summary.qualifications[0]
-    outputs = run_outputs(summary)
+    outputs = summary.outputs()
     assert "tpot_ms_p50" not in outputs and "itl_ms_p99" not in outputs and "ttft_ms_p99" in outputs
     # the engine's own inter-token time is a per-token figure whatever the stream did
-    assert summary.engine_itl_ms_mean is not None and summary.engine_itl_ms_mean > 0
+    assert summary.engine.engine_itl_ms_mean is not None and summary.engine.engine_itl_ms_mean > 0
 
 
 def test_a_client_stopped_mid_run_is_an_invalid_measurement(engine, tmp_path: Path) -> None:
@@ -101,5 +101,5 @@ def test_a_client_stopped_mid_run_is_an_invalid_measurement(engine, tmp_path: Pa
     _, stderr = process.communicate(timeout=120)
     summary = json.loads((out / "summary.json").read_text())
     assert not summary["valid"], stderr
-    assert summary["loop_lag_ms_max"] >= 2500  # the probe's one late tick spans the stop
+    assert summary["health"]["loop_lag_ms_max"] >= 2500  # the probe's one late tick spans the stop
     assert any(reason.startswith("client event loop stalled") for reason in summary["invalid_reasons"])

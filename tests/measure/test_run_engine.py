@@ -20,6 +20,7 @@ from harness.inventory.frozen import (
     load_inventory,
     write_inventory,
 )
+from harness.measure.figures import PARTS, read_run_figures
 from harness.measure.record import read_requests, read_samples
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
@@ -64,7 +65,7 @@ def test_concurrency_above_max_num_seqs_shows_waiting_in_the_samples(engine_run)
     running = [s.num_requests_running for s in snapshots if s.num_requests_running is not None]
     assert len(running) == len(snapshots) and max(running) <= MAX_NUM_SEQS
     # 8 in flight over 4 slots: requests wait; a 0.1 s sampler may catch the queue a little drained already
-    assert summary.peak_waiting_requests is not None and summary.peak_waiting_requests >= 1
+    assert summary.server.peak_waiting_requests is not None and summary.server.peak_waiting_requests >= 1
     queue = snapshots[-1].request_queue_time_seconds  # every request's queue time, nothing sampled away
     assert queue is not None and queue.count >= 8 and queue.sum > 0
     assert summary.errors_by_class == {} and summary.requests_ok == 8
@@ -72,10 +73,11 @@ def test_concurrency_above_max_num_seqs_shows_waiting_in_the_samples(engine_run)
 
 def test_kv_capacity_below_the_live_tokens_shows_preemptions(engine_run) -> None:
     summary, _, _ = engine_run
-    assert summary.preemptions_during_run is not None and summary.preemptions_during_run >= 1
+    assert summary.server.preemptions_during_run is not None and summary.server.preemptions_during_run >= 1
     # Whenever 4 sequences run they hold at least 4 x ceil(600 / 128) = 20 of the 31 usable blocks; the
     # sampler may miss the fullest moment, so only that floor is certain.
-    assert summary.peak_kv_cache_usage_fraction is not None and summary.peak_kv_cache_usage_fraction >= 20 / 31
+    usage = summary.server.peak_kv_cache_usage_fraction
+    assert usage is not None and usage >= 20 / 31
 
 
 def test_usage_counts_match_the_inventory(engine_run) -> None:
@@ -89,5 +91,17 @@ def test_usage_counts_match_the_inventory(engine_run) -> None:
         assert record.finish_reason == "length"
     assert summary.prompt_token_mismatches == 0
     # Random token ids share no prefix, so the run declared cold stays valid.
-    assert summary.prefix_cache_hits_during_run_tokens == 0
+    assert summary.server.prefix_cache_hits_during_run_tokens == 0
     assert summary.valid, summary.invalid_reasons
+
+
+def test_every_figure_of_the_summary_parts_is_filled_by_the_real_engine(engine_run) -> None:
+    """The parts the emulator leaves empty (the engine's histograms) and every other part: each of their figures
+    has a value in a real engine's run, so none is a name that nothing fills."""
+    summary, run_dir, _ = engine_run
+    figures = read_run_figures(run_dir)
+    assert figures.summary == summary and figures.config.run_id == summary.run_id
+    parts = {part: getattr(summary, part).model_dump() for part in PARTS}
+    assert set(parts["engine"]) >= {"engine_queue_ms_mean", "frontend_share"}  # the scan reads the parts' figures
+    unfilled = {part: sorted(name for name, value in found.items() if value is None) for part, found in parts.items()}
+    assert {part: names for part, names in unfilled.items() if names} == {}

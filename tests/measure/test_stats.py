@@ -106,10 +106,10 @@ def test_throughput_goodput_errors_and_achieved_load() -> None:
 
 def test_server_samples_give_peaks_and_counter_growth_and_count_failed_scrapes() -> None:
     result = summary()
-    assert result.peak_waiting_requests == 3
-    assert result.peak_kv_cache_usage_fraction == pytest.approx(0.7)
-    assert result.preemptions_during_run == 3
-    assert result.prefix_cache_hits_during_run_tokens == 4
+    assert result.server.peak_waiting_requests == 3
+    assert result.server.peak_kv_cache_usage_fraction == pytest.approx(0.7)
+    assert result.server.preemptions_during_run == 3
+    assert result.server.prefix_cache_hits_during_run_tokens == 4
     assert result.failed_scrapes == 1
 
 
@@ -163,17 +163,17 @@ def test_a_stalled_loop_and_a_lagging_sampler_make_the_run_invalid() -> None:
     # Stalled share: (300 - 10) / (200 x 5 + 199 x 2 + 300) = 290 / 1,698 = 0.171 > 0.05.
     lags = [2.0] * 199 + [300.0]
     result = summary(cold=False, max_dispatch_lag_ms=60.0, loop_lags_ms=lags, sample_interval_s=0.25)
-    assert result.loop_stall_share == pytest.approx(290 / 1698)
-    assert result.loop_lag_ms_max == 300.0
+    assert result.health.loop_stall_share == pytest.approx(290 / 1698)
+    assert result.health.loop_lag_ms_max == 300.0
     stalled = "client event loop stalled: loop_stall_share 0.171"
     assert any(reason.startswith(stalled) for reason in result.invalid_reasons)
     # The samples are 0.5 s apart; with a 0.25 s interval the allowed gap is max(0.75, 1.25) = 1.25 s: fine.
-    assert result.sample_gap_s_max == pytest.approx(0.5)
+    assert result.health.sample_gap_s_max == pytest.approx(0.5)
     assert not any("sampler" in reason for reason in result.invalid_reasons)
     # With a 0.1 s interval the allowed gap is max(0.3, 1.1) = 1.1 s: still fine; nothing else is late.
     steady = summary(cold=False, max_dispatch_lag_ms=60.0, loop_lags_ms=[2.0] * 200, sample_interval_s=0.1,
                      max_error_fraction=0.5)  # the one timeout of 3 is allowed here
-    assert steady.valid and steady.loop_stall_share == 0.0
+    assert steady.valid and steady.health.loop_stall_share == 0.0
 
 
 def test_a_short_run_needs_more_than_one_hiccup_to_count_as_stalled() -> None:
@@ -184,7 +184,7 @@ def test_a_short_run_needs_more_than_one_hiccup_to_count_as_stalled() -> None:
     # measured on a shared machine (benchmarks/loop_stalls.py). Stalled 41 - 10 = 31 ms of 80 x 5 + 79 x 1 + 41
     # = 520 ms probed: 31 / 520 = 0.0596, over 0.05 but under max(0.05, 50 / 520) = 0.0962: the run stays valid.
     hiccup = judged([1.0] * 79 + [41.0])
-    assert hiccup.loop_stall_share == pytest.approx(31 / 520)
+    assert hiccup.health.loop_stall_share == pytest.approx(31 / 520)
     assert hiccup.valid and max_loop_stall_share(520) == pytest.approx(50 / 520)
     # The same run with four ticks 25 ms late: stalled 4 x 15 = 60 ms of 80 x 5 + 76 x 1 + 4 x 25 = 576 ms probed,
     # 60 / 576 = 0.104 > max(0.05, 50 / 576) = 0.087: stalled for longer than any one hiccup, and invalid.
@@ -223,16 +223,17 @@ def test_scrapes_that_held_the_server_long_qualify_the_latency_tails_but_leave_t
     # Every 1 s for 4 s, 20, 40, 30, 30 and 30 ms: 150 ms over 4 s + the last 30 ms = 0.150 / 4.030 = 0.0372,
     # mean 150 / 5 = 30 ms.
     busy = judged(scrapes(1.0, [0.020, 0.040, 0.030, 0.030, 0.030]), 1.0)
-    assert busy.scrape_ms_mean == pytest.approx(30.0) and busy.scrape_share == pytest.approx(0.150 / 4.030)
+    assert busy.scrape.scrape_ms_mean == pytest.approx(30.0)
+    assert busy.scrape.scrape_share == pytest.approx(0.150 / 4.030)
     assert busy.valid and busy.qualifications[-1] == (  # after R1's own: its last chunk carried 2 tokens
         "latency tails include this run's own /metrics scrapes: scrape_share 0.037 > 0.01 (scrape_ms_mean 30.0 "
         "every 1 s); a longer --sample-interval-s scrapes less")
     # The same scrapes every 5 s: 0.150 / 20.030 = 0.0075, under a hundredth.
     calm = judged(scrapes(5.0, [0.020, 0.040, 0.030, 0.030, 0.030]), 5.0)
-    assert calm.scrape_share == pytest.approx(0.150 / 20.030)
+    assert calm.scrape.scrape_share == pytest.approx(0.150 / 20.030)
     assert calm.qualifications == busy.qualifications[:-1]
     # A failed scrape has no duration; one timed scrape alone spans nothing.
-    assert judged([ServerSample(t_s=0.0, error="ReadTimeout"), *scrapes(1.0, [0.030])], 1.0).scrape_share is None
+    assert judged([ServerSample(t_s=0.0, error="ReadTimeout"), *scrapes(1.0, [0.030])], 1.0).scrape.scrape_share is None
 
 
 def test_a_client_that_sent_late_makes_the_run_invalid() -> None:

