@@ -3,8 +3,9 @@
 From logged memory: the release's own arithmetic must land on the logged blocks, tokens and
 concurrency for some KV figure inside the rounding of the printed GiB. Before launch: the memory
 model of `harness/predict/memory_model.py` predicts every term from the GPU, the limits and the config; its
-constants are fitted on the cases with an even position in the sorted corpus and scored on the
-others, so the held-back figures were never seen by the fit.
+constants are fitted on every other source of the corpus (`harness/calibrate/field_split.py`: one
+thread's or one repository's cases never sit on both sides) and scored on the others, so the held-back
+figures were never seen by the fit.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.calibrate.field_corpus import FieldCase, load_corpus
+from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.predict.budget import CapacityPrediction
@@ -89,6 +91,7 @@ class SamplerFact(BaseModel):
 class CaseResult(BaseModel):
     id: str
     source: str
+    source_key: str  # the thread or repository the split keeps on one side (field_split.py)
     release: str
     family: str
     sampler: SamplerFact
@@ -106,14 +109,15 @@ class FieldReport(BaseModel):
 def run_field_check(directory: Path) -> FieldReport:
     cases, configs = load_corpus(directory)
     shapes = {name: load_model_shape(str(directory / "configs" / name)) for name in configs}
-    fit_ids = {case.id for position, case in enumerate(cases) if position % 2 == 0}
+    fit_ids = fit_case_ids(cases)
     constants = fit_constants([c for c in cases if c.id in fit_ids], configs)
     results = []
     for case in cases:
         config = configs.get(case.facts.config or "")
         shape = shapes.get(case.facts.config or "")
         results.append(CaseResult(
-            id=case.id, source=str(case.source), release=case.facts.vllm_version, family=case.family,
+            id=case.id, source=str(case.source), source_key=source_key(case), release=case.facts.vllm_version,
+            family=case.family,
             sampler=sampler_fact(case), started=case.facts.started,
             cache_fit=case.facts.started or case.facts.failed_after_cache_sized,
             logged=check_logged(case, shape),
