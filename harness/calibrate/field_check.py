@@ -27,7 +27,6 @@ from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
     DEFAULT_V1_SAMPLER,
-    FLASHINFER_BYTES_PER_LOGIT,
     GRAPHS_RESERVED_SINCE,
     MemoryConstants,
     forward_peak_bytes,
@@ -39,6 +38,7 @@ from harness.predict.memory_model import (
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.releases import runs_v0
+from harness.predict.sampler_peak import SamplerPath, release_default_sampler, sampler_path
 from harness.units import GiB
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
@@ -77,11 +77,13 @@ class LaunchCheck(BaseModel):
     kv_tokens_logged: int | None = None
     kv_tokens_residual: float | None = None  # (predicted − logged) / logged
     fits_predicted: bool | None = None
+    sampler_path: SamplerPath | None = None  # the formula that priced the sampler's warm-up, and its origin
 
 
 class SamplerFact(BaseModel):
     """V1's top-k/top-p sampler and where the figure came from: "log" (`evidence` is the line), "stated" (the
-    case's `sampler:` fact), "assumed" (DEFAULT_V1_SAMPLER) or "V0" (which always sorts)."""
+    case's `sampler:` fact), "default" (the release's code decides, from 0.11.2), "assumed" (DEFAULT_V1_SAMPLER)
+    or "V0" (which always sorts)."""
 
     name: str
     source: str
@@ -229,18 +231,20 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         status="scored", held_back=held_back, terms=terms, kv_bytes_predicted=waterfall.kv_bytes,
         kv_bytes_logged=log.available_kv_cache_bytes, kv_tokens_predicted=prediction.kv_cache_tokens,
         kv_tokens_logged=logged_tokens, kv_tokens_residual=residual, fits_predicted=fits(prediction),
+        sampler_path=waterfall.sampler,
     )
 
 
 def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) -> MemoryConstants:
-    """Least squares for the PyTorch sampler's bytes per logit; medians for non-torch and graph memory.
+    """Least squares for the sorting sampler's bytes per logit; medians for non-torch and graph memory.
 
     The activation peak is the larger of the forward pass and the sampler (both from vLLM's code, see
-    `harness/predict/memory_model.py`); only the PyTorch sampler's bytes per logit are fitted, on the logs that
-    print their activation and sampled with it (V0, or V1 whose log prints its sampler line or whose facts
-    state it). Non-torch memory is read from the profile where a release prints it; where a log gives only
-    the GPU total, the weights and the KV memory, the remainder less the predicted activation is what the
-    profile held outside torch, counted only where the sampler behind that activation is known.
+    `harness/predict/memory_model.py` and `sampler_peak.py`); only the sort's bytes per logit are fitted, on
+    the logs that print their activation and sorted (V0, or V1 before 0.17 whose native path is known from
+    its log, its facts or its release). Non-torch memory is read from the profile where a release prints
+    it; where a log gives only the GPU total, the weights and the KV memory, the remainder less the predicted
+    activation is what the profile held outside torch, counted only where the sampler behind that activation
+    is known.
     """
     rows, targets, graphs, used = [], [], [], set()
     non_torch: list[tuple[FieldCase, float]] = []  # GiB outside torch, as logged or implied
@@ -260,7 +264,8 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         if "cuda_graphs" in logged:
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
-        if "activation_peak" in logged and total is not None and _known_sampler(case) == "pytorch":
+        if "activation_peak" in logged and total is not None and _path(case).bytes_per_logit is None \
+                and _known_sampler(case):
             rows.append(_activation_parts(case, config, total[0]))
             targets.append(logged["activation_peak"])
             used.add(case.id)
@@ -305,6 +310,9 @@ def sampler_fact(case: FieldCase) -> SamplerFact:
         return SamplerFact(name=logged[0], source="log", evidence=logged[1])
     if stated:
         return SamplerFact(name=stated, source="stated")
+    default = release_default_sampler(Version(case.facts.vllm_version))
+    if default:
+        return SamplerFact(name=default, source="default")
     return SamplerFact(name=DEFAULT_V1_SAMPLER, source="assumed")
 
 
@@ -328,9 +336,14 @@ def _activation_parts(case: FieldCase, config: dict[str, Any], total_bytes: int)
             rows * size.vocab)
 
 
+def _path(case: FieldCase) -> SamplerPath:
+    return sampler_path(Version(case.facts.vllm_version), case.facts.engine, _sampler(case))
+
+
 def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> float:
     forward, base, logits = _activation_parts(case, config, total_bytes)
-    return max(forward, base + logits * (FLASHINFER_BYTES_PER_LOGIT if _sampler(case) == "flashinfer" else per_logit))
+    path = _path(case)
+    return max(forward, base + logits * (per_logit if path.bytes_per_logit is None else path.bytes_per_logit))
 
 
 def implied_overhead_bytes(case: FieldCase, total_bytes: int) -> int | None:

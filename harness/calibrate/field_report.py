@@ -91,11 +91,17 @@ def _logged_table(report: FieldReport) -> Table:
 
 
 def _launch_table(report: FieldReport) -> Table:
-    table = Table("case", "set", "sampler (from)", *[f"{t}_gib pred/logged" for t in TERMS], "kv_gib pred/logged",
+    table = Table("case", "set", "sampler (from): formula, origin", *[f"{t}_gib pred/logged" for t in TERMS],
+                  "kv_gib pred/logged",
                   "kv_tokens pred/logged", "residual_pct", "fits pred/real", title="Before launch")
     for case in report.cases:
         launch = case.launch
         sampler = f"{case.sampler.name} ({case.sampler.source})"
+        if launch.sampler_path is not None:
+            path = launch.sampler_path
+            per_logit = report.constants.sampler_bytes_per_logit if path.bytes_per_logit is None \
+                else path.bytes_per_logit
+            sampler += f": {path.path} {per_logit:.4g} B/logit, {path.origin}"
         if launch.status != "scored":
             table.add_row(case.id, _set(case), sampler, *[""] * (len(TERMS) + 3), launch.status)
             continue
@@ -142,10 +148,10 @@ def _group_table(report: FieldReport, title: str, key: Callable[[CaseResult], st
 
 def _constants_text(report: FieldReport) -> Text:
     c = report.constants
-    return Text(f"constants fitted on {', '.join(c.fitted_on)}: PyTorch sampler {c.sampler_bytes_per_logit:.4g} B per "
-                f"logit; non-torch {c.non_torch_gib:.3g} GiB + {c.cuda_context_gib:.3g} GiB of CUDA context where "
-                f"the release counts it; "
-                f"CUDA graphs {c.cuda_graph_gib} GiB")
+    return Text(f"constants fitted on {', '.join(c.fitted_on)}: sorting sampler {c.sampler_bytes_per_logit:.4g} B "
+                "per logit (the Triton and FlashInfer paths are priced from the code); non-torch "
+                f"{c.non_torch_gib:.3g} GiB + {c.cuda_context_gib:.3g} GiB of CUDA context where the release "
+                f"counts it; CUDA graphs {c.cuda_graph_gib} GiB")
 
 
 def _pair(predicted: int | None, logged: int | None) -> str:

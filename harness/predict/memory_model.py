@@ -6,7 +6,7 @@ outside torch's allocator), and from 0.21 on it also reserves its estimate of CU
 term here is computed from what determines it in vLLM's code (cited where used) — the weights from
 the config's parameter count and the layout its storage format takes, the activation peak from the
 widest tensors of one layer or of the sampler, non-torch memory from what the release counts — and
-the four constants left (the PyTorch sampler's bytes per logit, non-torch memory, the CUDA context,
+the four constants left (the sorting sampler's bytes per logit, non-torch memory, the CUDA context,
 graph memory) are fitted on part of the field corpus (`harness/calibrate/field_check.py`), never on the cases
 it is scored on.
 """
@@ -21,6 +21,11 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.predict.releases import runs_v0
+from harness.predict.sampler_peak import (
+    FLASHINFER_OPT_IN_SINCE,
+    SamplerPath,
+    sampler_path,
+)
 from harness.units import GiB
 
 GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
@@ -37,16 +42,11 @@ A100_SMALL_BATCH_SINCE = Version("0.9")
 LARGE_GPU_BYTES = 70 * GiB
 V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
 FUSED_MOE_CHUNK = 32_768  # envs.VLLM_FUSED_MOE_CHUNK_SIZE default: tokens a fused-MoE call caches at once
-# FlashInfer's top_k_top_p_sampling_from_logits (V1's sampler when flashinfer is importable, as in vLLM's
-# image; topk_topp_sampler.py) holds the bf16 logits, their fp32 copy, the top-k-masked copy and the
-# softmax: 2 + 4 + 4 + 4 bytes per logit. The PyTorch path sorts the whole row (values and int64
-# indices) and is fitted (`MemoryConstants.sampler_bytes_per_logit`); V0 always takes it.
-FLASHINFER_BYTES_PER_LOGIT = 14
-SAMPLERS = ("flashinfer", "pytorch")
-# Which one V1 runs depends on the install: vLLM's image ships FlashInfer, its wheel lists it only as an
-# extra (`Requires-Dist: flashinfer-python; extra == "flashinfer"`, 0.10.1.1 and 0.11.0), so `pip install
-# vllm` sorts. Unstated, the sort is assumed: it is the pip default and the larger figure, the safer side of
-# a fit / no-fit call.
+SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, or the native path
+# Which one V1 runs before 0.11.2 depends on the install: vLLM's image ships FlashInfer, its wheel lists it
+# only as an extra (`Requires-Dist: flashinfer-python; extra == "flashinfer"`, 0.10.1.1 and 0.11.0), so `pip
+# install vllm` takes the native path. Unstated, the native path is assumed: it is the pip default and the
+# larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
 # Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
 # Formats vLLM applies to the MoE experts alone: attention, router and embeddings stay in the model dtype.
@@ -58,7 +58,7 @@ QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": 4.
 class MemoryConstants(BaseModel, frozen=True):
     """The fitted part of the model; `fitted_on` names the corpus cases that set it."""
 
-    sampler_bytes_per_logit: float  # peak of the PyTorch top-k/top-p sampler per (row × vocabulary entry)
+    sampler_bytes_per_logit: float  # peak of the sorting top-k/top-p sampler per (row × vocabulary entry)
     non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot (cuBLAS, NCCL)
     cuda_context_gib: float  # on top where the release counts the CUDA context (V0 before 0.6.5, V1 before 0.9.1)
     cuda_graph_gib: float
@@ -84,6 +84,7 @@ class Waterfall(BaseModel):
     profiling_tokens: int
     sampler_rows: int
     engine_version: str
+    sampler: SamplerPath | None = None  # the top-k/top-p path that priced the sampler, and its origin
     assumptions: list[str]
 
 
@@ -174,6 +175,11 @@ def sampler_peak_bytes(size: ModelSize, tokens: int, rows: int, bytes_per_logit:
     first, so every row is the full vocabulary. The hidden states of all tokens are still held.
     """
     return int(tokens * size.hidden * dtype_bytes + rows * size.vocab * bytes_per_logit)
+
+
+def sampler_bytes(path: SamplerPath, constants: MemoryConstants) -> float:
+    """Bytes per logit at the path's peak: the release's formula, or the fitted sort figure."""
+    return constants.sampler_bytes_per_logit if path.bytes_per_logit is None else path.bytes_per_logit
 
 
 def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
@@ -272,7 +278,8 @@ def plan_waterfall(
     sampler = "pytorch" if v0 else (sampler or DEFAULT_V1_SAMPLER)
     if sampler not in SAMPLERS:
         raise HarnessError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler}")
-    per_logit = FLASHINFER_BYTES_PER_LOGIT if sampler == "flashinfer" else constants.sampler_bytes_per_logit
+    path = sampler_path(version, engine_generation, sampler)
+    per_logit = sampler_bytes(path, constants)
     forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
     sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
     activation = max(forward, sampling)
@@ -287,8 +294,8 @@ def plan_waterfall(
         weights,
         Term(name="activation_peak", bytes=int(activation), subtracted=True,
              source=f"profiling run of {tokens:,} tokens ({batch_source}): the larger of the forward pass "
-                    f"({forward / GiB:.2f} GiB) and the {sampler} sampler over {rows} rows × {size.vocab:,} "
-                    f"logits at {per_logit:.3g} B each ({sampling / GiB:.2f} GiB)"),
+                    f"({forward / GiB:.2f} GiB) and the {path.path} sampler over {rows} rows × {size.vocab:,} "
+                    f"logits at {per_logit:.4g} B each ({sampling / GiB:.2f} GiB; {path.origin})"),
         Term(name="non_torch", bytes=int(non_torch * GiB), subtracted=True,
              source=f"fitted {constants.non_torch_gib:.2f} GiB (cuBLAS workspace, NCCL buffers)"
                     + (f" + {constants.cuda_context_gib:.2f} GiB of CUDA context, which {version} counts"
@@ -303,12 +310,13 @@ def plan_waterfall(
     return Waterfall(
         total_bytes=total_bytes, total_source=total_source, gpu_memory_utilization=gpu_memory_utilization,
         usable_bytes=usable, terms=terms, kv_bytes=kv, profiling_tokens=tokens, sampler_rows=rows,
-        engine_version=str(version),
+        engine_version=str(version), sampler=path,
         assumptions=[f"{'V0' if v0 else 'V1'} engine accounting of vLLM {version}",
                      "weights: the checkpoint's own size" if checkpoint is not None else
                      "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
-                     *([] if v0 or stated else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
-                                                 "image samples with FlashInfer, a smaller activation peak")])],
+                     *([] if v0 or stated or path.path == "triton" or version >= FLASHINFER_OPT_IN_SINCE
+                       else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
+                              "image samples with FlashInfer, a smaller activation peak")])],
     )
 
 

@@ -166,7 +166,7 @@ def test_the_sampler_is_read_from_the_log_line_and_priced_as_it_ran(report):
     # Test 1, the same release over Ray: "FlashInfer is not available. Falling back to the PyTorch-native ...".
     two_nodes = next(c for c in report.cases if c.id == "v0101-qwen2-7b-a100-40gb-tp2-two-nodes")
     assert (two_nodes.sampler.name, two_nodes.sampler.source) == ("pytorch", "log")
-    assert {c.sampler.source for c in report.cases} == {"log", "assumed", "V0"}
+    assert {c.sampler.source for c in report.cases} == {"log", "default", "assumed", "V0"}
 
 
 def test_without_a_sampler_line_the_stated_fact_then_the_default_decides():

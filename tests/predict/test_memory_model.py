@@ -8,7 +8,6 @@ from packaging.version import Version
 
 from harness.predict.memory_model import (
     FITTED_CONSTANTS,
-    FLASHINFER_BYTES_PER_LOGIT,
     forward_peak_bytes,
     model_size,
     plan_waterfall,
@@ -16,6 +15,7 @@ from harness.predict.memory_model import (
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import load_model_shape
+from harness.predict.sampler_peak import FLASHINFER_BYTES_PER_LOGIT
 from harness.units import GiB
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
