@@ -36,6 +36,7 @@ from harness.predict.memory_model import (
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import ModelShape, load_model_shape
+from harness.predict.non_torch import communicator_bytes, communicators_counted
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import SamplerPath, release_default_sampler, sampler_path
@@ -279,15 +280,31 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         if rest is not None:
             non_torch.append((case, (rest - _activation(case, config, total_bytes, per_logit)) / GiB))
             used.add(case.id)
-    increase = [gib for case, gib in non_torch if not _context_counted(case)]
-    non_torch_gib = statistics.median(increase) if increase else 0.0
-    context = [gib - non_torch_gib for case, gib in non_torch if _context_counted(case)]
+    base_gib, nccl_gib, context_gib = _fit_non_torch(non_torch)
     return MemoryConstants(
-        sampler_bytes_per_logit=per_logit, non_torch_gib=round(non_torch_gib, 3),
-        cuda_context_gib=round(max(0.0, statistics.median(context)), 3) if context else 0.0,
+        sampler_bytes_per_logit=per_logit, non_torch_gib=base_gib, cuda_context_gib=context_gib, nccl_gib=nccl_gib,
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),
     )
+
+
+def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> tuple[float, float, float]:
+    """(base, NCCL, CUDA context) GiB: medians of the figures that hold only the base, then of what the
+    communicators add where the release counts them (less the custom all-reduce's buffers, which the code
+    sizes), then of what the context adds."""
+    def communicators(case: FieldCase) -> bool:
+        return communicators_counted(Version(case.facts.vllm_version), _v0(case),
+                                     case.facts.tensor_parallel_size, case.facts.pipeline_parallel_size)
+
+    plain = [gib for case, gib in samples if not _context_counted(case) and not communicators(case)]
+    base = round(statistics.median(plain), 3) if plain else 0.0
+    nccl = [gib - base - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB
+            for case, gib in samples if not _context_counted(case) and communicators(case)]
+    nccl_gib = round(max(0.0, statistics.median(nccl)), 3) if nccl else 0.0
+    context = [gib - base - (communicator_bytes(nccl_gib, case.facts.tensor_parallel_size) / GiB
+                             if communicators(case) else 0.0)
+               for case, gib in samples if _context_counted(case)]
+    return base, nccl_gib, round(max(0.0, statistics.median(context)), 3) if context else 0.0
 
 
 def _context_counted(case: FieldCase) -> bool:

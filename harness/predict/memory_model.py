@@ -20,6 +20,7 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.non_torch import communicator_bytes, communicators_counted
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import (
     FLASHINFER_OPT_IN_SINCE,
@@ -61,6 +62,7 @@ class MemoryConstants(BaseModel, frozen=True):
     sampler_bytes_per_logit: float  # peak of the sorting top-k/top-p sampler per (row × vocabulary entry)
     non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot (cuBLAS, NCCL)
     cuda_context_gib: float  # on top where the release counts the CUDA context (V0 before 0.6.5, V1 before 0.9.1)
+    nccl_gib: float = 0.0  # NCCL's buffers per GPU, on top where the release counts them (non_torch.py)
     cuda_graph_gib: float
     fitted_on: list[str]
 
@@ -182,6 +184,25 @@ def sampler_bytes(path: SamplerPath, constants: MemoryConstants) -> float:
     return constants.sampler_bytes_per_logit if path.bytes_per_logit is None else path.bytes_per_logit
 
 
+def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tensor_parallel_size: int,
+                   pipeline_parallel_size: int) -> Term:
+    """What the release's profile counts outside torch: the fitted base (cuBLAS workspace and the like), the
+    CUDA context where the release counts it, and the communicators' buffers where its snapshot precedes them."""
+    context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
+    counted = communicators_counted(version, v0, tensor_parallel_size, pipeline_parallel_size)
+    communicators = communicator_bytes(constants.nccl_gib, tensor_parallel_size) if counted else 0
+    total = int((constants.non_torch_gib + (constants.cuda_context_gib if context else 0.0)) * GiB) + communicators
+    source = f"fitted {constants.non_torch_gib:.2f} GiB (cuBLAS workspace and the like)"
+    if context:
+        source += f" + {constants.cuda_context_gib:.2f} GiB of CUDA context, which {version} counts"
+    if counted:
+        source += (f" + {communicators / GiB:.3f} GiB of NCCL (fitted) and custom all-reduce buffers, which {version}"
+                   " counts (its memory snapshot precedes the distributed set-up)")
+    elif tensor_parallel_size * pipeline_parallel_size > 1:
+        source += f"; NCCL buffers are allocated before {version}'s memory snapshot: not counted"
+    return Term(name="non_torch", bytes=total, subtracted=True, source=source)
+
+
 def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
                  pipeline_parallel_size: int = 1) -> Term:
     """Checkpoint bytes one GPU holds: linear layers (or only experts) in their stored format, the rest in the dtype.
@@ -283,8 +304,7 @@ def plan_waterfall(
     forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
     sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
     activation = max(forward, sampling)
-    context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
-    non_torch = constants.non_torch_gib + (constants.cuda_context_gib if context else 0.0)
+    non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
     weights = weights_term(size, dtype_bytes, quantization, tensor_parallel_size, pipeline_parallel_size)
     if checkpoint is not None:
@@ -296,10 +316,7 @@ def plan_waterfall(
              source=f"profiling run of {tokens:,} tokens ({batch_source}): the larger of the forward pass "
                     f"({forward / GiB:.2f} GiB) and the {path.path} sampler over {rows} rows × {size.vocab:,} "
                     f"logits at {per_logit:.4g} B each ({sampling / GiB:.2f} GiB; {path.origin})"),
-        Term(name="non_torch", bytes=int(non_torch * GiB), subtracted=True,
-             source=f"fitted {constants.non_torch_gib:.2f} GiB (cuBLAS workspace, NCCL buffers)"
-                    + (f" + {constants.cuda_context_gib:.2f} GiB of CUDA context, which {version} counts"
-                       if context else "")),
+        non_torch,
         Term(name="cuda_graphs", bytes=int(constants.cuda_graph_gib * GiB), subtracted=graphs_reserved,
              source=f"fitted {constants.cuda_graph_gib:.2f} GiB; "
                     + ("reserved before the cache from 0.21 on" if graphs_reserved
@@ -324,9 +341,10 @@ def plan_waterfall(
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=36.84,
-    non_torch_gib=1.54,
+    non_torch_gib=0.915,
     cuda_context_gib=0.0,
     cuda_graph_gib=0.55,
+    nccl_gib=0.609,
     fitted_on=[
         "v0102-qwen3-4b-default-len",
         "v0110-llama31-8b-base-len131072",

@@ -38,9 +38,7 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 # (test_qwen3_235b_quotes_two_ranks_by_hand).
 KNOWN_OFF = {"v09-qwen3-235b-a22b-fp8-tp4"}
 # Every before-launch fit / no-fit call is right; a case whose call goes wrong is named here with why.
-# Qwen3-30B-A3B AWQ on a 24 GiB RTX 3090 leaves 1.92 GiB for the cache; a single non-torch figure
-# fitted on a fit half whose memory profiles are mostly tensor-parallel (1.54 GiB) takes it all.
-KNOWN_WRONG_CALLS: set[str] = {"v0100-qwen3-30b-a3b-awq-rtx3090-len2048"}
+KNOWN_WRONG_CALLS: set[str] = set()
 
 
 @pytest.fixture(scope="module")
