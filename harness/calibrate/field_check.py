@@ -265,7 +265,7 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         if "cuda_graphs" in logged:
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
-        if "activation_peak" in logged and total is not None and _path(case).bytes_per_logit is None \
+        if "activation_peak" in logged and total is not None and _path(case, total[0]).bytes_per_logit is None \
                 and _known_sampler(case):
             rows.append(_activation_parts(case, config, total[0]))
             targets.append(logged["activation_peak"])
@@ -353,13 +353,16 @@ def _activation_parts(case: FieldCase, config: dict[str, Any], total_bytes: int)
             rows * size.vocab)
 
 
-def _path(case: FieldCase) -> SamplerPath:
-    return sampler_path(Version(case.facts.vllm_version), case.facts.engine, _sampler(case))
+def _path(case: FieldCase, total_bytes: int) -> SamplerPath:
+    facts = case.facts
+    _, rows, _ = profiling_batch(Version(facts.vllm_version), _v0(case), total_bytes, facts.max_model_len,
+                                 facts.max_num_batched_tokens, facts.max_num_seqs, facts.gpu)
+    return sampler_path(Version(facts.vllm_version), facts.engine, _sampler(case), rows)
 
 
 def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> float:
     forward, base, logits = _activation_parts(case, config, total_bytes)
-    path = _path(case)
+    path = _path(case, total_bytes)
     return max(forward, base + logits * (per_logit if path.bytes_per_logit is None else path.bytes_per_logit))
 
 

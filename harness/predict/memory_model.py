@@ -299,7 +299,7 @@ def plan_waterfall(
     sampler = "pytorch" if v0 else (sampler or DEFAULT_V1_SAMPLER)
     if sampler not in SAMPLERS:
         raise HarnessError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler}")
-    path = sampler_path(version, engine_generation, sampler)
+    path = sampler_path(version, engine_generation, sampler, rows)
     per_logit = sampler_bytes(path, constants)
     forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
     sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)

@@ -10,7 +10,8 @@ the peak, per (row × vocabulary entry), on each path a CUDA install takes by de
 - after top-k/top-p, `TopKTopPSampler.forward_native` takes `softmax(dtype=float32)` (4 B) and
   `random_sample` an `empty_like` of it for the exponential draws (4 B): 14 B in all;
 - Triton (`apply_top_k_top_p_triton`, topk_topp_triton.py, from 0.17; `apply_top_k_top_p` takes it
-  when HAS_TRITON and at least 8 rows, from 0.30 whenever HAS_TRITON) masks the fp32 logits in
+  when HAS_TRITON and at least 8 rows, read in 0.17 … 0.28, and whenever HAS_TRITON in 0.30 … 0.33;
+  0.29 was not read and is taken as 0.28; fewer rows sort) masks the fp32 logits in
   place, so the native path peaks at those 14 B; its cached scratch of min(SMs, rows) rows is not
   counted (≤ 132 × 151,936 × 4 B = 0.07 GiB on an H100);
 - FlashInfer (`flashinfer_sample` → `top_k_top_p_sampling_from_logits`) holds the top-k-masked
@@ -35,6 +36,8 @@ from harness.predict.releases import runs_v0
 TRITON_SINCE = Version("0.17")
 FLASHINFER_OPT_IN_SINCE = Version("0.11.2")
 SECOND_WARMUP_SINCE = Version("0.22")  # `_dummy_sampler_run` samples again with a seeded generator
+TRITON_ANY_ROWS_SINCE = Version("0.30")
+TRITON_MIN_ROWS = 8  # before 0.30, `apply_top_k_top_p` sorts batches of fewer rows
 V1_LOGITS_BYTES = 2 + 4  # the model-dtype logits and Sampler.forward's fp32 copy
 NATIVE_AFTER_MASK_BYTES = 4 + 4  # forward_native's fp32 softmax and random_sample's exponential draws
 TRITON_BYTES_PER_LOGIT = V1_LOGITS_BYTES + NATIVE_AFTER_MASK_BYTES  # 14
@@ -52,7 +55,8 @@ class SamplerPath(BaseModel, frozen=True):
 SORT_V0 = SamplerPath(path="sort", bytes_per_logit=None,
                       origin="V0 sampler.py _apply_top_k_top_p (0.6.3-0.10): full sort, fitted")
 SORT_V1 = SamplerPath(path="sort", bytes_per_logit=None,
-                      origin="V1 topk_topp_sampler.py apply_top_k_top_p (0.8.5-0.16): full sort, fitted")
+                      origin="V1 topk_topp_sampler.py apply_top_k_top_p (0.8.5-0.16; fewer than 8 rows to 0.29): "
+                             "full sort, fitted")
 TRITON = SamplerPath(path="triton", bytes_per_logit=TRITON_BYTES_PER_LOGIT,
                      origin="V1 topk_topp_triton.py apply_top_k_top_p_triton (0.17+): 2+4 logits, 4 softmax, "
                             "4 draws")
@@ -61,14 +65,15 @@ FLASHINFER = SamplerPath(path="flashinfer", bytes_per_logit=FLASHINFER_BYTES_PER
                                 "4 softmax")
 
 
-def sampler_path(version: Version, engine_generation: str | None, sampler: str) -> SamplerPath:
-    """The path the warm-up takes: V0 sorts; V1 `sampler` is "flashinfer" or "pytorch" (the native path)."""
+def sampler_path(version: Version, engine_generation: str | None, sampler: str, rows: int) -> SamplerPath:
+    """The path a warm-up over `rows` takes: V0 sorts; V1 `sampler` is "flashinfer" or "pytorch" (native)."""
     if runs_v0(version, engine_generation):
         return SORT_V0
     if sampler == "flashinfer" and version < SECOND_WARMUP_SINCE:
         return FLASHINFER
     # From 0.17 the native path masks in place (Triton); from 0.22 it runs after FlashInfer's call too.
-    return TRITON if version >= TRITON_SINCE else SORT_V1
+    triton = version >= TRITON_SINCE and (rows >= TRITON_MIN_ROWS or version >= TRITON_ANY_ROWS_SINCE)
+    return TRITON if triton else SORT_V1
 
 
 def release_default_sampler(version: Version) -> str | None:

@@ -52,13 +52,17 @@ def test_sort_path_before_0_17_is_the_fitted_figure():
 
 
 def test_each_release_and_sampler_takes_its_path():
-    assert sampler_path(Version("0.6.3"), None, "flashinfer") == SORT_V0
-    assert sampler_path(Version("0.10.1.1"), "V0", "pytorch") == SORT_V0
-    assert sampler_path(Version("0.10.1.1"), None, "pytorch") == SORT_V1
-    assert sampler_path(Version("0.10.1.1"), None, "flashinfer") == FLASHINFER
-    assert sampler_path(Version("0.17.0"), None, "pytorch") == TRITON
-    assert sampler_path(Version("0.21.0"), None, "flashinfer") == FLASHINFER
-    assert sampler_path(Version("0.33.0"), None, "flashinfer") == TRITON
+    assert sampler_path(Version("0.6.3"), None, "flashinfer", 256) == SORT_V0
+    assert sampler_path(Version("0.10.1.1"), "V0", "pytorch", 256) == SORT_V0
+    assert sampler_path(Version("0.10.1.1"), None, "pytorch", 256) == SORT_V1
+    assert sampler_path(Version("0.10.1.1"), None, "flashinfer", 256) == FLASHINFER
+    assert sampler_path(Version("0.17.0"), None, "pytorch", 256) == TRITON
+    assert sampler_path(Version("0.21.0"), None, "flashinfer", 256) == FLASHINFER
+    assert sampler_path(Version("0.33.0"), None, "flashinfer", 256) == TRITON
+    # Before 0.30 apply_top_k_top_p sorts a batch of fewer than 8 rows; from 0.30 Triton takes any batch.
+    assert sampler_path(Version("0.28.0"), None, "pytorch", 4) == SORT_V1
+    assert sampler_path(Version("0.28.0"), None, "pytorch", 8) == TRITON
+    assert sampler_path(Version("0.30.0"), None, "pytorch", 4) == TRITON
 
 
 @pytest.fixture(scope="module")
