@@ -49,8 +49,9 @@ def summary_lines(report: FieldReport) -> list[str]:
     """The headline figures, in words, with the counts they come from."""
     held, every = score(report.cases), score(report.cases, held_back_only=False)
     logged_calls = [c for c in report.cases if c.logged.fits is not None]
-    largest, largest_cases = Counter(c.source_key for c in report.cases).most_common(1)[0]
-    sources = len({c.source_key for c in report.cases})
+    per_source = Counter(c.source_key for c in report.cases)
+    largest_cases = max(per_source.values())
+    largest = ", ".join(sorted(key for key, count in per_source.items() if count == largest_cases))
     return [
         f"field corpus: {len(report.cases)} start-up logs",
         f"from logged KV memory: {held.logged_exact} of {held.logged_scored} scored cases exact within the "
@@ -64,8 +65,8 @@ def summary_lines(report: FieldReport) -> list[str]:
         f"(held-back: {held.fit_calls_right} of {held.fit_calls})",
         f"fit / no-fit from logged memory: {sum(c.logged.fits == c.cache_fit for c in logged_calls)} of "
         f"{len(logged_calls)} right",
-        f"split by source: {sources} sources, alternately fit and held back; the largest, {largest}, holds "
-        f"{largest_cases} of {len(report.cases)} cases ({_share(largest_cases, len(report.cases))})",
+        f"split by source: {len(per_source)} sources, alternately fit and held back; the largest source holds "
+        f"{largest_cases} of {len(report.cases)} cases ({_share(largest_cases, len(report.cases))}): {largest}",
     ]
 
 
