@@ -242,29 +242,28 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
     The activation peak is the larger of the forward pass and the sampler (both from vLLM's code, see
     `harness/predict/memory_model.py` and `sampler_peak.py`); only the sort's bytes per logit are fitted, on
     the logs that print their activation and sorted (V0, or V1 before 0.17 whose native path is known from
-    its log, its facts or its release). Non-torch memory is read from the profile where a release prints
-    it; where a log gives only the GPU total, the weights and the KV memory, the remainder less the predicted
-    activation is what the profile held outside torch, counted only where the sampler behind that activation
-    is known.
+    its log, its facts or its release). Non-torch and graph memory are read from the profile where a release
+    prints them (with or without a config: the figure needs none); where a log gives only the GPU total, the
+    weights and the KV memory, the remainder less the predicted activation is what the profile held outside
+    torch, counted only where the sampler behind that activation is known.
     """
     rows, targets, graphs, used = [], [], [], set()
     non_torch: list[tuple[FieldCase, float]] = []  # GiB outside torch, as logged or implied
     implied: list[tuple[FieldCase, dict[str, Any], int]] = []
-    for case in cases:
+    for case in cases:  # a logged non-torch or graph figure needs no config; what is implied or fitted does
         config = configs.get(case.facts.config or "")
         total = _total_bytes(case)
-        if config is None:
-            continue
-        log = case.parsed()
-        logged = logged_term_bytes(log)
+        logged = logged_term_bytes(case.parsed())
         if "non_torch" in logged:
             non_torch.append((case, logged["non_torch"] / GiB))
             used.add(case.id)
-        elif total is not None and _known_sampler(case):
+        elif total is not None and config is not None and _known_sampler(case):
             implied.append((case, config, total[0]))  # nothing in the remainder may rest on an assumed sampler
         if "cuda_graphs" in logged:
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
+        if config is None:
+            continue
         if "activation_peak" in logged and total is not None and _path(case, total[0]).bytes_per_logit is None \
                 and _known_sampler(case):
             rows.append(_activation_parts(case, config, total[0]))
