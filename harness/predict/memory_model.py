@@ -5,10 +5,11 @@ forward pass over `max_num_batched_tokens` tokens and a sampling step over `max_
 outside torch's allocator), and from 0.21 on it also reserves its estimate of CUDA-graph memory. Each
 term here is computed from what determines it in vLLM's code (cited where used) — the weights from
 the config's parameter count and the layout its storage format takes, the activation peak from the
-widest tensors of one layer or of the sampler, non-torch memory from what the release counts — and
-the four constants left (the sorting sampler's bytes per logit, non-torch memory, the CUDA context,
-graph memory) are fitted on part of the field corpus (`harness/calibrate/field_check.py`), never on the cases
-it is scored on.
+widest tensors of one layer or of the sampler on the path the release takes (`sampler_peak.py`),
+non-torch memory from what the release counts (`non_torch.py`) — and the five constants the code
+leaves open (the PyTorch sort's bytes per logit, the base non-torch memory, NCCL's buffers, the CUDA
+context, graph memory) are fitted on the fit half of the field corpus (`harness/calibrate/field_check.py`),
+never on the cases it is scored on.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class MemoryConstants(BaseModel, frozen=True):
     """The fitted part of the model; `fitted_on` names the corpus cases that set it."""
 
     sampler_bytes_per_logit: float  # peak of the sorting top-k/top-p sampler per (row × vocabulary entry)
-    non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot (cuBLAS, NCCL)
+    non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot, NCCL aside
     cuda_context_gib: float  # on top where the release counts the CUDA context (V0 before 0.6.5, V1 before 0.9.1)
     nccl_gib: float = 0.0  # NCCL's buffers per GPU, on top where the release counts them (non_torch.py)
     cuda_graph_gib: float
