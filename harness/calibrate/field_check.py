@@ -3,8 +3,9 @@
 From logged memory: the release's own arithmetic must land on the logged blocks, tokens and
 concurrency for some KV figure inside the rounding of the printed GiB. Before launch: the memory
 model of `harness/predict/memory_model.py` predicts every term from the GPU, the limits and the config; its
-constants are fitted on the cases with an even position in the sorted corpus and scored on the
-others, so the held-back figures were never seen by the fit.
+constants are fitted on every other source of the corpus (`harness/calibrate/field_split.py`: one
+thread's or one repository's cases never sit on both sides) and scored on the others, so the held-back
+figures were never seen by the fit.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.calibrate.field_corpus import FieldCase, load_corpus
+from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.predict.budget import CapacityPrediction
@@ -25,7 +27,6 @@ from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
     DEFAULT_V1_SAMPLER,
-    FLASHINFER_BYTES_PER_LOGIT,
     GRAPHS_RESERVED_SINCE,
     MemoryConstants,
     forward_peak_bytes,
@@ -35,8 +36,10 @@ from harness.predict.memory_model import (
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import ModelShape, load_model_shape
+from harness.predict.non_torch import communicator_bytes, communicators_counted
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.releases import runs_v0
+from harness.predict.sampler_peak import SamplerPath, release_default_sampler, sampler_path
 from harness.units import GiB
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
@@ -75,11 +78,13 @@ class LaunchCheck(BaseModel):
     kv_tokens_logged: int | None = None
     kv_tokens_residual: float | None = None  # (predicted − logged) / logged
     fits_predicted: bool | None = None
+    sampler_path: SamplerPath | None = None  # the formula that priced the sampler's warm-up, and its origin
 
 
 class SamplerFact(BaseModel):
     """V1's top-k/top-p sampler and where the figure came from: "log" (`evidence` is the line), "stated" (the
-    case's `sampler:` fact), "assumed" (DEFAULT_V1_SAMPLER) or "V0" (which always sorts)."""
+    case's `sampler:` fact), "default" (the release's code decides, from 0.11.2), "assumed" (DEFAULT_V1_SAMPLER)
+    or "V0" (which always sorts)."""
 
     name: str
     source: str
@@ -89,6 +94,7 @@ class SamplerFact(BaseModel):
 class CaseResult(BaseModel):
     id: str
     source: str
+    source_key: str  # the thread or repository the split keeps on one side (field_split.py)
     release: str
     family: str
     sampler: SamplerFact
@@ -106,14 +112,15 @@ class FieldReport(BaseModel):
 def run_field_check(directory: Path) -> FieldReport:
     cases, configs = load_corpus(directory)
     shapes = {name: load_model_shape(str(directory / "configs" / name)) for name in configs}
-    fit_ids = {case.id for position, case in enumerate(cases) if position % 2 == 0}
+    fit_ids = fit_case_ids(cases)
     constants = fit_constants([c for c in cases if c.id in fit_ids], configs)
     results = []
     for case in cases:
         config = configs.get(case.facts.config or "")
         shape = shapes.get(case.facts.config or "")
         results.append(CaseResult(
-            id=case.id, source=str(case.source), release=case.facts.vllm_version, family=case.family,
+            id=case.id, source=str(case.source), source_key=source_key(case), release=case.facts.vllm_version,
+            family=case.family,
             sampler=sampler_fact(case), started=case.facts.started,
             cache_fit=case.facts.started or case.facts.failed_after_cache_sized,
             logged=check_logged(case, shape),
@@ -225,38 +232,40 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         status="scored", held_back=held_back, terms=terms, kv_bytes_predicted=waterfall.kv_bytes,
         kv_bytes_logged=log.available_kv_cache_bytes, kv_tokens_predicted=prediction.kv_cache_tokens,
         kv_tokens_logged=logged_tokens, kv_tokens_residual=residual, fits_predicted=fits(prediction),
+        sampler_path=waterfall.sampler,
     )
 
 
 def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) -> MemoryConstants:
-    """Least squares for the PyTorch sampler's bytes per logit; medians for non-torch and graph memory.
+    """Least squares for the sorting sampler's bytes per logit; medians for non-torch and graph memory.
 
     The activation peak is the larger of the forward pass and the sampler (both from vLLM's code, see
-    `harness/predict/memory_model.py`); only the PyTorch sampler's bytes per logit are fitted, on the logs that
-    print their activation and sampled with it (V0, or V1 whose log prints its sampler line or whose facts
-    state it). Non-torch memory is read from the profile where a release prints it; where a log gives only
-    the GPU total, the weights and the KV memory, the remainder less the predicted activation is what the
-    profile held outside torch, counted only where the sampler behind that activation is known.
+    `harness/predict/memory_model.py` and `sampler_peak.py`); only the sort's bytes per logit are fitted, on
+    the logs that print their activation and sorted (V0, or V1 before 0.17 whose native path is known from
+    its log, its facts or its release). Non-torch and graph memory are read from the profile where a release
+    prints them (with or without a config: the figure needs none); where a log gives only the GPU total, the
+    weights and the KV memory, the remainder less the predicted activation is what the profile held outside
+    torch, counted only where the sampler behind that activation is known.
     """
     rows, targets, graphs, used = [], [], [], set()
     non_torch: list[tuple[FieldCase, float]] = []  # GiB outside torch, as logged or implied
     implied: list[tuple[FieldCase, dict[str, Any], int]] = []
-    for case in cases:
+    for case in cases:  # a logged non-torch or graph figure needs no config; what is implied or fitted does
         config = configs.get(case.facts.config or "")
         total = _total_bytes(case)
-        if config is None:
-            continue
-        log = case.parsed()
-        logged = logged_term_bytes(log)
+        logged = logged_term_bytes(case.parsed())
         if "non_torch" in logged:
             non_torch.append((case, logged["non_torch"] / GiB))
             used.add(case.id)
-        elif total is not None and _known_sampler(case):
+        elif total is not None and config is not None and _known_sampler(case):
             implied.append((case, config, total[0]))  # nothing in the remainder may rest on an assumed sampler
         if "cuda_graphs" in logged:
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
-        if "activation_peak" in logged and total is not None and _known_sampler(case) == "pytorch":
+        if config is None:
+            continue
+        if "activation_peak" in logged and total is not None and _path(case, total[0]).bytes_per_logit is None \
+                and _known_sampler(case):
             rows.append(_activation_parts(case, config, total[0]))
             targets.append(logged["activation_peak"])
             used.add(case.id)
@@ -270,15 +279,31 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         if rest is not None:
             non_torch.append((case, (rest - _activation(case, config, total_bytes, per_logit)) / GiB))
             used.add(case.id)
-    increase = [gib for case, gib in non_torch if not _context_counted(case)]
-    non_torch_gib = statistics.median(increase) if increase else 0.0
-    context = [gib - non_torch_gib for case, gib in non_torch if _context_counted(case)]
+    base_gib, nccl_gib, context_gib = _fit_non_torch(non_torch)
     return MemoryConstants(
-        sampler_bytes_per_logit=per_logit, non_torch_gib=round(non_torch_gib, 3),
-        cuda_context_gib=round(max(0.0, statistics.median(context)), 3) if context else 0.0,
+        sampler_bytes_per_logit=per_logit, non_torch_gib=base_gib, cuda_context_gib=context_gib, nccl_gib=nccl_gib,
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),
     )
+
+
+def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> tuple[float, float, float]:
+    """(base, NCCL, CUDA context) GiB: medians of the figures that hold only the base, then of what the
+    communicators add where the release counts them (less the custom all-reduce's buffers, which the code
+    sizes), then of what the context adds."""
+    def communicators(case: FieldCase) -> bool:
+        return communicators_counted(Version(case.facts.vllm_version), _v0(case),
+                                     case.facts.tensor_parallel_size, case.facts.pipeline_parallel_size)
+
+    plain = [gib for case, gib in samples if not _context_counted(case) and not communicators(case)]
+    base = round(statistics.median(plain), 3) if plain else 0.0
+    nccl = [gib - base - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB
+            for case, gib in samples if not _context_counted(case) and communicators(case)]
+    nccl_gib = round(max(0.0, statistics.median(nccl)), 3) if nccl else 0.0
+    context = [gib - base - (communicator_bytes(nccl_gib, case.facts.tensor_parallel_size) / GiB
+                             if communicators(case) else 0.0)
+               for case, gib in samples if _context_counted(case)]
+    return base, nccl_gib, round(max(0.0, statistics.median(context)), 3) if context else 0.0
 
 
 def _context_counted(case: FieldCase) -> bool:
@@ -301,6 +326,9 @@ def sampler_fact(case: FieldCase) -> SamplerFact:
         return SamplerFact(name=logged[0], source="log", evidence=logged[1])
     if stated:
         return SamplerFact(name=stated, source="stated")
+    default = release_default_sampler(Version(case.facts.vllm_version))
+    if default:
+        return SamplerFact(name=default, source="default")
     return SamplerFact(name=DEFAULT_V1_SAMPLER, source="assumed")
 
 
@@ -324,9 +352,17 @@ def _activation_parts(case: FieldCase, config: dict[str, Any], total_bytes: int)
             rows * size.vocab)
 
 
+def _path(case: FieldCase, total_bytes: int) -> SamplerPath:
+    facts = case.facts
+    _, rows, _ = profiling_batch(Version(facts.vllm_version), _v0(case), total_bytes, facts.max_model_len,
+                                 facts.max_num_batched_tokens, facts.max_num_seqs, facts.gpu)
+    return sampler_path(Version(facts.vllm_version), facts.engine, _sampler(case), rows)
+
+
 def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> float:
     forward, base, logits = _activation_parts(case, config, total_bytes)
-    return max(forward, base + logits * (FLASHINFER_BYTES_PER_LOGIT if _sampler(case) == "flashinfer" else per_logit))
+    path = _path(case, total_bytes)
+    return max(forward, base + logits * (per_logit if path.bytes_per_logit is None else path.bytes_per_logit))
 
 
 def implied_overhead_bytes(case: FieldCase, total_bytes: int) -> int | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+import statistics
+from collections import Counter, defaultdict
 from collections.abc import Callable
 
 from pydantic import BaseModel
@@ -26,6 +27,7 @@ class Score(BaseModel):
     launch_scored: int
     fit_calls_right: int
     fit_calls: int
+    launch_median_abs_residual: float | None  # median |predicted − logged| / logged KV tokens
 
 
 def score(cases: list[CaseResult], held_back_only: bool = True) -> Score:
@@ -39,6 +41,7 @@ def score(cases: list[CaseResult], held_back_only: bool = True) -> Score:
         launch_within=sum(abs(residual) <= KV_TOKENS_TOLERANCE for residual in residuals),
         launch_scored=len(residuals),
         fit_calls_right=sum(c.launch.fits_predicted == c.cache_fit for c in calls), fit_calls=len(calls),
+        launch_median_abs_residual=statistics.median(abs(r) for r in residuals) if residuals else None,
     )
 
 
@@ -46,6 +49,9 @@ def summary_lines(report: FieldReport) -> list[str]:
     """The headline figures, in words, with the counts they come from."""
     held, every = score(report.cases), score(report.cases, held_back_only=False)
     logged_calls = [c for c in report.cases if c.logged.fits is not None]
+    per_source = Counter(c.source_key for c in report.cases)
+    largest_cases = max(per_source.values())
+    largest = ", ".join(sorted(key for key, count in per_source.items() if count == largest_cases))
     return [
         f"field corpus: {len(report.cases)} start-up logs",
         f"from logged KV memory: {held.logged_exact} of {held.logged_scored} scored cases exact within the "
@@ -53,10 +59,14 @@ def summary_lines(report: FieldReport) -> list[str]:
         f"before launch, held-back cases: {held.launch_within} of {held.launch_scored} within ±5% KV tokens "
         f"({_share(held.launch_within, held.launch_scored)}); all scored cases: {every.launch_within} of "
         f"{every.launch_scored}",
+        f"before launch, median absolute KV-token error: held-back {_percent(held.launch_median_abs_residual)}, "
+        f"all scored {_percent(every.launch_median_abs_residual)}",
         f"fit / no-fit before launch: {every.fit_calls_right} of {every.fit_calls} right "
         f"(held-back: {held.fit_calls_right} of {held.fit_calls})",
         f"fit / no-fit from logged memory: {sum(c.logged.fits == c.cache_fit for c in logged_calls)} of "
         f"{len(logged_calls)} right",
+        f"split by source: {len(per_source)} sources, alternately fit and held back; the largest source holds "
+        f"{largest_cases} of {len(report.cases)} cases ({_share(largest_cases, len(report.cases))}): {largest}",
     ]
 
 
@@ -82,11 +92,17 @@ def _logged_table(report: FieldReport) -> Table:
 
 
 def _launch_table(report: FieldReport) -> Table:
-    table = Table("case", "set", "sampler (from)", *[f"{t}_gib pred/logged" for t in TERMS], "kv_gib pred/logged",
+    table = Table("case", "set", "sampler (from): formula, origin", *[f"{t}_gib pred/logged" for t in TERMS],
+                  "kv_gib pred/logged",
                   "kv_tokens pred/logged", "residual_pct", "fits pred/real", title="Before launch")
     for case in report.cases:
         launch = case.launch
         sampler = f"{case.sampler.name} ({case.sampler.source})"
+        if launch.sampler_path is not None:
+            path = launch.sampler_path
+            per_logit = report.constants.sampler_bytes_per_logit if path.bytes_per_logit is None \
+                else path.bytes_per_logit
+            sampler += f": {path.path} {per_logit:.4g} B/logit, {path.origin}"
         if launch.status != "scored":
             table.add_row(case.id, _set(case), sampler, *[""] * (len(TERMS) + 3), launch.status)
             continue
@@ -133,10 +149,11 @@ def _group_table(report: FieldReport, title: str, key: Callable[[CaseResult], st
 
 def _constants_text(report: FieldReport) -> Text:
     c = report.constants
-    return Text(f"constants fitted on {', '.join(c.fitted_on)}: PyTorch sampler {c.sampler_bytes_per_logit:.4g} B per "
-                f"logit; non-torch {c.non_torch_gib:.3g} GiB + {c.cuda_context_gib:.3g} GiB of CUDA context where "
-                f"the release counts it; "
-                f"CUDA graphs {c.cuda_graph_gib} GiB")
+    return Text(f"constants fitted on {', '.join(c.fitted_on)}: sorting sampler {c.sampler_bytes_per_logit:.4g} B "
+                "per logit (the Triton and FlashInfer paths are priced from the code); non-torch "
+                f"{c.non_torch_gib:.3g} GiB + {c.cuda_context_gib:.3g} GiB of CUDA context where the release "
+                f"counts it + {c.nccl_gib:.3g} GiB of NCCL buffers with TP or PP where it counts them; CUDA graphs "
+                f"{c.cuda_graph_gib} GiB")
 
 
 def _pair(predicted: int | None, logged: int | None) -> str:
@@ -150,6 +167,10 @@ def _set(case: CaseResult) -> str:
 
 def _yes(value: bool | None) -> str:
     return "—" if value is None else ("fits" if value else "no")
+
+
+def _percent(share: float | None) -> str:
+    return "n/a" if share is None else f"{100 * share:.1f}%"
 
 
 def _share(part: int, whole: int) -> str:

@@ -5,10 +5,11 @@ forward pass over `max_num_batched_tokens` tokens and a sampling step over `max_
 outside torch's allocator), and from 0.21 on it also reserves its estimate of CUDA-graph memory. Each
 term here is computed from what determines it in vLLM's code (cited where used) — the weights from
 the config's parameter count and the layout its storage format takes, the activation peak from the
-widest tensors of one layer or of the sampler, non-torch memory from what the release counts — and
-the four constants left (the PyTorch sampler's bytes per logit, non-torch memory, the CUDA context,
-graph memory) are fitted on part of the field corpus (`harness/calibrate/field_check.py`), never on the cases
-it is scored on.
+widest tensors of one layer or of the sampler on the path the release takes (`sampler_peak.py`),
+non-torch memory from what the release counts (`non_torch.py`) — and the five constants the code
+leaves open (the PyTorch sort's bytes per logit, the base non-torch memory, NCCL's buffers, the CUDA
+context, graph memory) are fitted on the fit half of the field corpus (`harness/calibrate/field_check.py`),
+never on the cases it is scored on.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.non_torch import communicator_bytes, communicators_counted
 from harness.predict.releases import runs_v0
+from harness.predict.sampler_peak import (
+    FLASHINFER_OPT_IN_SINCE,
+    SamplerPath,
+    sampler_path,
+)
 from harness.units import GiB
 
 GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
@@ -37,16 +44,11 @@ A100_SMALL_BATCH_SINCE = Version("0.9")
 LARGE_GPU_BYTES = 70 * GiB
 V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
 FUSED_MOE_CHUNK = 32_768  # envs.VLLM_FUSED_MOE_CHUNK_SIZE default: tokens a fused-MoE call caches at once
-# FlashInfer's top_k_top_p_sampling_from_logits (V1's sampler when flashinfer is importable, as in vLLM's
-# image; topk_topp_sampler.py) holds the bf16 logits, their fp32 copy, the top-k-masked copy and the
-# softmax: 2 + 4 + 4 + 4 bytes per logit. The PyTorch path sorts the whole row (values and int64
-# indices) and is fitted (`MemoryConstants.sampler_bytes_per_logit`); V0 always takes it.
-FLASHINFER_BYTES_PER_LOGIT = 14
-SAMPLERS = ("flashinfer", "pytorch")
-# Which one V1 runs depends on the install: vLLM's image ships FlashInfer, its wheel lists it only as an
-# extra (`Requires-Dist: flashinfer-python; extra == "flashinfer"`, 0.10.1.1 and 0.11.0), so `pip install
-# vllm` sorts. Unstated, the sort is assumed: it is the pip default and the larger figure, the safer side of
-# a fit / no-fit call.
+SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, or the native path
+# Which one V1 runs before 0.11.2 depends on the install: vLLM's image ships FlashInfer, its wheel lists it
+# only as an extra (`Requires-Dist: flashinfer-python; extra == "flashinfer"`, 0.10.1.1 and 0.11.0), so `pip
+# install vllm` takes the native path. Unstated, the native path is assumed: it is the pip default and the
+# larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
 # Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
 # Formats vLLM applies to the MoE experts alone: attention, router and embeddings stay in the model dtype.
@@ -58,9 +60,10 @@ QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": 4.
 class MemoryConstants(BaseModel, frozen=True):
     """The fitted part of the model; `fitted_on` names the corpus cases that set it."""
 
-    sampler_bytes_per_logit: float  # peak of the PyTorch top-k/top-p sampler per (row × vocabulary entry)
-    non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot (cuBLAS, NCCL)
+    sampler_bytes_per_logit: float  # peak of the sorting top-k/top-p sampler per (row × vocabulary entry)
+    non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot, NCCL aside
     cuda_context_gib: float  # on top where the release counts the CUDA context (V0 before 0.6.5, V1 before 0.9.1)
+    nccl_gib: float = 0.0  # NCCL's buffers per GPU, on top where the release counts them (non_torch.py)
     cuda_graph_gib: float
     fitted_on: list[str]
 
@@ -84,6 +87,7 @@ class Waterfall(BaseModel):
     profiling_tokens: int
     sampler_rows: int
     engine_version: str
+    sampler: SamplerPath | None = None  # the top-k/top-p path that priced the sampler, and its origin
     assumptions: list[str]
 
 
@@ -174,6 +178,30 @@ def sampler_peak_bytes(size: ModelSize, tokens: int, rows: int, bytes_per_logit:
     first, so every row is the full vocabulary. The hidden states of all tokens are still held.
     """
     return int(tokens * size.hidden * dtype_bytes + rows * size.vocab * bytes_per_logit)
+
+
+def sampler_bytes(path: SamplerPath, constants: MemoryConstants) -> float:
+    """Bytes per logit at the path's peak: the release's formula, or the fitted sort figure."""
+    return constants.sampler_bytes_per_logit if path.bytes_per_logit is None else path.bytes_per_logit
+
+
+def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tensor_parallel_size: int,
+                   pipeline_parallel_size: int) -> Term:
+    """What the release's profile counts outside torch: the fitted base (cuBLAS workspace and the like), the
+    CUDA context where the release counts it, and the communicators' buffers where its snapshot precedes them."""
+    context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
+    counted = communicators_counted(version, v0, tensor_parallel_size, pipeline_parallel_size)
+    communicators = communicator_bytes(constants.nccl_gib, tensor_parallel_size) if counted else 0
+    total = int((constants.non_torch_gib + (constants.cuda_context_gib if context else 0.0)) * GiB) + communicators
+    source = f"fitted {constants.non_torch_gib:.2f} GiB (cuBLAS workspace and the like)"
+    if context:
+        source += f" + {constants.cuda_context_gib:.2f} GiB of CUDA context, which {version} counts"
+    if counted:
+        source += (f" + {communicators / GiB:.3f} GiB of NCCL (fitted) and custom all-reduce buffers, which {version}"
+                   " counts (its memory snapshot precedes the distributed set-up)")
+    elif tensor_parallel_size * pipeline_parallel_size > 1:
+        source += f"; NCCL buffers are allocated before {version}'s memory snapshot: not counted"
+    return Term(name="non_torch", bytes=total, subtracted=True, source=source)
 
 
 def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
@@ -272,12 +300,12 @@ def plan_waterfall(
     sampler = "pytorch" if v0 else (sampler or DEFAULT_V1_SAMPLER)
     if sampler not in SAMPLERS:
         raise HarnessError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler}")
-    per_logit = FLASHINFER_BYTES_PER_LOGIT if sampler == "flashinfer" else constants.sampler_bytes_per_logit
+    path = sampler_path(version, engine_generation, sampler, rows)
+    per_logit = sampler_bytes(path, constants)
     forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
     sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
     activation = max(forward, sampling)
-    context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
-    non_torch = constants.non_torch_gib + (constants.cuda_context_gib if context else 0.0)
+    non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
     weights = weights_term(size, dtype_bytes, quantization, tensor_parallel_size, pipeline_parallel_size)
     if checkpoint is not None:
@@ -287,12 +315,9 @@ def plan_waterfall(
         weights,
         Term(name="activation_peak", bytes=int(activation), subtracted=True,
              source=f"profiling run of {tokens:,} tokens ({batch_source}): the larger of the forward pass "
-                    f"({forward / GiB:.2f} GiB) and the {sampler} sampler over {rows} rows × {size.vocab:,} "
-                    f"logits at {per_logit:.3g} B each ({sampling / GiB:.2f} GiB)"),
-        Term(name="non_torch", bytes=int(non_torch * GiB), subtracted=True,
-             source=f"fitted {constants.non_torch_gib:.2f} GiB (cuBLAS workspace, NCCL buffers)"
-                    + (f" + {constants.cuda_context_gib:.2f} GiB of CUDA context, which {version} counts"
-                       if context else "")),
+                    f"({forward / GiB:.2f} GiB) and the {path.path} sampler over {rows} rows × {size.vocab:,} "
+                    f"logits at {per_logit:.4g} B each ({sampling / GiB:.2f} GiB; {path.origin})"),
+        non_torch,
         Term(name="cuda_graphs", bytes=int(constants.cuda_graph_gib * GiB), subtracted=graphs_reserved,
              source=f"fitted {constants.cuda_graph_gib:.2f} GiB; "
                     + ("reserved before the cache from 0.21 on" if graphs_reserved
@@ -303,39 +328,47 @@ def plan_waterfall(
     return Waterfall(
         total_bytes=total_bytes, total_source=total_source, gpu_memory_utilization=gpu_memory_utilization,
         usable_bytes=usable, terms=terms, kv_bytes=kv, profiling_tokens=tokens, sampler_rows=rows,
-        engine_version=str(version),
+        engine_version=str(version), sampler=path,
         assumptions=[f"{'V0' if v0 else 'V1'} engine accounting of vLLM {version}",
                      "weights: the checkpoint's own size" if checkpoint is not None else
                      "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
-                     *([] if v0 or stated else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
-                                                 "image samples with FlashInfer, a smaller activation peak")])],
+                     *([] if v0 or stated or path.path == "triton" or version >= FLASHINFER_OPT_IN_SINCE
+                       else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
+                              "image samples with FlashInfer, a smaller activation peak")])],
     )
 
 
 # What `harness budget --field-check tests/fixtures/field` fits on the corpus's fit half (a test keeps
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
-    sampler_bytes_per_logit=38.62,
-    non_torch_gib=0.481,
+    sampler_bytes_per_logit=36.84,
+    non_torch_gib=0.16,
     cuda_context_gib=0.0,
-    cuda_graph_gib=0.57,
+    cuda_graph_gib=0.565,
+    nccl_gib=1.364,
     fitted_on=[
-        "v0101-gpt-oss-120b-a100-tp4-util08",
-        "v0101-qwen2-7b-a100-40gb-tp2-two-nodes",
-        "v0101-qwen2-7b-a100-tp2-util05",
-        "v0101-qwen2-7b-a100-util05",
-        "v0102-qwen25-3b-fp16-len4096",
-        "v0110-llama31-8b-len32000-util092",
-        "v0112-qwen25-coder-14b-l40s-len16384",
-        "v0140-r1-distill-qwen-14b-awq-rx9070xt-util075",
-        "v0150-llama3-8b-bf16-len8192",
+        "v0102-qwen3-4b-default-len",
+        "v0110-llama31-8b-base-len131072",
+        "v0130-nemotron-super-49b-tp4-len131072",
         "v0170-qwen25-7b-rocm-fp16-len4096",
-        "v0171-qwen25-3b-len32768",
-        "v0221-llama3-8b-w5a16-rtn-util085-len4096",
+        "v0192-nemotron3-nano-4b-mamba-gb10-len49152",
+        "v0192-qwen36-35b-a3b-bf16-gb10-len131072",
+        "v0220-qwen3-embedding-8b-util035",
+        "v0220-typhoon-ocr-7b-qwen25-vl-util025-sleep",
         "v0221-qwen3-30b-a3b-fp8-h100-len8192",
-        "v063-llama31-8b-rtx3090-len20000",
+        "v065-llama3-8b-h100",
         "v065-llama3-8b-h100-tp2",
         "v07-qwen25-05b-8gib-util075",
+        "v07-qwen25-32b-l40s-tp2",
+        "v070-llama32-11b-vision-h100-len65536",
+        "v072-qwen25-14b-tp2-fp16",
+        "v083-tinyllama-11b-bnb-util05",
+        "v084-gemma3-12b-qat-awq-tp2",
+        "v085-r1-distill-qwen-14b-len32768",
+        "v090-llama31-8b-len16384-lmcache",
         "v090-llama31-8b-len8192-flashinfer",
+        "v091-dots-ocr-util075",
+        "v092-llama2-13b-util05-lmcache",
+        "v092-qwen25-15b-util05",
     ],
 )

@@ -20,6 +20,7 @@ from harness.calibrate.field_check import (
 )
 from harness.calibrate.field_corpus import load_corpus
 from harness.calibrate.field_report import score, summary_lines
+from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.server_logs import parse_startup_log
 from harness.predict.budget import predict_capacity
@@ -114,17 +115,46 @@ def test_before_launch_fit_calls_are_right_but_the_named_ones_and_the_score_is_p
     called = [c for c in report.cases if c.launch.fits_predicted is not None]
     wrong = {c.id for c in called if c.launch.fits_predicted != c.cache_fit}
     assert wrong == KNOWN_WRONG_CALLS
-    assert held.fit_calls_right == held.fit_calls
+    held_wrong = KNOWN_WRONG_CALLS & {c.id for c in called if c.launch.held_back}
+    assert held.fit_calls_right == held.fit_calls - len(held_wrong)
     lines = summary_lines(report)
     assert lines[2].startswith("before launch, held-back cases: ")
+    assert lines[3].startswith("before launch, median absolute KV-token error: held-back ")
+    # Six logs are the most any one source holds (three repositories hold six each): 6 of 108 = 5.6%, "6%".
+    assert lines[-1].startswith("split by source: 74 sources, alternately fit and held back; the largest source "
+                                "holds 6 of 108 cases (6%): ")
+    assert lines[-1].split("(6%): ")[1].split(", ") == [
+        "github.com/dennislee22/vllm-benchmarking", "github.com/sostrowsk/dgx-spark-local-llm",
+        "github.com/vllm-project/llm-compressor"]
 
 
 def test_shipped_constants_are_the_fit_on_the_fit_half_only(report) -> None:
     cases, configs = load_corpus(CORPUS)
-    fit_half = [case for position, case in enumerate(cases) if position % 2 == 0]
-    assert fit_constants(fit_half, configs) == FITTED_CONSTANTS == report.constants
+    fit_ids = fit_case_ids(cases)
+    assert 0 < len(fit_ids) < len(cases)
+    assert fit_constants([c for c in cases if c.id in fit_ids], configs) == FITTED_CONSTANTS == report.constants
     held = {c.id for c in report.cases if c.launch.held_back}
+    assert held == {c.id for c in cases} - fit_ids
     assert held.isdisjoint(FITTED_CONSTANTS.fitted_on)
+
+
+def test_no_source_sits_on_both_sides_of_the_split(report) -> None:
+    sides: dict[str, set[bool]] = {}
+    for case in report.cases:
+        sides.setdefault(case.source_key, set()).add(case.launch.held_back)
+    assert len(sides) >= 40
+    # llm-compressor's run.log and vllm.log are two files at two commits of one repository: one source.
+    assert len({c.source for c in report.cases if c.source_key == "github.com/vllm-project/llm-compressor"}) == 2
+    assert {key for key, held in sides.items() if len(held) > 1} == set()
+    assert {True, False} == {held for held_sides in sides.values() for held in held_sides}
+
+
+def test_a_source_is_its_thread_or_its_repository() -> None:
+    cases, _ = load_corpus(CORPUS)
+    keys = {str(c.source): source_key(c) for c in cases}
+    assert keys["https://github.com/vllm-project/vllm/issues/6124"] == "github.com/vllm-project/vllm/issues/6124"
+    shinrin = [key for url, key in keys.items() if "/shinrin2/vllm-kvcache/blob/" in url]
+    assert len(shinrin) == 2 and set(shinrin) == {"github.com/shinrin2/vllm-kvcache"}
 
 
 def test_the_sampler_is_read_from_the_log_line_and_priced_as_it_ran(report) -> None:
@@ -139,7 +169,7 @@ def test_the_sampler_is_read_from_the_log_line_and_priced_as_it_ran(report) -> N
     # Test 1, the same release over Ray: "FlashInfer is not available. Falling back to the PyTorch-native ...".
     two_nodes = next(c for c in report.cases if c.id == "v0101-qwen2-7b-a100-40gb-tp2-two-nodes")
     assert (two_nodes.sampler.name, two_nodes.sampler.source) == ("pytorch", "log")
-    assert {c.sampler.source for c in report.cases} == {"log", "assumed", "V0"}
+    assert {c.sampler.source for c in report.cases} == {"log", "default", "assumed", "V0"}
 
 
 def test_without_a_sampler_line_the_stated_fact_then_the_default_decides() -> None:

@@ -9,7 +9,6 @@ from packaging.version import Version
 
 from harness.predict.memory_model import (
     FITTED_CONSTANTS,
-    FLASHINFER_BYTES_PER_LOGIT,
     forward_peak_bytes,
     model_size,
     plan_waterfall,
@@ -17,6 +16,7 @@ from harness.predict.memory_model import (
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import load_model_shape
+from harness.predict.sampler_peak import FLASHINFER_BYTES_PER_LOGIT
 from harness.units import GiB
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
@@ -118,3 +118,25 @@ def test_non_torch_memory_counts_the_cuda_context_only_where_the_release_does() 
     assert non_torch("0.6.4") == non_torch("0.9.0") == 805_306_368
     assert non_torch("0.6.5") == non_torch("0.9.1") == non_torch("0.11.0") == non_torch("0.11.0", 24.0) \
         == 268_435_456
+
+
+def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distributed_set_up() -> None:
+    # With 0.25 GiB of base, no context and 0.5 GiB of NCCL: V0 (0.7.3) and V1 0.10.1.1 take their snapshot
+    # before init_worker_distributed_environment, so TP=2 counts 0.25 + 0.5 GiB + the custom all-reduce's
+    # 2 × 8,192 × 1,024 = 16,777,216 B: 268,435,456 + 536,870,912 + 16,777,216 = 822,083,584 B. TP=3 has no
+    # custom all-reduce (world sizes 2, 4, 6, 8 only): 805,306,368 B. V1 0.11.0 initialises NCCL first:
+    # 268,435,456 B whatever the TP, as for one GPU.
+    config = _config("Qwen--Qwen2-7B-Instruct.json")
+    constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25, "cuda_context_gib": 0.0,
+                                                    "nccl_gib": 0.5})
+
+    def non_torch(version: str, tp: int, generation: str | None = None) -> int:
+        waterfall = plan_waterfall(config, constants, total_bytes=80 * GiB, total_source="test",
+                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
+                                   tensor_parallel_size=tp, engine_generation=generation)
+        return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
+
+    assert non_torch("0.7.3", 2) == non_torch("0.10.1.1", 2) == 822_083_584
+    assert non_torch("0.10.1.1", 4, "V0") == 822_083_584
+    assert non_torch("0.7.3", 3) == 805_306_368
+    assert non_torch("0.11.0", 2) == non_torch("0.19.0", 8) == non_torch("0.7.3", 1) == 268_435_456

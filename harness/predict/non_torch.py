@@ -1,0 +1,45 @@
+"""Memory outside torch's allocator that vLLM subtracts before the cache, by release and parallel layout.
+
+vLLM's profile counts as non-torch memory what the device gained outside torch's allocator since
+the worker's first snapshot (`memory_profiling`, `diff_from_create.non_torch_memory`: V0 worker.py
+from 0.6.5, V1 gpu_worker.py from 0.9.1; before those, everything outside torch, the CUDA context
+included). Whether the communicators' buffers fall inside that window depends on where the
+snapshot sits against `init_worker_distributed_environment`, which creates the NCCL communicator
+(pynccl.py `PyNcclCommunicator.__init__` runs a one-element warm-up all-reduce, so its ring is
+connected and its buffers allocated there) and the custom all-reduce:
+
+- V0 (0.6.3 `init_gpu_memory`, 0.7.3-0.10 `baseline_snapshot`) and V1 0.8.5-0.10.x (`init_gpu_memory`,
+  then `init_snapshot`) take the snapshot before that call: the buffers are counted;
+- V1 from 0.11.0 initialises the distributed environment first ("Initialize the distributed
+  environment BEFORE taking memory snapshot", gpu_worker.py `init_device`, read in 0.11.0 … 0.33.0),
+  and requests total × utilisation from that snapshot: the buffers are neither counted nor subtracted.
+
+What is counted then: the custom all-reduce's two IPC buffers, allocated with cudaMalloc outside
+torch (custom_all_reduce.py `CustomAllreduce.__init__`: `meta_size() + max_size` and `max_size`, with
+max_size = 8,192 × 1,024 B; its 8 MiB `rank_data` is a torch tensor), for world sizes 2, 4, 6 and 8;
+and NCCL's own buffers, which NCCL sizes (channels × peers × protocol buffers) and vLLM's code does
+not state: fitted per GPU (`MemoryConstants.nccl_gib`).
+"""
+
+from __future__ import annotations
+
+from packaging.version import Version
+
+from harness.units import GiB
+
+V1_COMMUNICATORS_BEFORE_SNAPSHOT_SINCE = Version("0.11.0")
+CUSTOM_ALL_REDUCE_MAX_BYTES = 8192 * 1024
+CUSTOM_ALL_REDUCE_WORLD_SIZES = frozenset({2, 4, 6, 8})
+CUSTOM_ALL_REDUCE_BYTES = 2 * CUSTOM_ALL_REDUCE_MAX_BYTES  # meta (a few KiB, left out) + max_size, and max_size
+
+
+def communicators_counted(version: Version, v0: bool, tensor_parallel_size: int, pipeline_parallel_size: int) -> bool:
+    """Whether the profile's non-torch figure holds the NCCL and custom all-reduce buffers."""
+    parallel = tensor_parallel_size * pipeline_parallel_size > 1
+    return parallel and (v0 or version < V1_COMMUNICATORS_BEFORE_SNAPSHOT_SINCE)
+
+
+def communicator_bytes(nccl_gib: float, tensor_parallel_size: int) -> int:
+    """NCCL's fitted buffers plus the custom all-reduce's two IPC buffers where its world size allows one."""
+    custom = CUSTOM_ALL_REDUCE_BYTES if tensor_parallel_size in CUSTOM_ALL_REDUCE_WORLD_SIZES else 0
+    return int(nccl_gib * GiB) + custom

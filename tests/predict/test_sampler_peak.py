@@ -1,0 +1,83 @@
+"""The sampler's warm-up peak per release and top-k/top-p path, priced from each release's code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from harness.calibrate.field_check import run_field_check
+from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
+from harness.predict.model_shape import load_model_shape
+from harness.predict.sampler_peak import FLASHINFER, SORT_V0, SORT_V1, TRITON, sampler_path
+from harness.units import GiB
+
+CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
+QWEN2_7B = load_model_shape(str(CORPUS / "configs" / "Qwen--Qwen2-7B-Instruct.json")).config
+
+
+def _activation(version: str, sampler: str | None = None, gpu: str = "H100-80GB") -> tuple[str, int]:
+    waterfall = plan_waterfall(QWEN2_7B, FITTED_CONSTANTS, total_bytes=int(79.22 * GiB), total_source="test",
+                               gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
+                               gpu_name=gpu, sampler=sampler)
+    assert waterfall.sampler is not None
+    return waterfall.sampler.path, next(t.bytes for t in waterfall.terms if t.name == "activation_peak")
+
+
+def test_triton_path_from_0_17_is_fourteen_bytes_per_logit() -> None:
+    # Qwen2-7B under 0.19 on an H100 (V1 ≥ 70 GiB: 8,192 tokens, 1,024 rows). bf16 logits 2 B + fp32 copy 4 B,
+    # masked in place by apply_top_k_top_p_triton, then the fp32 softmax 4 B and random_sample's draws 4 B:
+    # 14 B. 8,192 × 3,584 × 2 B of hidden states = 58,720,256 B + 1,024 × 152,064 × 14 = 2,179,989,504 B
+    # = 2,238,709,760 B, above the forward pass's (3 × 3,584 + 3 × 18,944) × 2 B × 8,192 = 1,107,296,256 B.
+    assert _activation("0.19.0") == ("triton", 2_238_709_760)
+    # 0.22 runs a second warm-up call with a seeded generator, which leaves FlashInfer for the native path.
+    assert _activation("0.22.0", "flashinfer") == ("triton", 2_238_709_760)
+
+
+def test_flashinfer_path_before_0_22_is_fourteen_bytes_per_logit() -> None:
+    # 0.16 with FlashInfer: 2 B + 4 B logits, the top-k-masked copy 4 B and its softmax 4 B = 14 B, the same
+    # 2,238,709,760 B as above for the same batch.
+    assert _activation("0.16.0", "flashinfer") == ("flashinfer", 2_238_709_760)
+
+
+def test_sort_path_before_0_17_is_the_fitted_figure() -> None:
+    # 0.16's native path sorts: 58,720,256 + 1,024 × 152,064 × 36.84 B (fitted) = 58,720,256 + 5,736,486,666.24
+    # = 5,795,206,922 B, 2.6 times the Triton path's peak a release later.
+    assert FITTED_CONSTANTS.sampler_bytes_per_logit == 36.84
+    assert _activation("0.16.0") == ("sort", 5_795_206_922)
+    # From 0.11.2 FlashInfer is opt-in, so an unstated sampler is the native sort by the code itself; on an
+    # A100 (2,048 tokens, 256 rows): 2,048 × 3,584 × 2 = 14,680,064 + 256 × 152,064 × 36.84 = 1,434,121,666.56.
+    assert _activation("0.11.2", gpu="A100-80GB") == ("sort", 1_448_801_730)
+
+
+def test_each_release_and_sampler_takes_its_path() -> None:
+    assert sampler_path(Version("0.6.3"), None, "flashinfer", 256) == SORT_V0
+    assert sampler_path(Version("0.10.1.1"), "V0", "pytorch", 256) == SORT_V0
+    assert sampler_path(Version("0.10.1.1"), None, "pytorch", 256) == SORT_V1
+    assert sampler_path(Version("0.10.1.1"), None, "flashinfer", 256) == FLASHINFER
+    assert sampler_path(Version("0.17.0"), None, "pytorch", 256) == TRITON
+    assert sampler_path(Version("0.21.0"), None, "flashinfer", 256) == FLASHINFER
+    assert sampler_path(Version("0.33.0"), None, "flashinfer", 256) == TRITON
+    # Before 0.30 apply_top_k_top_p sorts a batch of fewer than 8 rows; from 0.30 Triton takes any batch.
+    assert sampler_path(Version("0.28.0"), None, "pytorch", 4) == SORT_V1
+    assert sampler_path(Version("0.28.0"), None, "pytorch", 8) == TRITON
+    assert sampler_path(Version("0.30.0"), None, "pytorch", 4) == TRITON
+
+
+@pytest.fixture(scope="module")
+def report():
+    return run_field_check(CORPUS)
+
+
+def test_corpus_cases_that_print_their_sampler_line_are_priced_on_that_lines_path(report) -> None:
+    logged = [c for c in report.cases if c.sampler.source == "log" and c.launch.sampler_path is not None]
+    assert len(logged) >= 5
+    assert {c.sampler.name for c in logged} == {"flashinfer", "pytorch"}
+    for case in logged:
+        release, path = Version(case.release), case.launch.sampler_path
+        assert path is not None
+        if release >= Version("0.22") or (case.sampler.name == "pytorch" and release >= Version("0.17")):
+            assert path == TRITON, case.id
+        else:
+            assert path == (FLASHINFER if case.sampler.name == "flashinfer" else SORT_V1), case.id
