@@ -35,6 +35,8 @@ def run_command(
     temperature: float = typer.Option(0.0, help="sampling temperature sent with every request"),
     slo_ttft_ms: float | None = typer.Option(None, help="goodput SLO on time to first token, ms"),
     slo_tpot_ms: float | None = typer.Option(None, help="goodput SLO on time per output token, ms"),
+    slo_target_share: float | None = typer.Option(None, help="share of measured requests that must meet the SLO "
+                                                  "limits for the run to meet its objective (output slo_met)"),
     cold: bool = typer.Option(False, help="declare the run cold: prefix-cache hits make it invalid"),
     sample_interval_s: float = typer.Option(5.0, help="seconds between /metrics scrapes (each holds vLLM's "
                                             "API server a few ms)"),
@@ -74,7 +76,8 @@ def run_command(
         service_uuid=service_uuid, service_port=service_port,
         load=dict(concurrency=concurrency, rate_per_s=rate, burstiness=burstiness, max_concurrency=max_concurrency,
                   requests=requests, duration_s=duration_s, warmup_requests=warmup, seed=seed, order=order),
-        max_tokens=max_tokens, temperature=temperature, slo=dict(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms),
+        max_tokens=max_tokens, temperature=temperature,
+        slo=dict(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, target_share=slo_target_share),
         cold=cold, sample_interval_s=sample_interval_s, max_dispatch_lag_ms=max_dispatch_lag_ms,
         max_error_fraction=max_error_fraction, read_timeout_s=read_timeout_s, stall_timeout_s=stall_timeout_s,
     )

@@ -45,6 +45,8 @@ class Slo(BaseModel):
 
     ttft_ms: float | None = Field(None, gt=0)
     tpot_ms: float | None = Field(None, gt=0)
+    # the share of measured requests that must meet them for the run to meet its objective (`slo_met`)
+    target_share: float | None = Field(None, gt=0, le=1)
 
 
 class RunConfig(BaseModel):

@@ -23,7 +23,8 @@ from harness.redact import refuse_url_credentials
 from harness.server_url import ServerUrl, checked_server_url
 
 LOAD_OPTION_NAMES = {"rate_per_s": "rate", "warmup_requests": "warmup"}  # `LoadShape` fields the CLI shortens
-OPTION_NAMES = {**LOAD_OPTION_NAMES, "ttft_ms": "slo_ttft_ms", "tpot_ms": "slo_tpot_ms"}  # fields → options
+OPTION_NAMES = {**LOAD_OPTION_NAMES, "ttft_ms": "slo_ttft_ms", "tpot_ms": "slo_tpot_ms",
+                "target_share": "slo_target_share"}  # fields → options
 
 
 class RunOptions(BaseModel):

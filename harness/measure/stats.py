@@ -77,6 +77,10 @@ class RunSummary(BaseModel):
     prompt_tokens_per_s: float
     chunks_per_s: float
     goodput_requests_per_s: float | None
+    slo_attainment_share: float | None = None  # measured requests meeting every limit set (failed ones do not)
+    # 1 when slo_attainment_share reached the target share, 0 when not: a number, so that Polyaxon's metric
+    # early stopping can compare it (a JSON false does not order below 0 in PostgreSQL)
+    slo_met: int | None = None
     offered_requests_per_s: float | None
     achieved_dispatch_per_s: float
     offered_concurrency: int | None
@@ -221,6 +225,7 @@ def summarize(
     if interrupted_by is not None:
         reasons.append(f"run stopped early by {interrupted_by}")
     has_slo = slo.ttft_ms is not None or slo.tpot_ms is not None
+    attainment = sum(meets_slo(r, slo) for r in ok) / len(measured) if has_slo and measured else None
     pacing = run_pacing(ok)
     scrape = scrape_cost(samples)
     return RunSummary(
@@ -238,6 +243,8 @@ def summarize(
         prompt_tokens_per_s=per_s(sum(r.prompt_tokens or 0 for r in ok)),
         chunks_per_s=per_s(sum(len(r.chunk_times_s) for r in ok)),
         goodput_requests_per_s=per_s(sum(meets_slo(r, slo) for r in ok)) if has_slo else None,
+        slo_attainment_share=attainment,
+        slo_met=None if attainment is None or slo.target_share is None else int(attainment >= slo.target_share),
         offered_requests_per_s=offered_requests_per_s,
         achieved_dispatch_per_s=(len(dispatches) - 1) / dispatch_span_s if dispatch_span_s > 0 else 0.0,
         offered_concurrency=offered_concurrency,
