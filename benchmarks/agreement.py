@@ -14,9 +14,15 @@ round, the harness's run id, the engine's generated tokens and prefix-cache hits
 (from /metrics), and the share of its run the harness's own /metrics scrapes held the API server, which
 streams nothing meanwhile: vLLM's tool does not scrape, so the harness (every 5 s by default) loads the
 server a little more; `--harness-sample-interval-s 600` leaves it the scrapes before and after the load.
+Each round also says the engine's own mean inter-token latency over each tool's run (vLLM's histogram: a
+spread the engine shares is the machine's or the server's, not the tool's), the CPU time each tool's process
+used (imports included: about 0.6 s for the harness, 11 s for vLLM's, which loads torch), the machine's
+load average as the run ended, and why a harness run was invalid (an invalid run is kept as a round: on a
+shared machine it is often the finding). `--client-cpus 1` starts both clients on core 1 only, the API
+server's, away from the worker's.
 
     .venv/bin/python benchmarks/agreement.py [--rounds 3] [--concurrency 8] [--prompts 512]
-        [--harness-sample-interval-s 5]
+        [--harness-sample-interval-s 5] [--client-cpus 1]
 
 How each tool defines its figures (both time from just before the request is written):
 - TTFT: harness, the first chunk that carries a token (token counts from continuous usage stats);
@@ -49,9 +55,11 @@ import itertools
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +70,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE, ensure_tiny_model
+from harness.errors import EXIT_INVALID
 from harness.inventory.build import build_token_id_inventory
 from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.launch.engine_process import engine_python, local_engine
@@ -86,6 +95,7 @@ FIGURES = [
     ("ttft_ms_mean", "ttft_ms_mean", "mean_ttft_ms"),
     ("engine_ttft_ms_mean", None, None),
     ("ttft_outside_engine_ms_mean", None, None),
+    ("engine_itl_ms_mean", None, None),
     ("ttft_ms_p50", "ttft_ms_p50", "p50_ttft_ms"),
     ("ttft_ms_p99", "ttft_ms_p99", "p99_ttft_ms"),
     ("tpot_ms_p50", "tpot_ms_p50", "p50_tpot_ms"),
@@ -111,6 +121,9 @@ class Trial:
     run_id: str | None = None
     scrape_share: float | None = None  # the harness's: how long its /metrics scrapes held the server
     output_tokens: set[int] = field(default_factory=set)
+    invalid_reasons: list[str] = field(default_factory=list)  # the harness's, when its run was invalid
+    load_average: float | None = None  # the machine's 1-minute load average as the trial ended
+    client_cpu_s: float | None = None  # CPU time (user + system) the tool's own process used
 
 
 def paced_share(gaps_per_request: list[list[float]], tokens_per_request: list[int]) -> float:
@@ -121,6 +134,18 @@ def paced_share(gaps_per_request: list[list[float]], tokens_per_request: list[in
 
 def chunk_gaps_s(record: RequestRecord) -> list[float]:
     return [later - earlier for earlier, later in itertools.pairwise(record.chunk_times_s)]
+
+
+def client_placement(args: argparse.Namespace) -> Callable[[], None] | None:
+    """Both tools' processes on `--client-cpus` when given (set before they start, so every thread has it)."""
+    cpus = {int(cpu) for cpu in args.client_cpus.split(",")} if args.client_cpus else None
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def children_cpu_s() -> float:
+    """CPU time used so far by this process's finished children: a trial's client is the one that just ended."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def scrape(base_url: str) -> MetricsSnapshot:
@@ -139,6 +164,10 @@ def counted(trial: Trial, before: MetricsSnapshot, after: MetricsSnapshot) -> No
         engine_ms = 1000 * (ttft_after.sum - ttft_before.sum) / (ttft_after.count - ttft_before.count)
         trial.figures["engine_ttft_ms_mean"] = engine_ms
         trial.figures["ttft_outside_engine_ms_mean"] = trial.figures["ttft_ms_mean"] - engine_ms
+    itl_before, itl_after = before.inter_token_latency_seconds, after.inter_token_latency_seconds
+    if itl_before is not None and itl_after is not None and itl_after.count > itl_before.count:
+        tokens = itl_after.count - itl_before.count
+        trial.figures["engine_itl_ms_mean"] = 1000 * (itl_after.sum - itl_before.sum) / tokens
 
 
 def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out: Path, round_index: int) -> Trial:
@@ -148,8 +177,8 @@ def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out:
         "--warmup", str(args.warmup), "--ready-timeout-s", "60", "--sample-interval-s",
         str(args.harness_sample_interval_s),
     ]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
+    done = subprocess.run(command, capture_output=True, text=True, preexec_fn=client_placement(args))
+    if done.returncode not in (0, EXIT_INVALID):  # an invalid run is a round too: its reasons are printed
         raise SystemExit(f"harness run failed:\n{done.stderr[-3000:]}")
     summary = json.loads((out / "summary.json").read_text())
     measured = [r for r in read_requests(out) if not r.warmup and r.error_class is None]
@@ -161,7 +190,7 @@ def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out:
     run_id = json.loads((out / "config.json").read_text())["run_id"]
     output_tokens = {r.output_tokens for r in measured if r.output_tokens is not None}
     return Trial("harness", round_index, figures, run_id=run_id, output_tokens=output_tokens,
-                 scrape_share=summary["scrape"]["scrape_share"])
+                 scrape_share=summary["scrape"]["scrape_share"], invalid_reasons=summary["invalid_reasons"])
 
 
 def vllm_trial(args: argparse.Namespace, base_url: str, spec: dict, work: Path, round_index: int) -> Trial:
@@ -211,13 +240,15 @@ def agreement_table(trials: list[Trial]) -> Table:
 def rounds_table(trials: list[Trial]) -> Table:
     table = Table(title="rounds, in the order they ran")
     for name in ("round", "tool", "harness run id", "output tokens per request", "engine generated tokens",
-                 "prefix-cache hits (tokens)", "scrape share"):
+                 "prefix-cache hits (tokens)", "scrape share", "client CPU s", "load average", "invalid"):
         table.add_column(name)
     for t in trials:
         table.add_row(
             str(t.round_index), t.tool, t.run_id or "-", ",".join(map(str, sorted(t.output_tokens))),
             str(t.generated_tokens), str(t.prefix_cache_hits_tokens),
             "-" if t.scrape_share is None else f"{t.scrape_share:.4f}",
+            "-" if t.client_cpu_s is None else f"{t.client_cpu_s:.1f}",
+            "-" if t.load_average is None else f"{t.load_average:.2f}", escape("; ".join(t.invalid_reasons)) or "-",
         )
     return table
 
@@ -232,6 +263,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=8, help="warm-up requests per tool per round, not measured")
     parser.add_argument("--harness-sample-interval-s", type=float, default=5.0,
                         help="the harness's /metrics interval (5 s is its default); vLLM's tool does not scrape")
+    parser.add_argument("--client-cpus", default=None,
+                        help="run both clients on these cores (e.g. 1: the API server's, away from the worker's)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="agreement-"))
@@ -262,13 +295,14 @@ def main() -> None:
         for round_index in range(args.rounds):
             order = ["harness", "vllm"] if round_index % 2 == 0 else ["vllm", "harness"]
             for tool in order:
-                before = scrape(engine.base_url)
+                before, cpu_before_s = scrape(engine.base_url), children_cpu_s()
                 if tool == "harness":
                     run_dir = work / f"run-{round_index}"
                     trial = harness_trial(args, engine.base_url, inventory_dir, run_dir, round_index)
                 else:
                     trial = vllm_trial(args, engine.base_url, spec, work, round_index)
                 counted(trial, before, scrape(engine.base_url))
+                trial.load_average, trial.client_cpu_s = os.getloadavg()[0], children_cpu_s() - cpu_before_s
                 trials.append(trial)
     console.print(f"load average at end {os.getloadavg()[0]:.2f}")
     console.print(agreement_table(trials))

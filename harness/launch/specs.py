@@ -178,7 +178,8 @@ def render(
     except Exception as error:  # the compiler raises several types; each is a bad spec, not a bug here
         raise HarnessError(f"{_describe(files)}: {_cause(error)}") from None
     inputs = {io.name: io.value for io in compiled.inputs or []}
-    _check_load_shape(inputs, files)
+    for point in matrix_points or [{}]:  # a matrix may set the load itself (polyaxonfiles/search-grid.yaml)
+        _check_load_shape({**inputs, **point}, files)
     run = compiled.run
     container = run.container
     resources = container.resources if isinstance(container.resources, dict) else {}

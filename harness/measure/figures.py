@@ -123,6 +123,10 @@ class RunSummary(Figures):
     prompt_tokens_per_s: float
     chunks_per_s: float
     goodput_requests_per_s: float | None
+    slo_attainment_share: float | None = None  # measured requests meeting every limit set (failed ones do not)
+    # 1 when slo_attainment_share reached the target share, 0 when not: a number, so that Polyaxon's metric
+    # early stopping can compare it (a JSON false does not order below 0 in PostgreSQL)
+    slo_met: int | None = None
     offered_requests_per_s: float | None
     achieved_dispatch_per_s: float
     offered_concurrency: int | None

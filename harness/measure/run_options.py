@@ -37,6 +37,8 @@ class Slo(BaseModel):
 
     ttft_ms: float | None = Field(None, gt=0, description="goodput SLO on time to first token, ms")
     tpot_ms: float | None = Field(None, gt=0, description="goodput SLO on time per output token, ms")
+    target_share: float | None = Field(None, gt=0, le=1, description="share of measured requests that must meet "
+                                       "the SLO limits for the run to meet its objective (output slo_met)")
 
 
 class RunOptions(BaseModel):

@@ -170,6 +170,7 @@ def summarize(
     if interrupted_by is not None:
         reasons.append(f"run stopped early by {interrupted_by}")
     has_slo = slo.ttft_ms is not None or slo.tpot_ms is not None
+    attainment = sum(meets_slo(r, slo) for r in ok) / len(measured) if has_slo and measured else None
     pacing = run_pacing(ok)
     scrape = scrape_cost(samples)
     return RunSummary(
@@ -187,6 +188,8 @@ def summarize(
         prompt_tokens_per_s=per_s(sum(r.prompt_tokens or 0 for r in ok)),
         chunks_per_s=per_s(sum(len(r.chunk_times_s) for r in ok)),
         goodput_requests_per_s=per_s(sum(meets_slo(r, slo) for r in ok)) if has_slo else None,
+        slo_attainment_share=attainment,
+        slo_met=None if attainment is None or slo.target_share is None else int(attainment >= slo.target_share),
         offered_requests_per_s=offered_requests_per_s,
         achieved_dispatch_per_s=(len(dispatches) - 1) / dispatch_span_s if dispatch_span_s > 0 else 0.0,
         offered_concurrency=offered_concurrency,

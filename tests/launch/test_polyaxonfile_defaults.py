@@ -49,10 +49,13 @@ def field_default(flag: str) -> object:
 @pytest.mark.parametrize("name", ["experiment.yaml", "harness-job.yaml"])
 def test_run_inputs_default_to_the_fields_defaults(name: str) -> None:
     inputs = inputs_as_flags(ROOT / "polyaxonfiles" / name)
-    # found: the inventory, both loops, the output cap, the seed and both SLOs, and the scrape interval in the
-    # experiment or the service measured by the job; the experiment's engine inputs are the engine's flags
-    expected = {"inventory", "concurrency", "rate", "max_tokens", "seed", "slo_ttft_ms", "slo_tpot_ms"}
+    # found: the inventory, both loops, the in-flight cap, the requests and warm-up, the output cap, the seed, both
+    # SLOs and their target share, and the scrape interval in the experiment or the service measured by the job;
+    # the experiment's engine inputs are the engine's flags
+    expected = {"inventory", "concurrency", "rate", "max_concurrency", "requests", "warmup", "max_tokens", "seed",
+                "slo_ttft_ms", "slo_tpot_ms", "slo_target_share"}
     assert set(inputs) == expected | ({"sample_interval_s"} if name == "experiment.yaml" else {"service_uuid"})
+    # an optional input left without a value renders no flag at all, so the field's default applies
     differing = {input_name: (default, field_default(flag)) for input_name, (flag, default) in inputs.items()
-                 if input_name not in MUST_DIFFER and default != field_default(flag)}
+                 if input_name not in MUST_DIFFER and default is not None and default != field_default(flag)}
     assert differing == {}

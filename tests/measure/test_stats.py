@@ -104,6 +104,15 @@ def test_throughput_goodput_errors_and_achieved_load() -> None:
     assert result.achieved_dispatch_per_s == pytest.approx(2 / 1.05)
 
 
+def test_the_objective_is_met_when_the_target_share_of_measured_requests_meets_the_limits() -> None:
+    # Measured: r1 (TTFT 100 ms), r2 (TTFT 250 ms) and one timed out; a failed request meets nothing.
+    assert summary(slo=Slo(ttft_ms=200.0)).slo_attainment_share == pytest.approx(1 / 3)  # r1 alone
+    assert summary(slo=Slo(ttft_ms=200.0)).slo_met is None  # no target share: nothing to meet
+    assert summary(slo=Slo(ttft_ms=200.0, target_share=0.3)).slo_met == 1  # 1/3 >= 0.3
+    assert summary(slo=Slo(ttft_ms=300.0, target_share=0.7)).slo_met == 0  # r1 and r2: 2/3 < 0.7
+    assert summary(slo=Slo(target_share=0.5)).slo_met is None  # no limit: no objective
+
+
 def test_server_samples_give_peaks_and_counter_growth_and_count_failed_scrapes() -> None:
     result = summary()
     assert result.server.peak_waiting_requests == 3
