@@ -14,6 +14,10 @@ prompts_app = typer.Typer(no_args_is_help=True, help="Frozen, token-counted prom
 prompts_build_app = typer.Typer(no_args_is_help=True, help="Build an inventory; the same recipe gives the same bytes.")
 prompts_app.add_typer(prompts_build_app, name="build")
 app.add_typer(prompts_app, name="prompts")
+PROMPT_TOKENS_HELP = ("comma-separated prompt lengths, or a distribution: fixed:N, uniform:min=A,max=B, "
+                      "normal:mean=M,sd=S, lognormal:median=M,sigma=S, empirical:file=HIST.csv; each with "
+                      "optional min=,max= bounds")
+OUTPUT_CAP_TOKENS_HELP = "one output cap for all, one per listed prompt length, or a distribution"
 
 
 @prompts_build_app.command("token-ids")
@@ -23,9 +27,9 @@ def prompts_build_token_ids(
     vocab_high: int = typer.Option(..., help="one past the last allowed token id (special ids above it)"),
     vocab_low: int = typer.Option(0, help="first allowed token id"),
     exclude_ids: str = typer.Option("", help="comma-separated ids inside the range never to use"),
-    prompt_tokens: str = typer.Option(..., help="comma-separated prompt lengths, tokens"),
-    output_cap_tokens: str = typer.Option(..., help="one output cap for all, or one per prompt length"),
-    count: int = typer.Option(1, help="prompts per listed length"),
+    prompt_tokens: str = typer.Option(..., help=PROMPT_TOKENS_HELP),
+    output_cap_tokens: str = typer.Option(..., help=OUTPUT_CAP_TOKENS_HELP),
+    count: int = typer.Option(1, help="prompts per listed length; with a distribution, prompts in all"),
     shared_prefix_tokens: int = typer.Option(0, help="leading tokens every prompt shares"),
     salt: str | None = typer.Option(None, help="per-run salt: unique leading tokens defeat prefix-cache hits"),
     seed: int = typer.Option(0, help="numpy Generator seed"),
@@ -37,18 +41,18 @@ def prompts_build_token_ids(
     """Seeded token-id prompts of exact lengths, sent to /v1/completions as-is."""
     from harness.inventory.build import (
         build_token_id_inventory,
-        check_vocabulary,
+        drawn_shapes,
         int_list,
         inventory_directory,
         inventory_name,
         token_id_recipe,
-        token_shapes,
     )
     from harness.inventory.frozen import write_inventory
+    from harness.inventory.tokenizer import check_vocabulary
 
     inventory_directory(out)
     name = inventory_name(name, out)
-    lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
+    lengths, caps, drawn = drawn_shapes(prompt_tokens, output_cap_tokens, count, seed)
     excluded = int_list(exclude_ids, "--exclude-ids", minimum=0)
     vocabulary = {"low": vocab_low, "high": vocab_high, "excluded_ids": excluded}
     if tokenizer is not None:
@@ -61,6 +65,7 @@ def prompts_build_token_ids(
         shared_prefix_tokens=shared_prefix_tokens,
         salt=salt,
         seed=seed,
+        lengths=drawn,
     )
     inventory = build_token_id_inventory(name, recipe)
     write_inventory(inventory, out)
@@ -75,28 +80,28 @@ def prompts_build_text(
     tokenizer: str = typer.Option(..., help="local tokenizer directory or hub id"),
     revision: str | None = typer.Option(None, help="pinned hub revision (required for a hub id)"),
     chat: bool = typer.Option(False, help="send as a chat message; count the templated prompt"),
-    prompt_tokens: str = typer.Option(..., help="comma-separated prompt lengths, tokens"),
-    output_cap_tokens: str = typer.Option(..., help="one output cap for all, or one per prompt length"),
-    count: int = typer.Option(1, help="prompts per listed length"),
+    prompt_tokens: str = typer.Option(..., help=PROMPT_TOKENS_HELP),
+    output_cap_tokens: str = typer.Option(..., help=OUTPUT_CAP_TOKENS_HELP),
+    count: int = typer.Option(1, help="prompts per listed length; with a distribution, prompts in all"),
     seed: int = typer.Option(0, help="numpy Generator seed (picks corpus offsets)"),
     name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
 ) -> None:
     """Corpus text cut to exact token counts as the server will count them."""
     from harness.inventory.build import (
         build_text_inventory,
+        drawn_shapes,
         inventory_directory,
         inventory_name,
         text_recipe,
-        token_shapes,
     )
     from harness.inventory.frozen import write_inventory
 
     inventory_directory(out)
     name = inventory_name(name, out)
-    lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
+    lengths, caps, drawn = drawn_shapes(prompt_tokens, output_cap_tokens, count, seed)
     recipe = text_recipe(
         corpus, tokenizer=tokenizer, tokenizer_revision=revision, chat=chat,
-        prompt_tokens=lengths, output_cap_tokens=caps, seed=seed,
+        prompt_tokens=lengths, output_cap_tokens=caps, seed=seed, lengths=drawn,
     )
     inventory = build_text_inventory(name, recipe)
     write_inventory(inventory, out)

@@ -18,16 +18,8 @@ import pydantic
 from pydantic import Field, model_validator
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.inventory.recipe import (
-    FrozenModel,
-    InventoryName,
-    PositiveTokens,
-    Recipe,
-    Sha256Hex,
-    TextRecipe,
-    TokenIdRecipe,
-    VocabularyRange,
-)
+from harness.inventory.fields import FrozenModel, InventoryName, PositiveTokens, Sha256Hex
+from harness.inventory.recipe import Recipe, TextRecipe, TokenIdRecipe, VocabularyRange
 
 SCHEMA_VERSION = 1
 PROMPTS_FILE = "prompts.jsonl"
