@@ -162,6 +162,7 @@ def test_every_command_still_has_its_help(path: tuple[str, ...]) -> None:
 INPUT_FILE, INPUT_DIR, OUTPUT_DIR, OUTPUT_FILE = "input file", "input directory", "output directory", "output file"
 KINDS = {
     ("budget", "--field-check"): INPUT_DIR,
+    ("budget", "--inventory"): INPUT_DIR,
     ("capacity", "--run"): INPUT_DIR,
     ("capacity", "--log"): INPUT_FILE,  # text options, not Path-typed: a file or '-', a file or a URL
     ("capacity", "--metrics"): INPUT_FILE,
