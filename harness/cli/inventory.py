@@ -108,6 +108,62 @@ def prompts_build_text(
     print(f"{out}: {inventory.manifest.prompt_count} prompts, inventory_sha256 {inventory.digest}")
 
 
+@prompts_app.command("import")
+@one_line_errors
+def prompts_import(
+    file: Path = typer.Argument(..., help="the traffic: OpenAI-format JSONL, ShareGPT JSON or a CSV of token counts"),
+    out: Path = typer.Argument(..., help="inventory directory to write"),
+    format: str | None = typer.Option(None, help="openai, sharegpt or csv (default: from FILE's suffix)"),
+    tokenizer: str | None = typer.Option(None, help="the server's tokenizer (directory or hub id) to count text"),
+    revision: str | None = typer.Option(None, help="pinned hub revision of --tokenizer"),
+    sample: int | None = typer.Option(None, help="import N records chosen with --seed (default: all)"),
+    seed: int = typer.Option(0, help="numpy Generator seed (the sample; token ids of a lengths-only import)"),
+    lengths_only: bool = typer.Option(False, help="keep only the lengths: token-id prompts, none of the text"),
+    vocab_high: int | None = typer.Option(None, help="token ids for lengths-only and CSV imports: one past the last"),
+    vocab_low: int = typer.Option(0, help="first allowed token id (lengths-only and CSV imports)"),
+    exclude_ids: str = typer.Option("", help="comma-separated ids inside the range never to use"),
+    name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
+) -> None:
+    """Freeze the user's own traffic: every prompt counted as the server counts it; nothing written on a bad record."""
+    from harness.inventory.build import int_list, inventory_directory, inventory_name
+    from harness.inventory.frozen import write_inventory
+    from harness.inventory.importing import import_format, import_lengths, import_text, source_of
+    from harness.inventory.recipe import ImportRecipe
+    from harness.paths import input_file
+
+    input_file(file, "FILE")
+    fmt = import_format(file, format)
+    inventory_directory(out)
+    name = inventory_name(name, out)
+    if sample is not None and sample < 1:
+        raise HarnessError(f"--sample: {sample} is not a positive number of records")
+    if fmt == "csv" or lengths_only:
+        if vocab_high is None:
+            raise HarnessError("--vocab-high: a lengths-only or CSV import makes token-id prompts; give the "
+                               "vocabulary's range (see prompts/README.md)")
+        vocabulary = {"low": vocab_low, "high": vocab_high,
+                      "excluded_ids": int_list(exclude_ids, "--exclude-ids", minimum=0)}
+        imported = import_lengths(name, file, fmt, tokenizer=tokenizer, revision=revision, sample=sample,
+                                  seed=seed, vocabulary=vocabulary)
+    else:
+        sha, _, _ = source_of(file, fmt, sample, seed)
+        if tokenizer is None:
+            raise HarnessError(f"--tokenizer: a {fmt} import counts text, so it needs the tokenizer the server uses")
+        recipe = ImportRecipe(format=fmt, source=str(file), source_sha256=sha, tokenizer=tokenizer,
+                              tokenizer_revision=revision, sample=sample, seed=seed)
+        imported = import_text(name, recipe)
+    for line, logged, counted in imported.usage_disagreements[:5]:
+        print(f"warning: {file} line {line}: usage.prompt_tokens {logged} but the tokenizer counts {counted}: "
+              "the log came from another tokenizer or template", file=sys.stderr)
+    write_inventory(imported.inventory, out)
+    found = imported.found
+    notes = [f"{n} skipped: {reason}" for reason, n in found.skipped.items()]
+    if found.later_turns:
+        notes.append(f"{found.later_turns} conversation(s) went on after the first exchange; only that is imported")
+    print(f"{out}: {imported.inventory.manifest.prompt_count} prompts from {len(found.records)} records of {file}"
+          + (f" ({'; '.join(notes)})" if notes else "") + f", inventory_sha256 {imported.inventory.digest}")
+
+
 @prompts_app.command("verify")
 @one_line_errors
 def prompts_verify(

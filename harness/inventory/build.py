@@ -27,7 +27,7 @@ from harness.inventory.frozen import (
     make_prompt,
 )
 from harness.inventory.lengths import DrawnLengths, FixedLengths, is_distribution, parse_distribution
-from harness.inventory.recipe import SALT_TOKENS, TextRecipe, TokenIdRecipe
+from harness.inventory.recipe import SALT_TOKENS, ImportRecipe, TextRecipe, TokenIdRecipe
 from harness.inventory.tokenizer import TokenCounter, resolve_tokenizer
 from harness.paths import output_directory, read_text
 
@@ -139,6 +139,10 @@ def rebuild(manifest: InventoryManifest) -> Inventory:
     """Build again from a manifest's own recipe (the proof that frozen data matches its recipe)."""
     if isinstance(manifest.recipe, TokenIdRecipe):
         return build_token_id_inventory(manifest.name, manifest.recipe)
+    if isinstance(manifest.recipe, ImportRecipe):
+        from harness.inventory.importing import import_text
+
+        return import_text(manifest.name, manifest.recipe).inventory
     return build_text_inventory(manifest.name, manifest.recipe)
 
 

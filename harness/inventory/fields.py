@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -29,3 +29,18 @@ OneLine = Annotated[str, Field(min_length=1), AfterValidator(_one_line)]  # a na
 
 class FrozenModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TokenizerIdentity(FrozenModel):
+    """Which tokenizer counted a text inventory: name, pinned revision and a hash of its files."""
+
+    name: str
+    revision: str | None
+    files_sha256: Sha256Hex
+
+
+class ChatMessage(FrozenModel):
+    """One message of a chat request as it is sent: the server renders the messages with its template."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str

@@ -28,6 +28,7 @@ from harness.inventory.fields import (
     OneLine,
     PositiveTokens,
     Sha256Hex,
+    TokenizerIdentity,
 )
 from harness.paths import read_text
 
@@ -173,9 +174,27 @@ class DrawnLengths(FrozenModel):
         return [int(n) for n in prompts], [int(n) for n in caps]
 
 
-# Where a recipe's lengths came from, when not listed by hand; a union so that other sources (imported traffic,
-# conversations) join it as kinds of their own.
-LengthSource = DrawnLengths
+ImportFormat = Literal["openai", "sharegpt", "csv"]
+
+
+class ImportedLengths(FrozenModel):
+    """Lengths read from a user's own traffic (`harness prompts import ... --lengths-only`, or a CSV of
+    counts): the records stay with the user, the manifest keeps which file (its name and sha256), how many
+    records it held and skipped, the sample taken, and the tokenizer that counted any text."""
+
+    kind: Literal["imported"] = "imported"
+    format: ImportFormat
+    source: OneLine
+    source_sha256: Sha256Hex
+    records: int = Field(ge=1)
+    skipped_records: int = Field(ge=0)
+    sample: int | None = Field(None, ge=1)
+    tokenizer: TokenizerIdentity | None
+
+
+# Where a recipe's lengths came from, when not listed by hand; a union so that other sources (conversations,
+# shared-prefix groups) join it as kinds of their own.
+LengthSource = Annotated[DrawnLengths | ImportedLengths, Field(discriminator="kind")]
 
 
 # --- from the command line ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from harness.inventory.fields import (
     PositiveTokens,
     Sha256Hex,
 )
-from harness.inventory.lengths import LengthSource
+from harness.inventory.lengths import DrawnLengths, LengthSource
 
 
 class VocabularyRange(FrozenModel):
@@ -67,6 +67,10 @@ class TokenIdRecipe(FrozenModel):
     seed: int = Field(ge=0)
     lengths: LengthSource | None = ABSENT_WHEN_NONE
 
+    @property
+    def prompt_kind(self) -> Literal["token_ids"]:
+        return "token_ids"
+
     @model_validator(mode="after")
     def _consistent(self) -> TokenIdRecipe:
         _check_same_length(self.prompt_tokens, self.output_cap_tokens)
@@ -96,6 +100,10 @@ class TextRecipe(FrozenModel):
     seed: int = Field(ge=0)
     lengths: LengthSource | None = ABSENT_WHEN_NONE
 
+    @property
+    def prompt_kind(self) -> Literal["text"]:
+        return "text"
+
     @model_validator(mode="after")
     def _consistent(self) -> TextRecipe:
         _check_same_length(self.prompt_tokens, self.output_cap_tokens)
@@ -104,7 +112,25 @@ class TextRecipe(FrozenModel):
         return self
 
 
-Recipe = Annotated[TokenIdRecipe | TextRecipe, Field(discriminator="kind")]
+class ImportRecipe(FrozenModel):
+    """A text inventory imported from the user's records: rebuilt by importing the same file (pinned by its
+    hash) again, with the same tokenizer, sample and seed."""
+
+    kind: Literal["import"] = "import"
+    format: Literal["openai", "sharegpt"]
+    source: str = Field(min_length=1)
+    source_sha256: Sha256Hex
+    tokenizer: OneLine = Field(description="a local tokenizer directory or a hub id")
+    tokenizer_revision: OneLine | None = None
+    sample: int | None = Field(None, ge=1, le=MAX_PROMPTS)
+    seed: int = Field(ge=0)
+
+    @property
+    def prompt_kind(self) -> Literal["text"]:
+        return "text"
+
+
+Recipe = Annotated[TokenIdRecipe | TextRecipe | ImportRecipe, Field(discriminator="kind")]
 
 
 def _check_same_length(prompt_tokens: list[int], output_cap_tokens: list[int]) -> None:
@@ -124,7 +150,7 @@ def _check_drawn(lengths: LengthSource | None, seed: int, prompt_tokens: list[in
         -> None:
     """The listed lengths are the ones the recipe's distributions draw with its seed: the manifest's account of
     where its lengths came from is checked every time it is read, not taken on trust."""
-    if lengths is None:
+    if not isinstance(lengths, DrawnLengths):
         return
     prompts, caps = lengths.draw(seed)
     if prompts != prompt_tokens or caps != output_cap_tokens:

@@ -15,7 +15,7 @@ import jinja2
 import jinja2.sandbox
 
 from harness.errors import HarnessError
-from harness.inventory.frozen import TokenizerIdentity
+from harness.inventory.fields import TokenizerIdentity
 
 # The files that decide how a tokenizer splits text and renders the chat template.
 TOKENIZER_FILES = (
@@ -102,10 +102,12 @@ class TokenCounter:
     def count(self, text: str) -> int:
         if not self.chat:
             return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+        return self.count_messages([{"role": "user", "content": text}])
+
+    def count_messages(self, messages: list[dict[str, str]]) -> int:
+        """A chat request's prompt tokens: its messages rendered with the generation prompt."""
         rendered = self.template.render(
-            messages=[{"role": "user", "content": text}],
-            add_generation_prompt=True,
-            **self.tokenizer.special_tokens_map,
+            messages=messages, add_generation_prompt=True, **self.tokenizer.special_tokens_map,
         )
         return len(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
