@@ -90,3 +90,11 @@ def test_the_readme_budget_command_prints_the_stated_population() -> None:
     assert population["usable_blocks"] == 31 and 0.99 < population["fit_share"] < 1
     table = run(words)
     assert table.returncode == 0 and "p50 block-padded live tokens" in table.stdout
+
+
+def test_the_readme_import_command_runs_as_written(tmp_path: Path) -> None:
+    [words] = [words for words in readme_commands() if words[:3] == ["harness", "prompts", "import"]]
+    out = tmp_path / words[4]  # OUT in a folder of the test's own
+    imported = run([*words[:4], str(out), *words[5:]])
+    assert imported.returncode == 0, imported.stderr
+    assert [(p.prompt_tokens, p.output_cap_tokens) for p in load_inventory(out).prompts][:2] == [(300, 40), (410, 100)]
