@@ -161,3 +161,18 @@ def test_a_sample_larger_than_the_file_and_a_missing_tokenizer_are_refused(tmp_p
     assert refused.returncode == 2 and "--sample 9: FILE" in refused.stderr and "holds only 5 records" in refused.stderr
     refused = harness("prompts", "import", str(FIXTURES / "requests.jsonl"), str(tmp_path / "y"))
     assert refused.returncode == 2 and "--tokenizer: a openai import counts text" in refused.stderr
+
+
+def test_a_recorded_conversation_is_sent_as_recorded(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from harness.measure.client import PromptRequest, request_body
+
+    out = tmp_path / "requests"
+    assert harness("prompts", "import", str(FIXTURES / "requests.jsonl"), str(out), "--tokenizer",
+                   str(tiny_model_dir)).returncode == 0
+    prompt = load_inventory(out).prompts[1]
+    sent = PromptRequest(index=0, prompt_id=prompt.prompt_id, warmup=False, max_tokens=prompt.output_cap_tokens,
+                         token_ids=None, text=prompt.text, chat=prompt.chat, messages=prompt.chat_messages())
+    endpoint, body = request_body("tiny", sent, 0.0)
+    assert endpoint == "/v1/chat/completions"
+    assert body["messages"] == [{"role": "system", "content": "You answer briefly."},
+                                {"role": "user", "content": "Why do long contexts grow the cache?"}]
