@@ -74,35 +74,11 @@ from harness.server_auth import auth_headers
 REPO = Path(__file__).resolve().parent.parent
 SERVICE = [REPO / "polyaxonfiles" / "vllm-service.yaml", REPO / "polyaxonfiles" / "presets" / "local-cpu.yaml"]
 HARNESS = str(Path(sys.executable).with_name("harness"))
+VLLM_DRIVERS = Path(__file__).with_name("vllm_drivers.py")  # run by the engine's interpreter, never imported
 PACED_GAP_S = 0.001
 # What the harness asks for (harness.measure.client.request_body): usage on every chunk costs the API server work
 # per token, and the API server is the busy part here, so vLLM's tool is given the same.
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
-
-VLLM_DRIVER = """
-import asyncio, json, os, sys
-from transformers import AutoTokenizer
-from vllm.benchmarks.datasets import SampleRequest
-from vllm.benchmarks.serve import TaskType, benchmark
-spec = json.loads(open(sys.argv[1]).read())
-requests = [SampleRequest(prompt=ids, prompt_len=len(ids), expected_output_len=spec["output_tokens"])
-            for ids in spec["prompts"]]
-result = asyncio.run(benchmark(
-    task_type=TaskType.GENERATION, endpoint_type="openai", api_url=spec["base_url"] + "/v1/completions",
-    base_url=spec["base_url"], model_id=spec["model"], model_name=spec["model"],
-    tokenizer=AutoTokenizer.from_pretrained(spec["tokenizer"]),
-    input_requests=requests, logprobs=None, request_rate=float("inf"), burstiness=1.0, disable_tqdm=True,
-    num_warmups=spec["warmup"], profile=False, selected_percentile_metrics=["ttft", "tpot", "itl", "e2el"],
-    selected_percentiles=[50.0, 99.0], ignore_eos=True, goodput_config_dict={},
-    max_concurrency=spec["concurrency"], lora_modules=None,
-    extra_headers={"Authorization": "Bearer " + os.environ["VLLM_API_KEY"]} if os.environ.get("VLLM_API_KEY") else None,
-    extra_body={"temperature": 0.0, "stream_options": spec["stream_options"]}, ready_check_timeout_sec=0,
-))
-figures = {key: value for key, value in result.items() if isinstance(value, (int, float))}
-ok = [not error for error in result["errors"]]
-json.dump({"figures": figures, "itls_s": [gaps for gaps, good in zip(result["itls"], ok) if good],
-           "output_tokens": [n for n, good in zip(result["output_lens"], ok) if good]}, open(sys.argv[2], "w"))
-"""
 
 # (row name, harness summary key, vLLM result key); a trial's figures are keyed by row name, and the rows
 # without keys are filled from the engine's /metrics (`counted`)
@@ -183,14 +159,15 @@ def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out:
         [chunk_gaps_s(r) for r in measured], [sum(r.chunk_tokens) for r in measured]
     )
     run_id = json.loads((out / "config.json").read_text())["run_id"]
-    return Trial("harness", round_index, figures, run_id=run_id, output_tokens={r.output_tokens for r in measured},
+    output_tokens = {r.output_tokens for r in measured if r.output_tokens is not None}
+    return Trial("harness", round_index, figures, run_id=run_id, output_tokens=output_tokens,
                  scrape_share=summary["scrape_share"])
 
 
 def vllm_trial(args: argparse.Namespace, base_url: str, spec: dict, work: Path, round_index: int) -> Trial:
     spec_path, result_path = work / "vllm-spec.json", work / f"vllm-result-{round_index}.json"
     spec_path.write_text(json.dumps({**spec, "base_url": base_url}))
-    command = [str(engine_python()), "-c", VLLM_DRIVER, str(spec_path), str(result_path)]
+    command = [str(engine_python()), str(VLLM_DRIVERS), "agreement", str(spec_path), str(result_path)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{done.stderr[-3000:]}")
@@ -214,12 +191,12 @@ def agreement_table(trials: list[Trial]) -> Table:
     table.add_column("medians apart", justify="right")
     table.add_column("within spread", justify="center")
     for row, _, _ in FIGURES:
+        if any(row not in t.figures for t in trials if t.tool in ("harness", "vllm")):
+            continue
         per_tool = [
-            [t.figures.get(row) for t in trials if t.tool == tool]
+            [t.figures[row] for t in trials if t.tool == tool]
             for tool in ("harness", "vllm")
         ]
-        if any(value is None for values in per_tool for value in values):
-            continue
         medians = [float(np.median(values)) for values in per_tool]
         spreads = [relative_spread(values, median) for values, median in zip(per_tool, medians, strict=True)]
         cells = [

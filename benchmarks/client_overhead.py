@@ -52,67 +52,15 @@ from harness.measure.ready import wait_until_healthy
 from harness.measure.record import read_requests
 from harness.schema import RunFile
 
+import harness_drivers
+
 ENGINE_VENV = Path(os.environ.get("HARNESS_ENGINE_VENV", Path.home() / ".cache/vllm-serving-harness/engine-venv"))
 HARNESS = str(Path(sys.executable).with_name("harness"))
+VLLM_DRIVERS = Path(__file__).with_name("vllm_drivers.py")  # run by the engine's interpreter, never imported
 PROMPT_HEAD = 8  # the emulator names each first token it wrote by its prompt's first 8 token ids
 
-HARNESS_DRIVER = """
-import io, json, sys, time
-from pathlib import Path
-import pandas as pd
-from harness.measure.run_options import RunOptions, build_run_config
-from harness.measure.runner import run_load
-from harness.measure.schedule import LoadShape
-# One-time library start-up before timing, as vLLM's driver imports its modules before timing:
-# pandas/pyarrow spend ~50 ms of CPU on their first Parquet write whatever its size.
-pd.DataFrame({"warm": [[1.0]]}).to_parquet(io.BytesIO())
-spec = json.loads(open(sys.argv[1]).read())
-config, inventory = build_run_config(RunOptions(
-    inventory=Path(spec["inventory"]), base_url=spec["base_url"], max_tokens=spec["output_tokens"],
-    load=LoadShape(concurrency=spec["streams"], requests=spec["requests"]),
-))
-time.sleep(max(0.0, spec["start_at_unix_s"] - time.time()))  # processes of one trial start together
-cpu, wall = time.process_time(), time.perf_counter()
-run_load(config, inventory, Path(spec["out"]), ready_timeout_s=30)
-print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall,
-                  "unix_minus_monotonic_s": time.time() - time.perf_counter()}))
-"""
 
-VLLM_DRIVER = """
-import asyncio, json, sys, time
-from vllm.benchmarks.datasets import SampleRequest
-from vllm.benchmarks.serve import TaskType, benchmark
-spec = json.loads(open(sys.argv[1]).read())
-requests = [SampleRequest(prompt=ids, prompt_len=len(ids), expected_output_len=spec["output_tokens"])
-            for ids in spec["prompts"]]
-cpu, wall = time.process_time(), time.perf_counter()
-result = asyncio.run(benchmark(
-    task_type=TaskType.GENERATION, endpoint_type="openai", api_url=spec["base_url"] + "/v1/completions",
-    base_url=spec["base_url"], model_id="emulated", model_name="emulated", tokenizer=None,
-    input_requests=requests, logprobs=None, request_rate=float("inf"), burstiness=1.0, disable_tqdm=True,
-    num_warmups=0, profile=False, selected_percentile_metrics=["ttft", "itl"], selected_percentiles=[50.0, 99.0],
-    ignore_eos=True, goodput_config_dict={}, max_concurrency=spec["streams"], lora_modules=None,
-    extra_headers=None, extra_body=None, ready_check_timeout_sec=0,
-))
-cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-served = [(ttft, itl) for ttft, itl in zip(result["ttfts"], result["itls"]) if ttft]
-first_wave = sorted(
-    (start, ttft) for start, ttft in zip(result["start_times"], result["ttfts"]) if ttft
-)[:spec["streams"]]
-print(json.dumps({
-    "cpu_s": cpu, "wall_s": wall, "chunks": sum(len(itl) + 1 for _, itl in served),
-    # on the machine's monotonic clock, per prompt in input order (None: failed)
-    "first_token_read_s": [
-        start + ttft if ttft else None for start, ttft in zip(result["start_times"], result["ttfts"])
-    ],
-    "ttft_error_ms": [ttft * 1000 - spec["ttft_ms"] for ttft, _ in served],
-    "first_wave_ttft_error_ms": [ttft * 1000 - spec["ttft_ms"] for _, ttft in first_wave],
-    "itl_error_ms": [gap * 1000 - spec["itl_ms"] for _, itl in served for gap in itl],
-}))
-"""
-
-
-def pinned(cpu: int | None):
+def pinned(cpu: int | None) -> Callable[[], None] | None:
     """A preexec function that pins the child to one core (when the machine has more than one)."""
     return (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
 
@@ -176,7 +124,7 @@ def harness_trial(spec: dict, out: Path, cpu: int | None, emulator: subprocess.P
         for k, inventory in enumerate(spec["harness_inventories"])
     ]
     out.mkdir()
-    commands = [[sys.executable, "-c", HARNESS_DRIVER, spec_file(s, out / f"{k}.json")] for k, s in enumerate(specs)]
+    commands = [harness_drivers.argv("harness-run", spec_file(s, out / f"{k}.json")) for k, s in enumerate(specs)]
     results = run_tool(commands, cpu, emulator, spec["base_url"])
     parts = [process_figures(*each, args) for each in zip(specs, results, heads, strict=True)]
     pooled = {key: [value for part in parts for value in part[key]] for key in parts[0]}
@@ -191,19 +139,25 @@ def process_figures(spec: dict, result: dict, heads: dict, args) -> dict[str, li
     writes with."""
     out = Path(spec["out"])
     records = [r for r in read_requests(out) if r.error_class is None]
+    sent_s = [r.sent_s for r in records if r.sent_s is not None]
+    first_token_s = [r.first_token_s for r in records if r.first_token_s is not None]
+    assert len(sent_s) == len(first_token_s) == len(records)  # a request without an error was sent and answered
     # The run's times on the machine's monotonic clock, where the emulator stamped its writes.
     zero_s = json.loads((out / RunFile.CONFIG).read_text())["clock_zero_unix_s"] - result["unix_minus_monotonic_s"]
     written = [result["written_s"][heads[r.prompt_id]] - zero_s for r in records]
-    first_wave = sorted(records, key=lambda r: r.scheduled_s)[: spec["streams"]]
+    by_schedule = sorted(zip(records, first_token_s, strict=True), key=lambda pair: pair[0].scheduled_s)
+    first_wave = by_schedule[: spec["streams"]]
     return {
         "chunks_per_request": [len(r.chunk_times_s) for r in records],
-        "ttft_error_ms": [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in records],
-        "read_delay_ms": [(r.first_token_s - w) * 1000 for r, w in zip(records, written, strict=True)],
+        "ttft_error_ms": [(first - r.scheduled_s) * 1000 - args.ttft_ms
+                          for r, first in zip(records, first_token_s, strict=True)],
+        "read_delay_ms": [(first - w) * 1000 for first, w in zip(first_token_s, written, strict=True)],
         "client_share_ms": [
-            (r.sent_s - r.scheduled_s + r.first_token_s - w) * 1000 for r, w in zip(records, written, strict=True)
+            (sent - r.scheduled_s + first - w) * 1000
+            for r, sent, first, w in zip(records, sent_s, first_token_s, written, strict=True)
         ],
-        "server_share_ms": [(w - r.sent_s) * 1000 - args.ttft_ms for r, w in zip(records, written, strict=True)],
-        "first_wave_ttft_error_ms": [(r.first_token_s - r.scheduled_s) * 1000 - args.ttft_ms for r in first_wave],
+        "server_share_ms": [(w - sent) * 1000 - args.ttft_ms for sent, w in zip(sent_s, written, strict=True)],
+        "first_wave_ttft_error_ms": [(first - r.scheduled_s) * 1000 - args.ttft_ms for r, first in first_wave],
         "itl_error_ms": [
             (later - earlier) * 1000 / tokens - args.itl_ms
             for r in records
@@ -215,7 +169,7 @@ def process_figures(spec: dict, result: dict, heads: dict, args) -> dict[str, li
 
 def vllm_trial(spec: dict, cpu: int | None, emulator: subprocess.Popen, work: Path) -> dict:
     python = str(ENGINE_VENV / "bin" / "python")
-    command = [python, "-c", VLLM_DRIVER, spec_file(spec, work / "vllm-spec.json")]
+    command = [python, str(VLLM_DRIVERS), "client-overhead", spec_file(spec, work / "vllm-spec.json")]
     [result] = run_tool([command], cpu, emulator, spec["base_url"])
     result["read_delay_ms"] = [
         (read - result["written_s"][tuple(ids[:PROMPT_HEAD])]) * 1000
@@ -258,7 +212,8 @@ def main() -> None:
         for k in range(args.harness_processes)
     ]
     inventory_dirs = [write_inventory(inventory, work / f"inventory-{k}") for k, inventory in enumerate(inventories)]
-    heads = [{p.prompt_id: tuple(p.token_ids[:PROMPT_HEAD]) for p in inventory.prompts} for inventory in inventories]
+    heads = [{p.prompt_id: tuple((p.token_ids or [])[:PROMPT_HEAD]) for p in inventory.prompts}  # token-id prompts
+             for inventory in inventories]
     emulator, base_url = start_emulator(args, emulator_cpu)
     pinning = f"emulator cpu {emulator_cpu}, clients cpu {client_cpu}" if client_cpu is not None else "no"
     print(f"emulator: TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, 1 token per chunk; "

@@ -32,8 +32,9 @@ from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.schedule import LoadShape
 from harness.measure.stats import LOOP_LAG_FLOOR_MS, MAX_LOOP_STALL_SHARE, loop_probed_ms, max_loop_stall_share
 
+import harness_drivers
+
 HARNESS = str(Path(sys.executable).with_name("harness"))
-BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 probes: list[LoopLagProbe] = []
 
 
@@ -73,7 +74,7 @@ def judged_rounds(loops_per_core: list[int], runs: int, work: Path) -> None:
 
 def judged_round(per_core: int, runs: int, inventory_dir: Path, base_url: str, work: Path) -> None:
     cores = len(os.sched_getaffinity(0))
-    loops = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(seconds=10 + 3 * runs)])
+    loops = [subprocess.Popen(harness_drivers.argv("busy-loop", str(10 + 3 * runs)))
              for _ in range(per_core * cores)]
     print(f"beside {per_core} busy loop(s) per core ({len(loops)} on {cores} cores):")
     print("  probed_ms  stalled_ms  loop_lag_ms_max  share   past 5 %  past the rule")

@@ -1,3 +1,3 @@
-"""Predict, launch, measure and explain vLLM serving limits."""
+"""Predict, launch, measure and analyse vLLM serving limits."""
 
 __version__ = "0.1.0"

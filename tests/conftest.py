@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -81,7 +81,7 @@ def start_engine(tiny_model_dir: Path, tmp_path: Path) -> Iterator[Callable[...,
     """`start_engine(max_num_seqs=4, ...)` starts the real engine; every engine it started stops at teardown."""
     with ExitStack() as running:
 
-        def start(log_name: str = "engine.log", **params: object) -> RunningEngine:
+        def start(log_name: str = "engine.log", **params: Any) -> RunningEngine:
             return running.enter_context(local_cpu_engine(tiny_model_dir, tmp_path / log_name, **params))
 
         yield start

@@ -60,7 +60,7 @@ LEAVES = dict(leaves())
 PARAMS = [(path, param) for path, command in LEAVES.items() for param in command.params]
 
 
-def of_type(kind: type) -> list[tuple[tuple[str, ...], Any]]:
+def of_type(kind: Any) -> list[tuple[tuple[str, ...], Any]]:
     return [(path, param) for path, param in PARAMS if param.type_descriptor.annotation in (kind, list[kind])]
 
 

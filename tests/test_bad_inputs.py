@@ -96,7 +96,7 @@ BAD_INPUTS = [
     ("error-fraction-above-1", lambda f: run_args(str(f["held"]) + "-new", "--max-error-fraction", "1.5"),
      "error: --max-error-fraction: Input should be less than or equal to 1, not 1.5"),
     ("negative-read-timeout", lambda f: run_args(str(f["held"]) + "-new", "--read-timeout-s", "-1"),
-     "error: --read-timeout-s must be a positive number of seconds, not -1.0"),
+     "error: --read-timeout-s: must be a positive number of seconds, not -1.0"),
     ("nan-stall-timeout", lambda f: run_args(str(f["held"]) + "-new", "--stall-timeout-s", "nan"),
      "error: --stall-timeout-s: must be a finite number, not nan"),
 ]
@@ -131,7 +131,9 @@ def test_a_silent_port_says_what_the_ready_wait_waits_for(tmp_path: Path) -> Non
     assert last.startswith(f"error: server {UNREACHABLE} not ready (GET /health: ") and last.endswith("within 1 s")
 
 
-def test_token_ids_beyond_the_tokenizer_are_refused_and_special_ids_warned(tiny_model_dir: Path, tmp_path: Path):
+def test_token_ids_beyond_the_tokenizer_are_refused_and_special_ids_warned(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
     build = ["prompts", "build", "token-ids", "--prompt-tokens", "8", "--output-cap-tokens", "4",
              "--tokenizer", str(tiny_model_dir)]
     beyond = CliRunner().invoke(app, [*build[:3], str(tmp_path / "a"), *build[3:], "--vocab-high", "200000"])
@@ -228,7 +230,7 @@ def cases(table: list[tuple[str, str, list[str]]]) -> list[Any]:
 
 def command_of(base: str) -> Any:
     """The click command a base's words name: 'prompts build text' → that leaf."""
-    command = typer.main.get_command(app)
+    command: Any = typer.main.get_command(app)
     for word in BASES[base]:
         if not getattr(command, "commands", None):
             break

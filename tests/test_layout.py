@@ -67,7 +67,9 @@ def test_stages_import_no_later_stage() -> None:
 
 
 def test_the_readme_layout_names_every_stage_package_and_nothing_else() -> None:
-    layout = re.search(r"## Layout\n```\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    found = re.search(r"## Layout\n```\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert found, "the README has no Layout block"
+    layout = found.group(1)
     listed = set(re.findall(r"^  (\w+)/", layout, re.M))  # the stage folders, indented under harness/
     packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
     assert len(packages) >= 8 and {"measure", "inventory", "search"} <= packages

@@ -97,7 +97,7 @@ def run_demo(out: Path, console: Console, repeats: int = 1) -> DemoResult:
             f"[bold]point {index + 1}/{total}[/bold]: {LIMIT}={point[LIMIT]}"),
     )
 
-    console.rule("4/4  Explain: which limit bound each point")
+    console.rule("4/4  Analysis: which limit bound each point")
     written = write_report(limit=LIMIT, out=report_dir, run_dirs=[points_dir])
     console.print(summary_table(written))
     console.print(f"report: {written.markdown} and {written.html}")

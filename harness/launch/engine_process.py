@@ -39,29 +39,10 @@ ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 STOP_GRACE_S = 15.0
 HEALTH_POLL_S = 0.5
 
-# Runs under a bare interpreter: reads "PGID GRACE", then blocks until the launcher closes the pipe or
-# dies, then SIGTERMs the engine's process group and SIGKILLs whatever is left after the grace period.
-_WATCHDOG = """
-import os, signal, sys, time
-line = sys.stdin.readline().split()
-if not line:
-    sys.exit(0)
-pgid, grace = int(line[0]), float(line[1])
-sys.stdin.read()
-def alive():
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-if alive():
-    os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if alive():
-        os.killpg(pgid, signal.SIGKILL)
-"""
+# Run as an isolated script (-I: no environment, no script directory on the path), not a module of the
+# package: no harness import delays it or can fail in it.
+WATCHDOG = Path(__file__).with_name("watchdog.py")
+
 
 class EngineStartError(HarnessError):
     """The engine exited or stayed unhealthy before serving: a result for a sweep point, not a crash."""
@@ -180,7 +161,7 @@ def engine_base_url(argv: list[str]) -> str:
 def _engine_process(argv: list[str], env: dict[str, str], log: Any) -> Iterator[subprocess.Popen[bytes]]:
     """The engine in its own process group, guarded by a watchdog, stopped on every way out."""
     watchdog = subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG], stdin=subprocess.PIPE, start_new_session=True
+        [sys.executable, "-I", str(WATCHDOG)], stdin=subprocess.PIPE, start_new_session=True
     )
     try:
         process = subprocess.Popen(
@@ -209,7 +190,7 @@ def _hub_env(argv: list[str]) -> dict[str, str]:
     return {"HF_HUB_OFFLINE": "1"} if model and Path(model).is_dir() else {}
 
 
-def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+def stop_process_group(process: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the engine's group, SIGKILL it after the grace period; no engine core or worker survives."""
     pgid = process.pid
     _signal_group(pgid, signal.SIGTERM)

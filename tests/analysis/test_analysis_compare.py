@@ -8,17 +8,17 @@ import pytest
 
 from analysis.compare import REAL, SPREAD_UNKNOWN, WITHIN_SPREAD, compare_one_limit, point_differences
 from analysis.sources import runs_from_directories
-from analysis.table import build_table
+from analysis.table import RunTable, build_table
 from harness.errors import HarnessError
 
 from run_records import write_run
 
 
-def table_of(root: Path):
+def table_of(root: Path) -> RunTable:
     return build_table(runs_from_directories([root]))
 
 
-def test_repeated_points_are_aggregated_with_their_spread(tmp_path: Path):
+def test_repeated_points_are_aggregated_with_their_spread(tmp_path: Path) -> None:
     first = write_run(tmp_path, limits={"max_num_seqs": 2}, ttft_ms=40.0)
     second = write_run(tmp_path, limits={"max_num_seqs": 2}, ttft_ms=60.0)
     third = write_run(tmp_path, limits={"max_num_seqs": 4}, ttft_ms=100.0, tpot_ms=30.0)
@@ -38,7 +38,7 @@ def test_repeated_points_are_aggregated_with_their_spread(tmp_path: Path):
     assert "max_num_seqs" not in comparison.held_fixed
 
 
-def test_refuses_runs_that_differ_in_more_than_the_limit_naming_each_difference(tmp_path: Path):
+def test_refuses_runs_that_differ_in_more_than_the_limit_naming_each_difference(tmp_path: Path) -> None:
     a = write_run(tmp_path, limits={"max_num_seqs": 2}, seed=0)
     b = write_run(tmp_path, limits={"max_num_seqs": 4, "image": "vllm-cpu:0.33.0"}, seed=1)
     with pytest.raises(HarnessError) as refused:
@@ -50,7 +50,7 @@ def test_refuses_runs_that_differ_in_more_than_the_limit_naming_each_difference(
     assert "concurrency" not in message and "\n" not in message
 
 
-def test_an_input_one_run_lacks_is_a_difference_too(tmp_path: Path):
+def test_an_input_one_run_lacks_is_a_difference_too(tmp_path: Path) -> None:
     without = write_run(tmp_path, limits={"max_num_seqs": 2})
     batched = write_run(tmp_path, limits={"max_num_seqs": 4, "max_num_batched_tokens": 2048})
     with pytest.raises(HarnessError) as refused:
@@ -59,7 +59,7 @@ def test_an_input_one_run_lacks_is_a_difference_too(tmp_path: Path):
     assert f"missing in run {without.name}" in str(refused.value)
 
 
-def test_unknown_limit_and_service_uuid_handling(tmp_path: Path):
+def test_unknown_limit_and_service_uuid_handling(tmp_path: Path) -> None:
     write_run(tmp_path, limits={"max_num_seqs": 2}, service_uuid="s1")
     write_run(tmp_path, limits={"max_num_seqs": 4}, service_uuid="s2")
     table = table_of(tmp_path)
@@ -69,7 +69,7 @@ def test_unknown_limit_and_service_uuid_handling(tmp_path: Path):
     assert list(compare_one_limit(table, "max_num_seqs").points["n"]) == [1, 1]
 
 
-def test_a_difference_is_real_only_beyond_the_spread_of_repeats(tmp_path: Path):
+def test_a_difference_is_real_only_beyond_the_spread_of_repeats(tmp_path: Path) -> None:
     # max_num_seqs 2: TTFT 40 and 60 ms; 4: 55 and 65 ms (overlaps [40, 60]); 8: 90 and 100 ms (clear of [55, 65]);
     # 16: one run, no range
     for seqs, ttfts in ((2, (40.0, 60.0)), (4, (55.0, 65.0)), (8, (90.0, 100.0)), (16, (200.0,))):

@@ -34,7 +34,7 @@ AMPLE_KV_BYTES = 64 * 1024 * 1024
 
 
 @pytest.mark.engine
-def test_report_on_a_real_kv_sweep_says_capacity_then_scheduling(tiny_model_dir: Path, tmp_path: Path):
+def test_report_on_a_real_kv_sweep_says_capacity_then_scheduling(tiny_model_dir: Path, tmp_path: Path) -> None:
     offline_root = tmp_path / "polyaxon"
     sweep = tmp_path / "sweep-kv.yaml"
     sweep.write_text(yaml.safe_dump({
@@ -51,13 +51,13 @@ def test_report_on_a_real_kv_sweep_says_capacity_then_scheduling(tiny_model_dir:
     assert [run.exit_code for run in runs] == [0, 0], [run.outputs_dir for run in runs]
 
     written = write_report(limit="kv_cache_memory_bytes", out=tmp_path / "report", run_dirs=[tmp_path / "points"])
-    runs = written.runs
-    verdicts = {runs.at[verdict.run_uuid, "kv_cache_memory_bytes"]: verdict for verdict in written.verdicts}
+    table = written.runs
+    verdicts = {table.at[verdict.run_uuid, "kv_cache_memory_bytes"]: verdict for verdict in written.verdicts}
     starved, ample = verdicts[STARVED_KV_BYTES], verdicts[AMPLE_KV_BYTES]
     assert starved.bound_by == KV_CAPACITY, starved.text
     assert ample.bound_by == SCHEDULING, ample.text
 
-    starved_row, ample_row = runs.loc[starved.run_uuid], runs.loc[ample.run_uuid]
+    starved_row, ample_row = table.loc[starved.run_uuid], table.loc[ample.run_uuid]
     assert starved_row["kv_cache_tokens_logged"] == 9 * 128  # the engine's own count of what 9 blocks hold
     assert starved_row["kv_cache_tokens_predicted"] == starved_row["kv_cache_tokens_logged"]
     # one 8-block sequence at a time: the engine's prefill + decode spans never overlap, so their sum over the
@@ -74,7 +74,7 @@ def test_report_on_a_real_kv_sweep_says_capacity_then_scheduling(tiny_model_dir:
 
     markdown = written.markdown.read_text()
     for verdict in (starved, ample):
-        limit_value = runs.at[verdict.run_uuid, "kv_cache_memory_bytes"]
+        limit_value = table.at[verdict.run_uuid, "kv_cache_memory_bytes"]
         assert f"| {verdict.run_uuid} | {limit_value} | {verdict.bound_by} |" in markdown
     # the same runs, tracked offline by the experiment, read back through Polyaxon's loaders
     offline = write_report(limit="kv_cache_memory_bytes", out=tmp_path / "offline-report", offline_root=offline_root)

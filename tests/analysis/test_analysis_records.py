@@ -22,7 +22,7 @@ from harness.track.tracking import track_run
 from run_records import STARVED_LOG, write_failed_run, write_run
 
 
-def test_run_directories_land_in_one_table_keyed_by_uuid(tmp_path: Path):
+def test_run_directories_land_in_one_table_keyed_by_uuid(tmp_path: Path) -> None:
     fast = write_run(tmp_path / "sweep", limits={"max_num_seqs": 2}, samples=[(0, 1, 0.1, 0), (3, 2, 0.2, 0)])
     slow = write_run(tmp_path / "sweep" / "nested", limits={"max_num_seqs": 8}, ttft_ms=80.0)
     failed = write_failed_run(tmp_path / "sweep")
@@ -41,7 +41,7 @@ def test_run_directories_land_in_one_table_keyed_by_uuid(tmp_path: Path):
     assert list(table.series[fast.name]["waiting_requests"]) == [0, 3]
 
 
-def test_offline_root_reads_the_same_figures_as_the_directories(tmp_path: Path):
+def test_offline_root_reads_the_same_figures_as_the_directories(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "runs", samples=[(0, 2, 0.1, 0), (2, 4, 0.5, 1), (1, 4, 0.3, 1)])
     track_run(run_dir, project="local/analysis", offline_root=tmp_path / "offline")
     from_dirs = build_table(runs_from_directories([tmp_path / "runs"]))
@@ -56,7 +56,7 @@ def test_offline_root_reads_the_same_figures_as_the_directories(tmp_path: Path):
     assert list(offline.series[run_dir.name]["t_s"]) == [0, 1, 2]  # one scrape a second
 
 
-def test_harness_run_joins_its_service_run_capacity(tmp_path: Path):
+def test_harness_run_joins_its_service_run_capacity(tmp_path: Path) -> None:
     service = write_failed_run(tmp_path, log=STARVED_LOG)  # a service run: limits and captured capacity only
     harness_run = write_run(tmp_path, log=None, service_uuid=service.name)
     (harness_run / RunFile.ENGINE).unlink()
@@ -67,7 +67,7 @@ def test_harness_run_joins_its_service_run_capacity(tmp_path: Path):
     assert "max_num_seqs" in table.input_columns
 
 
-def test_bad_sources_are_one_line_naming_the_file(tmp_path: Path):
+def test_bad_sources_are_one_line_naming_the_file(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match=f"no run records found in --runs {tmp_path}"):
         collect_runs([tmp_path])
     with pytest.raises(HarnessError, match=r"--runs .*missing: no such directory"):
@@ -90,7 +90,7 @@ def test_bad_sources_are_one_line_naming_the_file(tmp_path: Path):
 
 
 @pytest.mark.sandbox
-def test_polyaxon_api_runs_read_back_with_their_series_and_query(tmp_path: Path, polyaxon_api: str):
+def test_polyaxon_api_runs_read_back_with_their_series_and_query(tmp_path: Path, polyaxon_api: str) -> None:
     from polyaxon.client import ProjectClient
 
     ProjectClient(owner="default").create({"name": "analysis-api"})
@@ -113,7 +113,7 @@ def test_polyaxon_api_runs_read_back_with_their_series_and_query(tmp_path: Path,
         runs_from_polyaxon("default/no-such-project")
 
 
-def test_the_api_reader_asks_again_while_polyaxon_is_busy(monkeypatch: pytest.MonkeyPatch):
+def test_the_api_reader_asks_again_while_polyaxon_is_busy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sandbox answers 405 while it compiles what it was just sent; the report reads on once it is free."""
     import polyaxon.client
     from polyaxon.exceptions import ApiException

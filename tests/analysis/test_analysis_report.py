@@ -36,7 +36,7 @@ def kv_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def test_report_names_each_run_its_limit_and_evidence(kv_sweep: dict[str, Path], tmp_path: Path):
+def test_report_names_each_run_its_limit_and_evidence(kv_sweep: dict[str, Path], tmp_path: Path) -> None:
     done = harness("report", "--runs", kv_sweep["starved"].parent, "--limit", "kv_cache_memory_bytes",
                    "--out", tmp_path)
     assert done.returncode == 0, done.stderr
@@ -75,9 +75,9 @@ def test_report_names_each_run_its_limit_and_evidence(kv_sweep: dict[str, Path],
     assert "src='http" not in page and kv_sweep["crashed"].name in page
 
 
-def test_bad_input_is_one_line_and_exit_2(kv_sweep: dict[str, Path], tmp_path: Path):
+def test_bad_input_is_one_line_and_exit_2(kv_sweep: dict[str, Path], tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    cases = [
+    cases: list[tuple[list[str | Path], str]] = [
         (["--runs", tmp_path / "empty", "--limit", "max_num_seqs"],
          f"no run records found in --runs {tmp_path / 'empty'}"),
         (["--runs", kv_sweep["starved"].parent, "--limit", "max_num_sequences"], "unknown limit 'max_num_sequences'"),

@@ -57,12 +57,14 @@ def report_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_report(limit="kv_cache_memory_bytes", out=root / "report", run_dirs=[root]).html
 
 
-def test_the_report_opens_on_the_answer_and_stays_inside_the_page(report_page: Path, tmp_path: Path):
+def test_the_report_opens_on_the_answer_and_stays_inside_the_page(report_page: Path, tmp_path: Path) -> None:
     probed_page = tmp_path / "probed.html"
     probed_page.write_text(report_page.read_text().replace("</body>", PROBE + "</body>"))
     dumped = chromium("--dump-dom", probed_page.as_uri())
     assert dumped.returncode == 0, dumped.stderr[-2000:]
-    probe = json.loads(re.search(r"<pre id=\"probe\">(.*?)</pre>", dumped.stdout, re.S).group(1)
+    probed = re.search(r"<pre id=\"probe\">(.*?)</pre>", dumped.stdout, re.S)
+    assert probed, dumped.stdout[-2000:]  # the probe ran and wrote its figures into the page
+    probe = json.loads(probed.group(1)
                        .replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
 
     assert probe["scrollWidth"] <= probe["clientWidth"] == WINDOW[0]  # no horizontal scrolling

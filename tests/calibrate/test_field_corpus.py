@@ -7,7 +7,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from harness.calibrate.field_check import check_logged, run_field_check
+from harness.calibrate.field_check import CaseResult, FieldReport, FigureCheck, check_logged, run_field_check
 from harness.calibrate.field_corpus import load_corpus
 from harness.predict.model_shape import load_model_shape
 
@@ -15,24 +15,24 @@ CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
 
 
 @pytest.fixture(scope="module")
-def report():
+def report() -> FieldReport:
     return run_field_check(CORPUS)
 
 
-def _case(report, case_id):
+def _case(report: FieldReport, case_id: str) -> CaseResult:
     return next(c for c in report.cases if c.id == case_id)
 
 
-def _figure(case, name):
+def _figure(case: CaseResult, name: str) -> FigureCheck:
     return next(f for f in case.logged.figures if f.name == name)
 
 
-def test_the_corpus_holds_at_least_thirty_starts():
+def test_the_corpus_holds_at_least_thirty_starts() -> None:
     cases, _ = load_corpus(CORPUS)
     assert len(cases) >= 30
 
 
-def test_awq_qwen25_14b_blocks_by_hand(report):
+def test_awq_qwen25_14b_blocks_by_hand(report) -> None:
     # 48 layers × (K, V) × 8 KV heads × 128 × 2 B (float16) × 16 tokens = 3,145,728 B per block; AWQ weights do
     # not change the cache. "10.39 GiB" is 10.385 … 10.395 GiB: 3,544.7 … 3,548.2 blocks, so 3,544 … 3,548,
     # 56,704 … 56,768 tokens; the log's 56,736 tokens are 3,546 blocks.
@@ -42,7 +42,7 @@ def test_awq_qwen25_14b_blocks_by_hand(report):
     assert case.logged.status == "exact"
 
 
-def test_gpt_oss_20b_two_groups_by_hand(report):
+def test_gpt_oss_20b_two_groups_by_hand(report) -> None:
     # 24 layers, sliding and full in turn: two groups of 12 layers share one block of 12 pages, each page
     # 16 tokens × (K, V) × 8 KV heads × 64 × 2 B = 32,768 B, so 393,216 B per block. "12.94 GiB" is
     # 12.935 … 12.945 GiB: 35,320 … 35,348 blocks; tokens are blocks // 2 groups × 16 = 282,560 … 282,784
@@ -55,7 +55,7 @@ def test_gpt_oss_20b_two_groups_by_hand(report):
     assert case.logged.status == "exact"
 
 
-def test_refused_v1_start_is_priced_from_its_own_request(report):
+def test_refused_v1_start_is_priced_from_its_own_request(report) -> None:
     # Llama-3.1-8B: 32 layers × (K, V) × 8 KV heads × 128 × 2 B = 128 KiB per token; 131,072 tokens = 16.00 GiB,
     # the figure the refusal prints beside its 4.92 GiB.
     case = _case(report, "v0100-llama31-8b-len131072-fails")
@@ -64,14 +64,14 @@ def test_refused_v1_start_is_priced_from_its_own_request(report):
     assert case.logged.fits is False and not case.cache_fit
 
 
-def test_cases_without_a_config_are_listed_not_scored(report):
+def test_cases_without_a_config_are_listed_not_scored(report) -> None:
     for case_id in ("v024-qwen36-35b-a3b-rtx5090-fp8kv", "v0201-qwen36-27b-tp2-mtp-fp8e5m2"):
         case = _case(report, case_id)
         assert case.logged.status == "no config for this model"
         assert case.launch.status == "no config for this model"
 
 
-def test_a_case_whose_log_holds_several_starts_names_the_one_it_scores(report):
+def test_a_case_whose_log_holds_several_starts_names_the_one_it_scores(report) -> None:
     # The 29k case's source comment posts the 20k start's block first; given both blocks, the case must say which
     # start it scores, and scoring start 2 gives the very figures the 29k case gets from its own block.
     two_starts = (Path(__file__).parents[1] / "fixtures" / "logs" / "issue-10517-two-starts.log").read_text()
@@ -86,3 +86,19 @@ def test_a_case_whose_log_holds_several_starts_names_the_one_it_scores(report):
     shape = load_model_shape(str(CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json"))
     assert check_logged(both, shape) == check_logged(alone, shape) == _case(report, alone.id).logged
     assert both.parsed().kv_cache_tokens_at_failure == 23648
+
+
+def test_a_case_that_states_no_tensor_parallel_size_takes_the_one_its_log_shows() -> None:
+    # A two-GPU log pasted without its engine config line: workers TP0 and TP1 each print their KV memory,
+    # so the case is scored on 2 GPUs; a thread that states a size keeps it, and a log with no rank means 1.
+    cases, _ = load_corpus(CORPUS)
+    tp2 = next(c for c in cases if c.id == "v0101-qwen2-7b-a100-tp2-util05")
+    ranks_only = "\n".join(line for line in tp2.log.splitlines() if "VllmWorker TP" in line or "EngineCore" in line)
+    facts = tp2.facts.model_dump(exclude={"tensor_parallel_size"})
+    fields = {"source": str(tp2.source), "where": tp2.where, "edits": tp2.edits}
+    found = type(tp2)(id="ranks", log=ranks_only, facts=facts, **fields)
+    assert found.facts.tensor_parallel_size == 2
+    stated = type(tp2)(id="stated", log=ranks_only, facts={**facts, "tensor_parallel_size": 4}, **fields)
+    assert stated.facts.tensor_parallel_size == 4
+    one_gpu = "\n".join(line.split(") ", 1)[1] for line in ranks_only.splitlines())  # the process prefixes cut
+    assert type(tp2)(id="one", log=one_gpu, facts=facts, **fields).facts.tensor_parallel_size == 1

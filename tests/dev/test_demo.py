@@ -1,4 +1,4 @@
-"""The demo end to end on the real CPU engine: the README's sweep, through the local executor, explained.
+"""The demo end to end on the real CPU engine: the README's sweep, through the local executor, analysed.
 
 One sweep (max_num_seqs 1, 2, 4, 8 against 8 requests in flight of 600 + 300 tokens for 12 s, a 4,096-token
 KV cache) is run once for the module; each test reads what it must show from the records, the report and
@@ -18,7 +18,7 @@ import pytest
 from polyaxon.client import ProjectClient, RunClient
 from rich.console import Console
 
-from harness.dev.demo import CONCURRENCY, INVENTORY, run_demo
+from harness.dev.demo import CONCURRENCY, INVENTORY, DemoResult, run_demo
 from harness.inventory.frozen import load_inventory
 from harness.measure.record import read_requests, read_samples
 from harness.model_identity import read_identity
@@ -29,15 +29,15 @@ POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path):
+def demo(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> tuple[DemoResult, str]:
     out = tmp_path_factory.mktemp("demo")
-    console = Console(file=io.StringIO(), width=160)
-    result = run_demo(out, console)
-    return result, console.file.getvalue()
+    printed = io.StringIO()
+    result = run_demo(out, Console(file=printed, width=160))
+    return result, printed.getvalue()
 
 
 @pytest.fixture(scope="module")
-def records(demo) -> dict[int, Path]:
+def records(demo: tuple[DemoResult, str]) -> dict[int, Path]:
     """Each point's run record, by its max_num_seqs."""
     result, _ = demo
     found = {}
@@ -46,7 +46,7 @@ def records(demo) -> dict[int, Path]:
     return found
 
 
-def outputs(run_dir: Path) -> dict:
+def outputs(run_dir: Path) -> tuple[str, dict]:
     uuid = json.loads((run_dir / "tracking.json").read_text())["run_uuid"]
     return uuid, json.loads((run_dir.parents[2] / "polyaxon" / "runs" / uuid / "run.plx.json").read_text())["outputs"]
 
@@ -54,10 +54,11 @@ def outputs(run_dir: Path) -> dict:
 def mean_queue_time_s(run_dir: Path) -> float:
     """vllm:request_queue_time_seconds over the run (each point's engine is fresh, so cumulative = this run)."""
     queue = [s.snapshot for s in read_samples(run_dir) if s.snapshot is not None][-1].request_queue_time_seconds
+    assert queue is not None, "the engine exported no queue-time histogram"
     return queue.sum / queue.count
 
 
-def test_every_point_ran_and_predicted_capacity_equals_logged(demo, records):
+def test_every_point_ran_and_predicted_capacity_equals_logged(demo, records) -> None:
     result, _ = demo
     assert result.failed_points == []
     assert sorted(records) == [1, 2, 4, 8]
@@ -69,7 +70,7 @@ def test_every_point_ran_and_predicted_capacity_equals_logged(demo, records):
         assert capacity["disagreements"] == []
 
 
-def test_every_request_is_accounted_for(records):
+def test_every_request_is_accounted_for(records) -> None:
     inventory = load_inventory(INVENTORY)
     for run_dir in records.values():
         requests = read_requests(run_dir)
@@ -86,7 +87,7 @@ def test_every_request_is_accounted_for(records):
 
 def test_waiting_exactly_when_concurrency_exceeds_max_num_seqs_and_preemption_only_when_capacity_bound(
     demo, records
-):
+) -> None:
     result, _ = demo
     verdicts = {}
     for line in Path(result.report_markdown).read_text().splitlines():
@@ -115,7 +116,7 @@ def test_waiting_exactly_when_concurrency_exceeds_max_num_seqs_and_preemption_on
     assert capped["engine_waiting_requests_mean"] > 3 and capped["engine_running_requests_mean"] <= 1.02
 
 
-def test_report_and_summary_trace_every_point_to_its_run_uuid(demo, records):
+def test_report_and_summary_trace_every_point_to_its_run_uuid(demo, records) -> None:
     result, printed = demo
     markdown = Path(result.report_markdown).read_text()
     html = Path(result.report_html).read_text()
@@ -130,7 +131,7 @@ def test_report_and_summary_trace_every_point_to_its_run_uuid(demo, records):
 
 def test_every_point_names_the_tiny_model_by_its_own_identity_and_never_by_qwen3_4bs_revision(
     demo, records, tiny_model_dir
-):
+) -> None:
     """The sweep's spec defaults to Qwen3-4B's pinned revision; the generated model has none of its own."""
     result, _ = demo
     identity = read_identity(tiny_model_dir)
@@ -148,7 +149,7 @@ def test_every_point_names_the_tiny_model_by_its_own_identity_and_never_by_qwen3
     assert "revision" not in held and PINNED_REVISION not in markdown + Path(result.report_html).read_text()
 
 
-def test_no_burst_delivered_run_shows_per_token_figures(records):
+def test_no_burst_delivered_run_shows_per_token_figures(records) -> None:
     for run_dir in records.values():
         _, figures = outputs(run_dir)
         if figures["per_token_latency_paced"] is False:
@@ -159,7 +160,7 @@ def test_no_burst_delivered_run_shows_per_token_figures(records):
 
 
 @pytest.mark.sandbox
-def test_offline_runs_are_listed_pushed_and_read_back_with_the_same_figures(demo, records, polyaxon_api):
+def test_offline_runs_are_listed_pushed_and_read_back_with_the_same_figures(demo, records, polyaxon_api) -> None:
     result, _ = demo
     listed = subprocess.run([POLYAXON, "ops", "ls", "--offline", "--path", result.offline_root, "-io"],
                             capture_output=True, text=True, timeout=60)

@@ -502,7 +502,7 @@ def test_the_tiny_models_bundled_inventory_rebuilds_and_avoids_its_special_token
     inventory = load_inventory(committed)
     tokenizer = json.loads((tiny_model_dir / "tokenizer.json").read_text())
     specials = {token["id"] for token in tokenizer["added_tokens"]}
-    used = {token for prompt in inventory.prompts for token in prompt.token_ids}
+    used = {token for prompt in inventory.prompts for token in prompt.token_ids or []}
     assert used.isdisjoint(specials) and max(used) < len(tokenizer["model"]["vocab"]) + len(specials)
     assert [(p.prompt_tokens, p.output_cap_tokens) for p in inventory.prompts] == [(600, 300)] * 8
     again = write_inventory(rebuild(inventory.manifest), tmp_path / "again")

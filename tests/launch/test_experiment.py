@@ -30,7 +30,7 @@ ENGINE = ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--hos
           "--kv-cache-memory-bytes=4194304", "--kv-cache-dtype", "auto"]
 
 
-def test_engine_limits_are_the_engine_options_with_types_and_without_the_address():
+def test_engine_limits_are_the_engine_options_with_types_and_without_the_address() -> None:
     assert engine_limits(ENGINE) == {
         "model": "/models/tiny", "max_model_len": 1024, "max_num_seqs": 8, "gpu_memory_utilization": 0.9,
         "enforce_eager": True, "enable_prefix_caching": False, "kv_cache_memory_bytes": 4_194_304,
@@ -40,7 +40,7 @@ def test_engine_limits_are_the_engine_options_with_types_and_without_the_address
     assert engine_base_url(ENGINE[:3]) == "http://127.0.0.1:8000"  # vLLM's default port
 
 
-def test_the_engine_words_are_read_and_set_one_way():
+def test_the_engine_words_are_read_and_set_one_way() -> None:
     argv = ["python", "-m", "m", "--port", "1", "--model=/a", "--enforce-eager", "--port=2", "--model", "/b"]
     assert option_value(argv, "--port") == "2" and option_value(argv, "--model") == "/b"  # the last one, as argparse
     assert option_value(argv, "--enforce-eager") is None and option_value(argv, "--seed") is None
@@ -51,7 +51,7 @@ def test_the_engine_words_are_read_and_set_one_way():
     assert without_option(argv, "--model") == ["python", "-m", "m", "--port", "1", "--enforce-eager", "--port=2"]
 
 
-def test_a_generated_model_is_named_by_its_own_identity_and_never_by_the_specs_revision(tiny_model_dir: Path):
+def test_a_generated_model_is_named_by_its_own_identity_and_never_by_the_specs_revision(tiny_model_dir: Path) -> None:
     """The service's default revision is Qwen3-4B's pin; the tiny model directory has none, and the engine
     ignores one for a directory: the local engine is started without it, and the limits name the directory
     by the seed and file hash its generator recorded."""
@@ -70,7 +70,7 @@ def test_a_generated_model_is_named_by_its_own_identity_and_never_by_the_specs_r
     assert "model_seed" not in engine_limits(hub)
 
 
-def test_inside_a_managed_run_the_record_id_is_the_polyaxon_run_uuid(monkeypatch):
+def test_inside_a_managed_run_the_record_id_is_the_polyaxon_run_uuid(monkeypatch) -> None:
     options = RunOptions(inventory=INVENTORY, base_url="http://127.0.0.1:1", load=LoadShape(concurrency=1))
     assert len(build_run_config(options)[0].run_id) == 32
     monkeypatch.setenv("POLYAXON_RUN_INSTANCE", "acme.serving.runs.0123456789abcdef0123456789abcdef")
@@ -80,7 +80,7 @@ def test_inside_a_managed_run_the_record_id_is_the_polyaxon_run_uuid(monkeypatch
 @pytest.mark.engine
 def test_an_engine_that_cannot_start_is_a_recorded_result_diagnosed_as_start_up_headroom(
     tiny_model_dir: Path, tmp_path: Path
-):
+) -> None:
     """1 MiB of KV is 8 blocks of 128 tokens, one reserved: too few for one 2,048-token request."""
     engine = local_engine_words(
         ["python3", "-m", ENGINE_MODULE, "--model", str(tiny_model_dir), "--max-model-len", "2048",

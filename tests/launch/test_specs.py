@@ -50,7 +50,7 @@ def test_production_service_renders_the_pinned_image_and_engine_arguments() -> N
 
 # What each committed file needs from the command line: the service nothing, anything that runs the
 # harness a load (and the harness job a service); presets are checked on both components.
-COMMAND_LINE_PARAMS = {
+COMMAND_LINE_PARAMS: dict[str, dict[str, object]] = {
     "vllm-service.yaml": {},
     "harness-job.yaml": {"service_uuid": "0123456789abcdef0123456789abcdef", "concurrency": 8},
     "report.yaml": {"sweep_uuid": "0123456789abcdef0123456789abcdef", "limit": "max_num_seqs"},

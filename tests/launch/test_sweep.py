@@ -42,7 +42,7 @@ def backend(project: str, tmp_path: Path, deadline_s: float = 2.0) -> PolyaxonBa
                            harness_deadline_s=10, logs_dir=tmp_path / "logs", poll_s=0.3)
 
 
-def test_points_come_from_the_sweep_file_and_are_checked(tmp_path: Path):
+def test_points_come_from_the_sweep_file_and_are_checked(tmp_path: Path) -> None:
     limit, points = sweep_points([sweep_file(tmp_path, "[{max_num_seqs: 4}, {max_num_seqs: 8}]")], SERVICE, {})
     assert (limit, points) == ("max_num_seqs", [{"max_num_seqs": 4}, {"max_num_seqs": 8}])
     with pytest.raises(HarnessError, match=r"point 1 changes 'max_model_len' besides 'max_num_seqs'"):
@@ -56,7 +56,7 @@ def test_points_come_from_the_sweep_file_and_are_checked(tmp_path: Path):
 @pytest.mark.sandbox
 def test_a_service_not_running_by_the_deadline_is_recorded_stopped_and_the_sweep_goes_on(
     tmp_path: Path, polyaxon_api: str
-):
+) -> None:
     ProjectClient(owner="default").create({"name": "sweep-late"})
     limit, points = sweep_points([sweep_file(tmp_path, "[{max_num_seqs: 4}, {max_num_seqs: 8}]")], SERVICE, {})
     result = run_sweep(tmp_path / "sweep.yaml", limit, points, backend("default/sweep-late", tmp_path))
@@ -71,14 +71,14 @@ def test_a_service_not_running_by_the_deadline_is_recorded_stopped_and_the_sweep
             time.sleep(0.5)
         assert service.run_data.inputs["max_num_seqs"] == value
         assert str(service.run_data.status) in {"stopping", "stopped"}
-        assert "not running" in point.detail
+        assert point.detail is not None and "not running" in point.detail
         assert (tmp_path / "logs" / f"point-{point.index}-{point.service}.log").exists()
     assert point.harness is None  # no harness job against a service that never ran
 
 
 @pytest.mark.sandbox
 def test_unknown_project_and_unreachable_api_stop_the_sweep_with_one_line(tmp_path: Path, polyaxon_api: str,
-                                                                          monkeypatch):
+                                                                          monkeypatch) -> None:
     limit, points = sweep_points([sweep_file(tmp_path, "[{max_num_seqs: 4}]")], SERVICE, {})
     with pytest.raises(HarnessError, match="default/no-such-project"):
         run_sweep(tmp_path / "sweep.yaml", limit, points, backend("default/no-such-project", tmp_path))
@@ -90,7 +90,7 @@ def test_unknown_project_and_unreachable_api_stop_the_sweep_with_one_line(tmp_pa
 
 
 @pytest.mark.sandbox
-def test_the_experiment_sweep_runs_natively_as_one_child_per_point(polyaxon_api: str):
+def test_the_experiment_sweep_runs_natively_as_one_child_per_point(polyaxon_api: str) -> None:
     """`polyaxon run -f polyaxonfiles/sweep-max-num-seqs.yaml`: the CE-compatible sweep, expanded by the API."""
     ProjectClient(owner="default").create({"name": "native-matrix"})
     created = subprocess.run([POLYAXON, "run", "-f", str(ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"),
@@ -139,7 +139,7 @@ def test_a_sigterm_lost_inside_polyaxons_client_still_ends_the_wait(tmp_path: Pa
 
 
 @pytest.mark.sandbox
-def test_interrupting_the_sweep_stops_the_service_it_started(tmp_path: Path, polyaxon_api: str):
+def test_interrupting_the_sweep_stops_the_service_it_started(tmp_path: Path, polyaxon_api: str) -> None:
     ProjectClient(owner="default").create({"name": "sweep-interrupted"})
     sweep = sweep_file(tmp_path, "[{max_num_seqs: 4}, {max_num_seqs: 8}]")
     driver = subprocess.Popen(
@@ -149,6 +149,7 @@ def test_interrupting_the_sweep_stops_the_service_it_started(tmp_path: Path, pol
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     client = RunClient(owner="default", project="sweep-interrupted")
     # SIGTERM once the driver holds the service (it announces that on stderr, maybe after warnings)
+    assert driver.stderr is not None
     assert any("waiting until it is running" in line for line in driver.stderr)
     driver.send_signal(signal.SIGTERM)
     # The stop is one API call that Polyaxon's client lets run 60 s (its request timeout), asked again for
@@ -172,7 +173,7 @@ def test_interrupting_the_sweep_stops_the_service_it_started(tmp_path: Path, pol
     assert driver.returncode == 143, rest  # 128 + SIGTERM
 
 
-def test_the_experiment_sweep_is_checked_with_the_p_values_it_declares():
+def test_the_experiment_sweep_is_checked_with_the_p_values_it_declares() -> None:
     """The README's `harness sweep -f polyaxonfiles/sweep-max-num-seqs.yaml ... -P concurrency=32`: the sweep
     file's own loop needs concurrency, the service never declares it."""
     sweep = [ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"]
@@ -188,7 +189,7 @@ def test_the_experiment_sweep_is_checked_with_the_p_values_it_declares():
 ])
 def test_bad_harness_params_stop_the_sweep_before_any_service_is_created(
     tmp_path: Path, polyaxon_api: str, param: str, message: str
-):
+) -> None:
     ProjectClient(owner="default").create({"name": f"sweep-bad-{param.split('=')[0].replace('_', '-')}"})
     project = f"default/sweep-bad-{param.split('=')[0].replace('_', '-')}"
     extra = [] if param.startswith("concurrency") else ["-P", "concurrency=4"]

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HARNESS = str(Path(sys.executable).with_name("harness"))
 
 
-def test_each_point_starts_the_service_measures_it_and_stops_it(tiny_model_dir: Path, tmp_path: Path):
+def test_each_point_starts_the_service_measures_it_and_stops_it(tiny_model_dir: Path, tmp_path: Path) -> None:
     """With a canary as the engines' key: every point is measured through it, and no file of the sweep or its
     report, nor what the commands print, holds it."""
     canary = f"canary-{secrets.token_hex(12)}"

@@ -24,13 +24,15 @@ import pytest
 from harness.launch.engine_process import engine_python
 from harness.launch.specs import render
 
+import child_programs
+
 ROOT = Path(__file__).resolve().parents[2]
 PIP = [sys.executable, "-m", "pip"]
 IN_CONTAINER_PORT = 8000  # experiment.yaml's engine listens here, inside its own pod
 
 
-def engine_site_packages(python: Path) -> Path:
-    return Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+def site_packages(python: Path) -> Path:
+    return Path(subprocess.run(child_programs.argv("print-purelib", python=python),
                                capture_output=True, text=True, check=True, timeout=120).stdout.strip())
 
 
@@ -59,7 +61,7 @@ def build_wheel(out: Path) -> Path:
 @pytest.mark.engine
 def test_the_wheel_installs_beside_the_engine_without_changing_it_and_runs_the_experiment(
     tiny_model_dir: Path, tmp_path: Path
-):
+) -> None:
     with socket.socket() as probe:  # the compiled command's engine port; another engine here would answer
         assert probe.connect_ex(("127.0.0.1", IN_CONTAINER_PORT)) != 0, "port 8000 is taken on this machine"
     engine = engine_python()
@@ -69,10 +71,8 @@ def test_the_wheel_installs_beside_the_engine_without_changing_it_and_runs_the_e
     venv = tmp_path / "harness-venv"
     subprocess.run([str(engine), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     harness_python = venv / "bin" / "python"
-    print_purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    purelib = Path(subprocess.run([str(harness_python), "-c", print_purelib],
-                                  capture_output=True, text=True, check=True, timeout=120).stdout.strip())
-    (purelib / "engine-image-site.pth").write_text(f"{engine_site_packages(engine)}\n")
+    purelib = site_packages(harness_python)
+    (purelib / "engine-image-site.pth").write_text(f"{site_packages(engine)}\n")
     installed = subprocess.run([str(harness_python), "-m", "pip", "install", "--quiet", str(wheel)],
                                capture_output=True, text=True, timeout=900)
     assert installed.returncode == 0, installed.stderr[-3000:]

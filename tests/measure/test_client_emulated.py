@@ -11,7 +11,6 @@ import itertools
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,18 +20,21 @@ import httpx
 import numpy as np
 import psutil
 import pytest
+from typer.testing import CliRunner
 
+from harness.cli import app
 from harness.errors import HarnessError
 from harness.inventory.build import build_token_id_inventory
 from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.loopback import free_port
-from harness.measure.client import ClientSettings, ErrorClass, PromptRequest, StreamingClient
+from harness.measure.client import ClientSettings, ErrorClass, PromptRequest, RequestRecord, StreamingClient
 from harness.measure.record import read_requests, read_samples
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
 from harness.measure.stats import MAX_LOOP_STALL_SHARE, MIN_LOOP_STALLED_MS, RunSummary
 
+import child_programs
 from conftest import emulator
 
 
@@ -53,14 +55,11 @@ def run(inventory_dir: Path, base_url: str, out: Path, *, max_tokens: int | None
     return run_load(config, inventory, out, ready_timeout_s=20)
 
 
-BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
-
-
 @contextmanager
 def busy_cores(seconds: float) -> Iterator[list[subprocess.Popen]]:
     """A second workload at the harness's own priority: one busy process per core this test may use, each
     ending by itself after `seconds` at the latest and killed on the way out."""
-    loops = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(seconds=seconds)])
+    loops = [subprocess.Popen(child_programs.argv("busy-loop", str(seconds)))
              for _ in os.sched_getaffinity(0)]
     try:
         yield loops
@@ -81,7 +80,8 @@ def test_injected_ttft_and_itl_are_recovered(inventory_dir: Path, tmp_path: Path
     # TTFT = the injected 400 ms, + how late the emulator itself wrote the first token (its own account), + the
     # client's and the transfer's share, which must stay within 5 % (20 ms).
     server_late_ms = float(np.percentile(server_lateness_ms, 75))
-    assert 400.0 <= summary.latency["ttft_ms_p50"] <= 420.0 + server_late_ms
+    ttft_p50_ms = summary.latency["ttft_ms_p50"]
+    assert ttft_p50_ms is not None and 400.0 <= ttft_p50_ms <= 420.0 + server_late_ms
     # 2 tokens per chunk every 40 ms is 20 ms per token, not 40.
     assert summary.latency["itl_ms_p50"] == pytest.approx(20.0, abs=1.0)
     assert summary.latency["tpot_ms_mean"] == pytest.approx(20.0, abs=1.0)
@@ -110,7 +110,7 @@ def test_short_runs_beside_a_busy_loop_on_every_core_are_valid_unless_the_client
         assert all(reason.startswith("client ") for reason in summary.invalid_reasons), summary.invalid_reasons
         for reason in summary.invalid_reasons:
             if probed := re.search(r"of (\d+) ms probed", reason):  # stalled: past 5 % and past 50 ms in all
-                assert summary.loop_stall_share > MAX_LOOP_STALL_SHARE, reason
+                assert summary.loop_stall_share is not None and summary.loop_stall_share > MAX_LOOP_STALL_SHARE, reason
                 assert summary.loop_stall_share * float(probed[1]) > MIN_LOOP_STALLED_MS, reason
 
 
@@ -121,10 +121,12 @@ def test_client_queueing_under_a_rate_shows_in_latency_and_flags_the_run(invento
     records = read_requests(tmp_path)
     queued = [r for r in records if r.dispatch_s - r.scheduled_s > 0.1]
     assert len(queued) > 15
-    from_dispatch_ms = sorted((r.first_token_s - r.dispatch_s) * 1000 for r in records)
+    from_dispatch_ms = sorted((r.first_token_s - r.dispatch_s) * 1000 for r in records if r.first_token_s is not None)
+    assert len(from_dispatch_ms) == len(records) == 30  # every request had its first token
     assert from_dispatch_ms[len(records) // 2] < 30.0  # the server itself answers in ~20 ms
-    assert summary.latency["ttft_ms_p50"] > 500.0  # but the user waited for a slot first
-    assert summary.latency["dispatch_lag_ms_p99"] > 1000.0
+    ttft_p50_ms, dispatch_lag_p99_ms = summary.latency["ttft_ms_p50"], summary.latency["dispatch_lag_ms_p99"]
+    assert ttft_p50_ms is not None and ttft_p50_ms > 500.0  # but the user waited for a slot first
+    assert dispatch_lag_p99_ms is not None and dispatch_lag_p99_ms > 1000.0
     assert not summary.valid
     assert any("fell behind its schedule" in reason for reason in summary.invalid_reasons)
     assert summary.achieved_dispatch_per_s < 0.5 * 40.0
@@ -218,7 +220,7 @@ def test_the_send_turn_is_given_back_by_failed_and_cancelled_sends() -> None:
     """Refused connects give the turn back (three sends, three records, no wait on one another's turn), and a
     send cancelled while waiting for its turn is recorded as cancelled, never sent."""
 
-    async def refused_then_cancelled(base_url: str) -> tuple[list, object]:
+    async def refused_then_cancelled(base_url: str) -> tuple[list[RequestRecord], RequestRecord]:
         settings = ClientSettings(base_url=base_url, model="emulated", connect_timeout_s=2.0)
         prompt = PromptRequest(0, "p", False, 4, [10] * 8, None, False)
         async with StreamingClient(settings, time.perf_counter()) as client:
@@ -238,9 +240,35 @@ def test_the_send_turn_is_given_back_by_failed_and_cancelled_sends() -> None:
 def test_an_output_cap_beyond_the_servers_context_is_refused_before_sending(
     inventory_dir: Path, tmp_path: Path
 ) -> None:
-    with (
-        emulator(max_model_len=64) as base_url,  # the longest prompt has 40 tokens; 40 + 30 > 64
-        pytest.raises(HarnessError, match="--max-tokens 30: the longest prompt \\(40 tokens\\)"),
-    ):
+    # The five 40-token prompts (every fourth, from p0003) with 30 output tokens need 70 > 64; the 32-token ones
+    # need 62 and would fit, but the run is refused whole, before anything is sent.
+    refusal = (r"^max_tokens: inventory emulated-20: 5 prompt\(s\) exceed max_model_len 64 \(prompt \+ max_tokens 30 "
+               r"tokens\): p0003 \(40\+30=70\), p0007 \(40\+30=70\)")
+    with emulator(max_model_len=64) as base_url, pytest.raises(HarnessError, match=refusal):
         run(inventory_dir, base_url, tmp_path, concurrency=2, max_tokens=30)
     assert not (tmp_path / "requests.jsonl").exists()
+
+
+def test_max_tokens_below_the_inventorys_caps_is_held_against_the_context_with_its_own_value(
+    inventory_dir: Path, tmp_path: Path
+) -> None:
+    """The fit check, the timeouts and the requests all read the cap the run sends (`--max-tokens`), not the
+    inventory's: with the inventory's caps the run could not start, with a lower --max-tokens it fits."""
+    # max_model_len 48: the 40-token prompts with the inventory's cap of 11 need 51 > 48, so a run without
+    # --max-tokens is refused; with --max-tokens 4 the longest needs 40 + 4 = 44 <= 48 and every request fits;
+    # with --max-tokens 9 it needs 49 > 48 and the CLI names the flag.
+    with emulator(max_model_len=48) as base_url:
+        with pytest.raises(HarnessError, match=r"5 prompt\(s\) exceed max_model_len 48 \(prompt \+ output cap"):
+            run(inventory_dir, base_url, tmp_path / "inventory-caps", concurrency=2)
+        summary = run(inventory_dir, base_url, tmp_path / "lower", concurrency=2, max_tokens=4)
+        refused = CliRunner().invoke(app, ["run", "--inventory", str(inventory_dir), "--out", str(tmp_path / "cli"),
+                                           "--base-url", base_url, "--concurrency", "2", "--max-tokens", "9",
+                                           "--ready-timeout-s", "20"])
+    requests = read_requests(tmp_path / "lower")
+    assert summary.requests_ok == len(requests) == 20  # one pass over the 20 prompts, none refused by the server
+    assert {request.max_tokens for request in requests} == {4}
+    assert {request.output_tokens for request in requests} == {4}
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert refused.output.strip().splitlines()[-1].startswith(
+        "error: --max-tokens: inventory emulated-20: 5 prompt(s) exceed max_model_len 48 (prompt + max_tokens 9 "
+        "tokens): p0003 (40+9=49)")

@@ -29,7 +29,7 @@ AFTER = scrape(2.5, queue=5.4, prefill=1.2, decode=5.0, e2e=12.7, count=12)
 RECORDS = [record(1, 0.0, 0.0, [(0.5, 1), (0.9, 1)], 1.0), record(2, 0.0, 0.0, [(0.6, 1), (1.9, 1)], 2.0)]
 
 
-def test_means_come_from_what_the_run_added_to_the_histograms():
+def test_means_come_from_what_the_run_added_to_the_histograms() -> None:
     figures = engine_time(RECORDS, [BEFORE, AFTER])
     assert figures["engine_requests_finished"] == 2
     assert figures["engine_queue_ms_mean"] == pytest.approx(200.0)  # 0.4 s / 2
@@ -39,7 +39,7 @@ def test_means_come_from_what_the_run_added_to_the_histograms():
     assert figures["engine_ttft_ms_mean"] is None  # not exported in these scrapes
 
 
-def test_littles_law_and_the_front_end_remainder():
+def test_littles_law_and_the_front_end_remainder() -> None:
     figures = engine_time(RECORDS, [BEFORE, AFTER])
     assert figures["engine_waiting_requests_mean"] == pytest.approx(0.4 / 2.0)  # queue seconds over the window
     assert figures["engine_running_requests_mean"] == pytest.approx((0.2 + 1.0) / 2.0)
@@ -49,5 +49,5 @@ def test_littles_law_and_the_front_end_remainder():
     assert figures["frontend_share"] == pytest.approx(700 / 1500)
 
 
-def test_nothing_without_two_scrapes():
+def test_nothing_without_two_scrapes() -> None:
     assert set(engine_time(RECORDS, [AFTER]).values()) == {None}

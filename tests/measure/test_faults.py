@@ -69,7 +69,9 @@ def report(runs: Path, out: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_a_server_killed_mid_run_makes_an_invalid_run_that_names_the_server(inventory_dir: Path, tmp_path: Path):
+def test_a_server_killed_mid_run_makes_an_invalid_run_that_names_the_server(
+    inventory_dir: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "runs" / "killed"
     with emulator_process(**SERVER) as (base_url, server):
         run = start_run(inventory_dir, base_url, out, "--read-timeout-s", "5", "--stall-timeout-s", "2")
@@ -103,7 +105,7 @@ def test_a_server_killed_mid_run_makes_an_invalid_run_that_names_the_server(inve
     assert "error_rate_fraction" in markdown and "errors_connection_refused=" in markdown
 
 
-def test_a_frozen_server_ends_each_request_at_its_stall_or_read_timeout(inventory_dir: Path, tmp_path: Path):
+def test_a_frozen_server_ends_each_request_at_its_stall_or_read_timeout(inventory_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "frozen"
     # Requests of 20 ms + 9 x 100 ms: frozen 0.3 s into the second wave, its 4 requests are mid-stream.
     with emulator_process(ttft_ms=20, itl_ms=100) as (base_url, server):
@@ -135,7 +137,7 @@ def test_a_frozen_server_ends_each_request_at_its_stall_or_read_timeout(inventor
 @pytest.mark.parametrize(("stop", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stopped_client_records_its_requests_in_flight_and_exits_as_stopped(
     inventory_dir: Path, tmp_path: Path, stop: signal.Signals, exit_code: int
-):
+) -> None:
     out = tmp_path / "runs" / "stopped"
     with emulator(**SERVER) as base_url:
         run = start_run(inventory_dir, base_url, out)
@@ -157,7 +159,7 @@ def test_a_stopped_client_records_its_requests_in_flight_and_exits_as_stopped(
     assert f"run stopped early by {stop.name}" in (tmp_path / "report" / "report.md").read_text()
 
 
-def test_a_killed_client_loses_only_its_requests_in_flight(inventory_dir: Path, tmp_path: Path):
+def test_a_killed_client_loses_only_its_requests_in_flight(inventory_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "runs" / "killed"
     with emulator(**SERVER) as base_url:
         run = start_run(inventory_dir, base_url, out)
@@ -186,7 +188,7 @@ def finished_run(inventory_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 def test_an_out_that_holds_a_run_is_refused_and_force_moves_it_aside(
     finished_run: Path, inventory_dir: Path, tmp_path: Path
-):
+) -> None:
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
     first_id = json.loads((out / "config.json").read_text())["run_id"]
@@ -250,7 +252,7 @@ def _corrupt_line_of_a_killed_run(run: Path) -> None:
 ], ids=["half-written-parquet", "appended-jsonl", "mixed-config", "truncated-jsonl", "corrupt-line"])
 def test_report_refuses_a_damaged_record_in_one_line_naming_the_file(
     finished_run: Path, tmp_path: Path, damage, message: str
-):
+) -> None:
     run = tmp_path / "runs" / "run"
     shutil.copytree(finished_run, run)
     run_id = json.loads((run / "summary.json").read_text())["run_id"]
@@ -261,7 +263,7 @@ def test_report_refuses_a_damaged_record_in_one_line_naming_the_file(
     assert line.startswith("error: ") and message.format(run_id=run_id) in line
 
 
-def test_a_stopped_local_sweep_passes_the_stop_to_its_point(inventory_dir: Path, tmp_path: Path):
+def test_a_stopped_local_sweep_passes_the_stop_to_its_point(inventory_dir: Path, tmp_path: Path) -> None:
     """`harness run-local` stopped by SIGTERM: the point in progress is stopped the same way, so it records its
     requests in flight and writes its summary before the sweep exits 143."""
     job = tmp_path / "job.yaml"

@@ -79,7 +79,9 @@ def test_a_run_authenticated_with_the_canary_key_leaves_it_nowhere(
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["requests_ok"] == 4
 
 
-def test_a_missing_or_wrong_key_is_one_line_and_exit_code_2_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_missing_or_wrong_key_is_one_line_and_exit_code_2_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("VLLM_API_KEY", "the-emulators-key")
     with emulator() as base_url:
         started = time.monotonic()

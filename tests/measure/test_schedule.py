@@ -14,7 +14,9 @@ from harness.measure.schedule import LoadShape, plan
 
 
 def gaps(shape: LoadShape, prompt_count: int = 10) -> list[float]:
-    times = [slot.send_at_s for slot in plan(shape, prompt_count)]
+    slots = list(plan(shape, prompt_count))
+    times = [slot.send_at_s for slot in slots if slot.send_at_s is not None]
+    assert len(times) == len(slots)  # a rate times every send
     return [later - earlier for earlier, later in itertools.pairwise(times)]
 
 
@@ -91,7 +93,10 @@ def test_contradictory_or_impossible_loads_are_refused(fields: dict) -> None:
     ("options", "message"),
     [
         (["--concurrency", "0"], "error: --concurrency: Input should be greater than or equal to 1, not 0"),
-        (["--concurrency", "2", "--rate", "3"], "set exactly one of concurrency (closed loop) or rate_per_s"),
+        (["--concurrency", "2", "--rate", "3"],
+         "error: set exactly one of --concurrency (closed loop) or --rate (open loop)"),
+        (["--concurrency", "2", "--max-concurrency", "1"],
+         "error: --max-concurrency caps a rate; with --concurrency it has no meaning"),
         (["--rate", "3", "--order", "random"],
          "error: --order: Input should be 'inventory' or 'shuffled', not 'random'"),
         (["--rate", "-3"], "error: --rate: Input should be greater than 0, not -3.0"),

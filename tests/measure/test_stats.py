@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from harness.measure.client import ErrorClass, RequestRecord
 from harness.measure.record import ServerSample, Slo
-from harness.measure.stats import distribution, itl_ms, max_loop_stall_share, summarize, tpot_ms
+from harness.measure.stats import RunSummary, distribution, itl_ms, max_loop_stall_share, summarize, tpot_ms
 from harness.observe.server_metrics import MetricsSnapshot
 
 
@@ -57,8 +59,8 @@ SAMPLES = [
 ]
 
 
-def summary(**overrides):
-    arguments = dict(
+def summary(**overrides: Any) -> RunSummary:
+    arguments: dict[str, Any] = dict(
         slo=Slo(ttft_ms=200.0),
         offered_requests_per_s=2.0,
         offered_concurrency=None,
@@ -175,7 +177,7 @@ def test_a_stalled_loop_and_a_lagging_sampler_make_the_run_invalid() -> None:
 
 
 def test_a_short_run_needs_more_than_one_hiccup_to_count_as_stalled() -> None:
-    def judged(lags: list[float]):  # nothing else is late; the one timeout of 3 is allowed here
+    def judged(lags: list[float]) -> RunSummary:  # nothing else is late; the one timeout of 3 is allowed here
         return summary(cold=False, max_dispatch_lag_ms=60.0, max_error_fraction=0.5, loop_lags_ms=lags)
 
     # 80 ticks of 5 ms (a 0.4 s run): 79 at 1 ms late and one hiccup 41 ms late, about the latest single tick
@@ -214,7 +216,7 @@ def test_scrapes_that_held_the_server_long_qualify_the_latency_tails_but_leave_t
         return [ServerSample(t_s=i * every_s, snapshot=snapshot(0, 0.1, 0, 0), duration_s=duration_s)
                 for i, duration_s in enumerate(durations_s)]
 
-    def judged(samples: list[ServerSample], interval_s: float):
+    def judged(samples: list[ServerSample], interval_s: float) -> RunSummary:
         return summarize([R1], samples, slo=Slo(), offered_requests_per_s=None, offered_concurrency=1, cold=False,
                          max_dispatch_lag_ms=60.0, sample_interval_s=interval_s)
 

@@ -17,7 +17,7 @@ BACKLOG = record(2, 0.0, 0.0, [(0.100, 1), (0.200, 1), (0.20002, 1), (0.20004, 1
 CHUNKED = record(3, 0.0, 0.0, [(0.100, 1), (0.110, 3)], 0.12)
 
 
-def test_tokens_within_a_millisecond_share_an_instant():
+def test_tokens_within_a_millisecond_share_an_instant() -> None:
     assert request_pacing(PACED).arrival_instants == 4 and request_pacing(PACED).burst_tokens == 0
     backlog = request_pacing(BACKLOG)
     assert (backlog.output_tokens, backlog.arrival_instants, backlog.largest_burst_tokens) == (6, 2, 5)
@@ -25,13 +25,13 @@ def test_tokens_within_a_millisecond_share_an_instant():
     assert request_pacing(CHUNKED).burst_tokens == 2
 
 
-def test_a_run_paced_one_by_one_is_paced():
+def test_a_run_paced_one_by_one_is_paced() -> None:
     figures = run_pacing([PACED])
     assert figures["burst_token_fraction"] == 0.0 and figures["per_token_latency_paced"] is True
     assert figures["arrival_instants_per_token"] == 1.0 and figures["requests_burst_delivered"] == 0
 
 
-def test_bursts_are_weighted_by_tokens_and_qualify_the_run():
+def test_bursts_are_weighted_by_tokens_and_qualify_the_run() -> None:
     figures = run_pacing([PACED, BACKLOG, CHUNKED])
     # burst tokens 0 + 4 + 2 = 6 over gaps (4 - 1) + (6 - 1) + (4 - 1) = 11
     assert figures["burst_token_fraction"] == pytest.approx(6 / 11)
@@ -42,5 +42,5 @@ def test_bursts_are_weighted_by_tokens_and_qualify_the_run():
     assert figures["per_token_latency_paced"] is False
 
 
-def test_no_figures_from_single_token_requests():
+def test_no_figures_from_single_token_requests() -> None:
     assert run_pacing([record(4, 0.0, 0.0, [(0.1, 1)], 0.1)])["burst_token_fraction"] is None

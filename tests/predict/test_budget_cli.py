@@ -22,7 +22,7 @@ def harness(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([HARNESS, *args], capture_output=True, text=True, env=OFFLINE, timeout=120)
 
 
-def test_pinned_model_works_offline_and_states_its_caveat():
+def test_pinned_model_works_offline_and_states_its_caveat() -> None:
     result = harness("budget", "--model", "Qwen/Qwen3-4B", "--tokens", "4096", "--sequences", "8")
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.split())
@@ -34,7 +34,7 @@ def test_pinned_model_works_offline_and_states_its_caveat():
     assert "head_dim 128 from the config" in out
 
 
-def test_json_is_versioned_and_carries_the_capacity():
+def test_json_is_versioned_and_carries_the_capacity() -> None:
     result = harness("budget", "--tokens", "4096", "--sequences", "8", "--available-kv-gib", "100", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -69,7 +69,7 @@ def write(path: Path, text: str | bytes) -> Path:
         ("real Mamba", ["--model", "{dir}/mamba.json", "--tokens", "10"], "unsupported architecture MambaForCausalLM"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named):
+def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
     write(tmp_path / "missing.json", json.dumps({"num_attention_heads": 4, "hidden_size": 64}))
     write(tmp_path / "binary.json", bytes(range(256)))
     qwen3 = json.loads((SNAPSHOT / "config.json").read_text())
@@ -92,7 +92,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named):
         ("newer engine", ["--engine-version", "0.40.0"], "engine version 0.40.0 is newer"),
     ],
 )
-def test_suspect_input_is_warned_by_name(case, args, warned):
+def test_suspect_input_is_warned_by_name(case, args, warned) -> None:
     result = harness("budget", "--tokens", "4096", *args)
     assert result.returncode == 0, result.stderr
     assert result.stderr.startswith("warning: ")
@@ -100,7 +100,7 @@ def test_suspect_input_is_warned_by_name(case, args, warned):
     assert "Traceback" not in result.stderr
 
 
-def test_gpu_waterfall_says_it_fits_with_each_terms_source():
+def test_gpu_waterfall_says_it_fits_with_each_terms_source() -> None:
     result = harness("budget", "--gpu", "H100-80GB", "--tokens", "4096", "--max-num-batched-tokens", "8192")
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.split())
@@ -125,20 +125,20 @@ def test_gpu_waterfall_says_it_fits_with_each_terms_source():
         ("12", "less than one request of max_model_len 40,960"),
     ],
 )
-def test_gpu_waterfall_says_when_it_does_not_fit(gpu, words):
+def test_gpu_waterfall_says_when_it_does_not_fit(gpu, words) -> None:
     result = harness("budget", "--gpu", gpu)
     assert result.returncode == 0, result.stderr
     assert words in " ".join(result.stdout.split())
 
 
-def test_unknown_gpu_is_named_in_one_line():
+def test_unknown_gpu_is_named_in_one_line() -> None:
     result = harness("budget", "--gpu", "B300-9000GB")
     assert result.returncode == 2
     assert "GPU 'B300-9000GB' has no sourced memory figure" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_unknown_quantization_is_named_in_one_line():
+def test_unknown_quantization_is_named_in_one_line() -> None:
     result = harness("budget", "--gpu", "H100-80GB", "--quantization", "int3-magic")
     assert result.returncode == 2
     assert "quantization 'int3-magic' is not priced here" in result.stderr

