@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
 
 from harness.inventory.frozen import MANIFEST_FILE, PROMPTS_FILE, load_inventory
 
@@ -33,18 +34,16 @@ def templated(messages: list[tuple[str, str]]) -> str:
 
 
 @pytest.fixture(scope="module")
-def raw(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
-    from tokenizers import Tokenizer
-
+def raw(tiny_model_dir: Path) -> Tokenizer:
     return Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
 
 
-def count(raw, text: str) -> int:  # type: ignore[no-untyped-def]
+def count(raw: Tokenizer, text: str) -> int:
     return len(raw.encode(text, add_special_tokens=False).ids)
 
 
 def test_openai_requests_keep_their_form_and_count_as_the_server_does(
-        tiny_model_dir: Path, raw, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        tiny_model_dir: Path, raw: Tokenizer, tmp_path: Path) -> None:
     out = tmp_path / "requests"
     imported = harness("prompts", "import", str(FIXTURES / "requests.jsonl"), str(out),
                        "--tokenizer", str(tiny_model_dir))
@@ -75,7 +74,7 @@ def test_openai_requests_keep_their_form_and_count_as_the_server_does(
 
 
 def test_sharegpt_takes_the_first_exchange_and_the_replys_length_as_the_cap(
-        tiny_model_dir: Path, raw, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        tiny_model_dir: Path, raw: Tokenizer, tmp_path: Path) -> None:
     out = tmp_path / "conversations"
     imported = harness("prompts", "import", str(FIXTURES / "conversations.json"), str(out),
                        "--tokenizer", str(tiny_model_dir))
