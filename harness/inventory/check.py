@@ -139,7 +139,7 @@ def _server_count(
         }
         response = client.post("/v1/completions", json=body)
     elif prompt.chat:
-        response = client.post("/tokenize", json={"model": model, "messages": prompt.messages()})
+        response = client.post("/tokenize", json={"model": model, "messages": prompt.chat_messages()})
     else:
         response = client.post("/tokenize", json={"model": model, "prompt": prompt.text})
     if response.status_code != 200:

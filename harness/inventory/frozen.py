@@ -18,16 +18,15 @@ import pydantic
 from pydantic import Field, model_validator
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.inventory.recipe import (
+from harness.inventory.fields import (
+    ChatMessage,
     FrozenModel,
     InventoryName,
     PositiveTokens,
-    Recipe,
     Sha256Hex,
-    TextRecipe,
-    TokenIdRecipe,
-    VocabularyRange,
+    TokenizerIdentity,
 )
+from harness.inventory.recipe import ImportRecipe, Recipe, TextRecipe, TokenIdRecipe, VocabularyRange
 
 SCHEMA_VERSION = 1
 PROMPTS_FILE = "prompts.jsonl"
@@ -44,14 +43,6 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class TokenizerIdentity(FrozenModel):
-    """Which tokenizer counted a text inventory: name, pinned revision and a hash of its files."""
-
-    name: str
-    revision: str | None
-    files_sha256: Sha256Hex
-
-
 class InventoryPrompt(FrozenModel):
     """One request's input: token ids sent as-is, or text (optionally as one chat user message)."""
 
@@ -61,23 +52,30 @@ class InventoryPrompt(FrozenModel):
     token_ids: list[Annotated[int, Field(ge=0)]] | None = None
     text: str | None = None
     chat: bool = False
+    # A recorded chat request of several messages (a system prompt, earlier turns): sent as recorded.
+    messages: list[ChatMessage] | None = Field(None, exclude_if=lambda value: value is None)
     sha256: Sha256Hex
 
     @model_validator(mode="after")
     def _consistent(self) -> InventoryPrompt:
-        if (self.token_ids is None) == (self.text is None):
-            raise ValueError(f"prompt {self.prompt_id} must hold exactly one of token_ids and text")
+        held = [name for name in ("token_ids", "text", "messages") if getattr(self, name) is not None]
+        if len(held) != 1:
+            raise ValueError(f"prompt {self.prompt_id} must hold exactly one of token_ids, text and messages")
+        if self.messages is not None and not (self.chat and self.messages):
+            raise ValueError(f"prompt {self.prompt_id}: messages are a chat prompt (chat true, at least one)")
         if self.token_ids is not None and len(self.token_ids) != self.prompt_tokens:
             raise ValueError(
                 f"prompt {self.prompt_id}: prompt_tokens is {self.prompt_tokens} but token_ids holds "
                 f"{len(self.token_ids)} ids"
             )
-        if self.chat and self.text is None:
-            raise ValueError(f"prompt {self.prompt_id}: chat needs text, not token_ids")
+        if self.chat and self.token_ids is not None:
+            raise ValueError(f"prompt {self.prompt_id}: chat needs text or messages, not token_ids")
         return self
 
-    def messages(self) -> list[dict[str, str]]:
-        """The chat messages a chat prompt is sent as (one user turn, templated by the server)."""
+    def chat_messages(self) -> list[dict[str, str]]:
+        """The chat messages a chat prompt is sent as: its recorded messages, or its text as one user turn."""
+        if self.messages is not None:
+            return [message.model_dump() for message in self.messages]
         if not self.chat or self.text is None:
             raise HarnessError(f"prompt {self.prompt_id} is not a chat prompt")
         return [{"role": "user", "content": self.text}]
@@ -98,17 +96,13 @@ def make_prompt(
     token_ids: list[int] | None = None,
     text: str | None = None,
     chat: bool = False,
+    messages: list[ChatMessage] | None = None,
 ) -> InventoryPrompt:
     """A prompt with its hash filled in (the only way builders should create one)."""
-    fields = dict(
-        prompt_id=prompt_id,
-        prompt_tokens=prompt_tokens,
-        output_cap_tokens=output_cap_tokens,
-        token_ids=token_ids,
-        text=text,
-        chat=chat,
-    )
-    return InventoryPrompt(**fields, sha256=sha256_hex(canonical_json(fields)))
+    draft = InventoryPrompt(prompt_id=prompt_id, prompt_tokens=prompt_tokens, output_cap_tokens=output_cap_tokens,
+                            token_ids=token_ids, text=text, chat=chat or messages is not None, messages=messages,
+                            sha256="0" * 64)
+    return draft.model_copy(update={"sha256": draft.content_sha256()})
 
 
 class ManifestEntry(FrozenModel):
@@ -132,8 +126,8 @@ class InventoryManifest(FrozenModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> InventoryManifest:
-        if self.recipe.kind != self.kind:
-            raise ValueError(f"kind {self.kind} but a {self.recipe.kind} recipe")
+        if self.recipe.prompt_kind != self.kind:
+            raise ValueError(f"kind {self.kind} but a {self.recipe.kind} recipe, which makes {self.recipe.prompt_kind}")
         if (self.tokenizer is None) != (self.kind == "token_ids"):
             raise ValueError("a text inventory names its tokenizer; a token-id inventory has none")
         checks = {
@@ -178,14 +172,14 @@ class Inventory:
 
 
 def assemble_inventory(
-    name: str, recipe: TokenIdRecipe | TextRecipe, tokenizer: TokenizerIdentity | None,
+    name: str, recipe: TokenIdRecipe | TextRecipe | ImportRecipe, tokenizer: TokenizerIdentity | None,
     prompts: list[InventoryPrompt],
 ) -> Inventory:
     """Wrap built prompts in a manifest whose digest covers every prompt's hash and the recipe."""
     fields: dict[str, Any] = dict(
         schema_version=SCHEMA_VERSION,
         name=name,
-        kind=recipe.kind,
+        kind=recipe.prompt_kind,
         inventory_sha256="0" * 64,
         tokenizer=tokenizer,
         recipe=recipe,

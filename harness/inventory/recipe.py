@@ -5,33 +5,19 @@ cannot ask for a build no machine holds.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-# Bounded so a typo cannot ask for a many-gigabyte build: the longest context served today is a few million
-# tokens, and a frozen inventory is read whole into memory by every run.
-MAX_PROMPT_TOKENS = 2**24
-MAX_PROMPTS = 2**20
-MAX_INVENTORY_TOKENS = 2**28
-PositiveTokens = Annotated[int, Field(gt=0, le=MAX_PROMPT_TOKENS)]
-InventoryName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$")]  # not '.' or '..'
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def _one_line(value: str) -> str:
-    if CONTROL.search(value):
-        raise ValueError("holds a newline, tab or other control character")
-    return value
-
-
-OneLine = Annotated[str, Field(min_length=1), AfterValidator(_one_line)]  # a name or id, printed on one line
-
-
-class FrozenModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from harness.inventory.fields import (
+    MAX_INVENTORY_TOKENS,
+    MAX_PROMPTS,
+    FrozenModel,
+    OneLine,
+    PositiveTokens,
+    Sha256Hex,
+)
+from harness.inventory.lengths import DrawnLengths, LengthSource
 
 
 class VocabularyRange(FrozenModel):
@@ -60,6 +46,10 @@ class VocabularyRange(FrozenModel):
         return [t for t in token_ids if not self.low <= t < self.high or t in excluded]
 
 
+# A field added after inventories were frozen is left out of the manifest when unset, so every inventory
+# built before it keeps its bytes and its digest.
+ABSENT_WHEN_NONE = Field(None, exclude_if=lambda value: value is None)
+
 # Leading tokens a salt overwrites: enough that two prompts almost never share them, even with a small
 # vocabulary, and a prefix cache then misses from the first block on.
 SALT_TOKENS = 8
@@ -75,11 +65,17 @@ class TokenIdRecipe(FrozenModel):
     shared_prefix_tokens: int = Field(default=0, ge=0)
     salt: OneLine | None = None
     seed: int = Field(ge=0)
+    lengths: LengthSource | None = ABSENT_WHEN_NONE
+
+    @property
+    def prompt_kind(self) -> Literal["token_ids"]:
+        return "token_ids"
 
     @model_validator(mode="after")
     def _consistent(self) -> TokenIdRecipe:
         _check_same_length(self.prompt_tokens, self.output_cap_tokens)
         _check_total(self.prompt_tokens)
+        _check_drawn(self.lengths, self.seed, self.prompt_tokens, self.output_cap_tokens)
         if self.shared_prefix_tokens >= min(self.prompt_tokens):
             raise ValueError(
                 f"shared_prefix_tokens {self.shared_prefix_tokens} must be below the shortest prompt "
@@ -102,15 +98,39 @@ class TextRecipe(FrozenModel):
     prompt_tokens: list[PositiveTokens] = Field(min_length=1, max_length=MAX_PROMPTS)
     output_cap_tokens: list[PositiveTokens] = Field(min_length=1, max_length=MAX_PROMPTS)
     seed: int = Field(ge=0)
+    lengths: LengthSource | None = ABSENT_WHEN_NONE
+
+    @property
+    def prompt_kind(self) -> Literal["text"]:
+        return "text"
 
     @model_validator(mode="after")
     def _consistent(self) -> TextRecipe:
         _check_same_length(self.prompt_tokens, self.output_cap_tokens)
         _check_total(self.prompt_tokens)
+        _check_drawn(self.lengths, self.seed, self.prompt_tokens, self.output_cap_tokens)
         return self
 
 
-Recipe = Annotated[TokenIdRecipe | TextRecipe, Field(discriminator="kind")]
+class ImportRecipe(FrozenModel):
+    """A text inventory imported from the user's records: rebuilt by importing the same file (pinned by its
+    hash) again, with the same tokenizer, sample and seed."""
+
+    kind: Literal["import"] = "import"
+    format: Literal["openai", "sharegpt"]
+    source: str = Field(min_length=1)
+    source_sha256: Sha256Hex
+    tokenizer: OneLine = Field(description="a local tokenizer directory or a hub id")
+    tokenizer_revision: OneLine | None = None
+    sample: int | None = Field(None, ge=1, le=MAX_PROMPTS)
+    seed: int = Field(ge=0)
+
+    @property
+    def prompt_kind(self) -> Literal["text"]:
+        return "text"
+
+
+Recipe = Annotated[TokenIdRecipe | TextRecipe | ImportRecipe, Field(discriminator="kind")]
 
 
 def _check_same_length(prompt_tokens: list[int], output_cap_tokens: list[int]) -> None:
@@ -124,3 +144,15 @@ def _check_total(prompt_tokens: list[int]) -> None:
     if sum(prompt_tokens) > MAX_INVENTORY_TOKENS:
         raise ValueError(f"{sum(prompt_tokens):,} prompt tokens in all; an inventory holds at most "
                          f"{MAX_INVENTORY_TOKENS:,}")
+
+
+def _check_drawn(lengths: LengthSource | None, seed: int, prompt_tokens: list[int], output_cap_tokens: list[int]) \
+        -> None:
+    """The listed lengths are the ones the recipe's distributions draw with its seed: the manifest's account of
+    where its lengths came from is checked every time it is read, not taken on trust."""
+    if not isinstance(lengths, DrawnLengths):
+        return
+    prompts, caps = lengths.draw(seed)
+    if prompts != prompt_tokens or caps != output_cap_tokens:
+        raise ValueError(f"prompt_tokens and output_cap_tokens are not the lengths that 'lengths' draws with seed "
+                         f"{seed}")

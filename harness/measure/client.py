@@ -72,6 +72,7 @@ class PromptRequest:
     token_ids: list[int] | None
     text: str | None
     chat: bool
+    messages: list[dict[str, str]] | None = None  # a chat prompt's messages as recorded (else text is one user turn)
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ def request_body(model: str, prompt: PromptRequest, temperature: float) -> tuple
     if prompt.token_ids is not None:
         return "/v1/completions", {**body, "prompt": prompt.token_ids}
     if prompt.chat:
-        return "/v1/chat/completions", {**body, "messages": [{"role": "user", "content": prompt.text}]}
+        messages = prompt.messages if prompt.messages is not None else [{"role": "user", "content": prompt.text or ""}]
+        return "/v1/chat/completions", {**body, "messages": messages}
     return "/v1/completions", {**body, "prompt": prompt.text}
 
 

@@ -110,4 +110,5 @@ def _request(slot: Slot, prompt: InventoryPrompt, config: RunConfig) -> PromptRe
         token_ids=prompt.token_ids,
         text=prompt.text,
         chat=prompt.chat,
+        messages=prompt.chat_messages() if prompt.messages is not None else None,
     )

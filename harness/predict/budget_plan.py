@@ -20,6 +20,7 @@ from harness.predict.budget import (
     MAX_TENSOR_PARALLEL_SIZE,
     MAX_TOKENS,
     BudgetResult,
+    CapacityPrediction,
     Population,
     available_kv_bytes_from_gpu,
     estimate_budget,
@@ -63,7 +64,10 @@ class BudgetOptions(BaseModel):
     max_model_len: Tokens | None = None
     max_num_batched_tokens: Tokens | None = None
     engine_version: Named | None = None
-    max_num_seqs: int | None = Field(None, ge=1, le=MAX_SEQUENCES)  # the before-launch answer's (--gpu)
+    max_num_seqs: int | None = Field(None, ge=1, le=MAX_SEQUENCES)  # read with --gpu and with --inventory
+    concurrency: int | None = Field(None, ge=1, le=MAX_SEQUENCES)  # requests in flight, with --inventory
+    num_gpu_blocks: int | None = Field(None, ge=2, le=MAX_TOKENS)  # as vLLM logs it, null block included
+    kv_cache_tokens: Tokens | None = None  # "GPU KV cache size: N tokens" as vLLM logs it
     quantization: Named | None = None  # the before-launch answer's (--gpu)
 
 
@@ -84,6 +88,14 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     result = estimate_budget(shape, _population(options), kv_cache_dtype=options.kv_cache_dtype,
                              tensor_parallel_size=options.tensor_parallel_size, block_size=options.block_size,
                              hybrid_kv_manager=options.hybrid_kv_manager)
+    capacity = plan_capacity(shape, options, result.weights_bytes, warnings)
+    return result.model_copy(update={"capacity": capacity, "warnings": warnings})
+
+
+def plan_capacity(shape: ModelShape, options: BudgetOptions, weights_bytes: int | None,
+                  warnings: list[str]) -> CapacityPrediction | None:
+    """What vLLM makes of the KV memory figure the options give (None when they give none); `weights_bytes` per
+    rank, for a figure that is a GPU's total."""
     sources = [x is not None for x in (options.available_kv_gib, options.kv_cache_memory_bytes, options.gpu_memory_gib)]
     if sum(sources) > 1:
         raise HarnessError("give only one of --available-kv-gib, --kv-cache-memory-bytes, --gpu-memory-gib")
@@ -92,19 +104,18 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
         warnings.append(f"--max-model-len {options.max_model_len:,} is above the model's max_position_embeddings "
                         f"{shape.max_position_embeddings:,}: vLLM refuses it unless rope scaling or "
                         "VLLM_ALLOW_LONG_MAX_MODEL_LEN allows it")
-    kv_memory = _available_kv(shape, options, result.weights_bytes, warnings)
+    kv_memory = _available_kv(shape, options, weights_bytes, warnings)
     if kv_memory is None:  # no KV memory figure: the forward budget alone
-        return result.model_copy(update={"warnings": warnings})
+        return None
     available, source = kv_memory
     model_len = options.max_model_len or shape.max_position_embeddings
     if model_len is None:
         raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
-    capacity = predict_capacity(
+    return predict_capacity(
         shape, available_kv_bytes=available, block_size=options.block_size, max_model_len=model_len,
         kv_cache_dtype=options.kv_cache_dtype, tensor_parallel_size=options.tensor_parallel_size,
         max_num_batched_tokens=options.max_num_batched_tokens, engine_version=options.engine_version,
         hybrid_kv_manager=options.hybrid_kv_manager, available_kv_source=source)
-    return result.model_copy(update={"capacity": capacity, "warnings": warnings})
 
 
 def _population(options: BudgetOptions) -> Population:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from harness.errors import HarnessError
 
@@ -48,6 +48,22 @@ class PopulationDraws(BaseModel):
     p99_blocks: int
     max_blocks: int
     fit_share: float  # share of draws whose blocks fit the usable blocks
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def p50_live_tokens(self) -> int:
+        """Block-padded: the tokens the blocks hold, not the tokens the requests count."""
+        return self.p50_blocks * self.block_size
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def p99_live_tokens(self) -> int:
+        return self.p99_blocks * self.block_size
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def max_live_tokens(self) -> int:
+        return self.max_blocks * self.block_size
 
 
 class KneePrediction(BaseModel):

@@ -176,3 +176,21 @@ def test_verifying_token_ids_does_not_warm_the_prefix_cache_for_the_run(engine_u
     assert after_first_send - before == 0
     # The repeat hits every full 128-token block before the last prompt token: 999 // 128 * 128.
     assert after_second_send - after_first_send == 896
+
+
+def test_imported_requests_count_on_the_server_as_the_manifest_says(
+    engine_url: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Every form an import keeps (one chat message, several with a system prompt and earlier turns, a
+    completions prompt) is counted by vLLM exactly as the manifest says."""
+    from harness.inventory.frozen import load_inventory as load
+
+    traffic = Path(__file__).resolve().parents[1] / "fixtures" / "traffic" / "requests.jsonl"
+    out = tmp_path / "imported"
+    imported = subprocess.run(
+        [str(Path(sys.executable).parent / "harness"), "prompts", "import", str(traffic), str(out),
+         "--tokenizer", str(tiny_model_dir)], capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    inventory = load(out)
+    assert sum(p.messages is not None for p in inventory.prompts) == 2  # the forms under test are there
+    assert verify_with_server(inventory, engine_url) == []
