@@ -25,7 +25,9 @@ def budget(
     sequences: int = typer.Option(1, help="live sequences of --tokens each"),
     lengths: str | None = typer.Option(None, help="comma-separated per-sequence lengths instead of --tokens"),
     kv_cache_dtype: str = typer.Option("auto", help="auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, ..."),
-    tensor_parallel_size: int = typer.Option(1, help="GPUs the model is split over"),
+    tensor_parallel_size: int = typer.Option(1, help="GPUs each layer is split over"),
+    pipeline_parallel_size: int = typer.Option(1, help="pipeline stages, each holding its share of the layers "
+                                               "on its own GPUs"),
     block_size: int = typer.Option(16, help="tokens per KV block (vLLM: 16 on CUDA, 128 on CPU)"),
     shared_prefix_tokens: int = typer.Option(0, help="leading tokens every sequence shares (prefix caching)"),
     hybrid_kv_manager: bool = typer.Option(True, help="vLLM's hybrid KV manager (sliding windows free blocks)"),
@@ -58,7 +60,8 @@ def budget(
 
     options = validate_options(BudgetOptions, dict(
         tokens=tokens, sequences=sequences, lengths=lengths, kv_cache_dtype=kv_cache_dtype,
-        tensor_parallel_size=tensor_parallel_size, block_size=block_size, shared_prefix_tokens=shared_prefix_tokens,
+        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+        block_size=block_size, shared_prefix_tokens=shared_prefix_tokens,
         hybrid_kv_manager=hybrid_kv_manager, available_kv_gib=available_kv_gib,
         kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_gib=gpu_memory_gib,
         gpu_memory_utilization=gpu_memory_utilization, overhead_gib=overhead_gib, max_model_len=max_model_len,
@@ -86,7 +89,8 @@ def budget(
             load_model_shape(model, revision), gpu=gpu, gpu_memory_utilization=options.gpu_memory_utilization,
             max_model_len=options.max_model_len, asked_tokens=options.tokens,
             engine_version=options.engine_version or PRODUCTION_ENGINE,
-            tensor_parallel_size=options.tensor_parallel_size, kv_cache_dtype=options.kv_cache_dtype,
+            tensor_parallel_size=options.tensor_parallel_size, pipeline_parallel_size=options.pipeline_parallel_size,
+            kv_cache_dtype=options.kv_cache_dtype,
             block_size=options.block_size, max_num_batched_tokens=options.max_num_batched_tokens,
             max_num_seqs=options.max_num_seqs, quantization=options.quantization,
         )

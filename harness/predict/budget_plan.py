@@ -7,6 +7,7 @@ total), and the assumptions each way makes are written beside the result.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated
 
@@ -24,9 +25,9 @@ from harness.predict.budget import (
     Population,
     available_kv_bytes_from_gpu,
     estimate_budget,
-    predict_capacity,
 )
 from harness.predict.model_shape import ModelShape
+from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity
 from harness.predict.releases import engine_version_warnings
 from harness.units import GiB
 
@@ -53,6 +54,7 @@ class BudgetOptions(BaseModel):
     lengths: Named | None = None
     kv_cache_dtype: Named = "auto"
     tensor_parallel_size: int = Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
+    pipeline_parallel_size: int = Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     block_size: Annotated[int, AfterValidator(vllm_block_size)] = 16
     shared_prefix_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
     hybrid_kv_manager: bool = True
@@ -85,7 +87,8 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     unread = [f"--{name.replace('_', '-')}" for name in ("max_num_seqs", "quantization") if getattr(options, name)]
     if unread:
         warnings.append(f"{' and '.join(unread)}: read only with --gpu (the before-launch answer); ignored here")
-    result = estimate_budget(shape, _population(options), kv_cache_dtype=options.kv_cache_dtype,
+    result = estimate_budget(first_stage(shape, options.pipeline_parallel_size), _population(options),
+                             kv_cache_dtype=options.kv_cache_dtype,
                              tensor_parallel_size=options.tensor_parallel_size, block_size=options.block_size,
                              hybrid_kv_manager=options.hybrid_kv_manager)
     capacity = plan_capacity(shape, options, result.weights_bytes, warnings)
@@ -111,11 +114,19 @@ def plan_capacity(shape: ModelShape, options: BudgetOptions, weights_bytes: int 
     model_len = options.max_model_len or shape.max_position_embeddings
     if model_len is None:
         raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
-    return predict_capacity(
-        shape, available_kv_bytes=available, block_size=options.block_size, max_model_len=model_len,
+    return predict_pipeline_capacity(
+        shape, [available] * options.pipeline_parallel_size, block_size=options.block_size, max_model_len=model_len,
         kv_cache_dtype=options.kv_cache_dtype, tensor_parallel_size=options.tensor_parallel_size,
         max_num_batched_tokens=options.max_num_batched_tokens, engine_version=options.engine_version,
         hybrid_kv_manager=options.hybrid_kv_manager, available_kv_source=source)
+
+
+def first_stage(shape: ModelShape, pipeline_parallel_size: int) -> ModelShape:
+    """What one GPU of the first (largest) pipeline stage holds: its layers, and its share of the weights."""
+    if pipeline_parallel_size == 1:
+        return shape
+    weights = None if shape.weights_bytes is None else math.ceil(shape.weights_bytes / pipeline_parallel_size)
+    return pipeline_stages(shape, pipeline_parallel_size)[0].model_copy(update={"weights_bytes": weights})
 
 
 def _population(options: BudgetOptions) -> Population:

@@ -17,12 +17,13 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.errors import HarnessError
-from harness.predict.budget import MAX_MEMORY_GIB, CapacityPrediction, predict_capacity
+from harness.predict.budget import MAX_MEMORY_GIB, CapacityPrediction
 from harness.predict.budget_table import binary_size
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
 from harness.predict.model_shape import ModelShape
+from harness.predict.pipeline import predict_pipeline_capacity
 from harness.units import GiB
 
 
@@ -45,6 +46,7 @@ def answer_fit(
     asked_tokens: int | None,
     engine_version: str,
     tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
     kv_cache_dtype: str = "auto",
     block_size: int = 16,
     max_num_batched_tokens: int | None = None,
@@ -62,10 +64,11 @@ def answer_fit(
         shape.config, FITTED_CONSTANTS, total_bytes=total, total_source=total_source,
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=model_len, engine_version=engine_version,
         dtype_bytes=dtype_bytes, quantization=quantization, tensor_parallel_size=tensor_parallel_size,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, checkpoint=checkpoint,
-        gpu_name=gpu,
+        pipeline_parallel_size=pipeline_parallel_size, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs, checkpoint=checkpoint, gpu_name=gpu,
     )
-    predict = partial(predict_capacity, shape, available_kv_bytes=max(0, waterfall.kv_bytes), block_size=block_size,
+    stage_kv_bytes = [max(0, waterfall.kv_bytes)] * pipeline_parallel_size
+    predict = partial(predict_pipeline_capacity, shape, stage_kv_bytes, block_size=block_size,
                       kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                       max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
                       available_kv_source="before-launch waterfall")

@@ -6,6 +6,7 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.predict.budget import predict_capacity
+from harness.predict.budget_plan import BudgetOptions, plan_budget
 from harness.predict.model_shape import load_model_shape
 from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity, stage_memory
 
@@ -45,3 +46,17 @@ def test_the_stage_with_fewest_blocks_sets_the_cache() -> None:
                                                max_model_len=1024).num_blocks
     assert predict_pipeline_capacity(shape, [memory], block_size=16, max_model_len=1024) == predict_capacity(
         shape, available_kv_bytes=memory, block_size=16, max_model_len=1024)
+
+
+def test_budget_prices_the_first_stage_on_each_gpu() -> None:
+    # TP 2 × PP 2 over DeepSeek-V2-Lite's 27 layers: a GPU of the first stage holds 14 MLA layers at 1,152 B per
+    # token (576 bf16 values, not split by TP): 1,024 tokens take 14 × 1,152 × 1,024 = 16,515,072 B. With 11.33 GiB
+    # per GPU (12,165,494,865 B) the 14-layer stage has 12,165,494,865 // (14 × 16 × 1,152 = 258,048) = 47,144
+    # blocks, fewer than the 13-layer stage's, so the engine holds 47,144 × 16 = 754,304 tokens.
+    shape = load_model_shape(str(CONFIGS / "deepseek-ai--DeepSeek-V2-Lite.json"))
+    options = BudgetOptions(tokens=1024, available_kv_gib=11.33, max_model_len=1024, tensor_parallel_size=2,
+                            pipeline_parallel_size=2)
+    result = plan_budget(shape, options)
+    assert result.population_kv_bytes_raw == 16_515_072
+    assert result.capacity is not None
+    assert (result.capacity.num_blocks, result.capacity.kv_cache_tokens) == (47_144, 754_304)
