@@ -30,6 +30,11 @@ class Probe(BaseModel):
     repeat: int  # counted from 1: a probe measured again (undecided or invalid) keeps its step
     knob: Knob
     value: float
+    # How much the run sends: measured requests after the warm-up ones, which start the load and are left out
+    # of its figures; under a rate, the cap on requests in flight. None: the runner's own default.
+    requests: int | None = None
+    warmup_requests: int = 0
+    max_concurrency: int | None = None
 
     def tags(self) -> list[str]:
         return [f"search-{self.search_id}", f"search-step-{self.step}", f"search-repeat-{self.repeat}"]
