@@ -146,13 +146,16 @@ def headline(result: SearchAnswer) -> str:
     if short is not None and reading is not None:
         undecided = " undecided:" if result.first_short_decision == Decision.UNDECIDED else ""
         at_short = f"; at {number(short)}{undecided} {reading_words(reading)}"
+    if result.capacity is None and short is None:
+        return f"max {knob} meeting {objective}: not found, the search stopped before any load was decided"
     if result.capacity is None:
         return f"no {knob} in the range meets {objective}{at_short}"
     if short is None:
         top = result.capacity_reading
         at_top = f"; at {number(result.capacity)} {reading_words(top)}" if top else ""
-        return (f"max {knob} meeting {objective}: at least {number(result.capacity)}, the top of the range, "
-                f"no load in it fell short{at_top}")
+        why = ("the top of the range: no load in it fell short" if result.capacity >= result.top_of_range
+               else "the search stopped before any load fell short")
+        return f"max {knob} meeting {objective}: at least {number(result.capacity)}, {why}{at_top}"
     return f"max {knob} meeting {objective}: {number(result.capacity)}{at_short}"
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict
 
 from harness.errors import HarnessError
@@ -54,16 +55,26 @@ def configurations(files: list[Path], service_file: Path, params: dict[str, Any]
     point, each checked with Polyaxon's compiler before any engine starts."""
     if not files:
         raise HarnessError("-f: give the service polyaxonfile or a sweep file, then presets")
-    if render(files[:1]).matrix_points:
+    if _is_sweep(files[0]):
         service_files = [service_file, *files[1:]]
         for_service = service_params(service_files, params)
-        _, points = sweep_points(files, service_files, params)
+        # The sweep's experiment asks for a load; the search sets each probe's own, so any one compiles it.
+        loaded = params if {"concurrency", "rate"} & params.keys() else {**params, "concurrency": 1}
+        _, points = sweep_points(files, service_files, loaded)
         return [Configuration(index=index, service_files=service_files, params={**for_service, **point},
                               point=point) for index, point in enumerate(points)]
-    if render(files[:1]).kind != "service":
+    if render(files).kind != "service":
         raise HarnessError(f"{files[0]}: neither a service polyaxonfile nor a sweep file (a matrix); the search "
                            "starts the engine itself, from polyaxonfiles/vllm-service.yaml")
     return [Configuration(index=0, service_files=files, params=service_params(files, params), point={})]
+
+
+def _is_sweep(path: Path) -> bool:
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise HarnessError(f"-f {path}: cannot be read as a polyaxonfile: {str(error).splitlines()[0]}") from None
+    return isinstance(spec, dict) and spec.get("matrix") is not None
 
 
 @contextlib.contextmanager
@@ -165,7 +176,7 @@ class LocalSearch(BaseModel):
 
 def search_configurations(
     searched: list[Configuration], plan: SearchPlan, local: LocalSearch, *,
-    announce: Callable[[str], None] = lambda line: None,
+    announce: Callable[[str], None] = lambda line: None, runner_class: type[LocalProbeRunner] = LocalProbeRunner,
 ) -> SearchResult:
     """Each configuration's engine started once, its load searched on it, its answer given; next one."""
     inventory = load_inventory(local.options.inventory)
@@ -176,7 +187,7 @@ def search_configurations(
             facts = engine_facts(engine, inventory, local.options.max_tokens)
             prediction = predicted_knee(facts, int(max(plan.values)))
             announce(prediction_line(configuration, prediction, facts))
-            runner = LocalProbeRunner(engine, local.options.model_copy(update={"base_url": engine.base_url}), out,
+            runner = runner_class(engine, local.options.model_copy(update={"base_url": engine.base_url}), out,
                                       project=local.project, offline_root=local.offline_root)
             trace = run_search(plan, runner, prediction, on_step=lambda step: announce(step_line(plan, step)))
         results.append(SearchedConfiguration(index=configuration.index, point=configuration.point, trace=trace,

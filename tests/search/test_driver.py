@@ -7,6 +7,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from search_requests import request
+
 from harness.measure.client import ErrorClass
 from harness.measure.record import RunWriter, Slo
 from harness.measure.stats import summarize
@@ -14,7 +16,6 @@ from harness.predict.population import Bound, KneePrediction
 from harness.search.driver import SearchPlan, first_indices, next_index, run_search
 from harness.search.objective import Decision, PercentileObjective
 from harness.search.probe import Knob, Probe
-from tests.search.requests import request
 
 OBJECTIVE = PercentileObjective(latency="ttft", percentile=99, limit_ms=500)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from search_requests import request
 
 from harness.measure.client import ErrorClass
 from harness.search.objective import (
@@ -15,7 +16,6 @@ from harness.search.objective import (
     read_objective,
     wilson_interval,
 )
-from tests.search.requests import request
 
 
 def test_wilson_interval_on_worked_shares():
