@@ -83,7 +83,7 @@ def search(
     from harness.launch.engine_process import stop_on_sigterm
     from harness.launch.specs import parse_param_options
     from harness.measure.run_options import command_line_options
-    from harness.paths import output_directory
+    from harness.paths import input_directory, input_file, output_directory
     from harness.polyaxon_project import parse_project
     from harness.search.driver import SearchPlan
     from harness.search.local import LocalSearch, configurations, search_configurations
@@ -100,6 +100,10 @@ def search(
     if not objectives:
         raise HarnessError("give an objective: --slo-ttft-ms-p99 MS (or --slo-tpot-ms-p99, --slo-e2e-ms-p99, "
                            "--slo ttft_ms_p90=MS, --attain-ttft-ms MS)")
+    for path in files:
+        input_file(path, "--file")
+    input_file(service_file, "--service")
+    input_directory(inventory, "--inventory")
     output_directory(out, "--out")
     if out.exists() and any(out.iterdir()):
         raise HarnessError(f"--out {out}: already holds files; give a new directory")

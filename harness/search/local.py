@@ -28,6 +28,7 @@ from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
 from harness.observe.device import DeviceRecord, device_facts
 from harness.observe.server_logs import parse_startup_log
+from harness.paths import read_text
 from harness.predict.population import KneePrediction, predict_knee
 from harness.schema import RunFile
 from harness.search.answer import EngineFacts, answer, number
@@ -55,6 +56,8 @@ def configurations(files: list[Path], service_file: Path, params: dict[str, Any]
     point, each checked with Polyaxon's compiler before any engine starts."""
     if not files:
         raise HarnessError("-f: give the service polyaxonfile or a sweep file, then presets")
+    if not read_text(service_file, "--service").strip() or render([service_file]).kind != "service":
+        raise HarnessError(f"--service {service_file}: not a service polyaxonfile (run.kind: service)")
     if _is_sweep(files[0]):
         service_files = [service_file, *files[1:]]
         for_service = service_params(service_files, params)
@@ -71,8 +74,8 @@ def configurations(files: list[Path], service_file: Path, params: dict[str, Any]
 
 def _is_sweep(path: Path) -> bool:
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
+        spec = yaml.safe_load(read_text(path, "-f"))
+    except yaml.YAMLError as error:
         raise HarnessError(f"-f {path}: cannot be read as a polyaxonfile: {str(error).splitlines()[0]}") from None
     return isinstance(spec, dict) and spec.get("matrix") is not None
 
