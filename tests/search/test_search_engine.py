@@ -67,8 +67,8 @@ def test_a_search_over_a_sweep_file_gives_one_capacity_per_point(swept):
     result, out = swept
     assert [searched.point for searched in result.configurations] == [{"max_num_seqs": 2}, {"max_num_seqs": 8}]
     for searched in result.configurations:
+        assert searched.trace.stopped_reason is None, searched.trace.stopped_reason  # e.g. a client stalled twice
         assert searched.answer.capacity is not None and searched.answer.first_short is not None
-        assert searched.trace.stopped_reason is None
         # every probe is a run of its own, under its point, tracked offline with the search's tags
         for step in searched.trace.steps:
             for probe in step.probes:
@@ -83,6 +83,7 @@ def test_the_sequence_cap_knee_is_found_named_and_moved(swept):
     result, _ = swept
     capped = result.configurations[0]
     answer = capped.answer
+    assert capped.trace.stopped_reason is None, capped.trace.stopped_reason
     # predicted: max_num_seqs 2 binds at 3 (the cache would hold 3: 24 blocks ≤ 31); two probes decide it
     assert capped.trace.prediction.knee_concurrency == 3 and capped.trace.prediction.bound_by == "max_num_seqs"
     assert [step.value for step in capped.trace.steps][:2] == [2.0, 3.0]
@@ -99,6 +100,7 @@ def test_the_kv_knee_is_found_named_with_its_blocks_and_moved(swept):
     result, _ = swept
     searched = result.configurations[1]
     answer, prediction = searched.answer, searched.trace.prediction
+    assert searched.trace.stopped_reason is None, searched.trace.stopped_reason
     # predicted: 4 × 8 = 32 blocks > 31 usable; the first probes are 3 and 4
     assert prediction.knee_concurrency == 4 and prediction.bound_by == "kv_cache"
     assert [step.value for step in searched.trace.steps][:2] == [3.0, 4.0]
@@ -137,6 +139,7 @@ def test_a_stalled_clients_probe_decides_nothing_and_is_measured_once_more(tmp_p
                                   params={"model": str(tiny_model_dir), "enable_prefix_caching": False})
     result = search_configurations([configuration], search_plan(4), local_search(tmp_path), runner_class=StallingRunner)
     trace = result.configurations[0].trace
+    assert len(trace.steps) >= 2, trace.stopped_reason  # the first step decided, on sound runs
     stalled = trace.steps[1]
     assert stalled.probes[0].invalid_reasons, "the busy thread did not stall the client"
     assert any("stalled" in reason or "late" in reason for reason in stalled.probes[0].invalid_reasons)
