@@ -5,7 +5,8 @@ preset: the generated tiny model, 4 MiB of KV cache = 31 usable blocks of 128, m
 off), and both measure on it with the same probe rules (warm-up wave, 3 turnovers measured, bootstrap
 interval, repeats while undecided): the grid every concurrency from 1 to --high in order, the search from
 the predicted knee. Printed: each one's answer (the highest load measured to meet the objective below the
-first that did not), the probes (runs) each used and its wall time; the target ⌈log2(range)⌉ + 2 probes;
+first that did not), the probes (runs) each used, how many were invalid, and its wall time; a search that
+stopped (a load invalid twice) says why and does not count as agreeing; the target ⌈log2(range)⌉ + 2 probes;
 and the predicted knee beside the measured one.
 
     .venv/bin/python benchmarks/search_efficiency.py [--high 8] [--slo-ttft-ms-p99 400] [--out DIR]
@@ -56,7 +57,8 @@ def described(name: str, trace: SearchTrace, seconds: float) -> str:
                           for step in trace.by_value())
     return (f"{name}: capacity {capacity.value:g} " if capacity else f"{name}: no capacity ") + (
         f"(first short {short.value:g}); " if short else "(none short); ") + (
-        f"{trace.probes_run} probes over {len(trace.steps)} loads; {seconds:.0f} s; [{decisions}]")
+        f"{trace.probes_run} probes over {len(trace.steps)} loads; {seconds:.0f} s; [{decisions}]") + (
+        f"\n  stopped: {trace.stopped_reason}" if trace.stopped_reason else "")
 
 
 def main() -> None:
@@ -86,9 +88,12 @@ def main() -> None:
     print(f"objective {objective.words}; concurrency 1-{args.high}; records in {out}")
     for name, (trace, seconds) in timed.items():
         print(described(name, trace, seconds))
+        invalid = sum(bool(probe.invalid_reasons) for step in trace.steps for probe in step.probes)
+        print(f"  {invalid} of its runs invalid (each measured once more)")
     target = math.ceil(math.log2(len(values))) + 2
     search, grid_trace = timed["search"][0], timed["grid"][0]
-    agree = (search.capacity and grid_trace.capacity and abs(search.capacity.value - grid_trace.capacity.value) <= 1)
+    agree = bool(search.capacity and grid_trace.capacity and search.stopped_reason is None
+                 and abs(search.capacity.value - grid_trace.capacity.value) <= 1)
     print(f"target: search within one step of the grid ({'yes' if agree else 'no'}) in at most "
           f"⌈log2 {len(values)}⌉ + 2 = {target} probes ({'yes' if search.probes_run <= target else 'no'})")
     measured = grid_trace.first_short.value if grid_trace.first_short else None
