@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from harness.measure.run_options import command_line_options
+from harness.measure.stats import RunSummary
 from harness.search.driver import SearchPlan
 from harness.search.local import Configuration, LocalProbeRunner, LocalSearch, configurations, search_configurations
 from harness.search.objective import Decision, PercentileObjective
@@ -104,7 +105,12 @@ def test_the_kv_knee_is_found_named_with_its_blocks_and_moved(swept):
     # predicted: 4 × 8 = 32 blocks > 31 usable; the first probes are 3 and 4
     assert prediction.knee_concurrency == 4 and prediction.bound_by == "kv_cache"
     assert [step.value for step in searched.trace.steps][:2] == [3.0, 4.0]
-    assert answer.bound_by == "KV cache capacity" and abs(answer.first_short - 4) <= 1
+    # the prediction is where preemption starts: none at 3, some at 4 (vLLM's own counter); the TTFT tail
+    # crosses 400 ms a step or two later, as the preempted requests' recomputation queues new ones (measured:
+    # 5 on a busy machine, 6 on an idle one)
+    preempted = {step.value: step_preemptions(step) for step in searched.trace.steps}
+    assert preempted[3.0] == 0 and preempted[4.0] > 0
+    assert answer.bound_by == "KV cache capacity" and answer.first_short >= 4
     short = int(answer.first_short)
     # at the first load short: `short` requests in flight × 8 blocks × 128 tokens, against 31 × 128 usable
     assert f"{short} × 1,024 block-padded tokens = {short * 1024:,} > 3,968 usable" in answer.cause
@@ -112,6 +118,12 @@ def test_the_kv_knee_is_found_named_with_its_blocks_and_moved(swept):
     assert f"kv_cache_memory_bytes ≥ {(short * 8 + 1) * 131072:,} ({short * 8 + 1} blocks of 131,072 bytes" \
         in answer.remedy
     assert searched.trace.probes_run <= 5  # ⌈log2 6⌉ + 2
+
+
+def step_preemptions(step) -> int:
+    """vLLM's preemptions over a step's valid runs."""
+    return sum(RunSummary.model_validate_json((Path(probe.run_dir) / "summary.json").read_text())
+               .preemptions_during_run or 0 for probe in step.probes if not probe.invalid_reasons)
 
 
 class StallingRunner(LocalProbeRunner):
