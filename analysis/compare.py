@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analysis.table import Derived, RunTable
@@ -81,6 +82,15 @@ def shown_value(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def people_number(value: float) -> str:
+    """A figure as a person reads it: 17,078 and 123.4 and 0.0123, never 1.708e+04 or 1.23e-02."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 1 or value == 0:
+        return f"{value:.4g}"
+    return np.format_float_positional(value, precision=3, unique=False, fractional=False, trim="-")
+
+
 def _absent(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
@@ -113,5 +123,6 @@ def point_differences(comparison: Comparison, figures: tuple[str, ...]) -> pd.Da
                 apart = a[f"{name}_max"] < b[f"{name}_min"] or b[f"{name}_max"] < a[f"{name}_min"]
                 called = REAL if apart else WITHIN_SPREAD
             rows.append({"figure": name, comparison.limit: f"{shown_value(low)} → {shown_value(high)}",
-                         "mean": f"{a[f'{name}_mean']:.4g} → {b[f'{name}_mean']:.4g}", "difference": called})
+                         "mean": f"{people_number(a[f'{name}_mean'])} → {people_number(b[f'{name}_mean'])}",
+                         "difference": called})
     return pd.DataFrame(rows, columns=["figure", comparison.limit, "mean", "difference"])

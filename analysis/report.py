@@ -21,6 +21,7 @@ import pandas as pd
 from analysis.compare import (
     Comparison,
     compare_one_limit,
+    people_number,
     point_differences,
     shown_value,
 )
@@ -176,10 +177,7 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
         Section("Held fixed", "" if len(held) else "nothing else was recorded as an input",
                 held if len(held) else None),
         Section(f"Points of {limit}", "each figure: mean [min, max] over the point's runs", point_rows),
-        Section(f"Differences between points of {limit}",
-                "a change is called real only when the ranges of the two points' repeats do not overlap "
-                "(`harness demo --repeats N`, or repeated points in a sweep)",
-                point_differences(comparison, POINT_FIGURES)),
+        differences_section(comparison),
         Section("Runs", "", _run_table(runs, limit, RUN_FIGURES)),
         Section("Where the time went", "vLLM's own histograms over the run (queue, prefill, decode, inter-token) "
                 "beside the client's end-to-end time; the front end is the rest (API server, HTTP, client). "
@@ -195,6 +193,17 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
         Section("Server state over time", "waiting, running and KV cache usage as /metrics reported them",
                 plots=series_plots),
     ]
+
+
+def differences_section(comparison: Comparison) -> Section:
+    """Each figure's change between points, called real only beyond its spread; said once when no point has one."""
+    title = f"Differences between points of {comparison.limit}"
+    repeats = "(`harness demo --repeats N`, or repeated points in a sweep)"
+    if (comparison.points["n"] < 2).all():
+        return Section(title, f"no point was measured more than once, so no figure's spread is known and no "
+                       f"change between points can be called real {repeats}")
+    return Section(title, f"a change is called real only when the ranges of the two points' repeats do not overlap "
+                   f"{repeats}", point_differences(comparison, POINT_FIGURES))
 
 
 def answer_table(runs: pd.DataFrame, limit: str, verdicts: Sequence[Verdict]) -> pd.DataFrame:
@@ -241,7 +250,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and not float(value).is_integer():
-        return f"{float(value):.4g}"
+        return people_number(float(value))
     return shown_value(value)
 
 

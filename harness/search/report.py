@@ -1,0 +1,148 @@
+"""The search's report, answer first: the capacity curve with its intervals, then every probe; and the search
+as a tracked run of its own, whose outputs hold the answer and whose artifacts hold the curve.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+from pydantic import BaseModel, ConfigDict
+
+from harness.polyaxon_client import polyaxon_call
+from harness.polyaxon_project import parse_project
+from harness.search.answer import SearchAnswer, number, outputs
+from harness.search.driver import SearchTrace
+from harness.search.objective import AttainmentObjective, PercentileObjective
+from harness.track.tracking import log_files
+
+
+class SearchedConfiguration(BaseModel):
+    """One configuration's search: its point of a sweep (empty without one), the steps and the answer."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int
+    point: dict[str, Any]
+    trace: SearchTrace
+    answer: SearchAnswer
+
+    @property
+    def title(self) -> str:
+        return ", ".join(f"{name}={value}" for name, value in self.point.items()) or "the configuration"
+
+
+class SearchResult(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    search_id: str
+    configurations: list[SearchedConfiguration]
+
+
+def plot_curve(searched: SearchedConfiguration, path: Path) -> Path:
+    """Each objective's figure against the knob with its interval, the objective's line, the predicted limits."""
+    trace = searched.trace
+    objectives = trace.plan.objectives
+    figure = Figure(figsize=(7, 3.2 * len(objectives)))
+    axes = figure.subplots(len(objectives), 1, squeeze=False)
+    steps = trace.by_value()
+    for axis, objective, position in zip(axes[:, 0], objectives, range(len(objectives)), strict=True):
+        shown = [(step.value, step.readings[position]) for step in steps if len(step.readings) > position]
+        values = [reading.value for _, reading in shown]
+        axis.errorbar([value for value, _ in shown], values,
+                      yerr=[[reading.value - reading.low for _, reading in shown],
+                            [reading.high - reading.value for _, reading in shown]],
+                      fmt="o-", capsize=4, label=objective.figure)
+        limit = objective.limit_ms if isinstance(objective, PercentileObjective) else objective.target_share
+        axis.axhline(limit, color="tab:red", linestyle="--", label=f"objective: {objective.words}")
+        _predicted_limits(axis, trace)
+        axis.set_xlabel(trace.plan.knob.value)
+        axis.set_ylabel(objective.figure)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    axes[0, 0].set_title(f"{searched.title}: {searched.answer.lines[0]}"[:110], fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def _predicted_limits(axis: Any, trace: SearchTrace) -> None:
+    prediction = trace.prediction
+    if prediction is None or trace.plan.knob.value != "concurrency":
+        return
+    if prediction.kv_knee_concurrency is not None:
+        axis.axvline(prediction.kv_knee_concurrency, color="tab:purple", linestyle=":",
+                     label=f"predicted KV limit: {prediction.kv_knee_concurrency}")
+    if prediction.max_num_seqs is not None and prediction.max_num_seqs < trace.plan.values[-1]:
+        axis.axvline(prediction.max_num_seqs + 1, color="tab:green", linestyle=":",
+                     label=f"max_num_seqs {prediction.max_num_seqs}: queue from {prediction.max_num_seqs + 1}")
+
+
+def probes_table(trace: SearchTrace) -> list[str]:
+    """One Markdown row per run, in the order measured; each traces to its run UUID."""
+    rows = [f"| step | repeat | {trace.plan.knob.value} | run | valid | figures over its own requests | "
+            "step decision |", "|---|---|---|---|---|---|---|"]
+    for step in trace.steps:
+        for probe in step.probes:
+            figures = "; ".join(f"{r.figure} {number(r.value)} [{number(r.low)}–{number(r.high)}] n={r.requests}"
+                                for r in probe.readings) or "—"
+            valid = "yes" if not probe.invalid_reasons else "no: " + "; ".join(probe.invalid_reasons)
+            decision = step.decision.value if step.decision else "—"
+            rows.append(f"| {step.step} | {probe.probe.repeat} | {number(step.value)} | {probe.run_uuid} | {valid} | "
+                        f"{figures} | {decision} |")
+    return rows
+
+
+def objectives_words(trace: SearchTrace) -> list[str]:
+    words = []
+    for objective in trace.plan.objectives:
+        kind = "percentile" if not isinstance(objective, AttainmentObjective) else "attainment"
+        words.append(f"- {objective.words} ({kind}, `{objective.figure}`)")
+    return words
+
+
+def write_report(result: SearchResult, out: Path) -> tuple[Path, list[Path]]:
+    """search.md with each configuration's answer, curve and probes; search.json with every figure."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Capacity search {result.search_id}", ""]
+    plots = []
+    for searched in result.configurations:
+        plot = plot_curve(searched, out / f"capacity-curve-{searched.index}.png")
+        plots.append(plot)
+        trace = searched.trace
+        lines += [f"## {searched.title}", "", *(f"**{line}**" if i == 0 else line
+                                                 for i, line in enumerate(searched.answer.lines)), ""]
+        lines += ["Objectives:", *objectives_words(trace), "",
+                  f"![capacity curve]({plot.name})", "", "Probes, in the order measured:", "",
+                  *probes_table(trace), ""]
+    markdown = out / "search.md"
+    markdown.write_text("\n".join(lines), encoding="utf-8")
+    (out / "search.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    return markdown, plots
+
+
+def search_outputs(result: SearchResult) -> dict[str, Any]:
+    """One configuration's outputs by their names; a sweep's, each suffixed with its point's index."""
+    if len(result.configurations) == 1:
+        return outputs(result.configurations[0].answer)
+    return {f"{name}_point_{searched.index}": value for searched in result.configurations
+            for name, value in outputs(searched.answer).items()}
+
+
+def track_search(result: SearchResult, files: dict[str, Path], *, project: str, offline_root: Path) -> str:
+    """The search as an offline Polyaxon run: the answer as outputs, the report and curves as artifacts."""
+    from polyaxon import tracking
+
+    named = parse_project(project, "Polyaxon project")
+    run_uuid = uuid.uuid4().hex
+    run = polyaxon_call(f"cannot create a Polyaxon run in project '{named}'", lambda: tracking.init(
+        owner=named.owner, project=named.name, run_uuid=run_uuid, is_new=True, name=f"search-{result.search_id}",
+        is_offline=True, artifacts_path=str(offline_root.resolve() / "runs" / run_uuid), collect_resources=False,
+        track_code=False, track_env=False, track_logs=False))
+    run.log_tags([f"search-{result.search_id}", "capacity-search"], async_req=False)
+    run.log_outputs(**search_outputs(result))
+    log_files(run, files)
+    run.end()
+    return run_uuid
