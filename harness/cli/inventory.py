@@ -26,7 +26,10 @@ def prompts_build_token_ids(
     prompt_tokens: str = typer.Option(..., help="comma-separated prompt lengths, tokens"),
     output_cap_tokens: str = typer.Option(..., help="one output cap for all, or one per prompt length"),
     count: int = typer.Option(1, help="prompts per listed length"),
-    shared_prefix_tokens: int = typer.Option(0, help="leading tokens every prompt shares"),
+    shared_prefix_tokens: int = typer.Option(0, help="leading tokens every prompt (of a group) shares"),
+    prefix_groups: int | None = typer.Option(None, help="groups of prompts, each sharing its own prefix of "
+                                             "--shared-prefix-tokens"),
+    prompts_per_group: int = typer.Option(1, help="with --prefix-groups: prompts in each group"),
     salt: str | None = typer.Option(None, help="per-run salt: unique leading tokens defeat prefix-cache hits"),
     seed: int = typer.Option(0, help="numpy Generator seed"),
     name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
@@ -54,15 +57,16 @@ def prompts_build_token_ids(
     if tokenizer is not None:
         for warning in check_vocabulary(vocabulary, tokenizer, revision):
             print(f"warning: {warning}", file=sys.stderr)
-    recipe = token_id_recipe(
-        vocabulary=vocabulary,
-        prompt_tokens=lengths,
-        output_cap_tokens=caps,
-        shared_prefix_tokens=shared_prefix_tokens,
-        salt=salt,
-        seed=seed,
-    )
-    inventory = build_token_id_inventory(name, recipe)
+    if prefix_groups is not None:
+        from harness.inventory.prefix_groups import build_prefix_group_inventory, prefix_group_recipe
+
+        inventory = build_prefix_group_inventory(name, prefix_group_recipe(
+            lengths, caps, prefix_groups, prompts_per_group=prompts_per_group, vocabulary=vocabulary,
+            shared_prefix_tokens=shared_prefix_tokens, salt=salt, seed=seed))
+    else:
+        inventory = build_token_id_inventory(name, token_id_recipe(
+            vocabulary=vocabulary, prompt_tokens=lengths, output_cap_tokens=caps,
+            shared_prefix_tokens=shared_prefix_tokens, salt=salt, seed=seed))
     write_inventory(inventory, out)
     print(f"{out}: {inventory.manifest.prompt_count} prompts, inventory_sha256 {inventory.digest}")
 
@@ -101,6 +105,43 @@ def prompts_build_text(
     inventory = build_text_inventory(name, recipe)
     write_inventory(inventory, out)
     print(f"{out}: {inventory.manifest.prompt_count} prompts, inventory_sha256 {inventory.digest}")
+
+
+@prompts_build_app.command("conversations")
+@one_line_errors
+def prompts_build_conversations(
+    out: Path = typer.Argument(..., help="inventory directory to write"),
+    vocab_high: int = typer.Option(..., help="one past the last allowed token id (special ids above it)"),
+    vocab_low: int = typer.Option(0, help="first allowed token id"),
+    exclude_ids: str = typer.Option("", help="comma-separated ids inside the range never to use"),
+    conversations: int = typer.Option(..., help="conversations to build"),
+    turns: str = typer.Option(..., help="turns per conversation: N, or LOW-HIGH drawn uniformly"),
+    user_tokens: str = typer.Option(..., help="tokens of each user message: N or LOW-HIGH"),
+    assistant_tokens: str = typer.Option(..., help="tokens of each recorded reply: N or LOW-HIGH"),
+    output_cap_tokens: int = typer.Option(..., help="each turn's max_tokens"),
+    salt: str | None = typer.Option(None, help="per-run salt: each conversation's first tokens its own"),
+    seed: int = typer.Option(0, help="numpy Generator seed"),
+    name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
+) -> None:
+    """Synthetic conversations of token ids: each turn's prompt is the whole history so far, then its message."""
+    from harness.inventory.build import int_list, inventory_directory, inventory_name
+    from harness.inventory.frozen import write_inventory
+    from harness.inventory.prefix_groups import build_conversation_inventory, conversation_recipe, token_range
+
+    inventory_directory(out)
+    name = inventory_name(name, out)
+    recipe = conversation_recipe(
+        vocabulary={"low": vocab_low, "high": vocab_high,
+                    "excluded_ids": int_list(exclude_ids, "--exclude-ids", minimum=0)},
+        conversations=conversations, turns=token_range(turns, "--turns"),
+        user_tokens=token_range(user_tokens, "--user-tokens"),
+        assistant_tokens=token_range(assistant_tokens, "--assistant-tokens"),
+        output_cap_tokens=output_cap_tokens, salt=salt, seed=seed,
+    )
+    inventory = build_conversation_inventory(name, recipe)
+    write_inventory(inventory, out)
+    print(f"{out}: {conversations} conversations, {inventory.manifest.prompt_count} turns, "
+          f"inventory_sha256 {inventory.digest}")
 
 
 @prompts_app.command("verify")

@@ -25,9 +25,17 @@ from harness.inventory.recipe import (
     Recipe,
     Sha256Hex,
     TextRecipe,
-    TokenIdRecipe,
     VocabularyRange,
 )
+from harness.inventory.recipe import (
+    TokenIdRecipe as TokenIdRecipe,  # re-exported: callers build inventories from here
+)
+from harness.inventory.workload_recipes import ConversationRecipe, PrefixGroupRecipe
+
+AnyRecipe = Annotated[Recipe | PrefixGroupRecipe | ConversationRecipe, Field(discriminator="kind")]
+# Fields a prompt holds only when it is a conversation's turn: left out of its line otherwise, so the lines and
+# hashes of every other inventory stay as they were built.
+CONVERSATION_FIELDS = ("conversation_id", "turn")
 
 SCHEMA_VERSION = 1
 PROMPTS_FILE = "prompts.jsonl"
@@ -61,6 +69,8 @@ class InventoryPrompt(FrozenModel):
     token_ids: list[Annotated[int, Field(ge=0)]] | None = None
     text: str | None = None
     chat: bool = False
+    conversation_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    turn: int | None = Field(None, ge=1, description="1 for a conversation's first turn")
     sha256: Sha256Hex
 
     @model_validator(mode="after")
@@ -74,6 +84,8 @@ class InventoryPrompt(FrozenModel):
             )
         if self.chat and self.text is None:
             raise ValueError(f"prompt {self.prompt_id}: chat needs text, not token_ids")
+        if (self.conversation_id is None) != (self.turn is None):
+            raise ValueError(f"prompt {self.prompt_id}: a conversation's turn needs both conversation_id and turn")
         return self
 
     def messages(self) -> list[dict[str, str]]:
@@ -84,10 +96,14 @@ class InventoryPrompt(FrozenModel):
 
     def content_sha256(self) -> str:
         """The hash of everything but the stored hash itself."""
-        return sha256_hex(canonical_json(self.model_dump(mode="json", exclude={"sha256"})))
+        return sha256_hex(canonical_json(self._stored(exclude={"sha256"})))
 
     def line(self) -> str:
-        return canonical_json(self.model_dump(mode="json"))
+        return canonical_json(self._stored())
+
+    def _stored(self, exclude: set[str] | None = None) -> dict[str, Any]:
+        unset = {name for name in CONVERSATION_FIELDS if getattr(self, name) is None}
+        return self.model_dump(mode="json", exclude=unset | (exclude or set()))
 
 
 def make_prompt(
@@ -98,9 +114,11 @@ def make_prompt(
     token_ids: list[int] | None = None,
     text: str | None = None,
     chat: bool = False,
+    conversation_id: str | None = None,
+    turn: int | None = None,
 ) -> InventoryPrompt:
     """A prompt with its hash filled in (the only way builders should create one)."""
-    fields = dict(
+    fields: dict[str, Any] = dict(
         prompt_id=prompt_id,
         prompt_tokens=prompt_tokens,
         output_cap_tokens=output_cap_tokens,
@@ -108,6 +126,8 @@ def make_prompt(
         text=text,
         chat=chat,
     )
+    if conversation_id is not None or turn is not None:
+        fields.update(conversation_id=conversation_id, turn=turn)
     return InventoryPrompt(**fields, sha256=sha256_hex(canonical_json(fields)))
 
 
@@ -124,7 +144,7 @@ class InventoryManifest(FrozenModel):
     kind: Literal["token_ids", "text"]
     inventory_sha256: Sha256Hex
     tokenizer: TokenizerIdentity | None
-    recipe: Recipe
+    recipe: AnyRecipe
     prompt_count: int = Field(gt=0)
     prompt_tokens_total: int
     output_cap_tokens_total: int
@@ -132,7 +152,7 @@ class InventoryManifest(FrozenModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> InventoryManifest:
-        if self.recipe.kind != self.kind:
+        if prompt_kind(self.recipe) != self.kind:
             raise ValueError(f"kind {self.kind} but a {self.recipe.kind} recipe")
         if (self.tokenizer is None) != (self.kind == "token_ids"):
             raise ValueError("a text inventory names its tokenizer; a token-id inventory has none")
@@ -158,13 +178,18 @@ class InventoryManifest(FrozenModel):
 
     @property
     def vocabulary(self) -> VocabularyRange | None:
-        return self.recipe.vocabulary if isinstance(self.recipe, TokenIdRecipe) else None
+        return None if isinstance(self.recipe, TextRecipe) else self.recipe.vocabulary
 
     def content_sha256(self) -> str:
         return sha256_hex(canonical_json(self.model_dump(mode="json", exclude={"inventory_sha256"})))
 
     def text(self) -> str:
         return self.model_dump_json(indent=2) + "\n"
+
+
+def prompt_kind(recipe: AnyRecipe) -> Literal["token_ids", "text"]:
+    """What the recipe's prompts hold: every recipe but the text one makes token ids."""
+    return "text" if isinstance(recipe, TextRecipe) else "token_ids"
 
 
 @dataclass(frozen=True)
@@ -178,14 +203,14 @@ class Inventory:
 
 
 def assemble_inventory(
-    name: str, recipe: TokenIdRecipe | TextRecipe, tokenizer: TokenizerIdentity | None,
+    name: str, recipe: AnyRecipe, tokenizer: TokenizerIdentity | None,
     prompts: list[InventoryPrompt],
 ) -> Inventory:
     """Wrap built prompts in a manifest whose digest covers every prompt's hash and the recipe."""
     fields: dict[str, Any] = dict(
         schema_version=SCHEMA_VERSION,
         name=name,
-        kind=recipe.kind,
+        kind=prompt_kind(recipe),
         inventory_sha256="0" * 64,
         tokenizer=tokenizer,
         recipe=recipe,

@@ -26,7 +26,7 @@ from harness.errors import HarnessError
 from harness.inventory.check import check_fits, prompt_token_mismatches
 from harness.inventory.frozen import Inventory
 from harness.measure.client import ClientSettings, RequestRecord, StreamingClient
-from harness.measure.dispatch import send_all
+from harness.measure.dispatch import check_conversation_load, send_all
 from harness.measure.loop_lag import LoopLagProbe
 from harness.measure.ready import discover_server
 from harness.measure.record import (
@@ -35,6 +35,7 @@ from harness.measure.record import (
     RunWriter,
     ServerSample,
 )
+from harness.measure.reuse_figures import reuse_figures
 from harness.measure.run_options import longest_output_tokens
 from harness.measure.sampler import MetricsSampler
 from harness.measure.stats import RunSummary, summarize
@@ -71,6 +72,7 @@ async def _run(
     served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s, api_key)
     if max_model_len is not None:
         _check_room(config, inventory, max_model_len)
+    check_conversation_load(config.load, inventory)
     writer = RunWriter(run_dir)
     writer.write_model(RunFile.ENVIRONMENT, _environment(served_model, max_model_len, engine_version))
     clock_zero = time.perf_counter()
@@ -212,6 +214,7 @@ def _summary(
     interrupted_by: str | None,
 ) -> RunSummary:
     usage = [(r.prompt_id, r.prompt_tokens) for r in records if r.prompt_tokens is not None]  # every send
+    prefix_cache, turns = reuse_figures(inventory, records, samples)
     return summarize(
         records,
         samples,
@@ -225,7 +228,7 @@ def _summary(
         prompt_token_mismatches=len(prompt_token_mismatches(inventory, usage)),
         interrupted_by=interrupted_by,
         max_error_fraction=config.max_error_fraction,
-    ).model_copy(update={"run_id": config.run_id})
+    ).model_copy(update={"run_id": config.run_id, "prefix_cache": prefix_cache, "turns": turns})
 
 
 @contextlib.contextmanager

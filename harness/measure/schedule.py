@@ -26,6 +26,7 @@ class LoadShape(BaseModel):
     warmup_requests: int = Field(0, ge=0, description="sent first and left out of the results")
     seed: int = Field(0, ge=0)
     order: Literal["inventory", "shuffled"] = "inventory"
+    think_time_s: float = Field(0.0, ge=0, description="conversations: pause after a turn ends before the next")
 
     @model_validator(mode="after")
     def one_loop(self) -> LoadShape:

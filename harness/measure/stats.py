@@ -24,6 +24,7 @@ from harness.measure.client import RequestRecord
 from harness.measure.engine_time import engine_time
 from harness.measure.loop_lag import PROBE_INTERVAL_S
 from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION, ServerSample, Slo
+from harness.measure.reuse_models import PrefixCacheFigures, TurnFigures
 from harness.measure.stream_pacing import PACED_BURST_FRACTION_MAX, run_pacing
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -115,6 +116,9 @@ class RunSummary(BaseModel):
     invalid_reasons: list[str]
     qualifications: list[str] = []  # figures that stand, but not for what their names say
     stopped_by_signal: str | None = None
+    # Prefix-cache reuse, predicted against measured (`measure.reuse_figures`), and per conversation turn.
+    prefix_cache: PrefixCacheFigures | None = None
+    turns: list[TurnFigures] = []
 
 
 def distribution(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
