@@ -234,9 +234,13 @@ def run_outputs(summary: RunSummary) -> dict[str, Any]:
     outputs: dict[str, Any] = {}
     for name, value in summary.model_dump(exclude={"latency", "errors_by_class", "error_fraction_by_class",
                                                    "invalid_reasons", "qualifications", "schema_version",
-                                                   "run_id", "sample_interval_s"}).items():
+                                                   "run_id", "sample_interval_s", "prefix_cache",
+                                                   "turns"}).items():
         if value is not None:
             outputs[name] = value
+    if summary.prefix_cache is not None:  # one scalar each: a dashboard output holds no nested object
+        outputs.update({f"prefix_cache_{name}": value for name, value in summary.prefix_cache.model_dump().items()
+                        if value is not None})
     per_token = ("tpot_ms_", "itl_ms_")  # left out when the tokens came in bursts: they would read as per-token
     outputs.update({name: value for name, value in summary.latency.items() if value is not None
                     and (summary.per_token_latency_paced is not False or not name.startswith(per_token))})

@@ -3,6 +3,7 @@ byte-identically, and the segments the prediction reads from them."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +69,7 @@ def test_each_turn_holds_the_history_as_recorded_then_its_message(tmp_path: Path
     for turns in by_conversation.values():
         assert [t.turn for t in turns] == list(range(1, len(turns) + 1)) and 1 <= len(turns) <= 4
         assert 10 <= turns[0].prompt_tokens <= 30
-        for earlier, later in zip(turns, turns[1:], strict=False):
+        for earlier, later in itertools.pairwise(turns):
             # the earlier prompt, its recorded reply (5-20) and the new message (10-30)
             assert later.token_ids[: earlier.prompt_tokens] == earlier.token_ids
             assert earlier.prompt_tokens + 15 <= later.prompt_tokens <= earlier.prompt_tokens + 50
