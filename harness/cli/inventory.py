@@ -29,7 +29,7 @@ def prompts_build_token_ids(
     shared_prefix_tokens: int = typer.Option(0, help="leading tokens every prompt (of a group) shares"),
     prefix_groups: int | None = typer.Option(None, help="groups of prompts, each sharing its own prefix of "
                                              "--shared-prefix-tokens"),
-    prompts_per_group: int = typer.Option(1, help="with --prefix-groups: prompts in each group"),
+    prompts_per_group: int | None = typer.Option(None, help="with --prefix-groups: prompts in each group"),
     salt: str | None = typer.Option(None, help="per-run salt: unique leading tokens defeat prefix-cache hits"),
     seed: int = typer.Option(0, help="numpy Generator seed"),
     name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
@@ -57,6 +57,9 @@ def prompts_build_token_ids(
     if tokenizer is not None:
         for warning in check_vocabulary(vocabulary, tokenizer, revision):
             print(f"warning: {warning}", file=sys.stderr)
+    if (prefix_groups is None) != (prompts_per_group is None):
+        raise HarnessError("--prefix-groups and --prompts-per-group: give both (groups of prompts sharing a prefix) "
+                           "or neither")
     if prefix_groups is not None:
         from harness.inventory.prefix_groups import build_prefix_group_inventory, prefix_group_recipe
 

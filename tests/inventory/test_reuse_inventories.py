@@ -108,6 +108,8 @@ def test_the_build_commands_write_and_refuse_in_one_line(tmp_path: Path) -> None
         "--prompt-tokens: 2 lengths for 3 groups × 2 prompts": ("token-ids", "--prompt-tokens", "64,70",
                                                                 "--prefix-groups", "3", "--prompts-per-group", "2",
                                                                 "--shared-prefix-tokens", "40"),
+        "--prefix-groups and --prompts-per-group: give both": ("token-ids", "--prompt-tokens", "64",
+                                                               "--prompts-per-group", "2"),
         "--turns: '4-2'": ("conversations", "--conversations", "1", "--turns", "4-2", "--user-tokens", "10",
                            "--assistant-tokens", "5"),
         "--user-tokens: 'ten'": ("conversations", "--conversations", "1", "--turns", "2", "--user-tokens", "ten",
