@@ -14,7 +14,6 @@ from harness.measure.client import RequestRecord
 from harness.measure.record import ServerSample
 from harness.measure.reuse_models import PrefixCacheFigures, TurnFigures
 from harness.measure.stats import ttft_ms
-from harness.observe.server_metrics import MetricsSnapshot
 from harness.predict.prefix_cache import predict_prefix_hits
 
 
@@ -24,8 +23,11 @@ def reuse_figures(
     """The requests the server admitted (it reported their usage) in the order they were sent, warm-up
     included: the counters count every one of them."""
     snapshots = [sample.snapshot for sample in samples if sample.snapshot is not None]
-    block_size, cache_blocks = _cache_geometry(snapshots)
+    config = next((s.cache_config for s in reversed(snapshots) if s.cache_config), None) or {}
+    block_size, cache_blocks = _cache_geometry(config)
     taken = sorted((r for r in records if r.prompt_tokens is not None), key=lambda r: (r.dispatch_s, r.index))
+    if config.get("enable_prefix_caching") == "False":  # vLLM then neither looks up nor counts
+        taken = []
     sent = sent_prompts(inventory, [(r.prompt_id, r.output_tokens or 0) for r in taken])
     prediction = predict_prefix_hits(sent, block_size, cache_blocks) if block_size else None
     measured_hits = _growth([s.prefix_cache_hits_total for s in snapshots])
@@ -68,9 +70,8 @@ def turn_figures(records: Sequence[RequestRecord], predicted_hits: dict[int, int
     return figures
 
 
-def _cache_geometry(snapshots: Sequence[MetricsSnapshot]) -> tuple[int | None, int | None]:
+def _cache_geometry(config: dict[str, str]) -> tuple[int | None, int | None]:
     """Block size and usable blocks from vllm:cache_config_info's labels (block 0 is vLLM's null block)."""
-    config = next((s.cache_config for s in reversed(snapshots) if s.cache_config), None) or {}
     block_size = _whole(config.get("block_size"))
     blocks = _whole(config.get("num_gpu_blocks"))
     return block_size, None if blocks is None else blocks - 1

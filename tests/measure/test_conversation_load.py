@@ -11,8 +11,10 @@ from harness.inventory.prefix_groups import build_conversation_inventory, build_
 from harness.inventory.workload_recipes import ConversationRecipe, PrefixGroupRecipe, TokenRange
 from harness.measure.client import RequestRecord
 from harness.measure.dispatch import check_conversation_load, conversation_jobs
-from harness.measure.reuse_figures import turn_figures
+from harness.measure.record import ServerSample
+from harness.measure.reuse_figures import reuse_figures, turn_figures
 from harness.measure.schedule import LoadShape, plan
+from harness.observe.server_metrics import MetricsSnapshot
 
 VOCABULARY = VocabularyRange(low=0, high=500)
 # 2 conversations of 3 turns each: prompts c0000t01-03, then c0001t01-03.
@@ -72,3 +74,29 @@ def test_turn_figures_group_the_measured_turns_by_their_number() -> None:
     # predicted hits by index: turn 2 (64 + 128) / 2 = 96; reported only by record 2: 64
     assert figures[1].hit_tokens_predicted_mean == 96 and figures[1].cached_prompt_tokens_mean == 64
     assert figures[1].prompt_tokens_mean == 200
+
+
+def snapshot_sample(t_s: float, queries: int, hits: int, caching: str = "True") -> ServerSample:
+    config = {"block_size": "16", "num_gpu_blocks": "101", "enable_prefix_caching": caching}
+    return ServerSample(t_s=t_s, snapshot=MetricsSnapshot(prefix_cache_queries_total=queries,
+                                                          prefix_cache_hits_total=hits, cache_config=config))
+
+
+def sent_record(index: int, prompt_id: str) -> RequestRecord:
+    return RequestRecord(index=index, prompt_id=prompt_id, warmup=False, max_tokens=4, scheduled_s=0.0,
+                         dispatch_s=float(index), first_token_s=index + 0.1, end_s=index + 0.5, prompt_tokens=16,
+                         output_tokens=4)
+
+
+def test_reuse_figures_set_the_counters_growth_beside_the_prediction() -> None:
+    # GROUPS: 2 prompts of 16 sharing 8; block 16: the shared 8 tokens fill no whole block, so 0 hits predicted.
+    # The counters grew by 32 queried (2 x 16) and 0 hit tokens.
+    records = [sent_record(0, "p0000"), sent_record(1, "p0001")]
+    figures, turns = reuse_figures(GROUPS, records, [snapshot_sample(0.0, 100, 10), snapshot_sample(2.0, 132, 10)])
+    assert (figures.block_size_tokens, figures.cache_blocks) == (16, 100)
+    assert figures.queried_tokens_measured == figures.queried_tokens_predicted == 32
+    assert figures.hit_tokens_measured == figures.hit_tokens_predicted == 0 and figures.hits_as_predicted is True
+    assert turns == []
+    # With caching off vLLM looks nothing up: nothing predicted, whatever the prompts share.
+    off, _ = reuse_figures(GROUPS, records, [snapshot_sample(0.0, 0, 0, "False"), snapshot_sample(2.0, 0, 0, "False")])
+    assert off.queried_tokens_predicted == 0 and off.hit_tokens_predicted == 0 and off.hits_as_predicted is True
