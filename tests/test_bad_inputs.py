@@ -162,6 +162,7 @@ BASES = {  # words that make each command valid, so the refusal seen is the one 
     "run --service-uuid": ["run", "--inventory", INVENTORY, "--out", "{tmp}/run", "--base-url", UNREACHABLE,
                            "--service-uuid", SERVICE_UUID, "--concurrency", "2", "--ready-timeout-s", "2"],
     "prompts verify": ["prompts", "verify", INVENTORY],
+    "prompts reuse": ["prompts", "reuse", INVENTORY, "--block-size", "16"],
     "prompts build token-ids": ["prompts", "build", "token-ids", "{tmp}/inventory", "--vocab-high", "100",
                                 "--prompt-tokens", "8", "--output-cap-tokens", "4"],
     "prompts build token-ids --prefix-groups": [
@@ -192,6 +193,7 @@ NUMBERS = [  # (base, option, values nonsense for what the option counts); NaN a
     ("run --rate", "--burstiness", ["0", "-1"]), ("run --rate", "--max-concurrency", ["0", "-1"]),
     ("run --service-uuid", "--service-port", ["0", "-1", "65536"]),
     ("prompts verify", "--max-model-len", ["0", "-1"]),
+    ("prompts reuse", "--block-size", ["0", "-1"]), ("prompts reuse", "--cache-blocks", ["0", "-1"]),
     ("prompts build token-ids", "--count", ["0", "-1", "1048577"]), ("prompts build token-ids", "--seed", ["-1"]),
     ("prompts build token-ids", "--vocab-high", ["0", "-1", "16777217"]),
     ("prompts build token-ids", "--vocab-low", ["-1"]), ("prompts build token-ids", "--shared-prefix-tokens", ["-1"]),

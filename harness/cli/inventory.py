@@ -147,6 +147,30 @@ def prompts_build_conversations(
           f"inventory_sha256 {inventory.digest}")
 
 
+@prompts_app.command("reuse")
+@one_line_errors
+def prompts_reuse(
+    inventory_dir: Path = typer.Argument(..., help="inventory directory"),
+    block_size: int = typer.Option(..., help="the engine's KV-cache block size, tokens"),
+    cache_blocks: int | None = typer.Option(None, help="usable KV-cache blocks: flags possible evictions"),
+) -> None:
+    """The prefix-cache hits one pass over the inventory should give, in inventory order, before it runs."""
+    from harness.inventory.frozen import load_inventory
+    from harness.inventory.segments import sent_prompts
+    from harness.predict.prefix_cache import predict_prefix_hits
+
+    if block_size < 1:
+        raise HarnessError(f"--block-size: {block_size} is not a positive number of tokens")
+    if cache_blocks is not None and cache_blocks < 1:
+        raise HarnessError(f"--cache-blocks: {cache_blocks} is not a positive number of blocks")
+    inventory = load_inventory(inventory_dir)
+    sent = sent_prompts(inventory, [(p.prompt_id, p.output_cap_tokens) for p in inventory.prompts])
+    prediction = predict_prefix_hits(sent, block_size, cache_blocks)
+    evictions = {None: "", False: ", no eviction", True: ", evictions possible (an upper bound)"}
+    print(f"{inventory_dir}: {prediction.queried_tokens} prompt tokens queried, {prediction.hit_tokens} hit in "
+          f"blocks of {block_size}; {prediction.blocks_needed} blocks needed{evictions[prediction.eviction_possible]}")
+
+
 @prompts_app.command("verify")
 @one_line_errors
 def prompts_verify(

@@ -93,6 +93,14 @@ def test_a_turn_without_its_reply_before_a_later_turn_is_refused() -> None:
         conversation_prompts([Conversation(conversation_id="x", turns=turns)])
 
 
+def test_reuse_prices_one_pass_before_it_runs() -> None:
+    # prompts/qwen3-4b-shared-prefix: 8 prompts of 2,048 sharing the first 1,536 = 96 blocks of 16: the first
+    # misses, the other 7 hit 1,536 each = 10,752 of the 8 x 2,048 = 16,384 queried.
+    priced = harness("prompts", "reuse", "prompts/qwen3-4b-shared-prefix", "--block-size", "16")
+    assert priced.returncode == 0, priced.stderr
+    assert "16384 prompt tokens queried, 10752 hit in blocks of 16" in priced.stdout
+
+
 def test_the_build_commands_write_and_refuse_in_one_line(tmp_path: Path) -> None:
     built = harness("prompts", "build", "token-ids", str(tmp_path / "g"), "--vocab-high", "500", "--prompt-tokens",
                     "64", "--output-cap-tokens", "8", "--prefix-groups", "3", "--prompts-per-group", "2",
