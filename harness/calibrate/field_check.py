@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from harness.calibrate.field_corpus import FieldCase, load_corpus
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
-from harness.predict.budget import CapacityPrediction, predict_capacity
+from harness.predict.budget import CapacityPrediction
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
@@ -35,6 +35,7 @@ from harness.predict.memory_model import (
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import ModelShape, load_model_shape
+from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.releases import runs_v0
 from harness.units import GiB
 
@@ -121,31 +122,14 @@ def run_field_check(directory: Path) -> FieldReport:
     return FieldReport(constants=constants, cases=results)
 
 
-def stage_shapes(shape: ModelShape, pipeline_parallel_size: int) -> list[ModelShape]:
-    """vLLM's layer split: equal shares, the remainder going to the stages before the last."""
-    count = len(shape.layers)
-    shares = [count // pipeline_parallel_size] * pipeline_parallel_size
-    for i in range(2, count % pipeline_parallel_size + 2):
-        shares[-i] += 1
-    stages, start = [], 0
-    for share in shares:
-        stages.append(shape.model_copy(update={"layers": shape.layers[start:start + share]}))
-        start += share
-    return stages
-
-
 def predict_from_memory(case: FieldCase, shape: ModelShape, stage_bytes: list[int]) -> CapacityPrediction:
     """The release's arithmetic on each pipeline stage's memory; the stage with fewest blocks sets the cache."""
     facts = case.facts
-    predictions = [
-        predict_capacity(stage, available_kv_bytes=max(0, available), block_size=facts.block_size,
-                         max_model_len=facts.max_model_len, kv_cache_dtype=facts.kv_cache_dtype,
-                         tensor_parallel_size=facts.tensor_parallel_size,
-                         max_num_batched_tokens=facts.max_num_batched_tokens, engine_version=facts.vllm_version,
-                         engine_generation=facts.engine)
-        for stage, available in zip(stage_shapes(shape, facts.pipeline_parallel_size), stage_bytes, strict=True)
-    ]
-    return min(predictions, key=lambda prediction: prediction.num_blocks)
+    return predict_pipeline_capacity(
+        shape, stage_bytes, block_size=facts.block_size, max_model_len=facts.max_model_len,
+        kv_cache_dtype=facts.kv_cache_dtype, tensor_parallel_size=facts.tensor_parallel_size,
+        max_num_batched_tokens=facts.max_num_batched_tokens, engine_version=facts.vllm_version,
+        engine_generation=facts.engine)
 
 
 def fits(prediction: CapacityPrediction) -> bool:
@@ -188,11 +172,8 @@ def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
 
 
 def _stage_memory(case: FieldCase, by_rank: dict[int, int], headline: int | None) -> list[int] | None:
-    """Each pipeline stage's KV memory: the smallest of its ranks, or the log's one figure for all."""
-    pp, tp = case.facts.pipeline_parallel_size, case.facts.tensor_parallel_size
-    if by_rank and len(by_rank) == pp * tp:
-        return [min(by_rank[stage * tp + r] for r in range(tp)) for stage in range(pp)]
-    return None if headline is None else [headline] * pp
+    return stage_memory(by_rank, headline, tensor_parallel_size=case.facts.tensor_parallel_size,
+                        pipeline_parallel_size=case.facts.pipeline_parallel_size)
 
 
 def _total_bytes(case: FieldCase) -> tuple[int, str] | None:

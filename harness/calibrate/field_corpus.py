@@ -86,6 +86,21 @@ class FieldCase(pydantic.BaseModel, extra="forbid"):
     log: str = pydantic.Field(pattern=r"\S")  # an empty log would drop its case from the scores silently
     start: int | None = None  # which start (from 1) the case scores, where its log holds several
 
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _parallelism_from_the_log(cls, case: Any) -> Any:
+        """A thread that does not state its tensor-parallel size leaves it to the log: its engine config line,
+        else its workers' `TP<n>` prefixes, else one GPU."""
+        facts, log = (case.get("facts"), case.get("log")) if isinstance(case, dict) else (None, None)
+        if isinstance(facts, dict) and "tensor_parallel_size" not in facts and isinstance(log, str) and log.strip():
+            start = case.get("start")
+            try:
+                logged = parse_startup_log(log, start if isinstance(start, int) else None).tensor_parallel_size
+            except HarnessError:
+                logged = None  # the start named is not in the log: the check below says so
+            case = {**case, "facts": {**facts, "tensor_parallel_size": logged or 1}}
+        return case
+
     @pydantic.model_validator(mode="after")
     def _one_start_named(self) -> FieldCase:
         starts = parse_startup_log(self.log).starts

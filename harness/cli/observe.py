@@ -23,7 +23,11 @@ def capacity(
     gpu: str | None = typer.Option(None, help="GPU name or total GiB, for the waterfall when the log lacks it"),
     engine_version: str | None = typer.Option(None, help="vLLM version, when the log does not state it"),
     tensor_parallel_size: int | None = typer.Option(None, help="tensor-parallel size, when the log does not state it"),
+    pipeline_parallel_size: int | None = typer.Option(None, help="pipeline stages, when the log does not state "
+                                                      "them"),
     kv_cache_dtype: str | None = typer.Option(None, help="KV cache dtype, when the log does not state it"),
+    start: int | None = typer.Option(None, help="which start of a log holding several, counted from 1 "
+                                     "(default: the last)"),
     json_output: bool = typer.Option(False, "--json", help="print the versioned JSON report"),
 ) -> None:
     """The KV capacity the engine logged, /metrics beside it, and the calculator's prediction; exit 1 if none."""
@@ -34,11 +38,12 @@ def capacity(
     from harness.observe.capacity_table import capacity_renderable
 
     stated = LogOverrides.from_command_line(engine_version=engine_version, tensor_parallel_size=tensor_parallel_size,
+                                            pipeline_parallel_size=pipeline_parallel_size,
                                             kv_cache_dtype=kv_cache_dtype)
 
     report = capacity_from_sources(
         log=log, run_dir=run, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model,
-        revision=revision, gpu=gpu, stated=stated,
+        revision=revision, gpu=gpu, stated=stated, start=start,
     )
     if json_output:
         print(report.model_dump_json(indent=2))

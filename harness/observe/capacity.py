@@ -20,8 +20,9 @@ from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_be
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
-from harness.predict.budget import CapacityPrediction, predict_capacity
+from harness.predict.budget import CapacityPrediction
 from harness.predict.model_shape import ModelShape, load_model_shape
+from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.redact import refuse_url_credentials
 from harness.server_url import checked_server_url
 from harness.units import GiB
@@ -51,6 +52,8 @@ class PredictionInputs(pydantic.BaseModel):
     max_model_len: int
     kv_cache_dtype: str
     tensor_parallel_size: int
+    pipeline_parallel_size: int
+    stage_kv_bytes: list[int]  # each pipeline stage's KV memory; one stage holds the whole model
     max_num_batched_tokens: int | None
     engine_version: str | None
 
@@ -103,8 +106,10 @@ def capacity_from_sources(
     revision: str | None = None,
     gpu: str | None = None,
     stated: LogOverrides | None = None,
+    start: int | None = None,
 ) -> CapacityReport:
-    """Read at most one log source (a file or `-`, a local run, a Polyaxon run) and /metrics, then join."""
+    """Read at most one log source (a file or `-`, a local run, a Polyaxon run) and /metrics, then join.
+    `start` (counted from 1) picks one start of a log that holds several; by default the last."""
     sources = (("--log", log), ("--run", run_dir), ("--polyaxon-run", polyaxon_run))
     chosen = [name for name, value in sources if value is not None]
     if len(chosen) > 1:
@@ -113,6 +118,8 @@ def capacity_from_sources(
         raise HarnessError("nothing to read: give --log FILE|-, --run DIR, --polyaxon-run UUID or --metrics URL")
     check_given(log=log, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model,
                 revision=revision, gpu=gpu)
+    if start is not None and not chosen:
+        raise HarnessError(f"--start {start}: picks one start of a log; give the log too")
     text: str | None = None
     if log is not None:
         text = read_log_text(log)
@@ -124,7 +131,7 @@ def capacity_from_sources(
         where = {"--log": log, "--run": run_dir, "--polyaxon-run": polyaxon_run}[chosen[0]]
         raise HarnessError(f"{chosen[0]} {where}: the log is empty; expected a vLLM start-up log")
     snapshot = _metrics_snapshot(metrics) if metrics is not None else None
-    parsed = parse_startup_log(text) if text is not None else None
+    parsed = parse_startup_log(text, start) if text is not None else None
     return build_capacity_report(parsed, snapshot, model=model, revision=revision, gpu=gpu, stated=stated)
 
 
@@ -230,6 +237,7 @@ def _prediction_inputs(
     args = log.non_default_args or {}
     batched = args.get("max_num_batched_tokens")
     available, source, exact = budget
+    tp, pp = log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1
     return (
         PredictionInputs(
             model=model_name,
@@ -240,7 +248,9 @@ def _prediction_inputs(
             block_size_source=block_source,
             max_model_len=max_model_len,
             kv_cache_dtype=log.kv_cache_dtype or str(args.get("kv_cache_dtype", "auto")),
-            tensor_parallel_size=log.tensor_parallel_size or 1,
+            tensor_parallel_size=tp,
+            pipeline_parallel_size=pp,
+            stage_kv_bytes=_stage_kv_bytes(log, available, tp, pp),
             max_num_batched_tokens=batched if isinstance(batched, int) else None,
             engine_version=log.engine_version,
         ),
@@ -265,6 +275,13 @@ def _kv_budget(log: StartupCapacity, cache_config: dict[str, str] | None) -> tup
     return None
 
 
+def _stage_kv_bytes(log: StartupCapacity, available: int, tp: int, pp: int) -> list[int]:
+    """Each pipeline stage's KV memory: its ranks' logged figures where the budget is the logged memory and
+    every rank printed one; else the one budget for every stage (a reservation is the same on each GPU)."""
+    by_rank = log.available_kv_cache_bytes_by_rank if available == log.available_kv_cache_bytes else {}
+    return stage_memory(by_rank, available, tensor_parallel_size=tp, pipeline_parallel_size=pp) or [available] * pp
+
+
 def _block_size(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int, str]:
     if cache_config and _ascii_count(cache_config.get("block_size")):
         return int(cache_config["block_size"]), "/metrics cache_config_info"
@@ -276,10 +293,11 @@ def _block_size(log: StartupCapacity, cache_config: dict[str, str] | None) -> tu
     return size, f"vLLM's default for {device} (not stated by the log)"
 
 
-def _predict(shape: ModelShape, inputs: PredictionInputs, available_kv_bytes: int | None = None) -> CapacityPrediction:
-    return predict_capacity(
+def _predict(shape: ModelShape, inputs: PredictionInputs, offset_bytes: int = 0) -> CapacityPrediction:
+    """The prediction from the log's KV memory, each stage's moved by `offset_bytes` (the print's rounding)."""
+    return predict_pipeline_capacity(
         shape,
-        available_kv_bytes=inputs.available_kv_bytes if available_kv_bytes is None else available_kv_bytes,
+        [available + offset_bytes for available in inputs.stage_kv_bytes],
         block_size=inputs.block_size,
         max_model_len=inputs.max_model_len,
         kv_cache_dtype=inputs.kv_cache_dtype,
@@ -300,9 +318,8 @@ def _compare(
     """Each logged figure against the prediction; inexact KV inputs also get a rounding band."""
     bounds: tuple[CapacityPrediction, CapacityPrediction] | None = None
     if not inputs.available_kv_exact:
-        low = max(0, inputs.available_kv_bytes - GIB_PRINT_HALF_STEP_BYTES)
-        high = inputs.available_kv_bytes + GIB_PRINT_HALF_STEP_BYTES
-        bounds = (_predict(shape, inputs, low), _predict(shape, inputs, high))
+        half_step = GIB_PRINT_HALF_STEP_BYTES
+        bounds = (_predict(shape, inputs, -half_step), _predict(shape, inputs, half_step))
 
     figures: list[ComparedFigure] = []
 

@@ -20,6 +20,7 @@ class LogOverrides(pydantic.BaseModel):
 
     engine_version: str | None = pydantic.Field(None, min_length=1)
     tensor_parallel_size: int | None = pydantic.Field(None, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
+    pipeline_parallel_size: int | None = pydantic.Field(None, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     kv_cache_dtype: str | None = pydantic.Field(None, min_length=1)
 
     @classmethod

@@ -6,7 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from harness.observe.capacity import LOG_FIGURES, CapacityReport
+from harness.observe.capacity import LOG_FIGURES, CapacityReport, PredictionInputs
 from harness.observe.capacity_waterfall import WaterfallComparison, gib
 
 
@@ -26,7 +26,8 @@ def _observed_parts(report: CapacityReport) -> list[RenderableType]:
     parts: list[RenderableType] = []
     log = report.log
     if log is not None:
-        parts.append(Text(f"start-up log: {log.diagnosis}"))
+        which = f" (start {log.start} of {log.starts}; --start picks another)" if log.starts > 1 else ""
+        parts.append(Text(f"start-up log: {log.diagnosis}{which}"))
         facts = Table(show_header=False)
         for name in LOG_FIGURES:
             value = getattr(log, name)
@@ -47,7 +48,7 @@ def _predicted_parts(report: CapacityReport) -> list[RenderableType]:
     if report.prediction_inputs is not None:
         inputs = report.prediction_inputs
         parts.append(Text(
-            f"prediction from {inputs.available_kv_bytes:,} KV bytes ({inputs.available_kv_source}), "
+            f"prediction from {_kv_memory(inputs)} KV bytes ({inputs.available_kv_source}), "
             f"block_size {inputs.block_size} ({inputs.block_size_source}), max_model_len {inputs.max_model_len}"
         ))
     if report.comparison:
@@ -73,3 +74,11 @@ def _waterfall_table(waterfall: WaterfallComparison) -> Table:
     if waterfall.note:
         table.caption = waterfall.note
     return table
+
+
+def _kv_memory(inputs: PredictionInputs) -> str:
+    """One figure, or each pipeline stage's where the engine is split into stages (the fewest blocks win)."""
+    if inputs.pipeline_parallel_size == 1:
+        return f"{inputs.available_kv_bytes:,}"
+    stages = ", ".join(f"{stage:,}" for stage in inputs.stage_kv_bytes)
+    return f"{inputs.pipeline_parallel_size} pipeline stages' {stages}"

@@ -3,6 +3,7 @@ process that wrote each line, its level, its time stamp and its message."""
 
 from __future__ import annotations
 
+import html
 import re
 import sys
 from dataclasses import dataclass
@@ -18,6 +19,9 @@ from harness.schema import RunFile
 MAX_LOG_PAGES = 500
 LOGGED_NUMBER = r"-?[\d.]+"  # how a log line prints a figure: 0.41, 12, -1.5
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# An issue tracker renders `[worker.py:267]` as a link and a copy of the page keeps it:
+# `[[worker.py:267](http://worker.py:267/)]`; the link's text is what vLLM printed.
+RENDERED_LINK = re.compile(r"\[([^\[\]\s]+)\]\((?:https?|mailto):[^)\s]*\)")
 # `(EngineCore_DP0 pid=12)`, `(Worker_TP1 pid=9)`, `(VllmWorkerProcess pid=3)`, `(RayWorkerWrapper pid=3, ip=…)`
 PROCESS_PREFIX = re.compile(
     r"\((?P<process>[A-Za-z][\w\-]*(?: (?:rank=|TP)\d+)?)(?: pid=\d+)?(?:, ip=[^)]*)?\)\s*"
@@ -100,10 +104,17 @@ def fetch_polyaxon_run_log(run_uuid: str, project: str, client: Any = None) -> s
     return "\n".join(lines)
 
 
+def unrendered(text: str) -> str:
+    """The log as vLLM printed it, from a copy of a page that rendered it: links back to their text,
+    HTML entities (`&#39;`, `&gt;`) back to characters, non-breaking spaces back to spaces."""
+    return RENDERED_LINK.sub(r"\1", html.unescape(text)).replace("\xa0", " ")
+
+
 def split_log_lines(text: str) -> list[LogLine]:
-    """Strip colour, carriage-return progress bars and process prefixes; keep header-less lines raw."""
+    """Strip colour, carriage-return progress bars, page rendering and process prefixes; keep header-less
+    lines raw."""
     lines: list[LogLine] = []
-    for physical in re.split(r"\r\n|\r|\n", ANSI_ESCAPE.sub("", text)):
+    for physical in re.split(r"\r\n|\r|\n", unrendered(ANSI_ESCAPE.sub("", text))):
         stripped = physical.strip()
         if not stripped:
             continue

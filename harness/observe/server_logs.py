@@ -9,6 +9,7 @@ A log without a capacity line is a result too: it says whether, and at which sta
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pydantic
@@ -61,6 +62,8 @@ class StartupCapacity(pydantic.BaseModel):
     dtype: str | None = None
     kv_cache_dtype: str | None = None
     tensor_parallel_size: int | None = None
+    tensor_parallel_size_from_ranks: bool = False  # no config line: counted from the workers' `TP<n>` prefixes
+    pipeline_parallel_size: int | None = None
     kv_cache_device: str | None = None
     kv_cache_tokens: int | None = None
     kv_cache_tokens_per_print: list[int] = []
@@ -88,6 +91,9 @@ class StartupCapacity(pydantic.BaseModel):
     non_default_args_text: str | None = None
     memory_profile: MemoryProfile | None = None
     failure: EngineFailure | None = None
+
+
+TP_PREFIX = re.compile(r"(?:_| )TP(?P<rank>\d+)$")
 
 
 def parse_startup_log(text: str, start: int | None = None) -> StartupCapacity:
@@ -153,6 +159,13 @@ def _parse_start(lines: list[LogLine]) -> StartupCapacity:
     return _assemble(facts.found, facts.tokens, facts.concurrency, facts.available, first_profile, facts.stage, lines)
 
 
+def tensor_parallel_ranks(lines: list[LogLine]) -> set[int]:
+    """The tensor-parallel ranks whose workers wrote lines (`Worker_TP1`, `VllmWorker TP1`), for a log pasted
+    without its engine config line. A bare `rank=` is the world rank, TP and PP together, so it is not read."""
+    return {int(match.group("rank")) for line in lines
+            if line.process and (match := TP_PREFIX.search(line.process))}
+
+
 def _assemble(
     found: dict[str, Any],
     tokens: list[int],
@@ -175,8 +188,11 @@ def _assemble(
         found["kv_cache_memory_bytes"] = exact_reservation
     elif reserved is not None:
         found["kv_cache_memory_bytes"] = reserved
-    if found.get("tensor_parallel_size") is None and isinstance(args.get("tensor_parallel_size"), int):
-        found["tensor_parallel_size"] = args["tensor_parallel_size"]
+    for parallel in ("tensor_parallel_size", "pipeline_parallel_size"):
+        if found.get(parallel) is None and isinstance(args.get(parallel), int):
+            found[parallel] = args[parallel]
+    if found.get("tensor_parallel_size") is None and (ranks := tensor_parallel_ranks(lines)):
+        found.update(tensor_parallel_size=max(ranks) + 1, tensor_parallel_size_from_ranks=True)
 
     capacity_found = bool(tokens or concurrency or "num_gpu_blocks" in found)
     failure = None if capacity_found else failure_while(lines, stage)

@@ -227,8 +227,9 @@ def _engine_config_fields(config: str) -> dict[str, Any]:
         fields["dtype"] = match.group("value")
     if match := re.search(r"(?:^|, )kv_cache_dtype=(?P<value>\w+)", config):
         fields["kv_cache_dtype"] = match.group("value")
-    if match := re.search(r"(?:^|, )tensor_parallel_size=(?P<value>\d+)", config):
-        fields["tensor_parallel_size"] = int(match.group("value"))
+    for parallel in ("tensor_parallel_size", "pipeline_parallel_size"):
+        if match := re.search(rf"(?:^|, ){parallel}=(?P<value>\d+)", config):
+            fields[parallel] = int(match.group("value"))
     if match := re.search(r"(?:^|, )max_seq_len=(?P<value>\d+)", config):
         fields["config_max_seq_len"] = int(match.group("value"))
     return fields

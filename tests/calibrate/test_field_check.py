@@ -16,7 +16,6 @@ from harness.calibrate.field_check import (
     implied_overhead_bytes,
     run_field_check,
     sampler_fact,
-    stage_shapes,
 )
 from harness.calibrate.field_corpus import load_corpus
 from harness.calibrate.field_report import score, summary_lines
@@ -86,12 +85,6 @@ def test_qwen3_235b_quotes_two_ranks_by_hand(report):
     case = next(c for c in report.cases if c.id == "v09-qwen3-235b-a22b-fp8-tp4")
     figure = next(f for f in case.logged.figures if f.name == "kv_cache_tokens")
     assert (figure.predicted_low, figure.predicted_high, figure.logged) == (180_816, 181_040, 178_880)
-
-
-def test_pipeline_stages_split_layers_like_vllm():
-    # DeepSeek-V2-Lite: 27 layers over 2 stages → 14 + 13 (the remainder goes to the first stage).
-    shape = load_model_shape(str(CORPUS / "configs" / "deepseek-ai--DeepSeek-V2-Lite.json"))
-    assert [len(stage.layers) for stage in stage_shapes(shape, 2)] == [14, 13]
 
 
 def test_pipeline_and_mla_case_uses_each_stages_smallest_rank(report):

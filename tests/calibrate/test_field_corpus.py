@@ -86,3 +86,19 @@ def test_a_case_whose_log_holds_several_starts_names_the_one_it_scores(report):
     shape = load_model_shape(str(CORPUS / "configs" / "meta-llama--Llama-3.1-8B-Instruct.json"))
     assert check_logged(both, shape) == check_logged(alone, shape) == _case(report, alone.id).logged
     assert both.parsed().kv_cache_tokens_at_failure == 23648
+
+
+def test_a_case_that_states_no_tensor_parallel_size_takes_the_one_its_log_shows():
+    # A two-GPU log pasted without its engine config line: workers TP0 and TP1 each print their KV memory,
+    # so the case is scored on 2 GPUs; a thread that states a size keeps it, and a log with no rank means 1.
+    cases, _ = load_corpus(CORPUS)
+    tp2 = next(c for c in cases if c.id == "v0101-qwen2-7b-a100-tp2-util05")
+    ranks_only = "\n".join(line for line in tp2.log.splitlines() if "VllmWorker TP" in line or "EngineCore" in line)
+    facts = tp2.facts.model_dump(exclude={"tensor_parallel_size"})
+    fields = {"source": str(tp2.source), "where": tp2.where, "edits": tp2.edits}
+    found = type(tp2)(id="ranks", log=ranks_only, facts=facts, **fields)
+    assert found.facts.tensor_parallel_size == 2
+    stated = type(tp2)(id="stated", log=ranks_only, facts={**facts, "tensor_parallel_size": 4}, **fields)
+    assert stated.facts.tensor_parallel_size == 4
+    one_gpu = "\n".join(line.split(") ", 1)[1] for line in ranks_only.splitlines())  # the process prefixes cut
+    assert type(tp2)(id="one", log=one_gpu, facts=facts, **fields).facts.tensor_parallel_size == 1

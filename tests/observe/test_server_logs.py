@@ -6,6 +6,7 @@ never copied from the parser's output.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -469,3 +470,52 @@ def test_lines_posted_out_of_order_stay_in_their_start() -> None:
     assert parse_startup_log(text).starts == 1
     relaunched = text + "(APIServer pid=1) INFO 07-09 03:10:00 [api_utils.py:273] non-default args: {}\n"
     assert parse_startup_log(relaunched).starts == 2
+
+
+def rendered_as_a_page(text: str) -> str:
+    """What a copy of an issue page gives for a pasted log: every `[file.py:N]` auto-linked by the tracker,
+    quotes as HTML entities, and non-breaking spaces after each header's level."""
+    linked = re.sub(r"\[([\w./-]+\.py:\d+)\]", r"[[\1](http://\1/)]", text)
+    return linked.replace("'", "&#39;").replace("INFO ", "INFO\xa0")
+
+
+RENDERABLE_LOGS = sorted(path for path in LOGS.rglob("*.log") if re.search(r"\[[\w./-]+\.py:\d+\]", path.read_text()))
+
+
+@pytest.mark.parametrize("path", RENDERABLE_LOGS, ids=lambda path: path.stem)
+def test_a_log_copied_from_a_rendered_page_reads_as_the_log_itself(path: Path) -> None:
+    text = path.read_text()
+    rendered = rendered_as_a_page(text)
+    assert "](http://" in rendered  # the rendering did mangle this log's lines
+    assert parse_startup_log(rendered) == parse_startup_log(text)
+
+
+def test_the_rendered_logs_cover_every_release_fixture() -> None:
+    assert {path.parent.name for path in RENDERABLE_LOGS} >= {"vllm-0.11.2", "vllm-0.33.0", "vllm-0.8.5"}
+
+
+PER_RANK_LINES = """\
+(VllmWorker TP0 pid=3974) INFO 09-03 02:12:25 [gpu_worker.py:276] Available KV cache memory: 31.83 GiB
+(VllmWorker TP1 pid=3975) INFO 09-03 02:12:25 [gpu_worker.py:276] Available KV cache memory: 31.83 GiB
+(VllmWorker TP3 pid=3977) INFO 09-03 02:12:25 [gpu_worker.py:276] Available KV cache memory: 31.80 GiB
+(EngineCore_0 pid=3902) INFO 09-03 02:12:26 [kv_cache_utils.py:849] GPU KV cache size: 1,192,160 tokens
+"""
+
+
+def test_tensor_parallelism_is_counted_from_the_workers_when_no_config_line_states_it() -> None:
+    # ranks TP0, TP1 and TP3 wrote lines (TP2's line was not pasted): the highest rank + 1 = 4 GPUs
+    result = parse_startup_log(PER_RANK_LINES)
+    assert (result.tensor_parallel_size, result.tensor_parallel_size_from_ranks) == (4, True)
+
+
+def test_a_stated_tensor_parallel_size_wins_over_the_ranks_seen() -> None:
+    stated = ("(APIServer pid=1) INFO 09-03 02:11:14 [utils.py:326] non-default args: "
+              "{'model': 'm', 'tensor_parallel_size': 8}\n")
+    result = parse_startup_log(stated + PER_RANK_LINES)
+    assert (result.tensor_parallel_size, result.tensor_parallel_size_from_ranks) == (8, False)
+
+
+def test_a_world_rank_is_not_read_as_a_tensor_parallel_rank() -> None:
+    # `rank=3` numbers tensor and pipeline ranks together, so it says nothing about TP alone
+    world = PER_RANK_LINES.replace("VllmWorker TP", "VllmWorker rank=")
+    assert parse_startup_log(world).tensor_parallel_size is None

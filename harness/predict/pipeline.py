@@ -1,0 +1,46 @@
+"""Pipeline parallelism: each stage holds its own layers' cache in its own memory, and the engine runs
+with the fewest blocks any stage has, so one stage's shortfall is the whole engine's capacity."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.predict.budget import CapacityPrediction, predict_capacity
+from harness.predict.model_shape import ModelShape
+
+
+def pipeline_stages(shape: ModelShape, pipeline_parallel_size: int) -> list[ModelShape]:
+    """vLLM's layer split: equal shares, the remainder going to the stages before the last."""
+    count = len(shape.layers)
+    if not 1 <= pipeline_parallel_size <= count:
+        raise HarnessError(f"pipeline_parallel_size must be between 1 and the model's {count} layers, "
+                           f"got {pipeline_parallel_size}")
+    shares = [count // pipeline_parallel_size] * pipeline_parallel_size
+    for i in range(2, count % pipeline_parallel_size + 2):
+        shares[-i] += 1
+    stages, start = [], 0
+    for share in shares:
+        stages.append(shape.model_copy(update={"layers": shape.layers[start:start + share]}))
+        start += share
+    return stages
+
+
+def stage_memory(by_rank: dict[int, int], headline: int | None, *, tensor_parallel_size: int,
+                 pipeline_parallel_size: int) -> list[int] | None:
+    """Each stage's KV memory: the smallest of its ranks' (ranks counted stage by stage), or, when the log
+    does not give every rank's figure, its one figure for every stage."""
+    if by_rank and len(by_rank) == pipeline_parallel_size * tensor_parallel_size:
+        return [min(by_rank[stage * tensor_parallel_size + rank] for rank in range(tensor_parallel_size))
+                for stage in range(pipeline_parallel_size)]
+    return None if headline is None else [headline] * pipeline_parallel_size
+
+
+def predict_pipeline_capacity(shape: ModelShape, stage_kv_bytes: Sequence[int], **capacity: Any) -> CapacityPrediction:
+    """The release's arithmetic on each stage's memory and layers; the stage with fewest blocks sets the cache.
+    `capacity` takes `predict_capacity`'s keyword arguments; one stage is the whole model."""
+    stages = pipeline_stages(shape, len(stage_kv_bytes))
+    predictions = [predict_capacity(stage, available_kv_bytes=max(0, available), **capacity)
+                   for stage, available in zip(stages, stage_kv_bytes, strict=True)]
+    return min(predictions, key=lambda prediction: prediction.num_blocks)
