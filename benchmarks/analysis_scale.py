@@ -58,7 +58,8 @@ def write_record(run_dir: Path, *, max_num_seqs: int, requests: int, rng: np.ran
     config = RunConfig(run_id=run_id, base_url="http://127.0.0.1:8000", inventory_path="prompts/bench",
                        inventory_digest="cd" * 32, load=LoadShape(concurrency=CONCURRENCY, seed=0),
                        max_tokens=OUTPUT_TOKENS, temperature=0.0, slo=Slo(), cold=False, max_dispatch_lag_ms=10.0,
-                       sample_interval_s=1.0, clock_zero_unix_s=1_780_000_000.0)
+                       sample_interval_s=1.0, read_timeout_s=60.0, stall_timeout_s=30.0,
+                       clock_zero_unix_s=1_780_000_000.0)
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
     environment = Environment(harness_version="0.1.0", python_version="3.11", engine_version="0.32.0",
                               served_model="tiny-qwen3", max_model_len=1024, image_reference=None, model_revision=None)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
 import pydantic
+from pydantic_core import PydanticCustomError
 
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
 
@@ -40,21 +42,50 @@ def describe_validation_error(error: pydantic.ValidationError, source: str | Pat
     return f"{source}: field '{field}': {first['msg']}{more}"
 
 
-def describe_option_error(error: pydantic.ValidationError, renamed: dict[str, str] | None = None) -> str:
-    """The first refused field of a command's options model as the option the user typed, in one line:
-    '--block-size: vLLM's block sizes are 1, 8, ..., not 17'. `renamed` maps fields whose option differs."""
+class FieldError(HarnessError):
+    """Bad input in one field of an options model, found once the model exists (its value against the server
+    or the inventory): the library names the field, a command line the flag that set it."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+        self.detail = detail
+
+
+FIELDS_RULE = "fields_rule"  # the pydantic error type of a rule across fields
+
+
+def fields_rule(template: str, **fields: str) -> PydanticCustomError:
+    """A rule across fields for a model validator to raise: `template` names them as `{placeholders}`, so the
+    library's message names the fields and a command line's the flags that set them."""
+    return PydanticCustomError(FIELDS_RULE, template, {"rule": template, **fields})
+
+
+def flag_of(field: str, flags: Mapping[str, str] | None = None) -> str:
+    """The flag that sets `field`: the one `flags` maps it to, else the field's own name as a flag."""
+    return (flags or {}).get(field) or "--" + field.replace("_", "-")
+
+
+def describe_option_error(error: pydantic.ValidationError, flags: Mapping[str, str] | None = None) -> str:
+    """The first refused field of a command's options model as the flag the user typed, in one line:
+    '--block-size: vLLM's block sizes are 1, 8, ..., not 17'. `flags` maps fields whose flag differs."""
     first = error.errors()[0]
-    if not first["loc"]:  # a rule across fields names them itself
-        return describe_validation_error(error, "command line")
-    name = str(first["loc"][-1])
-    option = "--" + (renamed or {}).get(name, name).replace("_", "-")
+    if not first["loc"]:  # a rule across fields: its own words, the flags in place of the fields
+        if first["type"] != FIELDS_RULE:
+            return describe_validation_error(error, "command line")
+        context = first.get("ctx") or {}
+        message = str(context["rule"])
+        for placeholder, field in context.items():
+            message = message.replace(f"{{{placeholder}}}", flag_of(str(field), flags))
+        return message
+    option = flag_of(str(first["loc"][-1]), flags)
     given = repr(first["input"]) if isinstance(first["input"], str) else first["input"]
     return f"{option}: {first['msg'].removeprefix('Value error, ')}, not {given}"
 
 
-def validate_options(model: type[ModelT], values: dict[str, object], renamed: dict[str, str] | None = None) -> ModelT:
+def validate_options(model: type[ModelT], values: dict[str, object]) -> ModelT:
     """A command's options model from its option values; a refused value is one line naming its option."""
     try:
         return model.model_validate(values)
     except pydantic.ValidationError as error:
-        raise HarnessError(describe_option_error(error, renamed)) from None
+        raise HarnessError(describe_option_error(error)) from None

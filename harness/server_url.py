@@ -9,12 +9,14 @@ User info is left to `harness.redact.refuse_url_credentials`.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 from pydantic import AfterValidator
 
 from harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    import httpx
 
 SCHEMES = ("http", "https")
 # A host name's labels after IDNA: letters, digits, '-' (not at an end) and '_' (container names use it).
@@ -24,6 +26,8 @@ UNPRINTABLE = re.compile(r"[\s\x00-\x1f\x7f]")
 
 def server_url(url: str) -> str:
     """`url` when it can name a server (a pydantic validator: a refusal is a ValueError saying why)."""
+    import httpx  # here, not at the top: the CLI declares its options with this type before any URL is read
+
     if not url.strip():
         raise ValueError("empty; give the server's base URL, e.g. http://127.0.0.1:8000")
     if UNPRINTABLE.search(url):

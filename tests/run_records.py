@@ -56,7 +56,7 @@ def write_run(
         run_id=run_id, base_url="http://127.0.0.1:8000", service_uuid=service_uuid, inventory_path="prompts/x",
         inventory_digest=DIGEST, load=LoadShape(concurrency=concurrency, seed=seed), max_tokens=output_tokens,
         temperature=0.0, slo=Slo(), cold=False, max_dispatch_lag_ms=10.0, sample_interval_s=1.0,
-        clock_zero_unix_s=1_780_000_000.0,
+        read_timeout_s=60.0, stall_timeout_s=30.0, clock_zero_unix_s=1_780_000_000.0,
     )
     records = []
     for index in range(requests):
@@ -102,7 +102,7 @@ def write_failed_run(root: Path, *, limits: dict | None = None, concurrency: int
     config = RunConfig(
         run_id=run_id, base_url="http://127.0.0.1:8000", inventory_path="prompts/x", inventory_digest=DIGEST,
         load=LoadShape(concurrency=concurrency, seed=0), max_tokens=20, temperature=0.0, slo=Slo(), cold=False,
-        max_dispatch_lag_ms=10.0, sample_interval_s=1.0,
+        max_dispatch_lag_ms=10.0, sample_interval_s=1.0, read_timeout_s=60.0, stall_timeout_s=30.0,
     )
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
     _write_engine(run_dir, {**BASE_LIMITS, **(limits or {})}, log)

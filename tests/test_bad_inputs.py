@@ -96,7 +96,7 @@ BAD_INPUTS = [
     ("error-fraction-above-1", lambda f: run_args(str(f["held"]) + "-new", "--max-error-fraction", "1.5"),
      "error: --max-error-fraction: Input should be less than or equal to 1, not 1.5"),
     ("negative-read-timeout", lambda f: run_args(str(f["held"]) + "-new", "--read-timeout-s", "-1"),
-     "error: --read-timeout-s must be a positive number of seconds, not -1.0"),
+     "error: --read-timeout-s: must be a positive number of seconds, not -1.0"),
     ("nan-stall-timeout", lambda f: run_args(str(f["held"]) + "-new", "--stall-timeout-s", "nan"),
      "error: --stall-timeout-s: must be a finite number, not nan"),
 ]

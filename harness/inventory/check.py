@@ -12,25 +12,30 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
-from harness.errors import HarnessError
+from harness.errors import FieldError, HarnessError
 from harness.inventory.frozen import Inventory, InventoryPrompt
+from harness.inventory.output_cap import effective_output_cap_tokens
 from harness.redact import refuse_url_credentials
 from harness.server_auth import auth_headers, check_not_refused
 
 
-def check_fits(inventory: Inventory, max_model_len: int) -> None:
-    """Refuse, before anything is sent, prompts whose prompt + output cap exceed the server's context."""
-    too_long = [p for p in inventory.prompts if p.prompt_tokens + p.output_cap_tokens > max_model_len]
-    if too_long:
-        shown = ", ".join(
-            f"{p.prompt_id} ({p.prompt_tokens}+{p.output_cap_tokens}={p.prompt_tokens + p.output_cap_tokens})"
-            for p in too_long[:10]
-        )
-        more = f" and {len(too_long) - 10} more" if len(too_long) > 10 else ""
-        raise HarnessError(
-            f"inventory {inventory.manifest.name}: {len(too_long)} prompt(s) exceed max_model_len "
-            f"{max_model_len} (prompt + output cap tokens): {shown}{more}"
-        )
+def check_fits(inventory: Inventory, max_model_len: int, max_tokens: int | None = None) -> None:
+    """Refuse, before anything is sent, prompts whose prompt + output cap exceed the server's context; the cap
+    is the one each request is sent with (`max_tokens` in place of the inventory's when set)."""
+    totals = [(p, p.prompt_tokens + effective_output_cap_tokens(p, max_tokens)) for p in inventory.prompts]
+    too_long = [(p, total) for p, total in totals if total > max_model_len]
+    if not too_long:
+        return
+    cap = "output cap" if max_tokens is None else f"max_tokens {max_tokens}"
+    shown = ", ".join(
+        f"{p.prompt_id} ({p.prompt_tokens}+{total - p.prompt_tokens}={total})" for p, total in too_long[:10]
+    )
+    more = f" and {len(too_long) - 10} more" if len(too_long) > 10 else ""
+    detail = (f"inventory {inventory.manifest.name}: {len(too_long)} prompt(s) exceed max_model_len "
+              f"{max_model_len} (prompt + {cap} tokens): {shown}{more}")
+    if max_tokens is None:
+        raise HarnessError(detail)
+    raise FieldError("max_tokens", detail)
 
 
 class PromptTokenMismatch(BaseModel):

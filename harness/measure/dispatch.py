@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from harness.errors import HarnessError
 from harness.inventory.frozen import Inventory, InventoryPrompt
+from harness.inventory.output_cap import effective_output_cap_tokens
 from harness.measure.client import ErrorClass, PromptRequest, RequestRecord, StreamingClient
 from harness.measure.record import RunConfig
 from harness.measure.schedule import LoadShape, Slot, plan
@@ -146,7 +147,7 @@ def _request(slot: Slot, prompt: InventoryPrompt, config: RunConfig) -> PromptRe
         index=slot.index,
         prompt_id=prompt.prompt_id,
         warmup=slot.warmup,
-        max_tokens=config.max_tokens or prompt.output_cap_tokens,
+        max_tokens=effective_output_cap_tokens(prompt, config.max_tokens),
         token_ids=prompt.token_ids,
         text=prompt.text,
         chat=prompt.chat,

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
 from harness.measure.client import RequestRecord
+from harness.measure.run_options import DEFAULT_MAX_ERROR_FRACTION, Slo
 from harness.measure.schedule import LoadShape
 from harness.observe.server_metrics import MetricsSnapshot
 from harness.paths import output_directory
@@ -35,16 +36,6 @@ RECORD_SCHEMA_VERSION = 1
 # Any one of these makes a directory a run record that a new run must not write into.
 RUN_FILES = {RunFile.CONFIG, RunFile.ENVIRONMENT, RunFile.ENGINE, RunFile.CAPACITY, RunFile.ENGINE_LOG, RunFile.SUMMARY,
              RunFile.REQUESTS, RunFile.REQUESTS_PARQUET, RunFile.SAMPLES, RunFile.TRACKING}
-# Above this share of failed requests the figures describe a failing server, not a loaded one
-# (load tools commonly fail a test at 5 %).
-DEFAULT_MAX_ERROR_FRACTION = 0.05
-
-
-class Slo(BaseModel):
-    """Service-level objectives for goodput; a request meets them when it meets every one set."""
-
-    ttft_ms: float | None = Field(None, gt=0)
-    tpot_ms: float | None = Field(None, gt=0)
 
 
 class RunConfig(BaseModel):
@@ -61,8 +52,8 @@ class RunConfig(BaseModel):
     cold: bool
     max_dispatch_lag_ms: float
     max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION
-    read_timeout_s: float | None = Field(None, description="longest wait for a request's first byte")
-    stall_timeout_s: float | None = Field(None, description="longest silence once a response has started")
+    read_timeout_s: float = Field(gt=0, description="longest wait for a request's first byte")
+    stall_timeout_s: float = Field(gt=0, description="longest silence once a response has started")
     sample_interval_s: float
     clock_zero_unix_s: float | None = Field(None, description="wall clock at t=0 of the run's monotonic clock")
 

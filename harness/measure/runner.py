@@ -22,7 +22,6 @@ import uvloop
 from rich.console import Console
 from rich.progress import Progress
 
-from harness.errors import HarnessError
 from harness.inventory.check import check_fits, prompt_token_mismatches
 from harness.inventory.frozen import Inventory
 from harness.measure.client import ClientSettings, RequestRecord, StreamingClient
@@ -36,10 +35,9 @@ from harness.measure.record import (
     ServerSample,
 )
 from harness.measure.reuse_figures import reuse_figures
-from harness.measure.run_options import longest_output_tokens
 from harness.measure.sampler import MetricsSampler
 from harness.measure.stats import RunSummary, summarize
-from harness.measure.timeouts import READY_TIMEOUT_S, request_timeouts
+from harness.measure.timeouts import READY_TIMEOUT_S
 from harness.schema import RunFile
 
 UNCAPPED_POOL_SIZE = 4096
@@ -70,13 +68,13 @@ async def _run(
     api_key: str | None = None,
 ) -> RunSummary:
     served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s, api_key)
-    if max_model_len is not None:
-        _check_room(config, inventory, max_model_len)
+    if max_model_len is not None:  # before the first request: what the server cannot hold is refused whole
+        check_fits(inventory, max_model_len, config.max_tokens)
     check_conversation_load(config.load, inventory)
     writer = RunWriter(run_dir)
     writer.write_model(RunFile.ENVIRONMENT, _environment(served_model, max_model_len, engine_version))
     clock_zero = time.perf_counter()
-    config = _settled_config(config, inventory)
+    config = config.model_copy(update={"clock_zero_unix_s": time.time()})  # the record's wall-clock anchor
     writer.write_model(RunFile.CONFIG, config)
     records: list[RequestRecord] = []
     samples: list[ServerSample] = []
@@ -107,17 +105,6 @@ async def _run(
     return summary
 
 
-def _check_room(config: RunConfig, inventory: Inventory, max_model_len: int) -> None:
-    """Refuse before the first request a run whose prompts, or prompts plus --max-tokens, the server cannot hold."""
-    check_fits(inventory, max_model_len)
-    longest = max(p.prompt_tokens for p in inventory.prompts)
-    if config.max_tokens is not None and longest + config.max_tokens > max_model_len:
-        raise HarnessError(
-            f"--max-tokens {config.max_tokens}: the longest prompt ({longest} tokens) plus it exceeds the "
-            f"server's max_model_len {max_model_len}"
-        )
-
-
 def _environment(served_model: str, max_model_len: int | None, engine_version: str | None) -> Environment:
     return Environment(
         harness_version=_harness_version(),
@@ -130,19 +117,7 @@ def _environment(served_model: str, max_model_len: int | None, engine_version: s
     )
 
 
-def _settled_config(config: RunConfig, inventory: Inventory) -> RunConfig:
-    """The config as run: its wall-clock zero and the timeouts this load and these outputs call for, so the
-    record says what was used (a config built without them takes the defaults)."""
-    read_timeout_s, stall_timeout_s = request_timeouts(
-        config.load, longest_output_tokens(config.max_tokens, inventory), config.read_timeout_s, config.stall_timeout_s
-    )
-    return config.model_copy(
-        update={"clock_zero_unix_s": time.time(), "read_timeout_s": read_timeout_s, "stall_timeout_s": stall_timeout_s}
-    )
-
-
 def _client_settings(config: RunConfig, served_model: str, api_key: str | None) -> ClientSettings:
-    assert config.read_timeout_s is not None and config.stall_timeout_s is not None  # settled by _settled_config
     return ClientSettings(
         base_url=config.base_url,
         model=served_model,

@@ -13,27 +13,33 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from harness.errors import fields_rule
+
 
 class LoadShape(BaseModel):
     """The offered load: how many requests, how fast, in which order."""
 
-    concurrency: int | None = Field(None, ge=1, description="closed loop: this many in flight")
+    concurrency: int | None = Field(None, ge=1, description="closed loop: requests kept in flight")
     rate_per_s: float | None = Field(None, gt=0, description="open loop: mean arrivals per second")
-    burstiness: float = Field(1.0, gt=0, description="gamma shape of inter-arrival times; 1 is Poisson")
+    burstiness: float = Field(1.0, gt=0, description="gamma shape of inter-arrival times (1 = Poisson)")
     max_concurrency: int | None = Field(None, ge=1, description="cap on in-flight requests under a rate")
-    requests: int | None = Field(None, ge=1, description="measured requests; default one pass")
-    duration_s: float | None = Field(None, gt=0, description="stop scheduling after this long")
-    warmup_requests: int = Field(0, ge=0, description="sent first and left out of the results")
-    seed: int = Field(0, ge=0)
-    order: Literal["inventory", "shuffled"] = "inventory"
-    think_time_s: float = Field(0.0, ge=0, description="conversations: pause after a turn ends before the next")
+    requests: int | None = Field(None, ge=1, description="measured requests (default: one pass over the inventory)")
+    duration_s: float | None = Field(None, gt=0, description="stop scheduling after this many seconds")
+    warmup_requests: int = Field(0, ge=0, description="requests sent first and left out of the results")
+    seed: int = Field(0, ge=0, description="seed for arrivals and shuffling")
+    order: Literal["inventory", "shuffled"] = Field("inventory", description="prompt order per pass: inventory or "
+                                                    "shuffled")
+    think_time_s: float = Field(0.0, ge=0, description="conversations: seconds after a turn ends before the next "
+                                "is sent")
 
     @model_validator(mode="after")
     def one_loop(self) -> LoadShape:
         if (self.concurrency is None) == (self.rate_per_s is None):
-            raise ValueError("set exactly one of concurrency (closed loop) or rate_per_s (open loop)")
+            raise fields_rule("set exactly one of {closed} (closed loop) or {open} (open loop)",
+                              closed="concurrency", open="rate_per_s")
         if self.concurrency is not None and self.max_concurrency is not None:
-            raise ValueError("max_concurrency caps a rate; with concurrency it has no meaning")
+            raise fields_rule("{cap} caps a rate; with {closed} it has no meaning",
+                              cap="max_concurrency", closed="concurrency")
         return self
 
     @property

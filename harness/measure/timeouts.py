@@ -9,6 +9,9 @@ Before any request, the wait for a server's /health has one default for every co
 from __future__ import annotations
 
 import math
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from harness.errors import HarnessError
 from harness.measure.schedule import LoadShape
@@ -36,9 +39,6 @@ def request_timeouts(
     load: LoadShape, longest_output_tokens: int, read_timeout_s: float | None, stall_timeout_s: float | None
 ) -> tuple[float, float]:
     """(read timeout, stall timeout) in seconds: the ones given, else the defaults this load warrants."""
-    for option, value in (("--read-timeout-s", read_timeout_s), ("--stall-timeout-s", stall_timeout_s)):
-        if value is not None:
-            positive_seconds(value, option)
     in_flight = requests_in_flight(load)
     if read_timeout_s is None:
         read_timeout_s = READ_TIMEOUT_BASE_S + in_flight * longest_output_tokens * READ_TIMEOUT_PER_QUEUED_TOKEN_S
@@ -47,9 +47,20 @@ def request_timeouts(
     return read_timeout_s, stall_timeout_s
 
 
-def positive_seconds(value: float, option: str) -> float:
-    """A wait or deadline option's value: a positive, finite number of seconds (0 or less would give up at
-    once, NaN never)."""
+def seconds_to_wait(value: float) -> float:
+    """A wait or deadline as a model field (a pydantic validator: a refusal is a ValueError saying why)."""
     if not (value > 0 and math.isfinite(value)):
-        raise HarnessError(f"{option} must be a positive number of seconds, not {value}")
+        raise ValueError("must be a positive number of seconds")
     return value
+
+
+# A wait or deadline: 0 or less would give up at once, NaN never, infinity would hold a dead server forever.
+PositiveSeconds = Annotated[float, AfterValidator(seconds_to_wait)]
+
+
+def positive_seconds(value: float, option: str) -> float:
+    """`seconds_to_wait` for an option that is not a model field: the refusal is one line naming it."""
+    try:
+        return seconds_to_wait(value)
+    except ValueError as error:
+        raise HarnessError(f"{option}: {error}, not {value}") from None

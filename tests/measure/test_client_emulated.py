@@ -21,7 +21,9 @@ import httpx
 import numpy as np
 import psutil
 import pytest
+from typer.testing import CliRunner
 
+from harness.cli import app
 from harness.errors import HarnessError
 from harness.inventory.build import build_token_id_inventory
 from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
@@ -238,9 +240,35 @@ def test_the_send_turn_is_given_back_by_failed_and_cancelled_sends() -> None:
 def test_an_output_cap_beyond_the_servers_context_is_refused_before_sending(
     inventory_dir: Path, tmp_path: Path
 ) -> None:
-    with (
-        emulator(max_model_len=64) as base_url,  # the longest prompt has 40 tokens; 40 + 30 > 64
-        pytest.raises(HarnessError, match="--max-tokens 30: the longest prompt \\(40 tokens\\)"),
-    ):
+    # The five 40-token prompts (every fourth, from p0003) with 30 output tokens need 70 > 64; the 32-token ones
+    # need 62 and would fit, but the run is refused whole, before anything is sent.
+    refusal = (r"^max_tokens: inventory emulated-20: 5 prompt\(s\) exceed max_model_len 64 \(prompt \+ max_tokens 30 "
+               r"tokens\): p0003 \(40\+30=70\), p0007 \(40\+30=70\)")
+    with emulator(max_model_len=64) as base_url, pytest.raises(HarnessError, match=refusal):
         run(inventory_dir, base_url, tmp_path, concurrency=2, max_tokens=30)
     assert not (tmp_path / "requests.jsonl").exists()
+
+
+def test_max_tokens_below_the_inventorys_caps_is_held_against_the_context_with_its_own_value(
+    inventory_dir: Path, tmp_path: Path
+) -> None:
+    """The fit check, the timeouts and the requests all read the cap the run sends (`--max-tokens`), not the
+    inventory's: with the inventory's caps the run could not start, with a lower --max-tokens it fits."""
+    # max_model_len 48: the 40-token prompts with the inventory's cap of 11 need 51 > 48, so a run without
+    # --max-tokens is refused; with --max-tokens 4 the longest needs 40 + 4 = 44 <= 48 and every request fits;
+    # with --max-tokens 9 it needs 49 > 48 and the CLI names the flag.
+    with emulator(max_model_len=48) as base_url:
+        with pytest.raises(HarnessError, match=r"5 prompt\(s\) exceed max_model_len 48 \(prompt \+ output cap"):
+            run(inventory_dir, base_url, tmp_path / "inventory-caps", concurrency=2)
+        summary = run(inventory_dir, base_url, tmp_path / "lower", concurrency=2, max_tokens=4)
+        refused = CliRunner().invoke(app, ["run", "--inventory", str(inventory_dir), "--out", str(tmp_path / "cli"),
+                                           "--base-url", base_url, "--concurrency", "2", "--max-tokens", "9",
+                                           "--ready-timeout-s", "20"])
+    requests = read_requests(tmp_path / "lower")
+    assert summary.requests_ok == len(requests) == 20  # one pass over the 20 prompts, none refused by the server
+    assert {request.max_tokens for request in requests} == {4}
+    assert {request.output_tokens for request in requests} == {4}
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert refused.output.strip().splitlines()[-1].startswith(
+        "error: --max-tokens: inventory emulated-20: 5 prompt(s) exceed max_model_len 48 (prompt + max_tokens 9 "
+        "tokens): p0003 (40+9=49)")

@@ -91,7 +91,10 @@ def test_contradictory_or_impossible_loads_are_refused(fields: dict) -> None:
     ("options", "message"),
     [
         (["--concurrency", "0"], "error: --concurrency: Input should be greater than or equal to 1, not 0"),
-        (["--concurrency", "2", "--rate", "3"], "set exactly one of concurrency (closed loop) or rate_per_s"),
+        (["--concurrency", "2", "--rate", "3"],
+         "error: set exactly one of --concurrency (closed loop) or --rate (open loop)"),
+        (["--concurrency", "2", "--max-concurrency", "1"],
+         "error: --max-concurrency caps a rate; with --concurrency it has no meaning"),
         (["--rate", "3", "--order", "random"],
          "error: --order: Input should be 'inventory' or 'shuffled', not 'random'"),
         (["--rate", "-3"], "error: --rate: Input should be greater than 0, not -3.0"),

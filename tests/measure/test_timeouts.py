@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.errors import HarnessError
+from harness.measure.run_options import RunOptions
 from harness.measure.schedule import LoadShape
 from harness.measure.timeouts import request_timeouts
 
@@ -25,12 +26,14 @@ def test_an_uncapped_rate_holds_a_minute_of_arrivals_in_flight() -> None:
     assert request_timeouts(capped, 10, None, None) == pytest.approx((61.0, 30.4))
 
 
-def test_given_timeouts_are_kept_and_bad_ones_refused() -> None:
+def test_given_timeouts_are_kept_and_bad_ones_refused_by_their_field() -> None:
     assert request_timeouts(LoadShape(concurrency=8), 300, 5.0, 1.5) == (5.0, 1.5)
-    with pytest.raises(HarnessError, match="--read-timeout-s must be a positive number of seconds, not 0"):
-        request_timeouts(LoadShape(concurrency=8), 300, 0, None)
-    with pytest.raises(HarnessError, match="--stall-timeout-s must be a positive number of seconds, not inf"):
-        request_timeouts(LoadShape(concurrency=8), 300, None, float("inf"))
+    for field, value in (("read_timeout_s", 0.0), ("stall_timeout_s", float("inf")), ("ready_timeout_s", -1.0)):
+        with pytest.raises(ValidationError) as refused:
+            RunOptions.model_validate({"inventory": "x", "base_url": "http://h", "load": LoadShape(concurrency=8),
+                                       field: value})
+        first = refused.value.errors()[0]
+        assert (first["loc"], first["msg"]) == ((field,), "Value error, must be a positive number of seconds")
 
 
 @pytest.mark.parametrize("command", ["run", "sweep", "serve", "run-local", "demo"])
