@@ -68,6 +68,10 @@ ENGINE_FIGURES = (
     Output.CLIENT_E2E_MS_MEAN, Output.FRONTEND_MS_MEAN, Output.FRONTEND_SHARE, Output.BURST_TOKEN_FRACTION,
     Output.LARGEST_BURST_TOKENS, Output.PER_TOKEN_LATENCY_PACED, Output.QUALIFICATIONS,
 )
+PREFIX_CACHE_FIGURES = (
+    Output.PREFIX_CACHE_HIT_TOKENS_PREDICTED, Output.PREFIX_CACHE_HIT_TOKENS_MEASURED,
+    Output.PREFIX_CACHE_HITS_AS_PREDICTED,
+)
 MISSING = "–"
 ADVICE = {  # what to change when a point is bound by each limit the diagnosis names
     WEIGHTS: "give the engine room to start: a lower max_model_len, a higher gpu_memory_utilization, "
@@ -185,6 +189,9 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
                 _run_table(runs, limit, ENGINE_FIGURES)),
         Section("Predicted vs logged capacity", "the calculator's prediction beside what the engine logged at start-up",
                 _run_table(runs, limit, CAPACITY_FIGURES)),
+        Section("Predicted vs measured prefix-cache hits", "the hit tokens the inventory's shared prefixes should "
+                "give in whole blocks, beside the growth of vLLM's vllm:prefix_cache_hits over the run",
+                _run_table(runs, limit, PREFIX_CACHE_FIGURES)),
         Section("Diagnosis", "which limit bound each run, with the figures that say so", diagnosis),
         Section("Latency vs " + limit, "", plots=[Plot("latency.png", f"latency percentiles vs {limit}",
                                                        latency_vs_limit_png(comparison))]),

@@ -93,6 +93,8 @@ def write_record(run_dir: Path, *, max_num_seqs: int, requests: int, rng: np.ran
         "output_tokens": pa.array(np.full(requests, OUTPUT_TOKENS)),
         "finish_reason": pa.array(["length"] * requests), "http_status": pa.array(np.full(requests, 200)),
         "error_class": pa.nulls(requests, pa.string()), "error": pa.nulls(requests, pa.string()),
+        "conversation_id": pa.nulls(requests, pa.string()), "turn": pa.nulls(requests, pa.int64()),
+        "cached_prompt_tokens": pa.nulls(requests, pa.int64()),
     }
     assert list(columns) == list(RequestRecord.model_fields)
     pq.write_table(pa.table(columns), run_dir / "requests.parquet")

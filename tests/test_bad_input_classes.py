@@ -199,6 +199,8 @@ KINDS = {
     ("prompts build text", "--corpus"): INPUT_FILE,
     ("prompts import", "FILE"): INPUT_FILE,
     ("prompts import", "OUT"): OUTPUT_DIR,
+    ("prompts build conversations", "OUT"): OUTPUT_DIR,
+    ("prompts reuse", "INVENTORY_DIR"): INPUT_DIR,
 }
 BASE: dict[str, tuple[list[str], dict[str, str]]] = {  # positionals, options
     "budget": ([], {"--tokens": "10"}),
@@ -220,6 +222,10 @@ BASE: dict[str, tuple[list[str], dict[str, str]]] = {  # positionals, options
     "prompts build text": (["{tmp}/inventory"], {"--corpus": CORPUS, "--tokenizer": "{tiny}", "--prompt-tokens": "8",
                                                  "--output-cap-tokens": "4"}),
     "prompts import": ([TRAFFIC_CSV, "{tmp}/inventory"], {"--format": "csv", "--vocab-high": "100"}),
+    "prompts build conversations": (["{tmp}/inventory"], {"--vocab-high": "100", "--conversations": "1",
+                                                          "--turns": "2", "--user-tokens": "4",
+                                                          "--assistant-tokens": "4", "--output-cap-tokens": "4"}),
+    "prompts reuse": ([INVENTORY], {"--block-size": "16"}),
 }
 POSITIONALS = {"prompts import": ["FILE", "OUT"]}  # commands with more than one positional: their names in order
 BAD_KINDS = {  # each kind's bad values; {read_only} is a folder this process cannot write in

@@ -30,7 +30,10 @@ def prompts_build_token_ids(
     prompt_tokens: str = typer.Option(..., help=PROMPT_TOKENS_HELP),
     output_cap_tokens: str = typer.Option(..., help=OUTPUT_CAP_TOKENS_HELP),
     count: int = typer.Option(1, help="prompts per listed length; with a distribution, prompts in all"),
-    shared_prefix_tokens: int = typer.Option(0, help="leading tokens every prompt shares"),
+    shared_prefix_tokens: int = typer.Option(0, help="leading tokens every prompt (of a group) shares"),
+    prefix_groups: int | None = typer.Option(None, help="groups of prompts, each sharing its own prefix of "
+                                             "--shared-prefix-tokens"),
+    prompts_per_group: int | None = typer.Option(None, help="with --prefix-groups: prompts in each group"),
     salt: str | None = typer.Option(None, help="per-run salt: unique leading tokens defeat prefix-cache hits"),
     seed: int = typer.Option(0, help="numpy Generator seed"),
     name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
@@ -58,16 +61,21 @@ def prompts_build_token_ids(
     if tokenizer is not None:
         for warning in check_vocabulary(vocabulary, tokenizer, revision):
             print(f"warning: {warning}", file=sys.stderr)
-    recipe = token_id_recipe(
-        vocabulary=vocabulary,
-        prompt_tokens=lengths,
-        output_cap_tokens=caps,
-        shared_prefix_tokens=shared_prefix_tokens,
-        salt=salt,
-        seed=seed,
-        lengths=drawn,
-    )
-    inventory = build_token_id_inventory(name, recipe)
+    if (prefix_groups is None) != (prompts_per_group is None):
+        raise HarnessError("--prefix-groups and --prompts-per-group: give both (groups of prompts sharing a prefix) "
+                           "or neither")
+    if prefix_groups is not None:
+        from harness.inventory.prefix_groups import build_prefix_group_inventory, prefix_group_recipe
+
+        if drawn is not None:
+            raise HarnessError("--prompt-tokens: prefix groups take listed lengths, not a distribution")
+        inventory = build_prefix_group_inventory(name, prefix_group_recipe(
+            lengths, caps, prefix_groups, prompts_per_group=prompts_per_group, vocabulary=vocabulary,
+            shared_prefix_tokens=shared_prefix_tokens, salt=salt, seed=seed))
+    else:
+        inventory = build_token_id_inventory(name, token_id_recipe(
+            vocabulary=vocabulary, prompt_tokens=lengths, output_cap_tokens=caps,
+            shared_prefix_tokens=shared_prefix_tokens, salt=salt, seed=seed, lengths=drawn))
     write_inventory(inventory, out)
     print(f"{out}: {inventory.manifest.prompt_count} prompts, inventory_sha256 {inventory.digest}")
 
@@ -162,6 +170,67 @@ def prompts_import(
         notes.append(f"{found.later_turns} conversation(s) went on after the first exchange; only that is imported")
     print(f"{out}: {imported.inventory.manifest.prompt_count} prompts from {len(found.records)} records of {file}"
           + (f" ({'; '.join(notes)})" if notes else "") + f", inventory_sha256 {imported.inventory.digest}")
+
+
+@prompts_build_app.command("conversations")
+@one_line_errors
+def prompts_build_conversations(
+    out: Path = typer.Argument(..., help="inventory directory to write"),
+    vocab_high: int = typer.Option(..., help="one past the last allowed token id (special ids above it)"),
+    vocab_low: int = typer.Option(0, help="first allowed token id"),
+    exclude_ids: str = typer.Option("", help="comma-separated ids inside the range never to use"),
+    conversations: int = typer.Option(..., help="conversations to build"),
+    turns: str = typer.Option(..., help="turns per conversation: N, or LOW-HIGH drawn uniformly"),
+    user_tokens: str = typer.Option(..., help="tokens of each user message: N or LOW-HIGH"),
+    assistant_tokens: str = typer.Option(..., help="tokens of each recorded reply: N or LOW-HIGH"),
+    output_cap_tokens: int = typer.Option(..., help="each turn's max_tokens"),
+    salt: str | None = typer.Option(None, help="per-run salt: each conversation's first tokens its own"),
+    seed: int = typer.Option(0, help="numpy Generator seed"),
+    name: str | None = typer.Option(None, help="inventory name (default: the directory's name)"),
+) -> None:
+    """Synthetic conversations of token ids: each turn's prompt is the whole history so far, then its message."""
+    from harness.inventory.build import int_list, inventory_directory, inventory_name
+    from harness.inventory.frozen import write_inventory
+    from harness.inventory.prefix_groups import build_conversation_inventory, conversation_recipe, token_range
+
+    inventory_directory(out)
+    name = inventory_name(name, out)
+    recipe = conversation_recipe(
+        vocabulary={"low": vocab_low, "high": vocab_high,
+                    "excluded_ids": int_list(exclude_ids, "--exclude-ids", minimum=0)},
+        conversations=conversations, turns=token_range(turns, "--turns"),
+        user_tokens=token_range(user_tokens, "--user-tokens"),
+        assistant_tokens=token_range(assistant_tokens, "--assistant-tokens"),
+        output_cap_tokens=output_cap_tokens, salt=salt, seed=seed,
+    )
+    inventory = build_conversation_inventory(name, recipe)
+    write_inventory(inventory, out)
+    print(f"{out}: {conversations} conversations, {inventory.manifest.prompt_count} turns, "
+          f"inventory_sha256 {inventory.digest}")
+
+
+@prompts_app.command("reuse")
+@one_line_errors
+def prompts_reuse(
+    inventory_dir: Path = typer.Argument(..., help="inventory directory"),
+    block_size: int = typer.Option(..., help="the engine's KV-cache block size, tokens"),
+    cache_blocks: int | None = typer.Option(None, help="usable KV-cache blocks: flags possible evictions"),
+) -> None:
+    """The prefix-cache hits one pass over the inventory should give, in inventory order, before it runs."""
+    from harness.inventory.frozen import load_inventory
+    from harness.inventory.segments import sent_prompts
+    from harness.predict.prefix_cache import predict_prefix_hits
+
+    if block_size < 1:
+        raise HarnessError(f"--block-size: {block_size} is not a positive number of tokens")
+    if cache_blocks is not None and cache_blocks < 1:
+        raise HarnessError(f"--cache-blocks: {cache_blocks} is not a positive number of blocks")
+    inventory = load_inventory(inventory_dir)
+    sent = sent_prompts(inventory, [(p.prompt_id, p.output_cap_tokens) for p in inventory.prompts])
+    prediction = predict_prefix_hits(sent, block_size, cache_blocks)
+    evictions = {None: "", False: ", no eviction", True: ", evictions possible (an upper bound)"}
+    print(f"{inventory_dir}: {prediction.queried_tokens} prompt tokens queried, {prediction.hit_tokens} hit in "
+          f"blocks of {block_size}; {prediction.blocks_needed} blocks needed{evictions[prediction.eviction_possible]}")
 
 
 @prompts_app.command("verify")

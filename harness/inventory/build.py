@@ -27,8 +27,9 @@ from harness.inventory.frozen import (
     make_prompt,
 )
 from harness.inventory.lengths import DrawnLengths, FixedLengths, is_distribution, parse_distribution
-from harness.inventory.recipe import SALT_TOKENS, ImportRecipe, TextRecipe, TokenIdRecipe
+from harness.inventory.recipe import SALT_TOKENS, ImportRecipe, TextRecipe, TokenIdRecipe, VocabularyRange
 from harness.inventory.tokenizer import TokenCounter, resolve_tokenizer
+from harness.inventory.workload_recipes import PrefixGroupRecipe
 from harness.paths import output_directory, read_text
 
 # The command-line option each recipe field comes from, so a refused field names what the user typed.
@@ -37,6 +38,7 @@ RECIPE_OPTIONS = {
     "prompt_tokens": "--prompt-tokens", "output_cap_tokens": "--output-cap-tokens",
     "shared_prefix_tokens": "--shared-prefix-tokens", "salt": "--salt", "seed": "--seed", "corpus": "--corpus",
     "tokenizer": "--tokenizer", "tokenizer_revision": "--revision", "lengths": "--prompt-tokens",
+    "groups": "--prefix-groups", "prompts_per_group": "--prompts-per-group", "conversations": "--conversations",
 }
 INTEGER = re.compile(r"^ *-?[0-9]+ *$")  # one item of a comma-separated list of integers
 # What prose never holds: control characters other than whitespace, and a byte-order mark.
@@ -47,7 +49,7 @@ def prompt_id(index: int) -> str:
 
 def build_token_id_inventory(name: str, recipe: TokenIdRecipe) -> Inventory:
     """Seeded random ids from the allowed range; an optional shared prefix; an optional per-run salt."""
-    allowed = _allowed_ids(recipe)
+    allowed = allowed_ids(recipe.vocabulary)
     rng = np.random.default_rng(recipe.seed)
     prefix = allowed[rng.integers(0, allowed.size, size=recipe.shared_prefix_tokens)]
     prompts = []
@@ -55,18 +57,17 @@ def build_token_id_inventory(name: str, recipe: TokenIdRecipe) -> Inventory:
         body = allowed[rng.integers(0, allowed.size, size=length - recipe.shared_prefix_tokens)]
         ids = np.concatenate([prefix, body])
         if recipe.salt is not None:
-            ids[:SALT_TOKENS] = _salt_ids(recipe.salt, prompt_id(index), allowed)
+            ids[:SALT_TOKENS] = salt_ids(recipe.salt, prompt_id(index), allowed)
         prompts.append(make_prompt(prompt_id(index), length, cap, token_ids=[int(t) for t in ids]))
     return assemble_inventory(name, recipe, None, prompts)
 
 
-def _allowed_ids(recipe: TokenIdRecipe) -> np.ndarray:
-    vocabulary = recipe.vocabulary
+def allowed_ids(vocabulary: VocabularyRange) -> np.ndarray:
     every = np.arange(vocabulary.low, vocabulary.high, dtype=np.int64)
     return np.setdiff1d(every, np.asarray(vocabulary.excluded_ids, dtype=np.int64), assume_unique=True)
 
 
-def _salt_ids(salt: str, prompt: str, allowed: np.ndarray) -> list[int]:
+def salt_ids(salt: str, prompt: str, allowed: np.ndarray) -> list[int]:
     """The salt's hash written in base len(allowed): distinct per prompt and per salt, with no RNG state."""
     number = int.from_bytes(hashlib.sha256(f"{salt}\x00{prompt}".encode()).digest(), "big")
     digits = []
@@ -128,22 +129,31 @@ def build_text_inventory(name: str, recipe: TextRecipe) -> Inventory:
 def salted(inventory: Inventory, salt: str) -> Inventory:
     """The same token-id inventory with a per-run salt, so a repeated run cannot hit a warm prefix cache."""
     recipe = inventory.manifest.recipe
-    if not isinstance(recipe, TokenIdRecipe):
+    if isinstance(recipe, TextRecipe | ImportRecipe):
         raise HarnessError(f"inventory {inventory.manifest.name}: only token-id inventories can be salted")
-    return build_token_id_inventory(
-        inventory.manifest.name, token_id_recipe(**recipe.model_dump(exclude={"salt"}), salt=salt)
-    )
+    try:
+        again = type(recipe).model_validate({**recipe.model_dump(), "salt": salt})
+    except pydantic.ValidationError as error:
+        raise HarnessError(recipe_error(error, "token-id recipe")) from None
+    return rebuild(inventory.manifest.model_copy(update={"recipe": again}))
 
 
 def rebuild(manifest: InventoryManifest) -> Inventory:
     """Build again from a manifest's own recipe (the proof that frozen data matches its recipe)."""
-    if isinstance(manifest.recipe, TokenIdRecipe):
-        return build_token_id_inventory(manifest.name, manifest.recipe)
-    if isinstance(manifest.recipe, ImportRecipe):
+    from harness.inventory import prefix_groups  # it builds on this module's id tables
+
+    recipe = manifest.recipe
+    if isinstance(recipe, TokenIdRecipe):
+        return build_token_id_inventory(manifest.name, recipe)
+    if isinstance(recipe, TextRecipe):
+        return build_text_inventory(manifest.name, recipe)
+    if isinstance(recipe, ImportRecipe):
         from harness.inventory.importing import import_text
 
-        return import_text(manifest.name, manifest.recipe).inventory
-    return build_text_inventory(manifest.name, manifest.recipe)
+        return import_text(manifest.name, recipe).inventory
+    if isinstance(recipe, PrefixGroupRecipe):
+        return prefix_groups.build_prefix_group_inventory(manifest.name, recipe)
+    return prefix_groups.build_conversation_inventory(manifest.name, recipe)
 
 
 def token_shapes(prompt_tokens: str, output_cap_tokens: str, count: int) -> tuple[list[int], list[int]]:

@@ -26,7 +26,20 @@ from harness.inventory.fields import (
     Sha256Hex,
     TokenizerIdentity,
 )
-from harness.inventory.recipe import ImportRecipe, Recipe, TextRecipe, TokenIdRecipe, VocabularyRange
+from harness.inventory.recipe import (
+    ABSENT_WHEN_NONE,
+    ImportRecipe,
+    Recipe,
+    TextRecipe,
+    VocabularyRange,
+)
+from harness.inventory.recipe import (
+    TokenIdRecipe as TokenIdRecipe,  # re-exported: callers build inventories from here
+)
+from harness.inventory.workload_recipes import ConversationRecipe, PrefixGroupRecipe
+
+# Every recipe a manifest may hold: the plain ones and those with structure a prefix cache can use.
+AnyRecipe = Annotated[Recipe | PrefixGroupRecipe | ConversationRecipe, Field(discriminator="kind")]
 
 SCHEMA_VERSION = 1
 PROMPTS_FILE = "prompts.jsonl"
@@ -53,7 +66,10 @@ class InventoryPrompt(FrozenModel):
     text: str | None = None
     chat: bool = False
     # A recorded chat request of several messages (a system prompt, earlier turns): sent as recorded.
-    messages: list[ChatMessage] | None = Field(None, exclude_if=lambda value: value is None)
+    messages: list[ChatMessage] | None = ABSENT_WHEN_NONE
+    # A conversation's turn: which conversation, and 1 for its first turn.
+    conversation_id: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9_.-]+$")] = ABSENT_WHEN_NONE
+    turn: Annotated[int | None, Field(ge=1)] = ABSENT_WHEN_NONE
     sha256: Sha256Hex
 
     @model_validator(mode="after")
@@ -70,6 +86,8 @@ class InventoryPrompt(FrozenModel):
             )
         if self.chat and self.token_ids is not None:
             raise ValueError(f"prompt {self.prompt_id}: chat needs text or messages, not token_ids")
+        if (self.conversation_id is None) != (self.turn is None):
+            raise ValueError(f"prompt {self.prompt_id}: a conversation's turn needs both conversation_id and turn")
         return self
 
     def chat_messages(self) -> list[dict[str, str]]:
@@ -88,6 +106,7 @@ class InventoryPrompt(FrozenModel):
         return canonical_json(self.model_dump(mode="json"))
 
 
+
 def make_prompt(
     prompt_id: str,
     prompt_tokens: int,
@@ -97,11 +116,13 @@ def make_prompt(
     text: str | None = None,
     chat: bool = False,
     messages: list[ChatMessage] | None = None,
+    conversation_id: str | None = None,
+    turn: int | None = None,
 ) -> InventoryPrompt:
     """A prompt with its hash filled in (the only way builders should create one)."""
     draft = InventoryPrompt(prompt_id=prompt_id, prompt_tokens=prompt_tokens, output_cap_tokens=output_cap_tokens,
                             token_ids=token_ids, text=text, chat=chat or messages is not None, messages=messages,
-                            sha256="0" * 64)
+                            conversation_id=conversation_id, turn=turn, sha256="0" * 64)
     return draft.model_copy(update={"sha256": draft.content_sha256()})
 
 
@@ -118,7 +139,7 @@ class InventoryManifest(FrozenModel):
     kind: Literal["token_ids", "text"]
     inventory_sha256: Sha256Hex
     tokenizer: TokenizerIdentity | None
-    recipe: Recipe
+    recipe: AnyRecipe
     prompt_count: int = Field(gt=0)
     prompt_tokens_total: int
     output_cap_tokens_total: int
@@ -152,7 +173,7 @@ class InventoryManifest(FrozenModel):
 
     @property
     def vocabulary(self) -> VocabularyRange | None:
-        return self.recipe.vocabulary if isinstance(self.recipe, TokenIdRecipe) else None
+        return None if isinstance(self.recipe, TextRecipe | ImportRecipe) else self.recipe.vocabulary
 
     def content_sha256(self) -> str:
         return sha256_hex(canonical_json(self.model_dump(mode="json", exclude={"inventory_sha256"})))
@@ -172,7 +193,7 @@ class Inventory:
 
 
 def assemble_inventory(
-    name: str, recipe: TokenIdRecipe | TextRecipe | ImportRecipe, tokenizer: TokenizerIdentity | None,
+    name: str, recipe: AnyRecipe, tokenizer: TokenizerIdentity | None,
     prompts: list[InventoryPrompt],
 ) -> Inventory:
     """Wrap built prompts in a manifest whose digest covers every prompt's hash and the recipe."""

@@ -49,6 +49,8 @@ ALLOWED_FLAGS: dict[str, str | None] = {
     "--disable-custom-all-reduce": None,
     "--disable-cascade-attn": None,
     "--kv-sharing-fast-prefill": None,
+    # Adds usage.prompt_tokens_details.cached_tokens to each response: what one request reused of the cache.
+    "--enable-prompt-tokens-details": None,
 }
 
 

@@ -59,6 +59,11 @@ class RequestRecord(BaseModel):
     http_status: int | None = None
     error_class: ErrorClass | None = None
     error: str | None = None
+    # A conversation's turn (None for a lone prompt), and the prompt tokens the server reports it served from its
+    # prefix cache (`usage.prompt_tokens_details.cached_tokens`: vLLM sends it with --enable-prompt-tokens-details).
+    conversation_id: str | None = None
+    turn: int | None = None
+    cached_prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +78,8 @@ class PromptRequest:
     text: str | None
     chat: bool
     messages: list[dict[str, str]] | None = None  # a chat prompt's messages as recorded (else text is one user turn)
+    conversation_id: str | None = None
+    turn: int | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +221,9 @@ class StreamingClient:
             http_status=status,
             error_class=error_class,
             error=error,
+            conversation_id=prompt.conversation_id,
+            turn=prompt.turn,
+            cached_prompt_tokens=stream.cached_prompt_tokens,
         )
 
     def _timeout_failure(
@@ -269,6 +279,7 @@ class StreamState:
         self.chunk_tokens: list[int] = []
         self.prompt_tokens: int | None = None
         self.output_tokens: int | None = None
+        self.cached_prompt_tokens: int | None = None
         self.finish_reason: str | None = None
         self.error: tuple[ErrorClass, str] | None = None
         self.done = False
@@ -319,3 +330,6 @@ class StreamState:
         if usage is not None:
             self.prompt_tokens = usage["prompt_tokens"]
             self.output_tokens = usage["completion_tokens"]
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                self.cached_prompt_tokens = details["cached_tokens"]

@@ -1,7 +1,8 @@
 """Sending the planned load through the client: closed-loop workers or an open-loop dispatcher.
 
 Requests that become due together go out one at a time (`SendTurn`); on cancellation, requests in flight
-end as 'cancelled' records.
+end as 'cancelled' records. A conversation's turns go to one closed-loop worker, in order, each sent only
+after the one before it ended (and the load's think time passed): the concurrency is then conversations.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import asyncio
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
+from harness.errors import HarnessError
 from harness.inventory.frozen import Inventory, InventoryPrompt
 from harness.inventory.output_cap import effective_output_cap_tokens
 from harness.measure.client import ErrorClass, PromptRequest, RequestRecord, StreamingClient
 from harness.measure.record import RunConfig
-from harness.measure.schedule import Slot, plan
+from harness.measure.schedule import LoadShape, Slot, plan
 
 Finished = Callable[[RequestRecord], None]
 
@@ -28,11 +30,44 @@ async def send_all(config: RunConfig, inventory: Inventory, client: StreamingCli
     def request(slot: Slot) -> PromptRequest:
         return _request(slot, inventory.prompts[slot.prompt_index], config)
 
+    def conversation(slot: Slot) -> str | None:
+        return inventory.prompts[slot.prompt_index].conversation_id
+
     load = _Load(slots, request, client, load_start_s, finished)
     if config.load.concurrency is not None:
-        await load.closed_loop(config.load.concurrency, config.load.duration_s)
+        jobs = conversation_jobs(slots, conversation)
+        await load.closed_loop(config.load.concurrency, config.load.duration_s, jobs, config.load.think_time_s)
     else:
         await load.open_loop(config.load.max_concurrency)
+
+
+def check_conversation_load(load: LoadShape, inventory: Inventory) -> None:
+    """A conversation's turns are sent in order by one worker: a closed loop, over the inventory in order."""
+    if not any(prompt.conversation_id is not None for prompt in inventory.prompts):
+        if load.think_time_s:
+            raise HarnessError(f"--think-time-s {load.think_time_s:g}: inventory {inventory.manifest.name} holds no "
+                               "conversations, so there is no turn to think after")
+        return
+    if load.concurrency is None:
+        raise HarnessError(f"inventory {inventory.manifest.name} holds conversations: give --concurrency "
+                           "(conversations in flight), not --rate")
+    if load.order != "inventory":
+        raise HarnessError(f"--order {load.order}: inventory {inventory.manifest.name} holds conversations, whose "
+                           "turns are sent in their order")
+
+
+def conversation_jobs(slots: Iterator[Slot], conversation: Callable[[Slot], str | None]) -> Iterator[list[Slot]]:
+    """Consecutive slots of one conversation as one job, a new pass over the inventory starting a new one; a
+    prompt outside any conversation is a job of its own. Lazy: the workers share it, as they share the slots."""
+    job: list[Slot] = []
+    for slot in slots:
+        same = job and conversation(slot) is not None and conversation(slot) == conversation(job[-1])
+        if job and not (same and slot.prompt_index > job[-1].prompt_index):
+            yield job
+            job = []
+        job.append(slot)
+    if job:
+        yield job
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,18 +80,24 @@ class _Load:
     start_s: float
     finished: Finished
 
-    async def closed_loop(self, concurrency: int, duration_s: float | None) -> None:
-        """The workers share the one slot iterator, so each slot is sent once, by whichever worker is free;
-        a worker stops past the duration or once its request was cancelled."""
+    async def closed_loop(
+        self, concurrency: int, duration_s: float | None, jobs: Iterator[list[Slot]], think_time_s: float = 0.0
+    ) -> None:
+        """The workers share the one job iterator, so each slot is sent once, by whichever worker is free; a job's
+        slots (a conversation's turns) one after another, `think_time_s` apart. A worker stops past the duration
+        or once its request was cancelled."""
 
         async def worker() -> None:
-            for slot in self.slots:
-                if duration_s is not None and self.client.now() - self.start_s > duration_s:
-                    return
-                record = await self.client.send(self.request(slot))  # due when its turn to send comes
-                self.finished(record)
-                if record.error_class == ErrorClass.cancelled:
-                    return
+            for job in jobs:
+                for number, slot in enumerate(job):
+                    if duration_s is not None and self.client.now() - self.start_s > duration_s:
+                        return
+                    if number and think_time_s:
+                        await asyncio.sleep(think_time_s)
+                    record = await self.client.send(self.request(slot))  # due when its turn to send comes
+                    self.finished(record)
+                    if record.error_class == ErrorClass.cancelled:
+                        return
 
         workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
         try:
@@ -111,4 +152,6 @@ def _request(slot: Slot, prompt: InventoryPrompt, config: RunConfig) -> PromptRe
         text=prompt.text,
         chat=prompt.chat,
         messages=prompt.chat_messages() if prompt.messages is not None else None,
+        conversation_id=prompt.conversation_id,
+        turn=prompt.turn,
     )

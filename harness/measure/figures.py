@@ -3,7 +3,8 @@
 `RunSummary` (summary.json) is made of small parts, each computed by one module and each refusing a name
 it does not declare: the client's health and the cost of its scrapes (`measure.stats`), how the tokens
 were paced (`measure.stream_pacing`), where the engine spent the time (`measure.engine_time`) and the
-server's peaks (`measure.stats`). `RunFigures` is one record as the dashboard and the analysis see it:
+server's peaks (`measure.stats`), and prefix-cache reuse, predicted against measured and per conversation
+turn (`measure.reuse_figures`). `RunFigures` is one record as the dashboard and the analysis see it:
 what was asked, the engine, the summary, the captured capacity and the device. Its `inputs()` and
 `outputs()` are the names Polyaxon stores; `output_names()` is every name an output can have, which the
 tests hold against `harness.schema.Output` and the components' declared outputs.
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from harness.errors import HarnessError
 from harness.measure.client import ErrorClass
 from harness.measure.record import RunConfig, ServerSample, read_run_config, read_samples
+from harness.measure.reuse_models import PrefixCacheFigures, TurnFigures
 from harness.observe.capacity import CapacityReport
 from harness.observe.device import DeviceFacts, DeviceRecord
 from harness.observe.engine_failure import Stage
@@ -101,7 +103,7 @@ PARTS = ("health", "scrape", "pacing", "engine", "server")  # RunSummary's parts
 # Kept out of the outputs: lists and mappings (flattened below), the record's bookkeeping, and the sample
 # interval, a setting the run was given: an output of that name would shadow the input in the templates.
 NOT_OUTPUTS = {"latency", "errors_by_class", "error_fraction_by_class", "invalid_reasons", "qualifications",
-               "schema_version", "run_id", "sample_interval_s", *PARTS}
+               "schema_version", "run_id", "sample_interval_s", "prefix_cache", "turns", *PARTS}
 
 
 class RunSummary(Figures):
@@ -143,12 +145,16 @@ class RunSummary(Figures):
     pacing: StreamPacing
     engine: EngineTime
     server: ServerFigures
+    prefix_cache: PrefixCacheFigures | None = None  # None: a record from before prefix-cache figures
+    turns: list[TurnFigures] = []  # one per turn number of the run's conversations; tracked in the summary only
 
     def outputs(self) -> dict[str, Any]:
         """Every scalar figure under its dashboard name, latency percentiles flattened to `ttft_ms_p99`."""
         outputs = {name: value for name, value in self.model_dump(exclude=NOT_OUTPUTS).items() if value is not None}
         for part in PARTS:
             outputs.update(getattr(self, part).model_dump(exclude_none=True))
+        if self.prefix_cache is not None:
+            outputs.update(self.prefix_cache.outputs())
         per_token = tuple(f"{name}_ms_" for name in PER_TOKEN_LATENCIES)  # they would read as per-token figures
         outputs.update({name: value for name, value in self.latency.items() if value is not None
                         and (self.pacing.per_token_latency_paced is not False or not name.startswith(per_token))})
@@ -310,12 +316,12 @@ def latency_names(name: str) -> list[str]:
 
 
 def output_names() -> set[str]:
-    """Every output name a record can give: the summary's scalars and parts, its latencies and error classes,
-    the capacity's and the device's figures."""
+    """Every output name a record can give: the summary's scalars and parts, its prefix-cache figures, its
+    latencies and error classes, the capacity's and the device's figures."""
     scalars = set(RunSummary.model_fields) - NOT_OUTPUTS | {"invalid_reasons", "qualifications"}
     parts = (ClientHealth, ScrapeCost, StreamPacing, EngineTime, ServerFigures, LoggedCapacity, PredictedCapacity)
     errors = {name for error in ErrorClass for name in (f"errors_{error}", f"error_rate_{error}_fraction")}
     return (scalars | {name for part in parts for name in part.model_fields} | errors
-            | {key for name in LATENCIES for key in latency_names(name)}
+            | PrefixCacheFigures.output_names() | {key for name in LATENCIES for key in latency_names(name)}
             | set(DeviceRecord.model_fields) - set(DeviceFacts.model_fields))
 

@@ -25,7 +25,7 @@ from rich.progress import Progress
 from harness.inventory.check import check_fits, prompt_token_mismatches
 from harness.inventory.frozen import Inventory
 from harness.measure.client import ClientSettings, RequestRecord, StreamingClient
-from harness.measure.dispatch import send_all
+from harness.measure.dispatch import check_conversation_load, send_all
 from harness.measure.loop_lag import LoopLagProbe
 from harness.measure.ready import discover_server
 from harness.measure.record import (
@@ -34,6 +34,7 @@ from harness.measure.record import (
     RunWriter,
     ServerSample,
 )
+from harness.measure.reuse_figures import reuse_figures
 from harness.measure.sampler import MetricsSampler
 from harness.measure.stats import RunSummary, summarize
 from harness.measure.timeouts import READY_TIMEOUT_S
@@ -69,6 +70,7 @@ async def _run(
     served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s, api_key)
     if max_model_len is not None:  # before the first request: what the server cannot hold is refused whole
         check_fits(inventory, max_model_len, config.max_tokens)
+    check_conversation_load(config.load, inventory)
     writer = RunWriter(run_dir)
     writer.write_model(RunFile.ENVIRONMENT, _environment(served_model, max_model_len, engine_version))
     clock_zero = time.perf_counter()
@@ -187,6 +189,7 @@ def _summary(
     interrupted_by: str | None,
 ) -> RunSummary:
     usage = [(r.prompt_id, r.prompt_tokens) for r in records if r.prompt_tokens is not None]  # every send
+    prefix_cache, turns = reuse_figures(inventory, records, samples)
     return summarize(
         records,
         samples,
@@ -200,7 +203,7 @@ def _summary(
         prompt_token_mismatches=len(prompt_token_mismatches(inventory, usage)),
         interrupted_by=interrupted_by,
         max_error_fraction=config.max_error_fraction,
-    ).model_copy(update={"run_id": config.run_id})
+    ).model_copy(update={"run_id": config.run_id, "prefix_cache": prefix_cache, "turns": turns})
 
 
 @contextlib.contextmanager

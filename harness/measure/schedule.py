@@ -29,6 +29,8 @@ class LoadShape(BaseModel):
     seed: int = Field(0, ge=0, description="seed for arrivals and shuffling")
     order: Literal["inventory", "shuffled"] = Field("inventory", description="prompt order per pass: inventory or "
                                                     "shuffled")
+    think_time_s: float = Field(0.0, ge=0, description="conversations: seconds after a turn ends before the next "
+                                "is sent")
 
     @model_validator(mode="after")
     def one_loop(self) -> LoadShape:

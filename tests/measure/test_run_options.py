@@ -33,7 +33,7 @@ def test_every_run_option_reads_its_default_and_help_from_its_field() -> None:
     options = field_options()
     others = {name for name, parameter in inspect.signature(run_command).parameters.items()
               if isinstance(parameter.default, OptionInfo) and name not in options}
-    assert len(options) == 25  # 9 load options, 3 SLO options and 13 more: a new option shows up here
+    assert len(options) == 26  # 10 load options (--think-time-s too), 3 SLO options and 13 more: a new one shows
     assert others == NOT_FIELDS
     for name, option in options.items():
         declared = declaring_model(option.field).model_fields[option.field]
@@ -47,7 +47,7 @@ def test_each_field_maps_to_the_flag_harness_run_takes() -> None:
         "--rate", "--warmup", "--slo-ttft-ms", "--max-tokens")
     command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     taken = {opt for parameter in command.params for opt in parameter.opts}
-    assert len(flags) == 25 and set(flags.values()) <= taken
+    assert len(flags) == 26 and set(flags.values()) <= taken
 
 
 def test_the_command_typer_builds_carries_the_fields_defaults_and_descriptions() -> None:

@@ -1,0 +1,56 @@
+"""What an inventory's prompts share, as the prefix-cache prediction reads it: each prompt's segments.
+
+A segment's key is the sha256 of its token ids (of its text for a text prompt), so two prompts share a
+segment only when its tokens are equal: a recipe that failed to share its prefix predicts no hit.
+Boundaries come from the recipe: a group's shared prefix, a conversation turn's earlier history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections import defaultdict
+from collections.abc import Sequence
+
+from harness.inventory.frozen import Inventory, InventoryPrompt
+from harness.inventory.recipe import ImportRecipe, TextRecipe, TokenIdRecipe
+from harness.inventory.workload_recipes import PrefixGroupRecipe
+from harness.predict.prefix_cache import PromptSegment, SentPrompt
+
+
+def prompt_segments(inventory: Inventory) -> dict[str, list[PromptSegment]]:
+    """Every prompt's segments, by prompt id. The content hashes settle what is shared: a salted prompt's
+    first segment is its own, and so is everything chained after it."""
+    recipe = inventory.manifest.recipe
+    shared = recipe.shared_prefix_tokens if isinstance(recipe, TokenIdRecipe | PrefixGroupRecipe) else 0
+    turns: dict[str, list[tuple[int, int]]] = defaultdict(list)  # conversation → (turn, prompt tokens)
+    for prompt in inventory.prompts:
+        if prompt.conversation_id is not None and prompt.turn is not None:
+            turns[prompt.conversation_id].append((prompt.turn, prompt.prompt_tokens))
+    segments = {}
+    for prompt in inventory.prompts:
+        boundaries = [shared]
+        if prompt.conversation_id is not None:  # each turn's prompt starts with the one before
+            boundaries = [tokens for turn, tokens in turns[prompt.conversation_id] if turn < (prompt.turn or 0)]
+        segments[prompt.prompt_id] = _cut(prompt, boundaries, isinstance(recipe, TextRecipe | ImportRecipe))
+    return segments
+
+
+def _cut(prompt: InventoryPrompt, boundaries: list[int], text: bool) -> list[PromptSegment]:
+    """The prompt split at the boundaries; a text prompt is one segment (its tokens are the server's)."""
+    if text or prompt.token_ids is None:
+        content = str(prompt.text) if prompt.messages is None else repr(prompt.chat_messages())
+        return [PromptSegment(key=_digest(content), tokens=prompt.prompt_tokens)]
+    edges = [0, *sorted(b for b in set(boundaries) if 0 < b < prompt.prompt_tokens), prompt.prompt_tokens]
+    return [PromptSegment(key=_digest(",".join(map(str, prompt.token_ids[start:end]))), tokens=end - start)
+            for start, end in itertools.pairwise(edges)]
+
+
+def _digest(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+def sent_prompts(inventory: Inventory, sent: Sequence[tuple[str, int]]) -> list[SentPrompt]:
+    """The requests a run sent, in the order the server took them: (prompt id, output tokens) pairs."""
+    segments = prompt_segments(inventory)
+    return [SentPrompt(segments=segments[prompt_id], output_tokens=output) for prompt_id, output in sent]
