@@ -3,6 +3,7 @@ and a README layout that names what is there."""
 
 import ast
 import re
+import tomllib
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -91,3 +92,12 @@ def graph_of_analysis() -> set[str]:
                 imported.add("base" if len(parts) == 2 else ".".join(parts[1:3]))
     assert imported, "the scan found no import of the harness in analysis/"
     return imported
+
+
+def test_every_package_ships_in_the_wheel() -> None:
+    """An installed harness (the image, a venv) holds only the packages pyproject.toml lists."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(ROOT).parts) for path in [*PACKAGE.rglob("__init__.py"),
+                                                                        *ANALYSIS.rglob("__init__.py")]}
+    assert len(found) >= 12 and {"harness.search", "analysis"} <= found
+    assert found - listed == set()
