@@ -127,6 +127,12 @@ def step_preemptions(step: StepResult) -> int:
                .server.preemptions_during_run or 0 for probe in step.probes if not probe.invalid_reasons)
 
 
+def spin_until(done: threading.Event) -> None:
+    """Hold the interpreter until `done`, keeping nothing: each pass only asks the event."""
+    while not done.is_set():
+        pass
+
+
 class StallingRunner(LocalProbeRunner):
     """The client's own process starved on step 2's first run: a busy thread that keeps the GIL for 0.5 s at a
     time, so the event loop that stamps every chunk runs late — a client stall, as a busy machine makes one."""
@@ -137,7 +143,7 @@ class StallingRunner(LocalProbeRunner):
         done = threading.Event()
         interval = sys.getswitchinterval()
         sys.setswitchinterval(0.5)
-        busy = threading.Thread(target=lambda: [None for _ in iter(done.is_set, True)], daemon=True)
+        busy = threading.Thread(target=spin_until, args=(done,), daemon=True)
         busy.start()
         try:
             return super().run(probe)
