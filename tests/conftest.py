@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -49,6 +51,17 @@ LOCAL_CPU_PRESET = REPO_ROOT / "polyaxonfiles" / "presets" / "local-cpu.yaml"
 # test_client_emulated.py's busy-loop test) do not.
 BUSY_MACHINE_REASONS = ("client fell behind its schedule", "client sent late", "client event loop stalled",
                         "sampler missed its ticks")
+
+
+def bash_commands(markdown: Path) -> list[list[str]]:
+    """The commands in a Markdown file's bash blocks as words: continuation lines joined, comments dropped."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", markdown.read_text(encoding="utf-8"), flags=re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                commands.append(words)
+    return commands
 
 
 def invalid_but_for_a_busy_machine(reasons: list[str]) -> list[str]:

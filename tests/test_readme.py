@@ -19,6 +19,7 @@ from polyaxon.client import ProjectClient, RunClient
 
 from harness.track.tracking import track_run
 
+from conftest import bash_commands
 from run_records import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,15 +31,7 @@ BUILD_IMAGE = "polyaxonfiles/build-image.yaml"
 
 
 def readme_commands() -> list[list[str]]:
-    """The commands in the README's bash blocks as words: continuation lines joined, comments dropped."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    commands = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if words:
-                commands.append(words)
-    return commands
+    return bash_commands(ROOT / "README.md")
 
 
 def commands_of(kind: str) -> list[list[str]]:

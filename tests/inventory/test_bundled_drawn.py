@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,20 +14,11 @@ import numpy as np
 from harness.inventory.check import check_fits
 from harness.inventory.frozen import MANIFEST_FILE, PROMPTS_FILE, load_inventory
 
+from conftest import bash_commands
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "prompts" / "README.md"
 BIN = Path(sys.executable).parent
-
-
-def readme_commands() -> list[list[str]]:
-    text = README.read_text(encoding="utf-8")
-    commands = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if words:
-                commands.append(words)
-    return commands
 
 
 def run(words: list[str]) -> subprocess.CompletedProcess[str]:
@@ -39,7 +28,7 @@ def run(words: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_readme_build_commands_rebuild_the_committed_bytes(tmp_path: Path) -> None:
-    builds = [words for words in readme_commands() if words[:4] == ["harness", "prompts", "build", "token-ids"]]
+    builds = [words for words in bash_commands(README) if words[:4] == ["harness", "prompts", "build", "token-ids"]]
     assert [words[4] for words in builds] == ["prompts/qwen3-4b-chat-lognormal", "prompts/tiny-qwen3-chat-lognormal"]
     for words in builds:
         committed = ROOT / words[4]
@@ -81,7 +70,7 @@ def test_the_fit_is_the_one_the_readme_derives() -> None:
 
 
 def test_the_readme_budget_command_prints_the_stated_population() -> None:
-    [words] = [words for words in readme_commands() if words[:2] == ["harness", "budget"]]
+    [words] = [words for words in bash_commands(README) if words[:2] == ["harness", "budget"]]
     priced = run([*words, "--json"])
     assert priced.returncode == 0, priced.stderr
     population = json.loads(priced.stdout)["population"]
@@ -93,7 +82,7 @@ def test_the_readme_budget_command_prints_the_stated_population() -> None:
 
 
 def test_the_readme_import_command_runs_as_written(tmp_path: Path) -> None:
-    [words] = [words for words in readme_commands() if words[:3] == ["harness", "prompts", "import"]]
+    [words] = [words for words in bash_commands(README) if words[:3] == ["harness", "prompts", "import"]]
     out = tmp_path / words[4]  # OUT in a folder of the test's own
     imported = run([*words[:4], str(out), *words[5:]])
     assert imported.returncode == 0, imported.stderr
