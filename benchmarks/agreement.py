@@ -56,6 +56,7 @@ import json
 import math
 import os
 import resource
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -268,6 +269,7 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="agreement-"))
+    os.environ.setdefault("VLLM_API_KEY", secrets.token_hex(16))  # the engine refuses to start unauthenticated
     recipe = TokenIdRecipe(
         vocabulary=VocabularyRange(low=0, high=VOCAB_SIZE - len(SPECIAL_TOKENS)),
         prompt_tokens=[args.prompt_tokens] * args.prompts,
