@@ -108,7 +108,7 @@ def parse_startup_log(text: str, start: int | None = None) -> StartupCapacity:
     starts = split_starts(split_log_lines(redact_text(text)))
     chosen = len(starts) if start is None else start
     if not 1 <= chosen <= len(starts):
-        raise HarnessError(f"start {start} asked for, but the log holds {len(starts)} start(s)")
+        raise HarnessError(f"--start {start}: the log holds {len(starts)} start(s); give 1 to {len(starts)}")
     parsed = _parse_start(starts[chosen - 1])
     return parsed.model_copy(update={"starts": len(starts), "start": chosen})
 

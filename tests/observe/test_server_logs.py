@@ -443,7 +443,7 @@ def test_a_log_with_two_starts_is_read_one_start_at_a_time() -> None:
     assert first.memory_profile is not None
     assert first.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(17.06 * GiB)
 
-    with pytest.raises(HarnessError, match="start 3 asked for, but the log holds 2"):
+    with pytest.raises(HarnessError, match=re.escape("--start 3: the log holds 2 start(s); give 1 to 2")):
         parse_startup_log(ISSUE_10517_TWO_STARTS, start=3)
 
 
