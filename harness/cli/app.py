@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 import typer
@@ -28,6 +28,9 @@ from harness.errors import (
     HarnessError,
 )
 from harness.redact import redact_text
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # pydantic's error types for a value typer could not parse, as the kind of value the option wants
 PARSE_ERRORS = {"int_parsing": "an integer", "int_from_float": "an integer", "int_type": "an integer",
@@ -143,3 +146,10 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(EXIT_SIGINT) from None
 
     return wrapper
+
+
+def report_console(pipe_width: int = 160) -> Console:
+    """A terminal's own width; a pipe or a log file is not 80 columns wide, so tables there get `pipe_width`."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=pipe_width)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -72,12 +71,11 @@ def demo(
     """The whole loop on this machine: predict, launch the real CPU engine, measure a sweep, analyse it."""
     import time
 
-    from rich.console import Console
-
+    from harness.cli.app import report_console
     from harness.dev.demo import run_demo
     from harness.launch.engine_process import stop_on_sigterm
 
-    console = Console() if sys.stdout.isatty() else Console(width=160)  # a log file is not 80 columns wide
+    console = report_console()
     with stop_on_sigterm():
         result = run_demo(out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"), console, repeats)
     failed = f"; points that failed: {result.failed_points}" if result.failed_points else ""

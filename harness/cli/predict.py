@@ -75,9 +75,11 @@ def budget(
     if field_check is not None:
         from harness.calibrate.field_check import run_field_check
         from harness.calibrate.field_report import field_renderable
+        from harness.cli.app import report_console
 
         report = run_field_check(input_directory(field_check, "--field-check"))
-        print(report.model_dump_json(indent=2)) if json_output else Console().print(field_renderable(report))
+        print(report.model_dump_json(indent=2)) if json_output else report_console(pipe_width=240).print(
+            field_renderable(report))
         return
     if gpu is not None:
         from harness.predict.fit_answer import answer_fit, answer_renderable

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -259,6 +260,10 @@ def test_field_check_command_prints_the_residual_table() -> None:
     assert "Summary per release" in out and "Summary per model family" in out
     assert "from logged KV memory:" in out and "fit / no-fit before launch:" in out
     assert "flashinfer (log)" in out
+    # the 235B case logs 1,590,736 KV tokens; a pipe gets whole rows and the number as a person writes it
+    row = next(line for line in result.stdout.splitlines() if "v0100-qwen3-235b-a22b-fp8-tp8-ep-fp8kv" in line)
+    assert "1,590,736" in row and "e+0" not in result.stdout
+    assert not re.search(r"[\w-]…", result.stdout)  # cells fold: no case id or sampler path is cut short
 
 
 def _case_log(tmp_path: Path, case_id: str) -> Path:
