@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from harness.errors import HarnessError
+from harness.predict.queueing import queue_knee
 
 DEFAULT_DRAWS = 4096
 WITH_REPLACEMENT_RATIO = 8  # a pool this many times a draw's size is sampled with replacement
@@ -67,13 +68,14 @@ class PopulationDraws(BaseModel):
 
 
 class KneePrediction(BaseModel):
-    """The first load at which a limit binds, and which limit it is."""
+    """The first load at which a limit binds, which limit it is, and where the cache starts to preempt."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     knee_concurrency: int | None  # None: no limit binds up to the largest concurrency asked about
     bound_by: Bound
-    kv_knee_concurrency: int | None  # first concurrency whose median population exceeds the usable blocks
+    queue_knee_concurrency: int | None  # first concurrency whose median arrival waits for blocks (`queueing`)
+    preemption_knee_concurrency: int | None  # first concurrency whose median population at its largest overflows
     always_fits_up_to_concurrency: int  # the largest concurrency whose largest population still fits
     max_num_seqs: int | None
     usable_blocks: int
@@ -121,14 +123,18 @@ def _draw_sums(pool: np.ndarray, live: int, draws: int, rng: np.random.Generator
     return pool[chosen].sum(axis=1)
 
 
-def predict_knee(request_tokens: Sequence[int], *, block_size: int, usable_blocks: int, max_num_seqs: int | None,
-                 largest_concurrency: int, seed: int = 0) -> KneePrediction:
-    """The first concurrency at which the cache or the sequence cap binds, up to `largest_concurrency`.
+def predict_knee(prompt_tokens: Sequence[int], output_tokens: Sequence[int], *, block_size: int,
+                 usable_blocks: int, max_num_seqs: int | None, largest_concurrency: int,
+                 seed: int = 0) -> KneePrediction:
+    """The first concurrency at which the cache or the sequence cap makes requests wait, up to
+    `largest_concurrency`; and, before it, where the cache starts to preempt.
 
-    The cache binds where the median draw no longer fits; the sequence cap one request past it, where
-    the next request waits in the queue.
+    The cache makes arrivals wait where the median arrival finds too few free blocks for its prompt
+    (`harness.predict.queueing`); the sequence cap one request past it, where the next request waits in
+    the queue. Preemption starts earlier, where the median draw of requests at their largest overflows.
     """
-    kv_knee = None
+    request_tokens = [prompt + output for prompt, output in zip(prompt_tokens, output_tokens, strict=True)]
+    preemption_knee = None
     always_fits = 0
     for concurrency in range(1, largest_concurrency + 1):
         draws = live_population(request_tokens, concurrency, block_size=block_size,
@@ -136,12 +142,14 @@ def predict_knee(request_tokens: Sequence[int], *, block_size: int, usable_block
         if draws.max_blocks <= usable_blocks:
             always_fits = concurrency
         if draws.p50_blocks > usable_blocks and draws.live_requests == concurrency:
-            kv_knee = concurrency
+            preemption_knee = concurrency
             break
+    waits = queue_knee(prompt_tokens, output_tokens, block_size=block_size, usable_blocks=usable_blocks,
+                       largest_concurrency=largest_concurrency, seed=seed)
     seqs_knee = max_num_seqs + 1 if max_num_seqs and max_num_seqs < largest_concurrency else None
-    knees = {Bound.KV_CACHE: kv_knee, Bound.MAX_NUM_SEQS: seqs_knee}
+    knees = {Bound.KV_CACHE: waits, Bound.MAX_NUM_SEQS: seqs_knee}
     bound, knee = min(((b, k) for b, k in knees.items() if k is not None), key=lambda item: item[1],
                       default=(Bound.NONE, None))
-    return KneePrediction(knee_concurrency=knee, bound_by=bound, kv_knee_concurrency=kv_knee,
-                          always_fits_up_to_concurrency=always_fits, max_num_seqs=max_num_seqs,
-                          usable_blocks=usable_blocks, block_size=block_size)
+    return KneePrediction(knee_concurrency=knee, bound_by=bound, queue_knee_concurrency=waits,
+                          preemption_knee_concurrency=preemption_knee, always_fits_up_to_concurrency=always_fits,
+                          max_num_seqs=max_num_seqs, usable_blocks=usable_blocks, block_size=block_size)

@@ -36,9 +36,15 @@ class EngineFacts(BaseModel):
     block_size: int
     max_num_seqs: int | None
     kv_cache_bytes: int | None  # the KV memory the blocks were cut from, as the engine logged it
-    request_tokens: list[int]
+    prompt_tokens: list[int]  # the inventory's requests: each prompt, and its output cap (or --max-tokens)
+    output_tokens: list[int]
     gpu_memory_total_bytes: int | None = None
     gpu_memory_utilization: float | None = None
+
+    @property
+    def request_tokens(self) -> list[int]:
+        """Each request at its largest: its prompt and its whole output."""
+        return [prompt + output for prompt, output in zip(self.prompt_tokens, self.output_tokens, strict=True)]
 
 
 class SearchAnswer(BaseModel):
@@ -215,7 +221,7 @@ def sequence_remedy(verdict: Verdict, engine: EngineFacts) -> str:
     """The largest max_num_seqs whose population always fits the cache."""
     seqs = verdict.figures.get("max_num_seqs")
     largest = max(int(seqs or 1) * 4, 64)
-    fits = predict_knee(engine.request_tokens, block_size=engine.block_size,
+    fits = predict_knee(engine.prompt_tokens, engine.output_tokens, block_size=engine.block_size,
                         usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=None,
                         largest_concurrency=largest).always_fits_up_to_concurrency
     if seqs is not None and fits <= seqs:

@@ -103,19 +103,20 @@ def engine_facts(engine: RunningEngine, inventory: Inventory, max_tokens: int | 
     return EngineFacts(num_gpu_blocks=blocks, block_size=int(block_size),
                        max_num_seqs=limits.get("max_num_seqs"),
                        kv_cache_bytes=log.kv_cache_memory_bytes or log.available_kv_cache_bytes,
-                       request_tokens=request_tokens(inventory, max_tokens),
+                       prompt_tokens=[prompt.prompt_tokens for prompt in inventory.prompts],
+                       output_tokens=output_tokens(inventory, max_tokens),
                        gpu_memory_total_bytes=device.gpu_memory_total_bytes,
                        gpu_memory_utilization=limits.get("gpu_memory_utilization") if device.gpu_name else None)
 
 
-def request_tokens(inventory: Inventory, max_tokens: int | None) -> list[int]:
-    """Each request at its largest: its prompt and its output cap (--max-tokens when given)."""
-    return [prompt.prompt_tokens + (max_tokens or prompt.output_cap_tokens) for prompt in inventory.prompts]
+def output_tokens(inventory: Inventory, max_tokens: int | None) -> list[int]:
+    """Each request's output at its largest: its output cap (--max-tokens when given)."""
+    return [max_tokens or prompt.output_cap_tokens for prompt in inventory.prompts]
 
 
 def predicted_knee(engine: EngineFacts, largest_concurrency: int) -> KneePrediction:
     """The knee from the inventory's lengths and the engine's usable blocks (vLLM keeps one as its null block)."""
-    return predict_knee(engine.request_tokens, block_size=engine.block_size,
+    return predict_knee(engine.prompt_tokens, engine.output_tokens, block_size=engine.block_size,
                         usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=engine.max_num_seqs,
                         largest_concurrency=largest_concurrency)
 
@@ -202,9 +203,11 @@ def prediction_line(configuration: Configuration, prediction: KneePrediction, fa
     where = ", ".join(f"{name}={value}" for name, value in configuration.point.items())
     knee = "no limit binds in the range" if prediction.knee_concurrency is None else (
         f"knee at concurrency {prediction.knee_concurrency} ({prediction.bound_by.value})")
+    preempts = "" if prediction.preemption_knee_concurrency is None else (
+        f", preemption from {prediction.preemption_knee_concurrency}")
     return (f"{where + ': ' if where else ''}predicted {knee}: {facts.num_gpu_blocks - 1} usable blocks of "
-            f"{facts.block_size}, max_num_seqs {facts.max_num_seqs}; all requests fit up to concurrency "
-            f"{prediction.always_fits_up_to_concurrency}")
+            f"{facts.block_size}, max_num_seqs {facts.max_num_seqs}; all requests fit at their largest up to "
+            f"concurrency {prediction.always_fits_up_to_concurrency}{preempts}")
 
 
 def step_line(plan: SearchPlan, step: StepResult) -> str:

@@ -72,9 +72,12 @@ def _predicted_limits(axis: Any, trace: SearchTrace) -> None:
     prediction = trace.prediction
     if prediction is None or trace.plan.knob.value != "concurrency":
         return
-    if prediction.kv_knee_concurrency is not None:
-        axis.axvline(prediction.kv_knee_concurrency, color="tab:purple", linestyle=":",
-                     label=f"predicted KV limit: {prediction.kv_knee_concurrency}")
+    if prediction.preemption_knee_concurrency is not None:
+        axis.axvline(prediction.preemption_knee_concurrency, color="tab:purple", linestyle=":",
+                     label=f"predicted KV limit: preemption from {prediction.preemption_knee_concurrency}")
+    if prediction.queue_knee_concurrency is not None:
+        axis.axvline(prediction.queue_knee_concurrency, color="tab:red", linestyle=":",
+                     label=f"predicted KV limit: arrivals wait from {prediction.queue_knee_concurrency}")
     if prediction.max_num_seqs is not None and prediction.max_num_seqs < trace.plan.values[-1]:
         axis.axvline(prediction.max_num_seqs + 1, color="tab:green", linestyle=":",
                      label=f"max_num_seqs {prediction.max_num_seqs}: queue from {prediction.max_num_seqs + 1}")

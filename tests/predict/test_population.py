@@ -11,23 +11,29 @@ def test_each_request_holds_whole_blocks_of_its_prompt_and_output() -> None:
     assert request_blocks([1000, 16, 17], 16).tolist() == [63, 1, 2]
 
 
-def test_fixed_lengths_bind_the_cache_where_one_more_request_overflows_it() -> None:
-    # 63 blocks each against 200 usable: 3 requests hold 189 (fit), 4 hold 252 (do not)
-    knee = predict_knee([1000] * 4, block_size=16, usable_blocks=200, max_num_seqs=8, largest_concurrency=16)
-    assert (knee.knee_concurrency, knee.bound_by) == (4, Bound.KV_CACHE)
-    assert knee.always_fits_up_to_concurrency == 3 and knee.kv_knee_concurrency == 4
+def test_fixed_lengths_preempt_where_one_more_request_at_its_largest_overflows_and_queue_later() -> None:
+    # 500 + 500 tokens in blocks of 16: 63 blocks at their largest, against 200 usable: 3 requests hold 189
+    # (fit), 4 hold 252 (preemption). Part-way through its output a request holds 47.4 blocks on average
+    # (ceil((501 … 1,000) / 16)), and an arrival's prompt 32: 3 others + 32 ≈ 174 fit, 4 others + 32 ≈ 222
+    # do not, so arrivals wait from 5
+    knee = predict_knee([500] * 4, [500] * 4, block_size=16, usable_blocks=200, max_num_seqs=8,
+                        largest_concurrency=16)
+    assert (knee.knee_concurrency, knee.bound_by, knee.queue_knee_concurrency) == (5, Bound.KV_CACHE, 5)
+    assert knee.always_fits_up_to_concurrency == 3 and knee.preemption_knee_concurrency == 4
 
 
 def test_the_sequence_cap_binds_first_when_the_cache_holds_more_than_it_lets_run() -> None:
-    # max_num_seqs 2: at most 2 × 63 = 126 blocks live, under 200, so the cache never binds;
-    # the third request waits in the queue, so the cap binds at 3
-    knee = predict_knee([1000] * 4, block_size=16, usable_blocks=200, max_num_seqs=2, largest_concurrency=16)
-    assert (knee.knee_concurrency, knee.bound_by, knee.kv_knee_concurrency) == (3, Bound.MAX_NUM_SEQS, None)
+    # max_num_seqs 2: at most 2 × 63 = 126 blocks live, under 200, so the cache never preempts;
+    # the third request waits in the queue, so the cap binds at 3, before the cache would (5, above)
+    knee = predict_knee([500] * 4, [500] * 4, block_size=16, usable_blocks=200, max_num_seqs=2,
+                        largest_concurrency=16)
+    assert (knee.knee_concurrency, knee.bound_by, knee.preemption_knee_concurrency) == (3, Bound.MAX_NUM_SEQS, None)
 
 
 def test_no_limit_binds_within_the_range_asked_about() -> None:
     # 4 × 63 = 252 blocks fit 1,000 usable, and the cap of 8 is past the range
-    knee = predict_knee([1000] * 4, block_size=16, usable_blocks=1000, max_num_seqs=8, largest_concurrency=4)
+    knee = predict_knee([500] * 4, [500] * 4, block_size=16, usable_blocks=1000, max_num_seqs=8,
+                        largest_concurrency=4)
     assert (knee.knee_concurrency, knee.bound_by) == (None, Bound.NONE)
 
 

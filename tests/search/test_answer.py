@@ -17,7 +17,7 @@ from harness.search.objective import Decision, Reading
 from harness.search.probe import Knob
 
 ENGINE = EngineFacts(num_gpu_blocks=32, block_size=128, max_num_seqs=8, kv_cache_bytes=4 * 1024 * 1024,
-                     request_tokens=[900] * 8)
+                     prompt_tokens=[600] * 8, output_tokens=[300] * 8)
 
 
 def kv_verdict(concurrency: int) -> Verdict:

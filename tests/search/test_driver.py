@@ -26,7 +26,8 @@ def value_of(step: StepResult | None) -> float | None:
 
 
 def knee_at(knee: int) -> KneePrediction:
-    return KneePrediction(knee_concurrency=knee, bound_by=Bound.KV_CACHE, kv_knee_concurrency=knee,
+    return KneePrediction(knee_concurrency=knee, bound_by=Bound.KV_CACHE, queue_knee_concurrency=knee,
+                          preemption_knee_concurrency=knee - 1,
                           always_fits_up_to_concurrency=knee - 1, max_num_seqs=8, usable_blocks=31, block_size=128)
 
 
