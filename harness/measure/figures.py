@@ -71,6 +71,10 @@ class StreamPacing(Figures):
     largest_burst_tokens: int | None = None
     requests_burst_delivered: int | None = None
     per_token_latency_paced: bool | None = None
+    # the longest time no token reached any stream while one had started and not ended (`stream_pacing`)
+    stream_silence_s_max: float | None = None
+    stream_silence_at_s: float | None = None  # when it began, on the run's clock
+    server_went_silent: bool | None = None  # the silence was long enough to be the server's stop
 
 
 class EngineTime(Figures):

@@ -33,7 +33,7 @@ from harness.measure.figures import (
 )
 from harness.measure.loop_lag import PROBE_INTERVAL_S
 from harness.measure.record import DEFAULT_MAX_ERROR_FRACTION, ServerSample, Slo
-from harness.measure.stream_pacing import PACED_BURST_FRACTION_MAX, run_pacing
+from harness.measure.stream_pacing import PACED_BURST_FRACTION_MAX, SILENCE_GAP_FACTOR, SILENCE_S_MIN, run_pacing
 
 # While the client's loop is late, every chunk it stamps is late by as much: a late stamp, not a slow
 # server. Lateness up to a scheduler time slice or two is ordinary jitter on a shared machine; beyond it,
@@ -216,6 +216,11 @@ def qualifications(pacing: StreamPacing, scrape: ScrapeCost, sample_interval_s: 
         found.append(f"tpot_ms and itl_ms are not per-token figures: the server delivered tokens in bursts "
                      f"(burst_token_fraction {fraction:.2f} > {PACED_BURST_FRACTION_MAX:g}, largest_burst_tokens "
                      f"{pacing.largest_burst_tokens}); engine_itl_ms_mean is the engine's own")
+    if pacing.server_went_silent:
+        found.append(f"latencies include a stop of the server: no token reached any stream for "
+                     f"{pacing.stream_silence_s_max:.2f} s from {pacing.stream_silence_at_s:.1f} s while streams "
+                     f"were open (stream_silence_s_max; more than {SILENCE_GAP_FACTOR:g} × the run's median token gap "
+                     f"and {SILENCE_S_MIN:g} s)")
     share = scrape.scrape_share
     if share is not None and share > MAX_SCRAPE_SHARE:
         every = f" every {sample_interval_s:g} s" if sample_interval_s is not None else ""

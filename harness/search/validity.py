@@ -3,7 +3,9 @@
 The run's own checks come first (its summary's `invalid_reasons`: a client that fell behind or stalled,
 requests that failed, a sampler that missed its ticks, a cold run that hit the prefix cache). A search adds
 what its objectives need: a per-token objective cannot be judged on tokens the server delivered in bursts,
-a cold search on a run whose prefix cache hit, and no objective on a run with no measured request.
+no objective on a run in which the server stopped (a silence on every stream: the figures then measure the
+stop, not the load; the run keeps it as a qualification), a cold search on a run whose prefix cache hit, and
+no objective on a run with no measured request.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ def probe_problems(summary: RunSummary, requests: Sequence[RequestRecord], objec
         reasons.append(f"a per-token objective on tokens delivered in bursts: burst_token_fraction "
                        f"{pacing.burst_token_fraction:.2f}, requests_burst_delivered "
                        f"{pacing.requests_burst_delivered}")
+    if pacing.server_went_silent:
+        reasons.append(f"the server stopped: no token reached any stream for {pacing.stream_silence_s_max:.2f} s "
+                       f"(stream_silence_s_max) while streams were open")
     hits = summary.server.prefix_cache_hits_during_run_tokens
     if cold and hits and not any("prefix cache" in reason for reason in reasons):
         reasons.append(f"a cold search on a warm cache: the prefix cache hit {hits} tokens")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.measure.stream_pacing import request_pacing, run_pacing
+from harness.measure.client import RequestRecord
+from harness.measure.figures import ScrapeCost
+from harness.measure.stats import qualifications
+from harness.measure.stream_pacing import longest_silence, request_pacing, run_pacing, silence_threshold_s
 
 from test_stats import record
 
@@ -44,3 +47,40 @@ def test_bursts_are_weighted_by_tokens_and_qualify_the_run() -> None:
 
 def test_no_figures_from_single_token_requests() -> None:
     assert run_pacing([record(4, 0.0, 0.0, [(0.1, 1)], 0.1)]).burst_token_fraction is None
+
+
+def steady(index: int, start_s: float, end_s: float, step_s: float = 0.01) -> RequestRecord:
+    """One token every `step_s` from `start_s` up to `end_s`."""
+    count = round((end_s - start_s) / step_s) + 1
+    return record(index, start_s, start_s, [(start_s + k * step_s, 1) for k in range(count)], end_s)
+
+
+def test_a_time_no_stream_heard_from_while_one_was_open_is_a_silence() -> None:
+    # A streams from 0.1 to 1.0 s; B from 0.5 to 0.6 s and again from 3.0 to 3.1 s as a second request C.
+    # Between 1.0 s (A's last token) and 3.0 s (C's first) no stream is open: that quiet is not a silence.
+    # Inside A, every token gap is 10 ms; the merged arrivals' longest gap while A is open is 10 ms.
+    a, b, c = steady(1, 0.1, 1.0), steady(2, 0.5, 0.6), steady(3, 3.0, 3.1)
+    silence, _ = longest_silence([a, b, c])
+    assert silence == pytest.approx(0.01)
+    assert run_pacing([a, b, c]).server_went_silent is False
+
+
+def test_a_stop_of_every_open_stream_is_the_servers_and_qualifies_the_run() -> None:
+    # A streams every 10 ms from 0.01 to 0.50 s, B 5 ms after it up to 0.495 s; then neither hears anything
+    # until A's token at 2.5 s, while both are open: a 2.0 s silence from 0.5 s, more than 50 × the median
+    # token gap (50 × 10 ms = 0.5 s) and more than 1 s
+    a = record(1, 0.0, 0.0, [(0.01 * k, 1) for k in range(1, 51)] + [(2.5 + 0.01 * k, 1) for k in range(10)], 2.6)
+    b = record(2, 0.0, 0.0, [(0.005 + 0.01 * k, 1) for k in range(1, 50)] + [(2.505, 1)], 2.6)
+    figures = run_pacing([a, b])
+    assert figures.stream_silence_s_max == pytest.approx(2.0) and figures.stream_silence_at_s == pytest.approx(0.5)
+    assert silence_threshold_s([a, b]) == 1.0 and figures.server_went_silent is True
+    assert any("a stop of the server" in line for line in qualifications(figures, ScrapeCost(), None))
+
+
+def test_a_silence_is_judged_against_the_runs_own_token_gaps() -> None:
+    # tokens every 0.1 s on one stream (a slow engine), and one gap of 2 s: the median gap is 0.1 s, and
+    # 50 × 0.1 s = 5 s, so the 2 s gap is slow, not stopped
+    slow = record(1, 0.0, 0.0, [(0.1 * k, 1) for k in range(1, 41)] + [(6.0, 1)], 6.0)
+    assert silence_threshold_s([slow]) == pytest.approx(5.0)
+    assert run_pacing([slow]).stream_silence_s_max == pytest.approx(2.0)
+    assert run_pacing([slow]).server_went_silent is False
