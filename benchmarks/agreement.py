@@ -11,7 +11,9 @@ Printed: each tool's TTFT mean (beside the engine's own, see below), TTFT/TPOT/I
 output tok/s as the median over rounds with the round-to-round min–max and relative spread ((max − min) /
 median), how far the two medians are apart, and the share of token gaps over 1 ms ("paced"); then per
 round, the harness's run id, the engine's generated tokens and prefix-cache hits over each tool's run
-(from /metrics), and the share of its run the harness's own /metrics scrapes held the API server, which
+(from /metrics), the longest time no stream heard a token while one was open (`stream_silence_s_max`:
+a round whose server stopped shows it here), and the share of its run the harness's own /metrics scrapes
+held the API server, which
 streams nothing meanwhile: vLLM's tool does not scrape, so the harness (every 5 s by default) loads the
 server a little more; `--harness-sample-interval-s 600` leaves it the scrapes before and after the load.
 Each round also says the engine's own mean inter-token latency over each tool's run (vLLM's histogram: a
@@ -125,6 +127,7 @@ class Trial:
     invalid_reasons: list[str] = field(default_factory=list)  # the harness's, when its run was invalid
     load_average: float | None = None  # the machine's 1-minute load average as the trial ended
     client_cpu_s: float | None = None  # CPU time (user + system) the tool's own process used
+    silence_s: float | None = None  # the harness's: the longest time no stream heard a token while one was open
 
 
 def paced_share(gaps_per_request: list[list[float]], tokens_per_request: list[int]) -> float:
@@ -191,7 +194,8 @@ def harness_trial(args: argparse.Namespace, base_url: str, inventory: Path, out:
     run_id = json.loads((out / "config.json").read_text())["run_id"]
     output_tokens = {r.output_tokens for r in measured if r.output_tokens is not None}
     return Trial("harness", round_index, figures, run_id=run_id, output_tokens=output_tokens,
-                 scrape_share=summary["scrape"]["scrape_share"], invalid_reasons=summary["invalid_reasons"])
+                 scrape_share=summary["scrape"]["scrape_share"], invalid_reasons=summary["invalid_reasons"],
+                 silence_s=summary["pacing"]["stream_silence_s_max"])
 
 
 def vllm_trial(args: argparse.Namespace, base_url: str, spec: dict, work: Path, round_index: int) -> Trial:
@@ -241,13 +245,15 @@ def agreement_table(trials: list[Trial]) -> Table:
 def rounds_table(trials: list[Trial]) -> Table:
     table = Table(title="rounds, in the order they ran")
     for name in ("round", "tool", "harness run id", "output tokens per request", "engine generated tokens",
-                 "prefix-cache hits (tokens)", "scrape share", "client CPU s", "load average", "invalid"):
+                 "prefix-cache hits (tokens)", "scrape share", "longest silence s", "client CPU s", "load average",
+                 "invalid"):
         table.add_column(name)
     for t in trials:
         table.add_row(
             str(t.round_index), t.tool, t.run_id or "-", ",".join(map(str, sorted(t.output_tokens))),
             str(t.generated_tokens), str(t.prefix_cache_hits_tokens),
             "-" if t.scrape_share is None else f"{t.scrape_share:.4f}",
+            "-" if t.silence_s is None else f"{t.silence_s:.3f}",
             "-" if t.client_cpu_s is None else f"{t.client_cpu_s:.1f}",
             "-" if t.load_average is None else f"{t.load_average:.2f}", escape("; ".join(t.invalid_reasons)) or "-",
         )
