@@ -13,9 +13,9 @@ median), how far the two medians are apart, and the share of token gaps over 1 m
 round, the harness's run id, the engine's generated tokens and prefix-cache hits over each tool's run
 (from /metrics), the longest time no stream heard a token while one was open (`stream_silence_s_max`:
 a round whose server stopped shows it here), and the share of its run the harness's own /metrics scrapes
-held the API server, which
-streams nothing meanwhile: vLLM's tool does not scrape, so the harness (every 5 s by default) loads the
-server a little more; `--harness-sample-interval-s 600` leaves it the scrapes before and after the load.
+held the API server, which streams nothing meanwhile: vLLM's tool does not scrape, so the harness (every 5 s
+by default) loads the server a little more; `--harness-sample-interval-s 600` leaves it the scrapes
+before and after the load.
 Each round also says the engine's own mean inter-token latency over each tool's run (vLLM's histogram: a
 spread the engine shares is the machine's or the server's, not the tool's), the CPU time each tool's process
 used (imports included: about 0.6 s for the harness, 11 s for vLLM's, which loads torch), the machine's
