@@ -72,6 +72,9 @@ PREFIX_CACHE_FIGURES = (
     Output.PREFIX_CACHE_HIT_TOKENS_PREDICTED, Output.PREFIX_CACHE_HIT_TOKENS_MEASURED,
     Output.PREFIX_CACHE_HITS_AS_PREDICTED,
 )
+# Per turn number of a run's conversations (the summary's `turns`): its requests, TTFT and prefix-cache reuse.
+TURN_FIGURES = ("requests_ok", "ttft_ms_p50", "ttft_ms_p99", "prompt_tokens_mean", "cached_prompt_tokens_mean",
+                "hit_tokens_predicted_mean")
 MISSING = "–"
 ADVICE = {  # what to change when a point is bound by each limit the diagnosis names
     WEIGHTS: "give the engine room to start: a lower max_model_len, a higher gpu_memory_utilization, "
@@ -101,6 +104,7 @@ UNITS = {  # headers whose names do not carry their unit; the rest already do (t
     Output.NUM_BLOCKS_PREDICTED: "blocks", Output.NUM_BLOCKS_LOGGED: "blocks", Input.BLOCK_SIZE: "tokens",
     Input.TENSOR_PARALLEL_SIZE: "GPUs",
     Input.GPU_MEMORY_UTILIZATION: "fraction",
+    "requests_ok": "requests",
 }
 
 
@@ -192,6 +196,7 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
         Section("Predicted vs measured prefix-cache hits", "the hit tokens the inventory's shared prefixes should "
                 "give in whole blocks, beside the growth of vLLM's vllm:prefix_cache_hits over the run",
                 _run_table(runs, limit, PREFIX_CACHE_FIGURES)),
+        *turns_section(table, runs, limit),
         Section("Diagnosis", "which limit bound each run, with the figures that say so", diagnosis),
         Section("Latency vs " + limit, "", plots=[Plot("latency.png", f"latency percentiles vs {limit}",
                                                        latency_vs_limit_png(comparison))]),
@@ -200,6 +205,19 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
         Section("Server state over time", "waiting, running and KV cache usage as /metrics reported them",
                 plots=series_plots),
     ]
+
+
+def turns_section(table: RunTable, runs: pd.DataFrame, limit: str) -> list[Section]:
+    """One row per run and turn number, for the runs that sent conversations; no section when none did."""
+    rows = [{"run_uuid": uuid, limit: shown_value(runs.at[uuid, limit]), "turn": turn.turn,
+             **{name: getattr(turn, name) for name in TURN_FIGURES}}
+            for uuid in runs.index for turn in table.turns.get(uuid, [])]
+    if not rows:
+        return []
+    return [Section("Conversations turn by turn", "each turn number over a run's conversations: the requests that "
+                    "succeeded, their TTFT, their mean prompt (the history included), the prompt tokens the responses "
+                    "reported served from the prefix cache (where the server reported them) and the hits predicted",
+                    pd.DataFrame(rows, columns=["run_uuid", limit, "turn", *TURN_FIGURES]))]
 
 
 def differences_section(comparison: Comparison) -> Section:
