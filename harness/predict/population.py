@@ -173,17 +173,18 @@ def _draw_sums(pool: np.ndarray, live: int, draws: int, rng: np.random.Generator
 
 
 def predict_knee(request_tokens: Sequence[int], *, block_size: int, usable_blocks: int, max_num_seqs: int | None,
-                 largest_concurrency: int, seed: int = 0) -> KneePrediction:
+                 largest_concurrency: int, seed: int = 0,
+                 conversation_ids: Sequence[str | None] | None = None) -> KneePrediction:
     """The first concurrency at which the cache or the sequence cap binds, up to `largest_concurrency`.
 
     The cache binds where the median draw no longer fits; the sequence cap one request past it, where
-    the next request waits in the queue.
+    the next request waits in the queue. `conversation_ids` as for `live_population`.
     """
     kv_knee = None
     always_fits = 0
     for concurrency in range(1, largest_concurrency + 1):
-        draws = live_population(request_tokens, concurrency, block_size=block_size,
-                                usable_blocks=usable_blocks, max_num_seqs=max_num_seqs, seed=seed)
+        draws = live_population(request_tokens, concurrency, block_size=block_size, usable_blocks=usable_blocks,
+                                max_num_seqs=max_num_seqs, seed=seed, conversation_ids=conversation_ids)
         if draws.max_blocks <= usable_blocks:
             always_fits = concurrency
         if draws.p50_blocks > usable_blocks and draws.live_requests == concurrency:
