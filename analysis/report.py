@@ -45,6 +45,7 @@ from analysis.plots import (
 from analysis.sources import DEFAULT_API_LIMIT, collect_runs
 from analysis.table import Derived, RunTable, build_table
 from harness.errors import HarnessError
+from harness.measure.figures import TurnFigures
 from harness.paths import output_directory
 from harness.redact import redact_text
 from harness.schema import Input, Output
@@ -72,9 +73,6 @@ PREFIX_CACHE_FIGURES = (
     Output.PREFIX_CACHE_HIT_TOKENS_PREDICTED, Output.PREFIX_CACHE_HIT_TOKENS_MEASURED,
     Output.PREFIX_CACHE_HITS_AS_PREDICTED,
 )
-# Per turn number of a run's conversations (the summary's `turns`): its requests, TTFT and prefix-cache reuse.
-TURN_FIGURES = ("requests_ok", "ttft_ms_p50", "ttft_ms_p99", "prompt_tokens_mean", "cached_prompt_tokens_mean",
-                "hit_tokens_predicted_mean")
 MISSING = "–"
 ADVICE = {  # what to change when a point is bound by each limit the diagnosis names
     WEIGHTS: "give the engine room to start: a lower max_model_len, a higher gpu_memory_utilization, "
@@ -104,7 +102,7 @@ UNITS = {  # headers whose names do not carry their unit; the rest already do (t
     Output.NUM_BLOCKS_PREDICTED: "blocks", Output.NUM_BLOCKS_LOGGED: "blocks", Input.BLOCK_SIZE: "tokens",
     Input.TENSOR_PARALLEL_SIZE: "GPUs",
     Input.GPU_MEMORY_UTILIZATION: "fraction",
-    "requests_ok": "requests",
+    Output.REQUESTS_OK: "requests",
 }
 
 
@@ -209,15 +207,14 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
 
 def turns_section(table: RunTable, runs: pd.DataFrame, limit: str) -> list[Section]:
     """One row per run and turn number, for the runs that sent conversations; no section when none did."""
-    rows = [{"run_uuid": uuid, limit: shown_value(runs.at[uuid, limit]), "turn": turn.turn,
-             **{name: getattr(turn, name) for name in TURN_FIGURES}}
+    rows = [{"run_uuid": uuid, limit: shown_value(runs.at[uuid, limit]), **turn.model_dump()}
             for uuid in runs.index for turn in table.turns.get(uuid, [])]
     if not rows:
         return []
     return [Section("Conversations turn by turn", "each turn number over a run's conversations: the requests that "
-                    "succeeded, their TTFT, their mean prompt (the history included), the prompt tokens the responses "
-                    "reported served from the prefix cache (where the server reported them) and the hits predicted",
-                    pd.DataFrame(rows, columns=["run_uuid", limit, "turn", *TURN_FIGURES]))]
+                    "succeeded, their mean prompt (the history included), their TTFT, the prefix-cache hits predicted "
+                    "and the prompt tokens the responses reported served from the cache (where the server reported "
+                    "them)", pd.DataFrame(rows, columns=["run_uuid", limit, *TurnFigures.model_fields]))]
 
 
 def differences_section(comparison: Comparison) -> Section:

@@ -81,13 +81,14 @@ def test_conversations_are_shown_turn_by_turn_with_their_run(kv_sweep: dict[str,
     assert done.returncode == 0, done.stderr
     markdown = (tmp_path / "r" / "report.md").read_text()
     section = markdown.split("## Conversations turn by turn")[1].split("## ")[0]
-    assert "| run_uuid | kv_cache_memory_bytes | turn | requests_ok (requests) | ttft_ms_p50 | ttft_ms_p99 |" in section
+    assert ("| run_uuid | kv_cache_memory_bytes | turn | requests_ok (requests) | prompt_tokens_mean | ttft_ms_mean "
+            "| ttft_ms_p50 | ttft_ms_p99 | hit_tokens_predicted_mean | cached_prompt_tokens_mean |") in section
     # 8 requests of 2 turns: turn 1 is requests 0, 2, 4, 6, first tokens 50 + i ms after sending: 50, 52, 54 and
-    # 56 ms, p50 53 and p99 (numpy's linear) 54 + 0.97 x 2 = 55.94; turn 2 is requests 1, 3, 5, 7 at 100 + i:
-    # p50 104, p99 106.94, shown to four figures as 106.9. Turn 2 reported 64 tokens cached, turn 1 none; no
-    # prediction was recorded.
-    assert f"| {talk.name} | 1073741824 | 1 | 4 | 53 | 55.94 | 100 | 0 | – |" in section
-    assert f"| {talk.name} | 1073741824 | 2 | 4 | 104 | 106.9 | 100 | 64 | – |" in section
+    # 56 ms, mean and p50 53, p99 (numpy's linear) 54 + 0.97 x 2 = 55.94; turn 2 is requests 1, 3, 5, 7 at
+    # 100 + i: mean and p50 104, p99 106.94, shown to four figures as 106.9. No prediction was recorded; turn 2
+    # reported 64 tokens cached, turn 1 none.
+    assert f"| {talk.name} | 1073741824 | 1 | 4 | 100 | 53 | 53 | 55.94 | – | 0 |" in section
+    assert f"| {talk.name} | 1073741824 | 2 | 4 | 100 | 104 | 104 | 106.9 | – | 64 |" in section
     assert "<h2>Conversations turn by turn</h2>" in (tmp_path / "r" / "report.html").read_text()
     # runs without conversations leave the section out
     plain = harness("report", "--runs", kv_sweep["ample"].parent, "--limit", "kv_cache_memory_bytes", "--out",
