@@ -128,7 +128,7 @@ def prompts_import(
     format: str | None = typer.Option(None, help="openai, sharegpt or csv (default: from FILE's suffix)"),
     tokenizer: str | None = typer.Option(None, help="the server's tokenizer (directory or hub id) to count text"),
     revision: str | None = typer.Option(None, help="pinned hub revision of --tokenizer"),
-    sample: int | None = typer.Option(None, help="import N records chosen with --seed (default: all)"),
+    sample: int | None = typer.Option(None, help="import N records (conversations, whole) by --seed (default: all)"),
     seed: int = typer.Option(0, help="numpy Generator seed (the sample; token ids of a lengths-only import)"),
     lengths_only: bool = typer.Option(False, help="keep only the lengths: token-id prompts, none of the text"),
     first_exchange: bool = typer.Option(False, help="ShareGPT: only each conversation's first question and answer, "
