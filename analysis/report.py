@@ -45,6 +45,7 @@ from analysis.plots import (
 from analysis.sources import DEFAULT_API_LIMIT, collect_runs
 from analysis.table import Derived, RunTable, build_table
 from harness.errors import HarnessError
+from harness.measure.figures import TurnFigures
 from harness.paths import output_directory
 from harness.redact import redact_text
 from harness.schema import Input, Output
@@ -101,6 +102,7 @@ UNITS = {  # headers whose names do not carry their unit; the rest already do (t
     Output.NUM_BLOCKS_PREDICTED: "blocks", Output.NUM_BLOCKS_LOGGED: "blocks", Input.BLOCK_SIZE: "tokens",
     Input.TENSOR_PARALLEL_SIZE: "GPUs",
     Input.GPU_MEMORY_UTILIZATION: "fraction",
+    Output.REQUESTS_OK: "requests",
 }
 
 
@@ -192,6 +194,7 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
         Section("Predicted vs measured prefix-cache hits", "the hit tokens the inventory's shared prefixes should "
                 "give in whole blocks, beside the growth of vLLM's vllm:prefix_cache_hits over the run",
                 _run_table(runs, limit, PREFIX_CACHE_FIGURES)),
+        *turns_section(table, runs, limit),
         Section("Diagnosis", "which limit bound each run, with the figures that say so", diagnosis),
         Section("Latency vs " + limit, "", plots=[Plot("latency.png", f"latency percentiles vs {limit}",
                                                        latency_vs_limit_png(comparison))]),
@@ -200,6 +203,18 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
         Section("Server state over time", "waiting, running and KV cache usage as /metrics reported them",
                 plots=series_plots),
     ]
+
+
+def turns_section(table: RunTable, runs: pd.DataFrame, limit: str) -> list[Section]:
+    """One row per run and turn number, for the runs that sent conversations; no section when none did."""
+    rows = [{"run_uuid": uuid, limit: shown_value(runs.at[uuid, limit]), **turn.model_dump()}
+            for uuid in runs.index for turn in table.turns.get(uuid, [])]
+    if not rows:
+        return []
+    return [Section("Conversations turn by turn", "each turn number over a run's conversations: the requests that "
+                    "succeeded, their mean prompt (the history included), their TTFT, the prefix-cache hits predicted "
+                    "and the prompt tokens the responses reported served from the cache (where the server reported "
+                    "them)", pd.DataFrame(rows, columns=["run_uuid", limit, *TurnFigures.model_fields]))]
 
 
 def differences_section(comparison: Comparison) -> Section:

@@ -3,7 +3,8 @@
 Every source yields the same thing per run: its UUID, the inputs and outputs the Polyaxon dashboard
 shows (`harness.measure.figures.RunFigures` for local records, the same the tracking logs, so there is one
 schema), and the server's metric
-series over time. Nothing here interprets the figures.
+series over time. Nothing here interprets the figures. A run directory also gives its conversations'
+per-turn figures, which the summary holds and no output does (a list per run is no dashboard column).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.measure.figures import SERIES, RunFigures, live_name, read_run_figures
+from harness.measure.figures import SERIES, RunFigures, TurnFigures, live_name, read_run_figures
 from harness.measure.record import check_run_files
 from harness.paths import input_directory
 from harness.polyaxon_client import polyaxon_call, quiet_polyaxon
@@ -49,6 +50,7 @@ class SourcedRun:
     outputs: dict[str, Any]
     series: pd.DataFrame
     origin: str
+    turns: list[TurnFigures] = field(default_factory=list)  # per turn number, from a run directory's summary
 
 
 def runs_from_directories(roots: Sequence[Path]) -> list[SourcedRun]:
@@ -73,7 +75,8 @@ def read_run_directory(run_dir: Path) -> SourcedRun:
         raise HarnessError(describe_validation_error(error, source)) from None
     uuid_source = run_dir / (RunFile.CONFIG if figures.tracked is None else RunFile.TRACKING)
     return SourcedRun(run_uuid=plain_uuid(figures.run_uuid, uuid_source), inputs=figures.inputs(),
-                      outputs=figures.outputs(), series=_samples_frame(figures), origin=str(run_dir))
+                      outputs=figures.outputs(), series=_samples_frame(figures), origin=str(run_dir),
+                      turns=[] if figures.summary is None else figures.summary.turns)
 
 
 def plain_uuid(run_uuid: str, source: str | Path) -> str:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.sources import SourcedRun
 from harness.errors import HarnessError
-from harness.measure.figures import RUNNING_SERIES
+from harness.measure.figures import RUNNING_SERIES, TurnFigures
 from harness.schema import Input, Output
 
 
@@ -39,6 +39,7 @@ class RunTable:
     input_columns: list[str]
     series: dict[str, pd.DataFrame]
     origins: dict[str, str]
+    turns: dict[str, list[TurnFigures]]  # a run's conversations per turn number; empty for other runs
 
 
 def build_table(runs: Sequence[SourcedRun]) -> RunTable:
@@ -65,4 +66,5 @@ def build_table(runs: Sequence[SourcedRun]) -> RunTable:
     frame.index.name = "run_uuid"
     return RunTable(frame=frame, input_columns=list(input_columns),
                     series={uuid: by_uuid[uuid].series for uuid in rows},
-                    origins={uuid: by_uuid[uuid].origin for uuid in rows})
+                    origins={uuid: by_uuid[uuid].origin for uuid in rows},
+                    turns={uuid: by_uuid[uuid].turns for uuid in rows})

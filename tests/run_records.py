@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.dev.tiny_model import ensure_tiny_model
 from harness.measure.client import ErrorClass, RequestRecord
 from harness.measure.record import RunConfig, RunWriter, ServerSample, Slo
+from harness.measure.reuse_figures import turn_figures
 from harness.measure.schedule import LoadShape
 from harness.measure.stats import summarize
 from harness.observe.capacity import build_capacity_report
@@ -48,9 +49,12 @@ def write_run(
     run_id: str | None = None,
     service_uuid: str | None = None,
     failed: tuple[ErrorClass, ...] = (),
+    turns: int | None = None,
 ) -> Path:
     """A finished run record; `samples` are (waiting, running, kv usage fraction, preemptions total) per scrape;
-    each of `failed` adds a request that ended with that error class, after the successful ones."""
+    each of `failed` adds a request that ended with that error class, after the successful ones. With `turns`,
+    request i is turn i % turns + 1 of conversation i // turns: turn t's first token comes t × ttft_ms + i ms
+    after it was sent, and its response reports (t - 1) × 64 prompt tokens cached."""
     run_id = run_id or uuid.uuid4().hex
     run_dir = root / run_id
     config = RunConfig(
@@ -62,13 +66,16 @@ def write_run(
     records = []
     for index in range(requests):
         scheduled = index * 0.5
-        first = scheduled + ttft_ms / 1000
+        turn = None if turns is None else index % turns + 1
+        first = scheduled + (ttft_ms if turn is None else ttft_ms * turn + index) / 1000
         chunks = [first + step * tpot_ms / 1000 for step in range(output_tokens)]
         records.append(RequestRecord(
             index=index, prompt_id=f"p{index}", warmup=False, max_tokens=output_tokens, scheduled_s=scheduled,
             dispatch_s=scheduled + dispatch_lag_ms / 1000, first_token_s=first, end_s=chunks[-1],
             chunk_times_s=chunks, chunk_tokens=[1] * output_tokens, prompt_tokens=prompt_tokens,
             output_tokens=output_tokens, finish_reason="length", http_status=200,
+            conversation_id=None if turns is None else f"c{index // turns}", turn=turn,
+            cached_prompt_tokens=None if turn is None else (turn - 1) * 64,
         ))
     for index, error_class in enumerate(failed, start=requests):
         records.append(RequestRecord(
@@ -90,6 +97,8 @@ def write_run(
         writer.add_sample(scrape)
     summary = summarize(records, scrapes, slo=config.slo, offered_requests_per_s=None,
                         offered_concurrency=concurrency, cold=False, max_dispatch_lag_ms=config.max_dispatch_lag_ms)
+    if turns is not None:
+        summary = summary.model_copy(update={"run_id": run_id, "turns": turn_figures(records, {})})
     writer.finish(records, summary)
     _write_engine(run_dir, {**BASE_LIMITS, **(limits or {})}, log)
     return run_dir

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from harness.cli.app import app, one_line_errors
 from harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    from harness.inventory.importing import ImportedTraffic
 
 prompts_app = typer.Typer(no_args_is_help=True, help="Frozen, token-counted prompt inventories.")
 prompts_build_app = typer.Typer(no_args_is_help=True, help="Build an inventory; the same recipe gives the same bytes.")
@@ -124,9 +128,11 @@ def prompts_import(
     format: str | None = typer.Option(None, help="openai, sharegpt or csv (default: from FILE's suffix)"),
     tokenizer: str | None = typer.Option(None, help="the server's tokenizer (directory or hub id) to count text"),
     revision: str | None = typer.Option(None, help="pinned hub revision of --tokenizer"),
-    sample: int | None = typer.Option(None, help="import N records chosen with --seed (default: all)"),
+    sample: int | None = typer.Option(None, help="import N records (conversations, whole) by --seed (default: all)"),
     seed: int = typer.Option(0, help="numpy Generator seed (the sample; token ids of a lengths-only import)"),
     lengths_only: bool = typer.Option(False, help="keep only the lengths: token-id prompts, none of the text"),
+    first_exchange: bool = typer.Option(False, help="ShareGPT: only each conversation's first question and answer, "
+                                        "as single requests (default: every turn, each sent with its history)"),
     vocab_high: int | None = typer.Option(None, help="token ids for lengths-only and CSV imports: one past the last"),
     vocab_low: int = typer.Option(0, help="first allowed token id (lengths-only and CSV imports)"),
     exclude_ids: str = typer.Option("", help="comma-separated ids inside the range never to use"),
@@ -145,6 +151,9 @@ def prompts_import(
     name = inventory_name(name, out)
     if sample is not None and sample < 1:
         raise HarnessError(f"--sample: {sample} is not a positive number of records")
+    if first_exchange and fmt != "sharegpt":
+        raise HarnessError(f"--first-exchange: a {fmt} import holds no conversations to cut")
+    conversations = fmt == "sharegpt" and not first_exchange
     if fmt == "csv" or lengths_only:
         if vocab_high is None:
             raise HarnessError("--vocab-high: a lengths-only or CSV import makes token-id prompts; give the "
@@ -152,24 +161,34 @@ def prompts_import(
         vocabulary = {"low": vocab_low, "high": vocab_high,
                       "excluded_ids": int_list(exclude_ids, "--exclude-ids", minimum=0)}
         imported = import_lengths(name, file, fmt, tokenizer=tokenizer, revision=revision, sample=sample,
-                                  seed=seed, vocabulary=vocabulary)
+                                  seed=seed, vocabulary=vocabulary, conversations=conversations)
     else:
-        sha, _, _ = source_of(file, fmt, sample, seed)
+        sha, _, _ = source_of(file, fmt, sample, seed, conversations=conversations)
         if tokenizer is None:
             raise HarnessError(f"--tokenizer: a {fmt} import counts text, so it needs the tokenizer the server uses")
         recipe = ImportRecipe(format=fmt, source=str(file), source_sha256=sha, tokenizer=tokenizer,
-                              tokenizer_revision=revision, sample=sample, seed=seed)
+                              tokenizer_revision=revision, sample=sample, seed=seed, conversations=conversations)
         imported = import_text(name, recipe)
     for line, logged, counted in imported.usage_disagreements[:5]:
         print(f"warning: {file} line {line}: usage.prompt_tokens {logged} but the tokenizer counts {counted}: "
               "the log came from another tokenizer or template", file=sys.stderr)
     write_inventory(imported.inventory, out)
+    _print_imported(imported, file, out)
+
+
+def _print_imported(imported: ImportedTraffic, file: Path, out: Path) -> None:
+    """What was written, and what of the source was not: skipped records, turns left out."""
     found = imported.found
     notes = [f"{n} skipped: {reason}" for reason, n in found.skipped.items()]
     if found.later_turns:
         notes.append(f"{found.later_turns} conversation(s) went on after the first exchange; only that is imported")
-    print(f"{out}: {imported.inventory.manifest.prompt_count} prompts from {len(found.records)} records of {file}"
-          + (f" ({'; '.join(notes)})" if notes else "") + f", inventory_sha256 {imported.inventory.digest}")
+    if found.cut_conversations:
+        notes.append(f"{found.cut_conversations} conversation(s) kept up to a question with no answer or an empty "
+                     "turn")
+    conversations = {p.conversation_id for p in imported.inventory.prompts if p.conversation_id is not None}
+    turns = f" ({len(conversations)} conversations)" if conversations else ""
+    print(f"{out}: {imported.inventory.manifest.prompt_count} prompts{turns} from {len(found.records)} records of "
+          f"{file}" + (f" ({'; '.join(notes)})" if notes else "") + f", inventory_sha256 {imported.inventory.digest}")
 
 
 @prompts_build_app.command("conversations")

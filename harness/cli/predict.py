@@ -108,7 +108,8 @@ def budget(
 
 
 def _price_inventory(directory: Path, options: BudgetOptions, model: str, revision: str | None, as_json: bool) -> None:
-    """The inventory's requests (prompt + output cap each) priced against the engine's KV blocks."""
+    """The inventory's requests (prompt + output cap each) priced against the engine's KV blocks; a
+    conversation's turns are kept together, as the client sends them."""
     from rich.console import Console
 
     from harness.inventory.frozen import load_inventory, resolve_inventory
@@ -120,7 +121,8 @@ def _price_inventory(directory: Path, options: BudgetOptions, model: str, revisi
     given = options.num_gpu_blocks is not None or options.kv_cache_tokens is not None
     kv = kv_blocks(options, None if given else load_model_shape(model, revision), warnings)
     requests = [p.prompt_tokens + p.output_cap_tokens for p in loaded.prompts]
-    priced = price_inventory(loaded.manifest.name, loaded.digest, requests, options, kv)
+    priced = price_inventory(loaded.manifest.name, loaded.digest, requests, options, kv,
+                             [p.conversation_id for p in loaded.prompts])
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(priced.model_dump_json(indent=2)) if as_json else Console().print(population_table(priced))

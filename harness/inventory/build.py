@@ -29,7 +29,7 @@ from harness.inventory.frozen import (
 from harness.inventory.lengths import DrawnLengths, FixedLengths, is_distribution, parse_distribution
 from harness.inventory.recipe import SALT_TOKENS, ImportRecipe, TextRecipe, TokenIdRecipe, VocabularyRange
 from harness.inventory.tokenizer import TokenCounter, resolve_tokenizer
-from harness.inventory.workload_recipes import PrefixGroupRecipe
+from harness.inventory.workload_recipes import ConversationLengthsRecipe, PrefixGroupRecipe
 from harness.paths import output_directory, read_text
 
 # The command-line option each recipe field comes from, so a refused field names what the user typed.
@@ -153,6 +153,8 @@ def rebuild(manifest: InventoryManifest) -> Inventory:
         return import_text(manifest.name, recipe).inventory
     if isinstance(recipe, PrefixGroupRecipe):
         return prefix_groups.build_prefix_group_inventory(manifest.name, recipe)
+    if isinstance(recipe, ConversationLengthsRecipe):
+        return prefix_groups.build_conversation_lengths_inventory(manifest.name, recipe)
     return prefix_groups.build_conversation_inventory(manifest.name, recipe)
 
 

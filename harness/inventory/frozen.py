@@ -36,10 +36,11 @@ from harness.inventory.recipe import (
 from harness.inventory.recipe import (
     TokenIdRecipe as TokenIdRecipe,  # re-exported: callers build inventories from here
 )
-from harness.inventory.workload_recipes import ConversationRecipe, PrefixGroupRecipe
+from harness.inventory.workload_recipes import ConversationLengthsRecipe, ConversationRecipe, PrefixGroupRecipe
 
 # Every recipe a manifest may hold: the plain ones and those with structure a prefix cache can use.
-AnyRecipe = Annotated[Recipe | PrefixGroupRecipe | ConversationRecipe, Field(discriminator="kind")]
+AnyRecipe = Annotated[Recipe | PrefixGroupRecipe | ConversationRecipe | ConversationLengthsRecipe,
+                      Field(discriminator="kind")]
 
 SCHEMA_VERSION = 1
 PROMPTS_FILE = "prompts.jsonl"

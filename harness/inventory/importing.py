@@ -2,14 +2,17 @@
 
 Text is counted with the pinned tokenizer (a chat request's messages rendered with its template), so every
 prompt's count is the server's whatever the log says; a log's own usage counts are compared and disagreements
-reported. With `--lengths-only` (and always for a CSV of counts) only the lengths are kept: token-id prompts of
-those lengths, so the inventory can be shared without the user's data. The source file is pinned by its
-sha256; a text import is rebuilt by importing that file again.
+reported. A ShareGPT conversation becomes one turn per exchange, each sent with its history as recorded, so a
+run replays every turn, not only the first. With `--lengths-only` (and always for a CSV of counts) only the
+lengths are kept: token-id prompts of those lengths (conversations whose turns repeat the turn before), so the
+inventory can be shared without the user's data. The source file is pinned by its sha256; a text import is
+rebuilt by importing that file again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from harness.inventory.lengths import ImportedLengths, ImportFormat
 from harness.inventory.recipe import ImportRecipe, TokenIdRecipe, VocabularyRange
 from harness.inventory.tokenizer import TokenCounter, resolve_tokenizer
 from harness.inventory.traffic import Record, Records, read_records
+from harness.inventory.workload_recipes import ConversationLengthsRecipe, TurnLengths
 from harness.paths import read_text
 
 FORMATS: dict[str, ImportFormat] = {"openai": "openai", "sharegpt": "sharegpt", "csv": "csv"}
@@ -56,11 +60,12 @@ def import_format(file: Path, given: str | None) -> ImportFormat:
                        "or csv (input and output token counts)")
 
 
-def source_of(file: Path, fmt: str, sample: int | None, seed: int) -> tuple[str, Records, list[Record]]:
+def source_of(file: Path, fmt: str, sample: int | None, seed: int, *, conversations: bool) \
+        -> tuple[str, Records, list[Record]]:
     """(sha256, every record found, the sample chosen in file order): refused in one line if the file holds
-    a malformed record or none to replay."""
+    a malformed record or none to replay. A conversation is one record: a sample takes whole conversations."""
     text = read_text(file, "FILE")
-    found = read_records(file, text, fmt)
+    found = read_records(file, text, fmt, conversations=conversations)
     if not found.records:
         skipped = ", ".join(f"{n} {reason}" for reason, n in found.skipped.items()) or "the file is empty"
         raise HarnessError(f"FILE {file}: no record to replay ({skipped})")
@@ -73,6 +78,10 @@ def source_of(file: Path, fmt: str, sample: int | None, seed: int) -> tuple[str,
         rng = np.random.default_rng([seed, SAMPLE_STREAM])
         picked = np.sort(rng.choice(len(found.records), size=sample, replace=False))
         chosen = [found.records[int(i)] for i in picked]
+    turns = sum(len(record.turns()) for record in chosen)
+    if turns > MAX_PROMPTS:
+        raise HarnessError(f"FILE {file}: {len(chosen):,} conversations of {turns:,} turns; an inventory holds at most "
+                           f"{MAX_PROMPTS:,} (give a smaller --sample)")
     return hashlib.sha256(file.read_bytes()).hexdigest(), found, chosen
 
 
@@ -105,27 +114,40 @@ class _Counters:
 
 
 def counted_records(file: Path, fmt: str, chosen: list[Record], tokenizer: str | None, revision: str | None) \
-        -> tuple[list[CountedRecord], TokenizerIdentity | None]:
-    """Every chosen record with its prompt and output tokens: a CSV's own counts, else the tokenizer's."""
+        -> tuple[list[list[CountedRecord]], TokenizerIdentity | None]:
+    """Every chosen record's turns (one for a single request) with their prompt and output tokens: a CSV's own
+    counts, else the tokenizer's, each turn's prompt its whole history rendered with the template."""
     if fmt == "csv":
-        return [CountedRecord(r, r.prompt_tokens or 0, r.output_tokens or 0) for r in chosen], None
+        return [[CountedRecord(r, r.prompt_tokens or 0, r.output_tokens or 0)] for r in chosen], None
     if tokenizer is None:
         raise HarnessError(f"--tokenizer: a {fmt} import counts text, so it needs the tokenizer the server uses")
     directory, identity = resolve_tokenizer(tokenizer, revision)
     counters = _Counters(directory)
-    return [counters.counted(file, record) for record in chosen], identity
+    return [[counters.counted(file, turn) for turn in record.turns()] for record in chosen], identity
 
 
 def import_text(name: str, recipe: ImportRecipe) -> ImportedTraffic:
     """The records' own prompts (text, or the recorded messages), counted; also how an import is rebuilt."""
     file = Path(recipe.source)
-    sha, found, chosen = source_of(file, recipe.format, recipe.sample, recipe.seed)
+    sha, found, chosen = source_of(file, recipe.format, recipe.sample, recipe.seed,
+                                   conversations=recipe.conversations)
     if sha != recipe.source_sha256:
         raise HarnessError(f"source {file}: its sha256 differs from the recipe's source_sha256")
     counted, identity = counted_records(file, recipe.format, chosen, recipe.tokenizer, recipe.tokenizer_revision)
-    prompts = [_text_prompt(index, entry) for index, entry in enumerate(counted)]
+    if recipe.conversations:
+        prompts = [_turn_prompt(index, number, turn) for index, turns in enumerate(counted)
+                   for number, turn in enumerate(turns, start=1)]
+    else:
+        prompts = [_text_prompt(index, turns[0]) for index, turns in enumerate(counted)]
     return ImportedTraffic(inventory=assemble_inventory(name, recipe, identity, prompts), found=found,
                            usage_disagreements=_disagreements(counted))
+
+
+def _turn_prompt(index: int, number: int, entry: CountedRecord) -> InventoryPrompt:
+    """Turn `number` of conversation `index`: its messages as recorded, the history first."""
+    conversation = f"c{index:04d}"
+    return make_prompt(f"{conversation}t{number:02d}", entry.prompt_tokens, entry.output_cap_tokens,
+                       messages=entry.record.messages, conversation_id=conversation, turn=number)
 
 
 def _text_prompt(index: int, entry: CountedRecord) -> InventoryPrompt:
@@ -138,26 +160,56 @@ def _text_prompt(index: int, entry: CountedRecord) -> InventoryPrompt:
 
 
 def import_lengths(name: str, file: Path, fmt: ImportFormat, *, tokenizer: str | None, revision: str | None,
-                   sample: int | None, seed: int, vocabulary: dict[str, object]) -> ImportedTraffic:
-    """Token-id prompts of the records' lengths: the text stays with the user."""
+                   sample: int | None, seed: int, vocabulary: dict[str, object], conversations: bool) \
+        -> ImportedTraffic:
+    """Token-id prompts of the records' lengths (conversations of token ids when `conversations`): the text
+    stays with the user."""
     from harness.inventory.build import build_token_id_inventory
+    from harness.inventory.prefix_groups import build_conversation_lengths_inventory
 
-    sha, found, chosen = source_of(file, fmt, sample, seed)
+    sha, found, chosen = source_of(file, fmt, sample, seed, conversations=conversations)
     counted, identity = counted_records(file, fmt, chosen, tokenizer, revision)
     provenance = ImportedLengths(format=fmt, source=file.name, source_sha256=sha, records=len(found.records),
                                  skipped_records=sum(found.skipped.values()), sample=sample, tokenizer=identity)
+    allowed = _vocabulary(vocabulary)
     try:
-        recipe = TokenIdRecipe(vocabulary=VocabularyRange.model_validate(vocabulary),
-                               prompt_tokens=[c.prompt_tokens for c in counted],
-                               output_cap_tokens=[c.output_cap_tokens for c in counted], seed=seed,
-                               lengths=provenance)
+        if conversations:
+            recipe = ConversationLengthsRecipe(vocabulary=allowed, conversations=_turn_lengths(file, counted),
+                                               seed=seed, lengths=provenance)
+            inventory = build_conversation_lengths_inventory(name, recipe)
+        else:
+            plain = TokenIdRecipe(vocabulary=allowed, prompt_tokens=[c[0].prompt_tokens for c in counted],
+                                  output_cap_tokens=[c[0].output_cap_tokens for c in counted], seed=seed,
+                                  lengths=provenance)
+            inventory = build_token_id_inventory(name, plain)
     except pydantic.ValidationError as error:
         raise HarnessError(describe_validation_error(error, "token-id recipe")) from None
-    return ImportedTraffic(inventory=build_token_id_inventory(name, recipe), found=found,
-                           usage_disagreements=_disagreements(counted))
+    return ImportedTraffic(inventory=inventory, found=found, usage_disagreements=_disagreements(counted))
 
 
-def _disagreements(counted: list[CountedRecord]) -> list[tuple[int, int, int]]:
-    return [(c.record.line, c.record.prompt_tokens, c.prompt_tokens) for c in counted
+def _vocabulary(vocabulary: dict[str, object]) -> VocabularyRange:
+    try:
+        return VocabularyRange.model_validate(vocabulary)
+    except pydantic.ValidationError as error:
+        raise HarnessError(describe_validation_error(error, "--vocab-low/--vocab-high/--exclude-ids")) from None
+
+
+def _turn_lengths(file: Path, counted: list[list[CountedRecord]]) -> list[list[TurnLengths]]:
+    """Each conversation's turns as lengths. A turn whose prompt is not longer than the one before (a template
+    that leaves part of the history out) has no turn-before-it to repeat: refused, naming its record."""
+    conversations = []
+    for turns in counted:
+        for number, (earlier, later) in enumerate(itertools.pairwise(turns), start=2):
+            if later.prompt_tokens <= earlier.prompt_tokens:
+                raise HarnessError(f"{file} line {later.record.line}: field 'conversations': turn {number} counts "
+                                   f"{later.prompt_tokens} prompt tokens, turn {number - 1} {earlier.prompt_tokens}; "
+                                   "the template drops history, so its lengths cannot stand as a conversation")
+        conversations.append([TurnLengths(prompt_tokens=t.prompt_tokens, output_cap_tokens=t.output_cap_tokens)
+                              for t in turns])
+    return conversations
+
+
+def _disagreements(counted: list[list[CountedRecord]]) -> list[tuple[int, int, int]]:
+    return [(c.record.line, c.record.prompt_tokens, c.prompt_tokens) for turns in counted for c in turns
             if c.record.prompt_tokens is not None and (c.record.text is not None or c.record.messages is not None)
             and c.record.prompt_tokens != c.prompt_tokens]

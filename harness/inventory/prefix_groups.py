@@ -19,7 +19,12 @@ from harness.inventory.build import allowed_ids, prompt_id, recipe_error, salt_i
 from harness.inventory.fields import FrozenModel, PositiveTokens
 from harness.inventory.frozen import Inventory, InventoryPrompt, assemble_inventory, make_prompt
 from harness.inventory.recipe import SALT_TOKENS
-from harness.inventory.workload_recipes import ConversationRecipe, PrefixGroupRecipe, TokenRange
+from harness.inventory.workload_recipes import (
+    ConversationLengthsRecipe,
+    ConversationRecipe,
+    PrefixGroupRecipe,
+    TokenRange,
+)
 
 RANGE = re.compile(r"^ *(?P<low>[0-9]+) *(- *(?P<high>[0-9]+) *)?$")
 
@@ -94,6 +99,22 @@ def build_conversation_inventory(name: str, recipe: ConversationRecipe) -> Inven
             turns.append(ConversationTurn(user_token_ids=user, assistant_token_ids=reply,
                                           output_cap_tokens=recipe.output_cap_tokens))
         conversations.append(Conversation(conversation_id=conversation_id, turns=turns))
+    return assemble_inventory(name, recipe, None, conversation_prompts(conversations))
+
+
+def build_conversation_lengths_inventory(name: str, recipe: ConversationLengthsRecipe) -> Inventory:
+    """Per conversation and turn, in order: the ids that lengthen the turn before it to this turn's count."""
+    allowed = allowed_ids(recipe.vocabulary)
+    rng = np.random.default_rng(recipe.seed)
+    conversations = []
+    for index, recorded in enumerate(recipe.conversations):
+        before, turns = 0, []
+        for turn in recorded:
+            added = allowed[rng.integers(0, allowed.size, size=turn.prompt_tokens - before)]
+            turns.append(ConversationTurn(user_token_ids=[int(t) for t in added], assistant_token_ids=[],
+                                          output_cap_tokens=turn.output_cap_tokens))
+            before = turn.prompt_tokens
+        conversations.append(Conversation(conversation_id=f"c{index:04d}", turns=turns))
     return assemble_inventory(name, recipe, None, conversation_prompts(conversations))
 
 

@@ -124,10 +124,19 @@ class ImportRecipe(FrozenModel):
     tokenizer_revision: OneLine | None = None
     sample: int | None = Field(None, ge=1, le=MAX_PROMPTS)
     seed: int = Field(ge=0)
+    # ShareGPT: every exchange, each a turn sent with its history. Left out of the manifest when False (the
+    # first exchange of each conversation as a single request), so imports frozen before it keep their bytes.
+    conversations: bool = Field(False, exclude_if=lambda value: not value)
 
     @property
     def prompt_kind(self) -> Literal["text"]:
         return "text"
+
+    @model_validator(mode="after")
+    def _conversations_are_sharegpts(self) -> ImportRecipe:
+        if self.conversations and self.format != "sharegpt":
+            raise ValueError(f"conversations are read from ShareGPT records, not {self.format}")
+        return self
 
 
 Recipe = Annotated[TokenIdRecipe | TextRecipe | ImportRecipe, Field(discriminator="kind")]

@@ -2,7 +2,10 @@
 
 A segment's key is the sha256 of its token ids (of its text for a text prompt), so two prompts share a
 segment only when its tokens are equal: a recipe that failed to share its prefix predicts no hit.
-Boundaries come from the recipe: a group's shared prefix, a conversation turn's earlier history.
+Boundaries come from the recipe: a group's shared prefix, a conversation turn's earlier history. A recorded
+conversation's turn (chat messages) is cut where each earlier turn's prompt ended, each segment keyed by the
+messages up to there: the prediction takes the template's rendering of a turn to begin with the rendering of
+the turn before it, as a chat template that appends messages renders it.
 """
 
 from __future__ import annotations
@@ -37,13 +40,27 @@ def prompt_segments(inventory: Inventory) -> dict[str, list[PromptSegment]]:
 
 
 def _cut(prompt: InventoryPrompt, boundaries: list[int], text: bool) -> list[PromptSegment]:
-    """The prompt split at the boundaries; a text prompt is one segment (its tokens are the server's)."""
+    """The prompt split at the boundaries; a text prompt is one segment (its tokens are the server's), a
+    recorded conversation's turn one per turn so far."""
+    if prompt.conversation_id is not None and prompt.messages is not None:
+        return _turn_segments(prompt, boundaries)
     if text or prompt.token_ids is None:
         content = str(prompt.text) if prompt.messages is None else repr(prompt.chat_messages())
         return [PromptSegment(key=_digest(content), tokens=prompt.prompt_tokens)]
     edges = [0, *sorted(b for b in set(boundaries) if 0 < b < prompt.prompt_tokens), prompt.prompt_tokens]
     return [PromptSegment(key=_digest(",".join(map(str, prompt.token_ids[start:end]))), tokens=end - start)
             for start, end in itertools.pairwise(edges)]
+
+
+def _turn_segments(prompt: InventoryPrompt, boundaries: list[int]) -> list[PromptSegment]:
+    """Segment j ends where turn j's prompt ended, keyed by turn j's messages (user, assistant, ..., user): the
+    first 2j - 1 of this turn's. Turns that do not each render longer than the one before share nothing here."""
+    messages = prompt.chat_messages()
+    edges = [0, *sorted(boundaries), prompt.prompt_tokens]
+    if any(end <= start for start, end in itertools.pairwise(edges)):
+        return [PromptSegment(key=_digest(repr(messages)), tokens=prompt.prompt_tokens)]
+    return [PromptSegment(key=_digest(repr(messages[:2 * turn - 1])), tokens=end - start)
+            for turn, (start, end) in enumerate(itertools.pairwise(edges), start=1)]
 
 
 def _digest(content: str) -> str:

@@ -2,7 +2,8 @@
 
 Each reader returns every usable record with the line it starts on, and counts the records that are well
 formed but carry nothing to replay (a request that generated nothing, a conversation with no answered
-question). A malformed record is refused in one line naming the file, the line and the field: an import
+question). A ShareGPT conversation is read whole, every exchange in order (`conversations`), or as its first
+question and answer alone. A malformed record is refused in one line naming the file, the line and the field: an import
 either reads the whole file or writes nothing.
 
 Logs carry many fields besides the ones read here (model, temperature, ids, timestamps): the record models
@@ -32,6 +33,8 @@ INPUT_COLUMNS = ("input_tokens", "prompt_tokens", "contexttokens", "request toke
 OUTPUT_COLUMNS = ("output_tokens", "completion_tokens", "generatedtokens", "response tokens")
 HUMAN_ROLES = ("human", "user")
 ASSISTANT_ROLES = ("gpt", "assistant", "chatgpt")
+UNANSWERED = "no human turn answered by the assistant"
+EMPTY = "an empty question or answer"
 
 
 class _LogModel(BaseModel):
@@ -84,20 +87,45 @@ class Record:
     prompt_tokens: int | None = None  # a CSV's count, or the log's usage (checked against the tokenizer's)
     output_tokens: int | None = None  # the output cap: usage, max_tokens or a CSV's count
     reply: str | None = None  # ShareGPT: the answer whose token count is the output cap
+    exchanges: tuple[Exchange, ...] | None = None  # a whole ShareGPT conversation, one record
+
+    def turns(self) -> list[Record]:
+        """A conversation's turns as requests: turn k the exchanges before it as recorded, then its question;
+        its answer's length is the output cap. A record of one request is its only turn."""
+        if self.exchanges is None:
+            return [self]
+        history: list[ChatMessage] = []
+        turns = []
+        for exchange in self.exchanges:
+            history = [*history, ChatMessage(role="user", content=exchange.question)]
+            turns.append(Record(line=self.line, messages=history, reply=exchange.answer))
+            history = [*history, ChatMessage(role="assistant", content=exchange.answer)]
+        return turns
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One turn of a recorded conversation: the user's question and the assistant's answer to it."""
+
+    question: str
+    answer: str
 
 
 @dataclass
 class Records:
     records: list[Record] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # reason → records
-    later_turns: int = 0  # ShareGPT conversations that went on after the first exchange
+    later_turns: int = 0  # first exchange only: ShareGPT conversations that went on after it
+    cut_conversations: int = 0  # whole conversations: those whose turns stopped alternating before their end
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
 
-def read_records(file: Path, text: str, fmt: str) -> Records:
-    readers = {"openai": _read_openai, "sharegpt": _read_sharegpt, "csv": _read_csv}
+def read_records(file: Path, text: str, fmt: str, *, conversations: bool) -> Records:
+    if fmt == "sharegpt":
+        return _read_sharegpt(file, text, conversations)
+    readers = {"openai": _read_openai, "csv": _read_csv}
     return readers[fmt](file, text)
 
 
@@ -173,26 +201,43 @@ def _skip_space(text: str, position: int) -> int:
     return position
 
 
-def _read_sharegpt(file: Path, text: str) -> Records:
-    """The first human turn as a one-message chat prompt, and the reply that followed it as the output cap;
-    later turns are counted, not imported (each turn's history is a conversation inventory's to send)."""
+def _read_sharegpt(file: Path, text: str, conversations: bool) -> Records:
+    """Each conversation from its first human turn on: with `conversations`, the exchanges while human and
+    assistant alternate with something to say, as one record; else its first question as a one-message chat
+    prompt and the reply as the output cap, later turns counted but not imported."""
     found = Records()
     for number, value in _json_values(file, text):
         conversation = _validated(_Conversation, value, f"{file} line {number}")
         assert isinstance(conversation, _Conversation)
-        turns = conversation.conversations
-        first = next((i for i, turn in enumerate(turns) if turn.speaker.lower() in HUMAN_ROLES), None)
-        if first is None or first + 1 >= len(turns) or turns[first + 1].speaker.lower() not in ASSISTANT_ROLES:
-            found.skip("no human turn answered by the assistant")
+        exchanges, cut = _exchanges(conversation.conversations)
+        if not exchanges:
+            found.skip(cut or UNANSWERED)
             continue
-        question, answer = turns[first].value, turns[first + 1].value
-        if not question.strip() or not answer.strip():
-            found.skip("an empty question or answer")
-            continue
-        found.later_turns += len(turns) > first + 2
-        found.records.append(Record(line=number, messages=[ChatMessage(role="user", content=question)],
-                                    reply=answer))
+        if conversations:
+            found.cut_conversations += bool(cut)
+            found.records.append(Record(line=number, exchanges=tuple(exchanges)))
+        else:
+            found.later_turns += len(exchanges) > 1 or bool(cut)
+            found.records.append(Record(line=number, messages=[ChatMessage(role="user", content=exchanges[0].question)],
+                                        reply=exchanges[0].answer))
     return found
+
+
+def _exchanges(turns: list[_Turn]) -> tuple[list[Exchange], str | None]:
+    """The question-and-answer pairs from the first human turn on, and why they stopped short of the end (None:
+    they did not). Turns before the first human one (a system prompt, a greeting) are no exchange; a pair is
+    complete only with both sides non-empty, and a human turn with no answer after it ends the conversation."""
+    first = next((i for i, turn in enumerate(turns) if turn.speaker.lower() in HUMAN_ROLES), len(turns))
+    exchanges: list[Exchange] = []
+    for position in range(first, len(turns), 2):
+        question, answer = turns[position], turns[position + 1] if position + 1 < len(turns) else None
+        if question.speaker.lower() not in HUMAN_ROLES or answer is None \
+                or answer.speaker.lower() not in ASSISTANT_ROLES:
+            return exchanges, UNANSWERED
+        if not question.value.strip() or not answer.value.strip():
+            return exchanges, EMPTY
+        exchanges.append(Exchange(question=question.value, answer=answer.value))
+    return exchanges, None if exchanges else UNANSWERED
 
 
 def _read_csv(file: Path, text: str) -> Records:

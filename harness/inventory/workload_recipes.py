@@ -1,11 +1,12 @@
 """Recipes of token-id inventories with structure a prefix cache can use: groups of prompts sharing a prefix,
-and conversations whose every turn repeats the turns before it.
+and conversations whose every turn repeats the turns before it (synthetic, or the lengths of recorded ones).
 
 They sit beside `recipe.py`'s plain recipes and keep their bounds; each one rebuilds byte-identically.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
 import numpy as np
@@ -19,6 +20,7 @@ from harness.inventory.fields import (
     OneLine,
     PositiveTokens,
 )
+from harness.inventory.lengths import ImportedLengths
 from harness.inventory.recipe import SALT_TOKENS, VocabularyRange, _check_same_length, _check_total
 
 
@@ -105,4 +107,42 @@ class ConversationRecipe(FrozenModel):
                              f"an inventory holds ({MAX_INVENTORY_TOKENS:,} tokens)")
         if self.salt is not None and self.user_tokens.low < SALT_TOKENS:
             raise ValueError(f"a salted inventory needs user messages of at least {SALT_TOKENS} tokens")
+        return self
+
+
+class TurnLengths(FrozenModel):
+    """One recorded turn as the server counted it: its whole prompt (the history included) and its reply."""
+
+    prompt_tokens: PositiveTokens
+    output_cap_tokens: PositiveTokens
+
+
+class ConversationLengthsRecipe(FrozenModel):
+    """Recorded conversations kept as their lengths only (`harness prompts import --lengths-only`): turn k's
+    prompt is turn k-1's prompt, then drawn ids up to turn k's count. The drawn ids stand for the recorded reply,
+    the template's tokens and the new question, so every turn repeats the one before it exactly, as the recorded
+    turns do, and none of the user's text is kept."""
+
+    kind: Literal["conversation_lengths"] = "conversation_lengths"
+    vocabulary: VocabularyRange
+    conversations: list[list[TurnLengths]] = Field(min_length=1, max_length=MAX_PROMPTS)
+    seed: int = Field(ge=0)
+    lengths: ImportedLengths
+
+    @property
+    def prompt_kind(self) -> Literal["token_ids"]:
+        return "token_ids"
+
+    @model_validator(mode="after")
+    def _growing(self) -> ConversationLengthsRecipe:
+        turns = [turn for conversation in self.conversations for turn in conversation]
+        if not all(self.conversations) or len(turns) > MAX_PROMPTS:
+            raise ValueError(f"{len(turns):,} turns in {len(self.conversations):,} conversations; each holds at "
+                             f"least one, and an inventory at most {MAX_PROMPTS:,}")
+        _check_total([turn.prompt_tokens for turn in turns])
+        for index, conversation in enumerate(self.conversations):
+            counts = [turn.prompt_tokens for turn in conversation]
+            if any(later <= earlier for earlier, later in itertools.pairwise(counts)):
+                raise ValueError(f"conversation {index}: turn prompts of {counts} tokens; each turn's prompt holds "
+                                 "the turn before it, so each is longer")
         return self

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict
 from harness.errors import HarnessError
 from harness.measure.client import ErrorClass
 from harness.measure.record import RunConfig, ServerSample, read_run_config, read_samples
-from harness.measure.reuse_models import PrefixCacheFigures, TurnFigures
+from harness.measure.reuse_models import PrefixCacheFigures
+from harness.measure.reuse_models import TurnFigures as TurnFigures  # re-exported: the analysis reads it here
 from harness.observe.capacity import CapacityReport
 from harness.observe.device import DeviceFacts, DeviceRecord
 from harness.observe.engine_failure import Stage

@@ -74,20 +74,26 @@ def kv_blocks(options: BudgetOptions, shape: ModelShape | None, warnings: list[s
 
 
 def price_inventory(name: str, digest: str, request_tokens: Sequence[int], options: BudgetOptions,
-                    kv: KvBlocks) -> InventoryPopulation:
-    """The population of `--concurrency` requests (prompt + output cap each) drawn from the inventory."""
+                    kv: KvBlocks, conversation_ids: Sequence[str | None]) -> InventoryPopulation:
+    """The population of `--concurrency` requests (prompt + output cap each) drawn from the inventory; for a
+    conversation inventory, `--concurrency` conversations each at one turn, its prompt the whole history."""
     if options.concurrency is None:
         raise HarnessError("--inventory needs --concurrency: the requests in flight")
     draws = live_population(request_tokens, options.concurrency, block_size=kv.block_size,
-                            usable_blocks=kv.usable_blocks, max_num_seqs=options.max_num_seqs)
+                            usable_blocks=kv.usable_blocks, max_num_seqs=options.max_num_seqs,
+                            conversation_ids=conversation_ids)
     return InventoryPopulation(inventory=name, inventory_sha256=digest, prompt_count=len(request_tokens), kv=kv,
                                population=draws)
 
 
 def population_table(priced: InventoryPopulation) -> Table:
     draws = priced.population
-    table = Table(title=f"Live population of {draws.concurrency} requests from {priced.inventory} "
-                        f"({priced.prompt_count} prompts, prompt + output cap each)", show_header=False)
+    if draws.conversations is None:
+        drawn = f"{draws.concurrency} requests from {priced.inventory} ({priced.prompt_count} prompts"
+    else:
+        drawn = (f"{draws.concurrency} conversations from {priced.inventory} ({draws.conversations} conversations "
+                 f"of {priced.prompt_count} turns, each at a turn drawn uniformly over the turns, history included")
+    table = Table(title=f"Live population of {drawn}, prompt + output cap each)", show_header=False)
     table.add_row("inventory_sha256", priced.inventory_sha256)
     table.add_row("requests live at once", f"{draws.live_requests}" + (
         f" (max_num_seqs; {draws.concurrency - draws.live_requests} wait in the queue)"

@@ -8,6 +8,14 @@ population is never larger than `max_num_seqs` requests.
 
 The figures here are in blocks and tokens of one KV cache group (full attention): what the engine logs
 as `num_gpu_blocks` less its reserved null block is what the population is held against.
+
+A conversation's turns are not independent requests: the client sends them one after another, so it keeps
+`concurrency` conversations in flight, each at one turn, and a turn's prompt holds its whole history (the
+inventory counts it in the turn's prompt tokens). A draw is then C distinct conversations, each at one of its
+turns, every turn of the inventory as likely as any other: a slot spends one turn's time on each turn, so a
+conversation of more turns is in flight proportionally longer. That is the steady state of the client's
+closed loop when turns take alike; a long prefill of a late turn, or think time, keeps a slot longer than
+this counts, and the run measures what the draw leaves out.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ class PopulationDraws(BaseModel):
 
     concurrency: int
     live_requests: int  # concurrency, capped at max_num_seqs
+    conversations: int | None = None  # the workload's conversations, when its requests are their turns
     block_size: int
     usable_blocks: int
     draws: int
@@ -92,26 +101,68 @@ def request_blocks(request_tokens: Sequence[int], block_size: int) -> np.ndarray
 
 
 def live_population(request_tokens: Sequence[int], concurrency: int, *, block_size: int, usable_blocks: int,
-                    max_num_seqs: int | None = None, draws: int = DEFAULT_DRAWS, seed: int = 0) -> PopulationDraws:
+                    max_num_seqs: int | None = None, draws: int = DEFAULT_DRAWS, seed: int = 0,
+                    conversation_ids: Sequence[str | None] | None = None) -> PopulationDraws:
     """The live population's quantiles over seeded draws of `concurrency` requests from the workload.
 
     The client cycles through the inventory, so the requests in flight are distinct until there are more
     of them than prompts: draws are without replacement from the inventory repeated as often as needed.
+    With `conversation_ids` (each request's, None for one outside any conversation), the requests in flight
+    are turns of distinct conversations, drawn as the module says.
     """
     if concurrency < 1:
         raise HarnessError(f"concurrency must be at least 1, got {concurrency}")
     blocks = request_blocks(request_tokens, block_size)
     live = min(concurrency, max_num_seqs) if max_num_seqs else concurrency
-    pool = np.tile(blocks, math.ceil(live / len(blocks)))
-    sums = _draw_sums(pool, live, draws, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    turns = _conversation_turns(blocks, conversation_ids)
+    if turns is None:
+        pool = np.tile(blocks, math.ceil(live / len(blocks)))
+        sums = _draw_sums(pool, live, draws, rng)
+        largest = pool
+    else:
+        pooled = turns * math.ceil(live / len(turns))  # passes over the inventory overlap when C outnumbers them
+        sums = _conversation_sums(pooled, live, draws, rng)
+        largest = np.array([conversation.max() for conversation in pooled])
     return PopulationDraws(
-        concurrency=concurrency, live_requests=live, block_size=block_size, usable_blocks=usable_blocks,
-        draws=draws, seed=seed,
+        concurrency=concurrency, live_requests=live, conversations=None if turns is None else len(turns),
+        block_size=block_size, usable_blocks=usable_blocks, draws=draws, seed=seed,
         p50_blocks=int(np.quantile(sums, 0.5, method="higher")),
         p99_blocks=int(np.quantile(sums, 0.99, method="higher")),
-        max_blocks=int(np.sort(pool)[-live:].sum()),
+        max_blocks=int(np.sort(largest)[-live:].sum()),
         fit_share=float(np.mean(sums <= usable_blocks)),
     )
+
+
+def _conversation_turns(blocks: np.ndarray, conversation_ids: Sequence[str | None] | None) -> list[np.ndarray] | None:
+    """Each conversation's turns' blocks in inventory order (a request outside any is one of its own); None
+    when no conversation has more than one turn, so the requests are drawn as independent ones."""
+    if conversation_ids is None:
+        return None
+    if len(conversation_ids) != len(blocks):
+        raise HarnessError(f"{len(conversation_ids)} conversation ids for {len(blocks)} requests")
+    grouped: dict[object, list[int]] = {}
+    for index, conversation in enumerate(conversation_ids):
+        grouped.setdefault(index if conversation is None else conversation, []).append(int(blocks[index]))
+    if all(len(turns) == 1 for turns in grouped.values()):
+        return None
+    return [np.array(turns, dtype=np.int64) for turns in grouped.values()]
+
+
+def _conversation_sums(conversations: list[np.ndarray], live: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """Sums of `live` turns of distinct conversations, every turn equally likely: conversations drawn without
+    replacement in proportion to their turns (the Gumbel top-k draw), then a turn of each uniformly. From a pool
+    many times larger than a draw, turns are drawn uniformly with replacement instead (two of one conversation
+    then come together too rarely to move a quantile), which needs no pool-sized array per draw."""
+    counts = np.array([len(turns) for turns in conversations])
+    flat = np.concatenate(conversations)
+    if len(conversations) > WITH_REPLACEMENT_RATIO * live:
+        return flat[rng.integers(0, len(flat), size=(draws, live))].sum(axis=1)
+    keys = np.log(counts)[None, :] + rng.gumbel(size=(draws, len(conversations)))
+    chosen = np.argpartition(-keys, live - 1, axis=1)[:, :live]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    turn = (rng.random((draws, live)) * counts[chosen]).astype(np.int64)
+    return flat[starts[chosen] + turn].sum(axis=1)
 
 
 def _draw_sums(pool: np.ndarray, live: int, draws: int, rng: np.random.Generator) -> np.ndarray:
@@ -124,21 +175,22 @@ def _draw_sums(pool: np.ndarray, live: int, draws: int, rng: np.random.Generator
 
 
 def predict_knee(prompt_tokens: Sequence[int], output_tokens: Sequence[int], *, block_size: int,
-                 usable_blocks: int, max_num_seqs: int | None, largest_concurrency: int,
-                 seed: int = 0) -> KneePrediction:
+                 usable_blocks: int, max_num_seqs: int | None, largest_concurrency: int, seed: int = 0,
+                 conversation_ids: Sequence[str | None] | None = None) -> KneePrediction:
     """The first concurrency at which the cache or the sequence cap makes requests wait, up to
     `largest_concurrency`; and, before it, where the cache starts to preempt.
 
     The cache makes arrivals wait where the median arrival finds too few free blocks for its prompt
-    (`harness.predict.queueing`); the sequence cap one request past it, where the next request waits in
-    the queue. Preemption starts earlier, where the median draw of requests at their largest overflows.
+    (`harness.predict.queueing`, which takes a conversation's turns as requests of their own); the sequence
+    cap one request past it, where the next request waits in the queue. Preemption starts earlier, where
+    the median draw of requests at their largest overflows. `conversation_ids` as for `live_population`.
     """
     request_tokens = [prompt + output for prompt, output in zip(prompt_tokens, output_tokens, strict=True)]
     preemption_knee = None
     always_fits = 0
     for concurrency in range(1, largest_concurrency + 1):
-        draws = live_population(request_tokens, concurrency, block_size=block_size,
-                                usable_blocks=usable_blocks, max_num_seqs=max_num_seqs, seed=seed)
+        draws = live_population(request_tokens, concurrency, block_size=block_size, usable_blocks=usable_blocks,
+                                max_num_seqs=max_num_seqs, seed=seed, conversation_ids=conversation_ids)
         if draws.max_blocks <= usable_blocks:
             always_fits = concurrency
         if draws.p50_blocks > usable_blocks and draws.live_requests == concurrency:

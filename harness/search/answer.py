@@ -38,6 +38,7 @@ class EngineFacts(BaseModel):
     kv_cache_bytes: int | None  # the KV memory the blocks were cut from, as the engine logged it
     prompt_tokens: list[int]  # the inventory's requests: each prompt, and its output cap (or --max-tokens)
     output_tokens: list[int]
+    conversation_ids: list[str | None] | None = None  # each request's conversation: its turns go in flight in turn
     gpu_memory_total_bytes: int | None = None
     gpu_memory_utilization: float | None = None
 
@@ -203,7 +204,7 @@ def kv_remedy(verdict: Verdict, engine: EngineFacts) -> str:
     per_block = bytes_now // blocks
     in_flight = int(_in_flight(verdict.figures))
     population = live_population(engine.request_tokens, in_flight, block_size=engine.block_size,
-                                 usable_blocks=blocks - 1)
+                                 usable_blocks=blocks - 1, conversation_ids=engine.conversation_ids)
     needed_blocks = population.max_blocks + 1
     needed_bytes = needed_blocks * per_block
     words = (f"kv_cache_memory_bytes ≥ {needed_bytes:,} ({needed_blocks} blocks of {per_block:,} bytes, for "
@@ -222,8 +223,8 @@ def sequence_remedy(verdict: Verdict, engine: EngineFacts) -> str:
     seqs = verdict.figures.get("max_num_seqs")
     largest = max(int(seqs or 1) * 4, 64)
     fits = predict_knee(engine.prompt_tokens, engine.output_tokens, block_size=engine.block_size,
-                        usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=None,
-                        largest_concurrency=largest).always_fits_up_to_concurrency
+                        usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=None, largest_concurrency=largest,
+                        conversation_ids=engine.conversation_ids).always_fits_up_to_concurrency
     if seqs is not None and fits <= seqs:
         return (f"not max_num_seqs alone: the cache holds only {fits} of these requests at once, and "
                 f"max_num_seqs is {number(seqs)}")

@@ -105,6 +105,7 @@ def engine_facts(engine: RunningEngine, inventory: Inventory, max_tokens: int | 
                        kv_cache_bytes=log.kv_cache_memory_bytes or log.available_kv_cache_bytes,
                        prompt_tokens=[prompt.prompt_tokens for prompt in inventory.prompts],
                        output_tokens=output_tokens(inventory, max_tokens),
+                       conversation_ids=[prompt.conversation_id for prompt in inventory.prompts],
                        gpu_memory_total_bytes=device.gpu_memory_total_bytes,
                        gpu_memory_utilization=limits.get("gpu_memory_utilization") if device.gpu_name else None)
 
@@ -118,7 +119,7 @@ def predicted_knee(engine: EngineFacts, largest_concurrency: int) -> KneePredict
     """The knee from the inventory's lengths and the engine's usable blocks (vLLM keeps one as its null block)."""
     return predict_knee(engine.prompt_tokens, engine.output_tokens, block_size=engine.block_size,
                         usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=engine.max_num_seqs,
-                        largest_concurrency=largest_concurrency)
+                        largest_concurrency=largest_concurrency, conversation_ids=engine.conversation_ids)
 
 
 class LocalProbeRunner:

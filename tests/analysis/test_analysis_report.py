@@ -75,6 +75,28 @@ def test_report_names_each_run_its_limit_and_evidence(kv_sweep: dict[str, Path],
     assert "src='http" not in page and kv_sweep["crashed"].name in page
 
 
+def test_conversations_are_shown_turn_by_turn_with_their_run(kv_sweep: dict[str, Path], tmp_path: Path) -> None:
+    talk = write_run(tmp_path / "runs", limits={"kv_cache_memory_bytes": 1_073_741_824}, turns=2)
+    done = harness("report", "--runs", tmp_path / "runs", "--limit", "kv_cache_memory_bytes", "--out", tmp_path / "r")
+    assert done.returncode == 0, done.stderr
+    markdown = (tmp_path / "r" / "report.md").read_text()
+    section = markdown.split("## Conversations turn by turn")[1].split("## ")[0]
+    assert ("| run_uuid | kv_cache_memory_bytes | turn | requests_ok (requests) | prompt_tokens_mean | ttft_ms_mean "
+            "| ttft_ms_p50 | ttft_ms_p99 | hit_tokens_predicted_mean | cached_prompt_tokens_mean |") in section
+    # 8 requests of 2 turns: turn 1 is requests 0, 2, 4, 6, first tokens 50 + i ms after sending: 50, 52, 54 and
+    # 56 ms, mean and p50 53, p99 (numpy's linear) 54 + 0.97 x 2 = 55.94; turn 2 is requests 1, 3, 5, 7 at
+    # 100 + i: mean and p50 104, p99 106.94, shown to four figures as 106.9. No prediction was recorded; turn 2
+    # reported 64 tokens cached, turn 1 none.
+    assert f"| {talk.name} | 1073741824 | 1 | 4 | 100 | 53 | 53 | 55.94 | – | 0 |" in section
+    assert f"| {talk.name} | 1073741824 | 2 | 4 | 100 | 104 | 104 | 106.9 | – | 64 |" in section
+    assert "<h2>Conversations turn by turn</h2>" in (tmp_path / "r" / "report.html").read_text()
+    # runs without conversations leave the section out
+    plain = harness("report", "--runs", kv_sweep["ample"].parent, "--limit", "kv_cache_memory_bytes", "--out",
+                    tmp_path / "plain")
+    assert plain.returncode == 0, plain.stderr
+    assert "Conversations turn by turn" not in (tmp_path / "plain" / "report.md").read_text()
+
+
 def test_bad_input_is_one_line_and_exit_2(kv_sweep: dict[str, Path], tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     cases: list[tuple[list[str | Path], str]] = [

@@ -73,14 +73,14 @@ def test_openai_requests_keep_their_form_and_count_as_the_server_does(
     assert verified.returncode == 0, verified.stderr
 
 
-def test_sharegpt_takes_the_first_exchange_and_the_replys_length_as_the_cap(
+def test_sharegpt_first_exchange_takes_it_and_the_replys_length_as_the_cap(
         tiny_model_dir: Path, raw: Tokenizer, tmp_path: Path) -> None:
     out = tmp_path / "conversations"
     imported = harness("prompts", "import", str(FIXTURES / "conversations.json"), str(out),
-                       "--tokenizer", str(tiny_model_dir))
+                       "--tokenizer", str(tiny_model_dir), "--first-exchange")
     assert imported.returncode == 0, imported.stderr
-    # a3 has no question; a2 goes on after its first exchange (counted: conversations are sent as such by a
-    # conversation inventory, not here); a4's leading system turn is before the first human turn
+    # a3 has no question; a2 goes on after its first exchange (counted: without --first-exchange its turns are
+    # all imported, test_import_conversations.py); a4's leading system turn is before the first human turn
     assert "3 prompts from 3 records" in imported.stdout
     assert "1 skipped: no human turn answered by the assistant" in imported.stdout
     assert "1 conversation(s) went on after the first exchange" in imported.stdout

@@ -1,5 +1,5 @@
 """Prefix-cache reuse on the real CPU engine: predicted hit tokens against vLLM's counters, a salted cold run,
-and conversations sent turn by turn.
+and conversations sent turn by turn: synthetic ones of token ids, and recorded ones imported from ShareGPT.
 
 One engine start (prefix caching on, the project's default) serves every run: 4 MiB of KV cache is 32 blocks
 of 128 tokens, one the null block, so 31 usable; max_model_len 1,024. Each run sends a fresh inventory, so no
@@ -9,14 +9,18 @@ cached tokens, the per-request reuse beside the counters' totals.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 from pathlib import Path
 
 import pytest
 
 from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 from harness.inventory.frozen import Inventory, InventoryPrompt, VocabularyRange, write_inventory
+from harness.inventory.importing import import_text
 from harness.inventory.prefix_groups import build_conversation_inventory, build_prefix_group_inventory
+from harness.inventory.recipe import ImportRecipe
 from harness.inventory.workload_recipes import ConversationRecipe, PrefixGroupRecipe, TokenRange
 from harness.measure.client import RequestRecord
 from harness.measure.record import read_requests
@@ -41,6 +45,25 @@ CONVERSATIONS = ConversationRecipe(vocabulary=VOCABULARY, conversations=3, turns
                                    assistant_tokens=TokenRange(low=100, high=140), output_cap_tokens=16, seed=12)
 
 
+CORPUS = Path(__file__).resolve().parents[2] / "harness" / "corpus" / "serving.txt"
+
+
+def _recorded_conversations(tiny_model_dir: Path, work: Path) -> Inventory:
+    """Two ShareGPT conversations of three exchanges cut from the bundled corpus: questions of 110 words
+    (about 140 tiny-model tokens), answers of 40, so turn 2 repeats more than one block of turn 1 and the
+    longest turn, about 3 x 140 + 2 x 50 tokens and the template's, fits max_model_len."""
+    words = CORPUS.read_text().split()
+    pieces = iter(" ".join(words[start:start + size]) for start, size in
+                  zip(itertools.accumulate([0] + [110, 40] * 6), [110, 40] * 6, strict=False))
+    records = [{"id": f"r{n}", "conversations": [{"from": side, "value": next(pieces)}
+                                                 for _ in range(3) for side in ("human", "gpt")]} for n in range(2)]
+    source = work / "recorded.json"
+    source.write_text(json.dumps(records, indent=1))
+    recipe = ImportRecipe(format="sharegpt", source=str(source), source_sha256=hashlib.sha256(source.read_bytes())
+                          .hexdigest(), tokenizer=str(tiny_model_dir), seed=0, conversations=True)
+    return import_text("recorded", recipe).inventory
+
+
 def _run(engine_url: str, inventory: Inventory, work: Path, load: LoadShape, **options: object) -> RunSummary:
     directory = write_inventory(inventory, work / f"{inventory.manifest.name}-inventory")
     config, loaded = build_run_config(RunOptions(inventory=directory, base_url=engine_url, load=load,
@@ -61,6 +84,8 @@ def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
                             LoadShape(concurrency=8), cold=True), work / "salted"),
             "conversations": (_run(engine.base_url, build_conversation_inventory("conversations", CONVERSATIONS),
                                    work, LoadShape(concurrency=2, think_time_s=0.05)), work / "conversations"),
+            "recorded": (_run(engine.base_url, _recorded_conversations(tiny_model_dir, work), work,
+                              LoadShape(concurrency=2)), work / "recorded"),
         }
 
 
@@ -135,3 +160,29 @@ def test_a_multi_turn_run_records_every_turn_in_order_with_its_reuse(runs: dict[
     assert summary.turns[0].hit_tokens_predicted_mean == 0 and summary.turns[0].cached_prompt_tokens_mean == 0
     assert all(t.ttft_ms_p50 is not None and t.ttft_ms_p50 > 0 for t in summary.turns)
     assert summary.errors_by_class == {}
+
+
+def test_recorded_conversations_are_sent_turn_by_turn_as_the_server_counts_them(
+        runs: dict[str, tuple[RunSummary, Path]], tiny_model_dir: Path, tmp_path: Path) -> None:
+    summary, run_dir = runs["recorded"]
+    inventory = _recorded_conversations(tiny_model_dir, tmp_path)
+    prompts = {prompt.prompt_id: prompt for prompt in inventory.prompts}
+    records = read_requests(run_dir)
+    grouped = _by_conversation(records)
+    assert len(records) == 6 and sorted(grouped) == ["c0000", "c0001"]
+    for sent in grouped.values():
+        assert [r.turn for r in sent] == [1, 2, 3]
+        assert all(later.dispatch_s >= earlier.end_s for earlier, later in itertools.pairwise(sent))
+        turns = [prompts[r.prompt_id] for r in sent]
+        assert [len(p.chat_messages()) for p in turns] == [1, 3, 5]  # each turn's recorded history, then its question
+        # the chat template as the inventory counted it is the server's count of every turn
+        assert [r.prompt_tokens for r in sent] == [p.prompt_tokens for p in turns]
+        # Turn k reuses turn k-1's prompt in whole blocks of 128: the server rendered turn k to begin with turn
+        # k-1's rendering, as the prediction takes it; the block holding turn k-1's end held its generated reply.
+        expected = [0] + [p.prompt_tokens // BLOCK * BLOCK for p in turns[:-1]]
+        assert expected[1] >= BLOCK and [r.cached_prompt_tokens for r in sent] == expected
+    figures = summary.prefix_cache
+    assert figures is not None and figures.hit_tokens_predicted == figures.hit_tokens_measured
+    assert figures.hits_as_predicted is True and figures.hit_tokens_measured == sum(
+        r.cached_prompt_tokens or 0 for r in records)
+    assert [t.turn for t in summary.turns] == [1, 2, 3] and summary.errors_by_class == {}

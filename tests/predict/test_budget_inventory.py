@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.inventory.frozen import VocabularyRange, write_inventory
+from harness.inventory.lengths import ImportedLengths
+from harness.inventory.prefix_groups import build_conversation_lengths_inventory
+from harness.inventory.workload_recipes import ConversationLengthsRecipe, TurnLengths
+
 HARNESS = str(Path(sys.executable).parent / "harness")
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "160"}
 
@@ -86,6 +91,52 @@ def test_the_table_reads_the_same_figures(four_requests: Path) -> None:
     assert "p50 block-padded live tokens │ 640 (5 blocks)" in out
     assert "max block-padded live tokens │ 896 (7 blocks)" in out
     assert "share of draws that fit │ 0.6" in out
+
+
+@pytest.fixture(scope="module")
+def three_conversations(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Conversations of 1, 2 and 3 turns whose turn k has a prompt of 100, 300, 500 tokens (its history
+    included) and a 28-token cap: requests of 128, 328 and 528 tokens."""
+    turns = [TurnLengths(prompt_tokens=100 + 200 * k, output_cap_tokens=28) for k in range(3)]
+    recipe = ConversationLengthsRecipe(
+        vocabulary=VocabularyRange(low=0, high=100), conversations=[turns[:1], turns[:2], turns], seed=0,
+        lengths=ImportedLengths(format="sharegpt", source="three.json", source_sha256="0" * 64, records=3,
+                                skipped_records=0, tokenizer=None))
+    out = tmp_path_factory.mktemp("inventories") / "three"
+    write_inventory(build_conversation_lengths_inventory("three", recipe), out)
+    return out
+
+
+def test_conversations_in_flight_each_at_one_turn(three_conversations: Path) -> None:
+    # Blocks of 128: A's turn holds 1 block; B's turns 1 and ceil(328/128) = 3; C's 1, 3 and ceil(528/128) = 5.
+    # Two in flight are two distinct conversations, every one of the 6 turns equally likely: the first drawn is A,
+    # B or C with 1/6, 2/6, 3/6; the second from the other two's turns. So the pair is {A,B} with 1/6·2/5 + 2/6·1/4
+    # = 9/60, {A,C} 1/6·3/5 + 3/6·1/3 = 16/60, {B,C} 2/6·3/4 + 3/6·2/3 = 35/60, each at a uniform turn of its own:
+    #   {A,B}: 1 + {1,3} = 2, 4;  {A,C}: 1 + {1,3,5} = 2, 4, 6;  {B,C}: {1,3} + {1,3,5} = 2, 4, 4, 6, 6, 8.
+    # P(2) = 9/60·1/2 + 16/60·1/3 + 35/60·1/6 = 15.67/60, P(4) = 9/60·1/2 + 16/60·1/3 + 35/60·2/6 = 21.5/60,
+    # P(6) = 16/60·1/3 + 35/60·2/6 = 17/60, P(8) = 35/60·1/6 = 5.83/60. CDF: 2 → 0.261, 4 → 0.619, 6 → 0.903, 8 → 1:
+    # p50 = 4 blocks (512 tokens), p99 = max = 8 (C's last turn and B's: 5 + 3; 1,024 tokens). 5 usable blocks
+    # hold the draws of 2 and 4: a fit share of 37.17/60 = 0.619 (standard error over 4,096 draws 0.0076: ±0.03).
+    # Drawn as 6 independent requests instead, C's turns 2 and 3 (3 + 5 = 8) could be in flight together, which
+    # the client never does.
+    data = priced("--inventory", str(three_conversations), "--concurrency", "2", "--block-size", "128",
+                  "--num-gpu-blocks", "6")
+    population = data["population"]
+    assert (data["prompt_count"], population["conversations"]) == (6, 3)
+    assert (population["p50_blocks"], population["p99_blocks"], population["max_blocks"]) == (4, 8, 8)
+    assert population["max_live_tokens"] == 1024
+    assert abs(population["fit_share"] - 37.17 / 60) < 0.03
+
+
+def test_more_conversations_in_flight_than_the_inventory_holds(three_conversations: Path) -> None:
+    # 4 in flight from 3 conversations: the passes overlap, so one conversation is in flight twice. The largest
+    # four of the conversations repeated (A, B, C, A, B, C) at their last turns: 5 + 5 + 3 + 3 = 16 blocks.
+    data = priced("--inventory", str(three_conversations), "--concurrency", "4", "--block-size", "128",
+                  "--num-gpu-blocks", "6")
+    assert data["population"]["max_blocks"] == 16 and data["population"]["live_requests"] == 4
+    table = harness("budget", "--inventory", str(three_conversations), "--concurrency", "2", "--block-size", "128",
+                    "--num-gpu-blocks", "6")
+    assert "2 conversations from three (3 conversations of 6 turns" in " ".join(table.stdout.split())
 
 
 @pytest.mark.parametrize(("args", "message"), [

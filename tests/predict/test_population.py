@@ -62,3 +62,22 @@ def test_the_sequence_cap_limits_the_live_population() -> None:
 def test_an_empty_or_nonpositive_workload_is_refused(tokens: list[int], block_size: int) -> None:
     with pytest.raises(HarnessError):
         request_blocks(tokens, block_size)
+
+
+def test_conversations_go_in_flight_one_turn_each() -> None:
+    # Blocks of 128: conversation a's one turn holds 1 block; b's 1 and 3; c's 1, 3 and 5. At 2 in flight the
+    # pair of distinct conversations sums to 2, 4, 6 or 8 blocks with P(<= 2) = 0.261 and P(<= 4) = 0.619
+    # (worked out in tests/predict/test_budget_inventory.py), so its median, 4, fits 4 usable blocks. At 3 all
+    # three are in flight, 1 + {1, 3} + {1, 3, 5}: 3, 5, 5, 7, 7, 9, each 1/6, and the median, 5 or 7, does
+    # not fit: the cache binds at 3. At 1 the largest turn alone, 5 blocks, is over 4, so none always fits.
+    tokens, ids = [128, 128, 328, 128, 328, 528], ["a", "b", "b", "c", "c", "c"]
+    knee = predict_knee([token - 28 for token in tokens], [28] * 6, block_size=128, usable_blocks=4,
+                        max_num_seqs=None, largest_concurrency=6, conversation_ids=ids)
+    assert (knee.preemption_knee_concurrency, knee.always_fits_up_to_concurrency) == (3, 0)
+    # At most, 3 in flight are each conversation at its last turn: 1 + 3 + 5 = 9 blocks. Taken as 6 independent
+    # requests, the largest 3 would be c's turns 3 and 2 with b's turn 2, 5 + 3 + 3 = 11, which the client never
+    # sends together.
+    three = live_population(tokens, 3, block_size=128, usable_blocks=4, conversation_ids=ids)
+    assert three.conversations == 3 and three.max_blocks == 9 and three.p50_blocks in (5, 7)
+    independent = live_population(tokens, 3, block_size=128, usable_blocks=4)
+    assert independent.conversations is None and independent.max_blocks == 11
