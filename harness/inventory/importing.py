@@ -4,7 +4,8 @@ Text is counted with the pinned tokenizer (a chat request's messages rendered wi
 prompt's count is the server's whatever the log says; a log's own usage counts are compared and disagreements
 reported. With `--lengths-only` (and always for a CSV of counts) only the lengths are kept: token-id prompts of
 those lengths, so the inventory can be shared without the user's data. The source file is pinned by its
-sha256; a text import is rebuilt by importing that file again.
+sha256; a text import is rebuilt by importing that file again. Where a text import's prompts start with the
+same tokens (a shared system prompt), each records where (`shared_prefixes`), for the prefix-cache prediction.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import numpy as np
 import pydantic
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.inventory.fields import MAX_PROMPTS, TokenizerIdentity
+from harness.inventory.fields import MAX_PROMPTS, SharedPrefix, TokenizerIdentity
 from harness.inventory.frozen import Inventory, InventoryPrompt, assemble_inventory, make_prompt
 from harness.inventory.lengths import ImportedLengths, ImportFormat
 from harness.inventory.recipe import ImportRecipe, TokenIdRecipe, VocabularyRange
+from harness.inventory.shared_prefixes import find_shared_prefixes
 from harness.inventory.tokenizer import TokenCounter, resolve_tokenizer
 from harness.inventory.traffic import Record, Records, read_records
 from harness.paths import read_text
@@ -35,6 +37,7 @@ class CountedRecord:
     record: Record
     prompt_tokens: int
     output_cap_tokens: int
+    prompt_ids: list[int] | None = None  # as the server tokenizes the prompt; None for a CSV's counts
 
 
 @dataclass(frozen=True)
@@ -90,18 +93,18 @@ class _Counters:
         return self._chat
 
     def counted(self, file: Path, record: Record) -> CountedRecord:
+        ids = None
         if record.messages is not None:
-            prompt = self.chat().count_messages([message.model_dump() for message in record.messages])
+            ids = self.chat().message_ids([message.model_dump() for message in record.messages])
         elif record.text is not None:
-            prompt = self.plain.count(record.text)
-        else:
-            prompt = record.prompt_tokens or 0
+            ids = self.plain.prompt_ids(record.text)
+        prompt = (record.prompt_tokens or 0) if ids is None else len(ids)
         cap = record.output_tokens if record.reply is None else len(self.plain.encode(record.reply))
         if prompt < 1 or not cap:
             field = "messages" if record.messages is not None else "prompt"
             raise HarnessError(f"{file} line {record.line}: field '{field}': counts {prompt} prompt tokens and "
                                f"{cap} output tokens; a request needs at least one of each")
-        return CountedRecord(record=record, prompt_tokens=prompt, output_cap_tokens=cap)
+        return CountedRecord(record=record, prompt_tokens=prompt, output_cap_tokens=cap, prompt_ids=ids)
 
 
 def counted_records(file: Path, fmt: str, chosen: list[Record], tokenizer: str | None, revision: str | None) \
@@ -123,18 +126,22 @@ def import_text(name: str, recipe: ImportRecipe) -> ImportedTraffic:
     if sha != recipe.source_sha256:
         raise HarnessError(f"source {file}: its sha256 differs from the recipe's source_sha256")
     counted, identity = counted_records(file, recipe.format, chosen, recipe.tokenizer, recipe.tokenizer_revision)
-    prompts = [_text_prompt(index, entry) for index, entry in enumerate(counted)]
+    shared = find_shared_prefixes([entry.prompt_ids or [] for entry in counted])
+    prompts = [_text_prompt(index, entry, prefixes or None)
+               for index, (entry, prefixes) in enumerate(zip(counted, shared, strict=True))]
     return ImportedTraffic(inventory=assemble_inventory(name, recipe, identity, prompts), found=found,
                            usage_disagreements=_disagreements(counted))
 
 
-def _text_prompt(index: int, entry: CountedRecord) -> InventoryPrompt:
+def _text_prompt(index: int, entry: CountedRecord, shared: list[SharedPrefix] | None) -> InventoryPrompt:
     record, prompt_id = entry.record, f"p{index:04d}"
     messages = record.messages
     if messages is not None and len(messages) == 1 and messages[0].role == "user":
         # one user message: the form every chat inventory has (text sent as one user turn)
-        return make_prompt(prompt_id, entry.prompt_tokens, entry.output_cap_tokens, text=messages[0].content, chat=True)
-    return make_prompt(prompt_id, entry.prompt_tokens, entry.output_cap_tokens, text=record.text, messages=messages)
+        return make_prompt(prompt_id, entry.prompt_tokens, entry.output_cap_tokens, text=messages[0].content,
+                           chat=True, shared_prefixes=shared)
+    return make_prompt(prompt_id, entry.prompt_tokens, entry.output_cap_tokens, text=record.text, messages=messages,
+                       shared_prefixes=shared)
 
 
 def import_lengths(name: str, file: Path, fmt: ImportFormat, *, tokenizer: str | None, revision: str | None,
