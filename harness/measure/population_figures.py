@@ -4,7 +4,8 @@ reads it there, as it reads every other figure.
 
 The blocks are those `vllm:cache_config_info` reports: the `num_gpu_blocks` the engine logs at start-up. The
 draws are `harness budget --inventory`'s (same function, same default seed), so the figure equals what that
-command prints for the same inventory, concurrency, blocks and `max_num_seqs`.
+command prints for the same inventory, concurrency, blocks and `max_num_seqs`, unless the run's `max_tokens`
+replaced the inventory's output caps.
 """
 
 from __future__ import annotations
