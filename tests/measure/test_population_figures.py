@@ -26,7 +26,7 @@ SAMPLES = [ServerSample(t_s=float(t), snapshot=MetricsSnapshot(
 
 
 def config(load: LoadShape) -> RunConfig:
-    return RunConfig(run_id="r", base_url="http://127.0.0.1:8000", inventory_path="prompts/ladder",
+    return RunConfig(run_id="r", base_url="http://127.0.0.1:8000", inventory_path="prompts/x",
                      inventory_digest=INVENTORY.digest, load=load, max_tokens=24, temperature=0.0, slo=Slo(),
                      cold=False, max_dispatch_lag_ms=10.0, sample_interval_s=1.0, read_timeout_s=60.0,
                      stall_timeout_s=30.0)
