@@ -42,6 +42,7 @@ from analysis.plots import (
     server_series_png,
     throughput_vs_ttft_png,
 )
+from analysis.population import POPULATION_TEXT, population_table
 from analysis.sources import DEFAULT_API_LIMIT, collect_runs
 from analysis.table import Derived, RunTable, build_table
 from harness.errors import HarnessError
@@ -195,6 +196,7 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
                 "give in whole blocks, beside the growth of vLLM's vllm:prefix_cache_hits over the run",
                 _run_table(runs, limit, PREFIX_CACHE_FIGURES)),
         *turns_section(table, runs, limit),
+        Section("Predicted vs measured live-token population", POPULATION_TEXT, population_table(runs, limit)),
         Section("Diagnosis", "which limit bound each run, with the figures that say so", diagnosis),
         Section("Latency vs " + limit, "", plots=[Plot("latency.png", f"latency percentiles vs {limit}",
                                                        latency_vs_limit_png(comparison))]),

@@ -113,6 +113,7 @@ def _price_inventory(directory: Path, options: BudgetOptions, model: str, revisi
     from rich.console import Console
 
     from harness.inventory.frozen import load_inventory, resolve_inventory
+    from harness.inventory.output_cap import request_tokens
     from harness.predict.budget_inventory import kv_blocks, population_table, price_inventory
     from harness.predict.model_shape import load_model_shape
 
@@ -120,8 +121,7 @@ def _price_inventory(directory: Path, options: BudgetOptions, model: str, revisi
     warnings: list[str] = []
     given = options.num_gpu_blocks is not None or options.kv_cache_tokens is not None
     kv = kv_blocks(options, None if given else load_model_shape(model, revision), warnings)
-    requests = [p.prompt_tokens + p.output_cap_tokens for p in loaded.prompts]
-    priced = price_inventory(loaded.manifest.name, loaded.digest, requests, options, kv,
+    priced = price_inventory(loaded.manifest.name, loaded.digest, request_tokens(loaded, None), options, kv,
                              [p.conversation_id for p in loaded.prompts])
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)

@@ -44,3 +44,11 @@ class ChatMessage(FrozenModel):
 
     role: Literal["system", "user", "assistant"]
     content: str
+
+
+class SharedPrefix(FrozenModel):
+    """The first `prefix_tokens` tokens of a prompt as the server tokenizes it, which another prompt of the
+    inventory starts with too, named by the sha256 of their ids: equal names, equal leading tokens."""
+
+    prefix_tokens: int = Field(gt=0, le=MAX_PROMPT_TOKENS)
+    sha256: Sha256Hex

@@ -24,6 +24,7 @@ from harness.inventory.fields import (
     InventoryName,
     PositiveTokens,
     Sha256Hex,
+    SharedPrefix,
     TokenizerIdentity,
 )
 from harness.inventory.recipe import (
@@ -71,6 +72,9 @@ class InventoryPrompt(FrozenModel):
     # A conversation's turn: which conversation, and 1 for its first turn.
     conversation_id: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9_.-]+$")] = ABSENT_WHEN_NONE
     turn: Annotated[int | None, Field(ge=1)] = ABSENT_WHEN_NONE
+    # An imported text prompt's leading tokens that other prompts start with too, shortest first: where the
+    # prefix cache can reuse them (a token-id prompt's ids show it themselves).
+    shared_prefixes: list[SharedPrefix] | None = ABSENT_WHEN_NONE
     sha256: Sha256Hex
 
     @model_validator(mode="after")
@@ -89,6 +93,18 @@ class InventoryPrompt(FrozenModel):
             raise ValueError(f"prompt {self.prompt_id}: chat needs text or messages, not token_ids")
         if (self.conversation_id is None) != (self.turn is None):
             raise ValueError(f"prompt {self.prompt_id}: a conversation's turn needs both conversation_id and turn")
+        return self
+
+    @model_validator(mode="after")
+    def _prefixes_inside(self) -> InventoryPrompt:
+        if self.shared_prefixes is None:
+            return self
+        lengths = [prefix.prefix_tokens for prefix in self.shared_prefixes]
+        if self.token_ids is not None or not lengths:
+            raise ValueError(f"prompt {self.prompt_id}: shared_prefixes describe a text prompt, and hold at least one")
+        if lengths != sorted(set(lengths)) or lengths[-1] > self.prompt_tokens:
+            raise ValueError(f"prompt {self.prompt_id}: shared_prefixes must grow strictly and end within its "
+                             f"{self.prompt_tokens} prompt tokens, not {lengths}")
         return self
 
     def chat_messages(self) -> list[dict[str, str]]:
@@ -119,11 +135,13 @@ def make_prompt(
     messages: list[ChatMessage] | None = None,
     conversation_id: str | None = None,
     turn: int | None = None,
+    shared_prefixes: list[SharedPrefix] | None = None,
 ) -> InventoryPrompt:
     """A prompt with its hash filled in (the only way builders should create one)."""
     draft = InventoryPrompt(prompt_id=prompt_id, prompt_tokens=prompt_tokens, output_cap_tokens=output_cap_tokens,
                             token_ids=token_ids, text=text, chat=chat or messages is not None, messages=messages,
-                            conversation_id=conversation_id, turn=turn, sha256="0" * 64)
+                            conversation_id=conversation_id, turn=turn, shared_prefixes=shared_prefixes,
+                            sha256="0" * 64)
     return draft.model_copy(update={"sha256": draft.content_sha256()})
 
 

@@ -6,7 +6,9 @@ reported. A ShareGPT conversation becomes one turn per exchange, each sent with 
 run replays every turn, not only the first. With `--lengths-only` (and always for a CSV of counts) only the
 lengths are kept: token-id prompts of those lengths (conversations whose turns repeat the turn before), so the
 inventory can be shared without the user's data. The source file is pinned by its sha256; a text import is
-rebuilt by importing that file again.
+rebuilt by importing that file again. Where a text import's single requests start with the same tokens (a
+shared system prompt), each records where (`shared_prefixes`), for the prefix-cache prediction; a
+conversation's turns share their history by the turns themselves.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import numpy as np
 import pydantic
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.inventory.fields import MAX_PROMPTS, TokenizerIdentity
+from harness.inventory.fields import MAX_PROMPTS, SharedPrefix, TokenizerIdentity
 from harness.inventory.frozen import Inventory, InventoryPrompt, assemble_inventory, make_prompt
 from harness.inventory.lengths import ImportedLengths, ImportFormat
 from harness.inventory.recipe import ImportRecipe, TokenIdRecipe, VocabularyRange
+from harness.inventory.shared_prefixes import find_shared_prefixes
 from harness.inventory.tokenizer import TokenCounter, resolve_tokenizer
 from harness.inventory.traffic import Record, Records, read_records
 from harness.inventory.workload_recipes import ConversationLengthsRecipe, TurnLengths
@@ -39,6 +42,7 @@ class CountedRecord:
     record: Record
     prompt_tokens: int
     output_cap_tokens: int
+    prompt_ids: list[int] | None = None  # as the server tokenizes the prompt; None for a CSV's counts
 
 
 @dataclass(frozen=True)
@@ -99,18 +103,18 @@ class _Counters:
         return self._chat
 
     def counted(self, file: Path, record: Record) -> CountedRecord:
+        ids = None
         if record.messages is not None:
-            prompt = self.chat().count_messages([message.model_dump() for message in record.messages])
+            ids = self.chat().message_ids([message.model_dump() for message in record.messages])
         elif record.text is not None:
-            prompt = self.plain.count(record.text)
-        else:
-            prompt = record.prompt_tokens or 0
+            ids = self.plain.prompt_ids(record.text)
+        prompt = (record.prompt_tokens or 0) if ids is None else len(ids)
         cap = record.output_tokens if record.reply is None else len(self.plain.encode(record.reply))
         if prompt < 1 or not cap:
             field = "messages" if record.messages is not None else "prompt"
             raise HarnessError(f"{file} line {record.line}: field '{field}': counts {prompt} prompt tokens and "
                                f"{cap} output tokens; a request needs at least one of each")
-        return CountedRecord(record=record, prompt_tokens=prompt, output_cap_tokens=cap)
+        return CountedRecord(record=record, prompt_tokens=prompt, output_cap_tokens=cap, prompt_ids=ids)
 
 
 def counted_records(file: Path, fmt: str, chosen: list[Record], tokenizer: str | None, revision: str | None) \
@@ -138,7 +142,9 @@ def import_text(name: str, recipe: ImportRecipe) -> ImportedTraffic:
         prompts = [_turn_prompt(index, number, turn) for index, turns in enumerate(counted)
                    for number, turn in enumerate(turns, start=1)]
     else:
-        prompts = [_text_prompt(index, turns[0]) for index, turns in enumerate(counted)]
+        shared = find_shared_prefixes([turns[0].prompt_ids or [] for turns in counted])
+        prompts = [_text_prompt(index, turns[0], prefixes or None)
+                   for index, (turns, prefixes) in enumerate(zip(counted, shared, strict=True))]
     return ImportedTraffic(inventory=assemble_inventory(name, recipe, identity, prompts), found=found,
                            usage_disagreements=_disagreements(counted))
 
@@ -150,13 +156,15 @@ def _turn_prompt(index: int, number: int, entry: CountedRecord) -> InventoryProm
                        messages=entry.record.messages, conversation_id=conversation, turn=number)
 
 
-def _text_prompt(index: int, entry: CountedRecord) -> InventoryPrompt:
+def _text_prompt(index: int, entry: CountedRecord, shared: list[SharedPrefix] | None) -> InventoryPrompt:
     record, prompt_id = entry.record, f"p{index:04d}"
     messages = record.messages
     if messages is not None and len(messages) == 1 and messages[0].role == "user":
         # one user message: the form every chat inventory has (text sent as one user turn)
-        return make_prompt(prompt_id, entry.prompt_tokens, entry.output_cap_tokens, text=messages[0].content, chat=True)
-    return make_prompt(prompt_id, entry.prompt_tokens, entry.output_cap_tokens, text=record.text, messages=messages)
+        return make_prompt(prompt_id, entry.prompt_tokens, entry.output_cap_tokens, text=messages[0].content,
+                           chat=True, shared_prefixes=shared)
+    return make_prompt(prompt_id, entry.prompt_tokens, entry.output_cap_tokens, text=record.text, messages=messages,
+                       shared_prefixes=shared)
 
 
 def import_lengths(name: str, file: Path, fmt: ImportFormat, *, tokenizer: str | None, revision: str | None,

@@ -16,3 +16,8 @@ def effective_output_cap_tokens(prompt: InventoryPrompt, max_tokens: int | None)
 
 def longest_output_cap_tokens(inventory: Inventory, max_tokens: int | None) -> int:
     return max(effective_output_cap_tokens(prompt, max_tokens) for prompt in inventory.prompts)
+
+
+def request_tokens(inventory: Inventory, max_tokens: int | None) -> list[int]:
+    """Each prompt's tokens at their most once sent: the prompt and the output cap it is sent with."""
+    return [prompt.prompt_tokens + effective_output_cap_tokens(prompt, max_tokens) for prompt in inventory.prompts]

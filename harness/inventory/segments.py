@@ -2,7 +2,8 @@
 
 A segment's key is the sha256 of its token ids (of its text for a text prompt), so two prompts share a
 segment only when its tokens are equal: a recipe that failed to share its prefix predicts no hit.
-Boundaries come from the recipe: a group's shared prefix, a conversation turn's earlier history. A recorded
+Boundaries come from the recipe: a group's shared prefix, a conversation turn's earlier history; for
+imported text, from the leading tokens the import found prompts to share (`shared_prefixes`). A recorded
 conversation's turn (chat messages) is cut where each earlier turn's prompt ended, each segment keyed by the
 messages up to there: the prediction takes the template's rendering of a turn to begin with the rendering of
 the turn before it, as a chat template that appends messages renders it.
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 
 from harness.inventory.frozen import Inventory, InventoryPrompt
 from harness.inventory.recipe import ImportRecipe, TextRecipe, TokenIdRecipe
+from harness.inventory.shared_prefixes import token_ids_sha256
 from harness.inventory.workload_recipes import PrefixGroupRecipe
 from harness.predict.prefix_cache import PromptSegment, SentPrompt
 
@@ -40,15 +42,15 @@ def prompt_segments(inventory: Inventory) -> dict[str, list[PromptSegment]]:
 
 
 def _cut(prompt: InventoryPrompt, boundaries: list[int], text: bool) -> list[PromptSegment]:
-    """The prompt split at the boundaries; a text prompt is one segment (its tokens are the server's), a
-    recorded conversation's turn one per turn so far."""
+    """The prompt split at the boundaries. A text prompt's tokens are the server's: it is split where the
+    import found it shares leading tokens with others, each part up to there named by those tokens' hash; a
+    recorded conversation's turn is split once per turn so far."""
     if prompt.conversation_id is not None and prompt.messages is not None:
         return _turn_segments(prompt, boundaries)
     if text or prompt.token_ids is None:
-        content = str(prompt.text) if prompt.messages is None else repr(prompt.chat_messages())
-        return [PromptSegment(key=_digest(content), tokens=prompt.prompt_tokens)]
+        return _text_segments(prompt)
     edges = [0, *sorted(b for b in set(boundaries) if 0 < b < prompt.prompt_tokens), prompt.prompt_tokens]
-    return [PromptSegment(key=_digest(",".join(map(str, prompt.token_ids[start:end]))), tokens=end - start)
+    return [PromptSegment(key=token_ids_sha256(prompt.token_ids[start:end]), tokens=end - start)
             for start, end in itertools.pairwise(edges)]
 
 
@@ -65,6 +67,17 @@ def _turn_segments(prompt: InventoryPrompt, boundaries: list[int]) -> list[Promp
 
 def _digest(content: str) -> str:
     return hashlib.sha256(content.encode()).hexdigest()
+
+
+def _text_segments(prompt: InventoryPrompt) -> list[PromptSegment]:
+    segments, start = [], 0
+    for prefix in prompt.shared_prefixes or []:
+        segments.append(PromptSegment(key=prefix.sha256, tokens=prefix.prefix_tokens - start))
+        start = prefix.prefix_tokens
+    if start < prompt.prompt_tokens:  # the rest, its own unless another prompt holds the same content
+        content = str(prompt.text) if prompt.messages is None else repr(prompt.chat_messages())
+        segments.append(PromptSegment(key=_digest(content), tokens=prompt.prompt_tokens - start))
+    return segments
 
 
 def sent_prompts(inventory: Inventory, sent: Sequence[tuple[str, int]]) -> list[SentPrompt]:

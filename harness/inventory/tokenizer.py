@@ -100,16 +100,23 @@ class TokenCounter:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def count(self, text: str) -> int:
+        return len(self.prompt_ids(text))
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """A prompt's token ids as the server computes them (for chat, the text as one user message)."""
         if not self.chat:
-            return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
-        return self.count_messages([{"role": "user", "content": text}])
+            return self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        return self.message_ids([{"role": "user", "content": text}])
 
     def count_messages(self, messages: list[dict[str, str]]) -> int:
         """A chat request's prompt tokens: its messages rendered with the generation prompt."""
+        return len(self.message_ids(messages))
+
+    def message_ids(self, messages: list[dict[str, str]]) -> list[int]:
         rendered = self.template.render(
             messages=messages, add_generation_prompt=True, **self.tokenizer.special_tokens_map,
         )
-        return len(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+        return self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
 
     def cut(self, corpus_ids: list[int], start: int, length: int, prompt: str) -> str:
         """Text whose count is exactly `length`, from corpus tokens at `start` (wrapping around).

@@ -108,7 +108,8 @@ def run_with_engine(
                 MemoryMonitor(engine.pid, max(config.sample_interval_s, 1.0), live.log_series if live else None)
             )
             summary = run_load(config, inventory, run_dir, on_sample=live.on_sample if live else None,
-                               api_key=option_value(engine_argv, "--api-key"))  # vLLM's: --api-key over the env
+                               api_key=option_value(engine_argv, "--api-key"),  # vLLM's: --api-key over the env
+                               max_num_seqs=engine_limits(engine_argv).get("max_num_seqs"))
             snapshot = scrape_metrics(engine.base_url)
             facts = monitor.record(facts)
     report = record_capacity(run_dir, run_dir / RunFile.ENGINE_LOG, snapshot)

@@ -3,8 +3,9 @@
 `RunSummary` (summary.json) is made of small parts, each computed by one module and each refusing a name
 it does not declare: the client's health and the cost of its scrapes (`measure.stats`), how the tokens
 were paced (`measure.stream_pacing`), where the engine spent the time (`measure.engine_time`) and the
-server's peaks (`measure.stats`), and prefix-cache reuse, predicted against measured and per conversation
-turn (`measure.reuse_figures`). `RunFigures` is one record as the dashboard and the analysis see it:
+server's peaks (`measure.stats`), prefix-cache reuse, predicted against measured and per conversation
+turn (`measure.reuse_figures`), and the live-token population predicted for the run's load beside the peak
+it measured (`measure.population_figures`). `RunFigures` is one record as the dashboard and the analysis see it:
 what was asked, the engine, the summary, the captured capacity and the device. Its `inputs()` and
 `outputs()` are the names Polyaxon stores; `output_names()` is every name an output can have, which the
 tests hold against `harness.schema.Output` and the components' declared outputs.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import HarnessError
 from harness.measure.client import ErrorClass
@@ -39,6 +40,7 @@ SERIES = {  # series name → MetricsSnapshot field; tracked as `live_<name>`
     "kv_cache_usage_fraction": "kv_cache_usage_fraction",
 }
 LIVE_PREFIX = "live_"
+POPULATION_PREFIX = "population_"  # the population's outputs: `live_` names the tracked series
 FileModel = TypeVar("FileModel", bound=BaseModel)
 
 
@@ -104,11 +106,41 @@ class ServerFigures(Figures):
     prefix_cache_hits_during_run_tokens: int | None = None
 
 
+class PopulationFigures(Figures):
+    """The block-padded live-token population `predict.population` gives for the run's load: `concurrency`
+    requests drawn from the inventory (prompt + output cap each, as sent), capped at `max_num_seqs`, held
+    against the engine's usable blocks, beside the peak KV usage the run's scrapes saw, in tokens. The
+    prediction counts each request's blocks whole; with prefix caching on, blocks requests share are held
+    once, so the measured peak may sit below it, and a peak between scrapes is missed."""
+
+    concurrency: int = Field(description="requests the client keeps in flight")
+    max_num_seqs: int | None = Field(description="the engine's, when the run knew it; None: none taken")
+    live_requests: int = Field(description="concurrency capped at max_num_seqs")
+    block_size_tokens: int
+    usable_blocks: int = Field(description="vllm:cache_config_info's num_gpu_blocks less the null block")
+    padded_tokens_p50_predicted: int
+    padded_tokens_p99_predicted: int
+    padded_tokens_max_predicted: int
+    fit_share_predicted: float = Field(description="share of the draws whose blocks fit the usable blocks")
+    draws: int
+    seed: int
+    peak_tokens_measured: int | None = Field(description="peak_kv_cache_usage_fraction of the usable blocks, "
+                                             "in tokens; None: no scrape gave the usage")
+
+    def outputs(self) -> dict[str, Any]:
+        """Each figure under its dashboard name `population_<name>`."""
+        return {f"{POPULATION_PREFIX}{name}": value for name, value in self.model_dump(exclude_none=True).items()}
+
+    @classmethod
+    def output_names(cls) -> set[str]:
+        return {f"{POPULATION_PREFIX}{name}" for name in cls.model_fields}
+
+
 PARTS = ("health", "scrape", "pacing", "engine", "server")  # RunSummary's parts, flattened into the outputs
 # Kept out of the outputs: lists and mappings (flattened below), the record's bookkeeping, and the sample
 # interval, a setting the run was given: an output of that name would shadow the input in the templates.
 NOT_OUTPUTS = {"latency", "errors_by_class", "error_fraction_by_class", "invalid_reasons", "qualifications",
-               "schema_version", "run_id", "sample_interval_s", "prefix_cache", "turns", *PARTS}
+               "schema_version", "run_id", "sample_interval_s", "prefix_cache", "turns", "population", *PARTS}
 
 
 class RunSummary(Figures):
@@ -152,6 +184,7 @@ class RunSummary(Figures):
     server: ServerFigures
     prefix_cache: PrefixCacheFigures | None = None  # None: a record from before prefix-cache figures
     turns: list[TurnFigures] = []  # one per turn number of the run's conversations; tracked in the summary only
+    population: PopulationFigures | None = None  # None: an uncapped open loop, no cache geometry, or an older record
 
     def outputs(self) -> dict[str, Any]:
         """Every scalar figure under its dashboard name, latency percentiles flattened to `ttft_ms_p99`."""
@@ -160,6 +193,8 @@ class RunSummary(Figures):
             outputs.update(getattr(self, part).model_dump(exclude_none=True))
         if self.prefix_cache is not None:
             outputs.update(self.prefix_cache.outputs())
+        if self.population is not None:
+            outputs.update(self.population.outputs())
         per_token = tuple(f"{name}_ms_" for name in PER_TOKEN_LATENCIES)  # they would read as per-token figures
         outputs.update({name: value for name, value in self.latency.items() if value is not None
                         and (self.pacing.per_token_latency_paced is not False or not name.startswith(per_token))})
@@ -327,6 +362,7 @@ def output_names() -> set[str]:
     parts = (ClientHealth, ScrapeCost, StreamPacing, EngineTime, ServerFigures, LoggedCapacity, PredictedCapacity)
     errors = {name for error in ErrorClass for name in (f"errors_{error}", f"error_rate_{error}_fraction")}
     return (scalars | {name for part in parts for name in part.model_fields} | errors
-            | PrefixCacheFigures.output_names() | {key for name in LATENCIES for key in latency_names(name)}
+            | PrefixCacheFigures.output_names() | PopulationFigures.output_names()
+            | {key for name in LATENCIES for key in latency_names(name)}
             | set(DeviceRecord.model_fields) - set(DeviceFacts.model_fields))
 

@@ -24,7 +24,7 @@ def reuse_figures(
     included: the counters count every one of them."""
     snapshots = [sample.snapshot for sample in samples if sample.snapshot is not None]
     config = next((s.cache_config for s in reversed(snapshots) if s.cache_config), None) or {}
-    block_size, cache_blocks = _cache_geometry(config)
+    block_size, cache_blocks = cache_geometry(config)
     taken = sorted((r for r in records if r.prompt_tokens is not None), key=lambda r: (r.dispatch_s, r.index))
     if config.get("enable_prefix_caching") == "False":  # vLLM then neither looks up nor counts
         taken = []
@@ -70,7 +70,7 @@ def turn_figures(records: Sequence[RequestRecord], predicted_hits: dict[int, int
     return figures
 
 
-def _cache_geometry(config: dict[str, str]) -> tuple[int | None, int | None]:
+def cache_geometry(config: dict[str, str]) -> tuple[int | None, int | None]:
     """Block size and usable blocks from vllm:cache_config_info's labels (block 0 is vLLM's null block)."""
     block_size = _whole(config.get("block_size"))
     blocks = _whole(config.get("num_gpu_blocks"))

@@ -27,6 +27,7 @@ from harness.inventory.frozen import Inventory
 from harness.measure.client import ClientSettings, RequestRecord, StreamingClient
 from harness.measure.dispatch import check_conversation_load, send_all
 from harness.measure.loop_lag import LoopLagProbe
+from harness.measure.population_figures import population_figures
 from harness.measure.ready import discover_server
 from harness.measure.record import (
     Environment,
@@ -51,12 +52,14 @@ def run_load(
     ready_timeout_s: float = READY_TIMEOUT_S,
     on_sample: Callable[[ServerSample], None] | None = None,
     api_key: str | None = None,
+    max_num_seqs: int | None = None,
 ) -> RunSummary:
     """Blocking entry point for the CLI and tests. uvloop: the client must never be the bottleneck, and
     libuv's loop costs less CPU per streamed chunk than asyncio's own. `on_sample` sees every scrape as it
-    is kept (live tracking); it runs in the event loop, so it must be quick. `api_key` None: $VLLM_API_KEY."""
+    is kept (live tracking); it runs in the event loop, so it must be quick. `api_key` None: $VLLM_API_KEY.
+    `max_num_seqs`: the engine's, when the caller started it, for the predicted live population."""
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_run(config, inventory, run_dir, ready_timeout_s, on_sample, api_key))
+        return runner.run(_run(config, inventory, run_dir, ready_timeout_s, on_sample, api_key, max_num_seqs))
 
 
 async def _run(
@@ -66,6 +69,7 @@ async def _run(
     ready_timeout_s: float,
     on_sample: Callable[[ServerSample], None] | None = None,
     api_key: str | None = None,
+    max_num_seqs: int | None = None,
 ) -> RunSummary:
     served_model, max_model_len, engine_version = await discover_server(config.base_url, ready_timeout_s, api_key)
     if max_model_len is not None:  # before the first request: what the server cannot hold is refused whole
@@ -101,6 +105,9 @@ async def _run(
     keep_sample(await sampler.scrape())
     await sampler.aclose()
     summary = _summary(config, inventory, records, samples, loop_lag.lags_ms, interrupted)
+    population = population_figures(inventory, config, samples, summary.server.peak_kv_cache_usage_fraction,
+                                    max_num_seqs)
+    summary = summary.model_copy(update={"population": population})
     writer.finish(records, summary)
     return summary
 

@@ -140,7 +140,7 @@ class LocalProbeRunner:
         live.run.log_tags(probe.tags(), async_req=False)
         try:
             run_load(config, inventory, run_dir, on_sample=live.on_sample,
-                     api_key=option_value(self.engine.argv, "--api-key"))
+                     api_key=option_value(self.engine.argv, "--api-key"), max_num_seqs=self.limits.get("max_num_seqs"))
             self._engine_record(run_dir)
         except BaseException as error:
             live.finish(run_dir, failure=str(error) or type(error).__name__)

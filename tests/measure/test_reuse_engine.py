@@ -1,5 +1,6 @@
 """Prefix-cache reuse on the real CPU engine: predicted hit tokens against vLLM's counters, a salted cold run,
-and conversations sent turn by turn: synthetic ones of token ids, and recorded ones imported from ShareGPT.
+and conversations sent turn by turn: synthetic ones of token ids, and recorded ones imported from ShareGPT; and
+imported chat requests sharing a system prompt.
 
 One engine start (prefix caching on, the project's default) serves every run: 4 MiB of KV cache is 32 blocks
 of 128 tokens, one the null block, so 31 usable; max_model_len 1,024. Each run sends a fresh inventory, so no
@@ -18,7 +19,7 @@ import pytest
 
 from harness.dev.tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 from harness.inventory.frozen import Inventory, InventoryPrompt, VocabularyRange, write_inventory
-from harness.inventory.importing import import_text
+from harness.inventory.importing import import_text, source_of
 from harness.inventory.prefix_groups import build_conversation_inventory, build_prefix_group_inventory
 from harness.inventory.recipe import ImportRecipe
 from harness.inventory.workload_recipes import ConversationRecipe, PrefixGroupRecipe, TokenRange
@@ -43,6 +44,16 @@ GROUPS = PrefixGroupRecipe(vocabulary=VOCABULARY, groups=2, prompts_per_group=4,
 CONVERSATIONS = ConversationRecipe(vocabulary=VOCABULARY, conversations=3, turns=TokenRange(low=2, high=3),
                                    user_tokens=TokenRange(low=140, high=200),
                                    assistant_tokens=TokenRange(low=100, high=140), output_cap_tokens=16, seed=12)
+# 4 chat requests sharing a system prompt, and one without (tests/inventory/test_import_prefixes.py works out
+# what they share).
+SHARED_SYSTEM = Path(__file__).resolve().parents[1] / "fixtures" / "traffic" / "shared-system.jsonl"
+
+
+def _imported(tokenizer: Path) -> Inventory:
+    sha, _, _ = source_of(SHARED_SYSTEM, "openai", None, 0, conversations=False)
+    recipe = ImportRecipe(format="openai", source=str(SHARED_SYSTEM), source_sha256=sha, tokenizer=str(tokenizer),
+                          seed=0)
+    return import_text("imported", recipe).inventory
 
 
 CORPUS = Path(__file__).resolve().parents[2] / "harness" / "corpus" / "serving.txt"
@@ -86,6 +97,8 @@ def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
                                    work, LoadShape(concurrency=2, think_time_s=0.05)), work / "conversations"),
             "recorded": (_run(engine.base_url, _recorded_conversations(tiny_model_dir, work), work,
                               LoadShape(concurrency=2)), work / "recorded"),
+            "imported": (_run(engine.base_url, _imported(tiny_model_dir), work, LoadShape(concurrency=5)),
+                         work / "imported"),
         }
 
 
@@ -106,6 +119,28 @@ def test_predicted_prefix_hits_equal_the_engine_counters(runs: dict[str, tuple[R
     assert sorted(r.cached_prompt_tokens or 0 for r in records) == [0, 0] + [256] * 6
     assert all(r.cached_prompt_tokens is not None for r in records)
     assert summary.errors_by_class == {} and summary.requests_ok == 8
+    # The population the run predicted for its load, from the engine's geometry: all 8 live (no max_num_seqs
+    # given to the run), 5 blocks each = 40 blocks = 5,120 tokens in every draw, none within the 31 usable.
+    population = summary.population
+    assert population is not None and (population.usable_blocks, population.block_size_tokens) == (31, BLOCK)
+    assert population.padded_tokens_p50_predicted == population.padded_tokens_max_predicted == 5120
+    assert population.fit_share_predicted == 0.0
+
+
+def test_predicted_hits_of_imported_traffic_equal_the_engine_counters(
+        runs: dict[str, tuple[RunSummary, Path]]) -> None:
+    summary, run_dir = runs["imported"]
+    figures = summary.prefix_cache
+    assert figures is not None and figures.block_size_tokens == BLOCK
+    # The 4 sharing the system prompt agree on its rendered turn and the user turn's header, 225 tokens:
+    # 225 // 128 = 1 whole block. The first admitted misses, the other 3 hit 128 each; the fifth shares only
+    # the <|im_start|> token. 3 x 128 = 384.
+    assert figures.hit_tokens_predicted == 384
+    assert figures.hit_tokens_measured == 384 and figures.hits_as_predicted is True
+    # The prompts as the server counts them, templates included: 242 + 245 + 245 + 240 + 14 = 986.
+    assert figures.queried_tokens_measured == figures.queried_tokens_predicted == 986
+    assert sorted(r.cached_prompt_tokens or 0 for r in read_requests(run_dir)) == [0, 0, 128, 128, 128]
+    assert summary.errors_by_class == {} and summary.requests_ok == 5
 
 
 def test_a_salted_cold_run_hits_nothing(runs: dict[str, tuple[RunSummary, Path]]) -> None:
