@@ -121,10 +121,10 @@ def test_before_launch_fit_calls_are_right_but_the_named_ones_and_the_score_is_p
     lines = summary_lines(report)
     assert lines[2].startswith("before launch, held-back cases: ")
     assert lines[3].startswith("before launch, median absolute KV-token error: held-back ")
-    # Six logs are the most any one source holds (three repositories hold six each): 6 of 108 = 5.6%, "6%".
-    assert lines[-1].startswith("split by source: 74 sources, alternately fit and held back; the largest source "
-                                "holds 6 of 108 cases (6%): ")
-    assert lines[-1].split("(6%): ")[1].split(", ") == [
+    # Six logs are the most any one source holds (three repositories hold six each): 6 of 128 = 4.7%, "5%".
+    assert lines[-1].startswith("split by source: 94 sources, alternately fit and held back; the largest source "
+                                "holds 6 of 128 cases (5%): ")
+    assert lines[-1].split("(5%): ")[1].split(", ") == [
         "github.com/dennislee22/vllm-benchmarking", "github.com/sostrowsk/dgx-spark-local-llm",
         "github.com/vllm-project/llm-compressor"]
 
