@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.dev.tiny_model import ensure_tiny_model
+from harness.launch.experiment import with_drift
 from harness.measure.client import ErrorClass, RequestRecord
 from harness.measure.record import RunConfig, RunWriter, ServerSample, Slo
 from harness.measure.schedule import LoadShape
@@ -118,5 +119,7 @@ def _write_engine(run_dir: Path, limits: dict, log: str | None) -> None:
         (run_dir / "engine.log").write_text(text)
         scrape = LOGS / log.replace(".log", ".metrics.txt")  # the same engine's /metrics, where it was captured
         metrics = parse_metrics(scrape.read_text()) if scrape.exists() else None
-        report = build_capacity_report(parse_startup_log(text), metrics, model=str(ensure_tiny_model(seed=0)))
+        model = str(ensure_tiny_model(seed=0))
+        report = with_drift(build_capacity_report(parse_startup_log(text), metrics, model=model),
+                            {**limits, "model": model}, None)  # as record_capacity adds it (no GPU: a CPU run)
         (run_dir / "capacity.json").write_text(report.model_dump_json(indent=2))

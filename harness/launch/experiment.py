@@ -196,13 +196,18 @@ def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot |
         record_log.write_text(engine_log.read_text(encoding="utf-8", errors="replace"), encoding="utf-8")
     redact_file(record_log)
     log_text = record_log.read_text(encoding="utf-8", errors="replace")
-    report = build_capacity_report(parse_startup_log(log_text), snapshot)
-    if report.log is not None and report.log.capacity_found:
-        engine = EngineRecord.model_validate_json((run_dir / RunFile.ENGINE).read_text(encoding="utf-8"))
-        drift = drift_for_run(report.log, engine.limits, device)
-        report = report.model_copy(update={"drift": drift} if isinstance(drift, DriftCheck) else {"drift_note": drift})
+    engine = EngineRecord.model_validate_json((run_dir / RunFile.ENGINE).read_text(encoding="utf-8"))
+    report = with_drift(build_capacity_report(parse_startup_log(log_text), snapshot), engine.limits, device)
     (run_dir / RunFile.CAPACITY).write_text(report.model_dump_json(indent=2), encoding="utf-8")
     return report
+
+
+def with_drift(report: CapacityReport, limits: dict[str, Any], device: DeviceFacts | None) -> CapacityReport:
+    """The report with its drift check (or why there is none) for an engine that sized its cache."""
+    if report.log is None or not report.log.capacity_found:
+        return report
+    drift = drift_for_run(report.log, limits, device)
+    return report.model_copy(update={"drift": drift} if isinstance(drift, DriftCheck) else {"drift_note": drift})
 
 
 def _write_config(run_dir: Path, config: RunConfig) -> None:

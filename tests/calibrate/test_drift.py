@@ -7,10 +7,15 @@ from pathlib import Path
 
 from harness.calibrate.field_check import _total_bytes
 from harness.calibrate.field_corpus import FieldCase, load_corpus
+from harness.measure.figures import read_run_figures
+from harness.observe.capacity import CapacityReport
 from harness.observe.device import DeviceFacts
 from harness.observe.drift import DriftCheck, check_drift
 from harness.predict.model_shape import load_model_shape
+from harness.schema import RunFile
 from harness.units import GiB
+
+from run_records import write_run
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
 
@@ -76,3 +81,21 @@ def test_a_log_without_a_profile_says_which_terms_it_does_not_state() -> None:
     assert check.qualification is not None
     assert check.qualification.endswith("the log does not state activation_peak, non_torch: the term off is among "
                                         "them, or the GPU's total")
+
+
+def test_a_drifted_record_is_qualified_in_its_outputs_beside_the_summarys_own(tmp_path: Path) -> None:
+    """The record keeps the check in capacity.json; the figures contract joins its qualification to the
+    summary's and gives each term as an output, so the dashboard and the report show them per run UUID."""
+    check = drift_of("v07-qwen25-32b-l40s-tp2")
+    assert isinstance(check, DriftCheck) and check.qualification is not None
+    run_dir = write_run(tmp_path)
+    capacity = run_dir / RunFile.CAPACITY
+    report = CapacityReport.model_validate_json(capacity.read_text())
+    capacity.write_text(report.model_copy(update={"drift": check}).model_dump_json())
+    figures = read_run_figures(run_dir)
+    assert figures.summary is not None
+    outputs = figures.outputs()
+    assert outputs["qualifications"] == "; ".join([*figures.summary.qualifications, check.qualification])
+    assert outputs["drift_term"] == "non_torch" and outputs["kv_cache_tokens_before_launch"] == 53_200
+    assert outputs["non_torch_bytes_logged"] == round(0.30 * GiB)  # as printed: 0.30 GiB
+    assert "cuda_graphs_bytes_logged" not in outputs  # the log states no graph memory: no figure, not a zero
