@@ -29,6 +29,7 @@ from harness.units import GiB
 DRIFT_THRESHOLD_SHARE = 0.02
 KV_MEMORY = "kv_memory"
 KV_BYTES_PER_TOKEN = "kv_bytes_per_token"  # the KV memory agreed, the tokens it holds did not
+PART_EXPLAINED = 0.8  # a named term missing less of the KV memory gap than this leaves the rest to unstated terms
 CUDA_BLOCK_SIZE, CPU_BLOCK_SIZE = 16, 128  # vLLM's default block sizes
 
 
@@ -140,18 +141,28 @@ def _term_off(terms: list[DriftTerm], drift: float) -> str | None:
 
 def _blame(term_off: str | None, terms: list[DriftTerm], unstated: list[str]) -> str:
     by_name = {term.name: term for term in terms}
-    if term_off == KV_BYTES_PER_TOKEN:
-        kv = by_name[KV_MEMORY]
+    kv = by_name.get(KV_MEMORY)
+    missing = [name for name in unstated if name != KV_MEMORY]
+    if term_off == KV_BYTES_PER_TOKEN and kv is not None:
         return (f"the KV memory agrees ({_gib(kv.predicted_bytes)} predicted, {_gib(kv.logged_bytes)} logged), "
                 "so the KV bytes per token or the block arithmetic is most likely off")
     if term_off is not None:
-        term = by_name[term_off]
-        return (f"{term_off} most likely off ({_gib(term.predicted_bytes)} predicted, {_gib(term.logged_bytes)} "
-                "logged)")
-    missing = [name for name in unstated if name != KV_MEMORY]
+        return _named(by_name[term_off], kv, missing)
     if missing:
         return f"the log does not state {', '.join(missing)}: the term off is among them, or the GPU's total"
     return "every stated term agrees: the GPU's total or the utilisation is most likely off"
+
+
+def _named(term: DriftTerm, kv: DriftTerm | None, missing: list[str]) -> str:
+    """The term off; where it misses less than most of the KV memory gap, the unstated terms hold the rest."""
+    named = f"{term.name} most likely off ({_gib(term.predicted_bytes)} predicted, {_gib(term.logged_bytes)} logged)"
+    if kv is None or kv.logged_bytes is None or not missing:
+        return named
+    gap, share = abs(kv.logged_bytes - kv.predicted_bytes), abs(term.predicted_bytes - (term.logged_bytes or 0))
+    if share >= PART_EXPLAINED * gap:
+        return named
+    return (f"{named}, which accounts for {_gib(share)} of the {_gib(gap)} KV memory gap; the rest lies in what "
+            f"the log does not state ({', '.join(missing)})")
 
 
 def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any], total: int, gpu_name: str | None,
