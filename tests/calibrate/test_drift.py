@@ -5,37 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.calibrate.field_check import _total_bytes
-from harness.calibrate.field_corpus import FieldCase, load_corpus
 from harness.measure.figures import read_run_figures
 from harness.observe.capacity import CapacityReport
-from harness.observe.device import DeviceFacts
-from harness.observe.drift import DriftCheck, check_drift
-from harness.predict.model_shape import load_model_shape
+from harness.observe.drift import DriftCheck
 from harness.schema import RunFile
 from harness.units import GiB
 
-from run_records import write_run
-
-CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
-
-
-def drift_of(case_id: str) -> DriftCheck | str:
-    cases, _ = load_corpus(CORPUS)
-    case: FieldCase = next(case for case in cases if case.id == case_id)
-    facts = case.facts
-    assert facts.config is not None, f"{case_id}: the case has no config"
-    total = _total_bytes(case)
-    assert total is not None, f"{case_id}: the case's GPU total is not established"
-    gpus = facts.tensor_parallel_size * facts.pipeline_parallel_size
-    device = DeviceFacts(gpu_name=facts.gpu or "GPU", gpu_count=gpus, gpu_memory_total_bytes=total[0] * gpus)
-    limits = {"max_model_len": facts.max_model_len, "gpu_memory_utilization": facts.gpu_memory_utilization,
-              "tensor_parallel_size": facts.tensor_parallel_size, "block_size": facts.block_size}
-    limits |= {name: getattr(facts, name) for name in ("max_num_batched_tokens", "max_num_seqs", "quantization")
-               if getattr(facts, name) is not None}
-    # A run's own log names its release and engine; these excerpts leave it to the thread, so the facts say it.
-    log = case.parsed().model_copy(update={"engine_version": facts.vllm_version, "engine_generation": facts.engine})
-    return check_drift(log, load_model_shape(str(CORPUS / "configs" / facts.config)), limits, device)
+from run_records import field_drift, write_run
 
 
 def test_a_start_off_by_more_than_two_percent_names_the_term_its_log_shows_off() -> None:
@@ -45,7 +21,7 @@ def test_a_start_off_by_more_than_two_percent_names_the_term_its_log_shows_off()
     and the weights the other way. KV: 39.98 − 30.51 − 1.43 − 1.54 = 6.495 GiB; at 64 layers × 2 × 4 heads per
     rank × 128 × 2 B = 128 KiB per token, 2 MiB per block of 16: 3,325 blocks = 53,200 tokens, against 3,947
     logged blocks = 63,152 tokens: 63,152 / 53,200 − 1 = +18.7%."""
-    check = drift_of("v07-qwen25-32b-l40s-tp2")
+    check = field_drift("v07-qwen25-32b-l40s-tp2")
     assert isinstance(check, DriftCheck), check
     assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (53_200, 63_152)
     assert round(check.kv_cache_tokens_drift_share, 3) == 0.187
@@ -62,7 +38,7 @@ def test_a_start_within_two_percent_is_not_qualified() -> None:
     """Qwen3-0.6B on one H100 (79.19 GiB logged, 0.9.2 V0, util 0.8, 8 sequences): 63.35 − 1.11 weights − 0.19
     activation − 0.16 non-torch = 61.89 GiB predicted against 61.84 logged; at 28 layers × 2 × 8 heads × 128 × 2 B
     = 112 KiB per token, 579,472 tokens predicted against 36,184 blocks × 16 = 578,944 logged: −0.09%."""
-    check = drift_of("v09-qwen3-06b-v0-util08")
+    check = field_drift("v09-qwen3-06b-v0-util08")
     assert isinstance(check, DriftCheck), check
     assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (579_472, 578_944)
     assert abs(check.kv_cache_tokens_drift_share) < 0.02
@@ -74,7 +50,7 @@ def test_a_log_without_a_profile_says_which_terms_it_does_not_state() -> None:
     which leans the wrong way to explain more tokens logged than predicted) and the KV memory, not the activation
     peak nor non-torch memory; CUDA graphs are captured after the cache is sized before 0.21, so they are no
     candidate either. The tokens drift by more than 2%, so the qualification names the two unstated terms."""
-    check = drift_of("v0101-qwen2-7b-a100-util025")
+    check = field_drift("v0101-qwen2-7b-a100-util025")
     assert isinstance(check, DriftCheck), check
     assert check.kv_cache_tokens_drift_share > 0.02
     assert check.term_off is None and check.unstated_terms == ["activation_peak", "non_torch"]
@@ -86,7 +62,7 @@ def test_a_log_without_a_profile_says_which_terms_it_does_not_state() -> None:
 def test_a_drifted_record_is_qualified_in_its_outputs_beside_the_summarys_own(tmp_path: Path) -> None:
     """The record keeps the check in capacity.json; the figures contract joins its qualification to the
     summary's and gives each term as an output, so the dashboard and the report show them per run UUID."""
-    check = drift_of("v07-qwen25-32b-l40s-tp2")
+    check = field_drift("v07-qwen25-32b-l40s-tp2")
     assert isinstance(check, DriftCheck) and check.qualification is not None
     run_dir = write_run(tmp_path)
     capacity = run_dir / RunFile.CAPACITY
@@ -106,7 +82,7 @@ def test_a_term_that_explains_part_of_the_gap_leaves_the_rest_to_the_unstated_on
     0.35 GiB that leans the right way, but the KV memory is 1.92 GiB logged against 1.40 predicted, a 0.52 GiB
     gap: 0.35 < 0.8 × 0.52, so the rest is put to the activation peak and non-torch memory, which the log does
     not state. Tokens: 20,960 logged against 15,328 predicted, +36.7%."""
-    check = drift_of("v0100-qwen3-30b-a3b-awq-rtx3090-len2048")
+    check = field_drift("v0100-qwen3-30b-a3b-awq-rtx3090-len2048")
     assert isinstance(check, DriftCheck), check
     assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (15_328, 20_960)
     assert check.term_off == "weights" and check.qualification is not None
