@@ -53,7 +53,7 @@ class DriftCheck(BaseModel):
     gpu_total_bytes: int | None
     kv_cache_tokens_predicted: int
     kv_cache_tokens_logged: int
-    kv_cache_tokens_drift_share: float  # logged / predicted − 1
+    kv_cache_tokens_drift_share: float | None  # logged / predicted − 1; None when nothing was predicted
     threshold_share: float = DRIFT_THRESHOLD_SHARE
     terms: list[DriftTerm]
     term_off: str | None  # the term most likely off, when the drift is over the threshold and a stated term explains it
@@ -111,18 +111,19 @@ def check_drift(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any],
 
 def judge(basis: str, total: int | None, predicted: int, logged: int, terms: list[DriftTerm]) -> DriftCheck:
     """Over the threshold, the stated term whose miss leans the way the tokens drifted, by the most bytes."""
-    drift = logged / predicted - 1 if predicted else float("inf")
+    drift = logged / predicted - 1 if predicted else None  # None: the prediction left no cache at all
     unstated = [term.name for term in terms if term.logged_bytes is None and term.subtracted]
     term_off, qualification = None, None
-    if abs(drift) > DRIFT_THRESHOLD_SHARE:
-        term_off = _term_off(terms, drift)
-        shown = f"{predicted:,}" if predicted else "0"
-        head = (f"KV tokens drift {drift:+.1%} from the before-launch prediction ({shown} predicted, {logged:,} "
-                f"logged; threshold ±{DRIFT_THRESHOLD_SHARE:.0%})")
+    if drift is None or abs(drift) > DRIFT_THRESHOLD_SHARE:
+        term_off = _term_off(terms, 1.0 if drift is None else drift)
+        head = (f"KV tokens drift {drift:+.1%} from the before-launch prediction ({predicted:,} predicted, "
+                f"{logged:,} logged; threshold ±{DRIFT_THRESHOLD_SHARE:.0%})" if drift is not None else
+                f"the before-launch prediction leaves no KV cache, the engine logged {logged:,} tokens")
         qualification = f"{head}: {_blame(term_off, terms, unstated)}"
     return DriftCheck(basis=basis, gpu_total_bytes=total, kv_cache_tokens_predicted=predicted,
-                      kv_cache_tokens_logged=logged, kv_cache_tokens_drift_share=round(drift, 6), terms=terms,
-                      term_off=term_off, unstated_terms=unstated, qualification=qualification)
+                      kv_cache_tokens_logged=logged, kv_cache_tokens_drift_share=None if drift is None
+                      else round(drift, 6), terms=terms, term_off=term_off, unstated_terms=unstated,
+                      qualification=qualification)
 
 
 def _term_off(terms: list[DriftTerm], drift: float) -> str | None:

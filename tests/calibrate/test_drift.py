@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.measure.figures import read_run_figures
 from harness.observe.capacity import CapacityReport
-from harness.observe.drift import DriftCheck
+from harness.observe.drift import DriftCheck, DriftTerm, judge
 from harness.schema import RunFile
 from harness.units import GiB
 
@@ -89,3 +89,16 @@ def test_a_term_that_explains_part_of_the_gap_leaves_the_rest_to_the_unstated_on
     assert check.qualification.endswith(
         "weights most likely off (15.96 GiB predicted, 15.61 GiB logged), which accounts for 0.35 GiB of the "
         "0.52 GiB KV memory gap; the rest lies in what the log does not state (activation_peak, non_torch)")
+
+
+def test_a_prediction_that_leaves_no_cache_is_qualified_without_a_share() -> None:
+    """Before launch nothing was left for the cache, yet the engine logged 4,096 tokens: there is no share of
+    nothing, so the share is None (a JSON record cannot hold an infinity) and the qualification says it in words;
+    the weights predicted 2 GiB above the logged are the term that leans that way."""
+    terms = [DriftTerm(name="weights", predicted_bytes=10 * GiB, logged_bytes=8 * GiB),
+             DriftTerm(name="kv_memory", predicted_bytes=0, logged_bytes=GiB // 2)]
+    check = judge("gpu waterfall", 80 * GiB, 0, 4096, terms)
+    assert check.kv_cache_tokens_drift_share is None and check.term_off == "weights"
+    assert check.qualification == ("the before-launch prediction leaves no KV cache, the engine logged 4,096 tokens: "
+                                   "weights most likely off (10.00 GiB predicted, 8.00 GiB logged)")
+    assert DriftCheck.model_validate_json(check.model_dump_json()) == check  # the record reads back
