@@ -60,6 +60,17 @@ CAPACITY_FIGURES = (
     Output.KV_CACHE_TOKENS_PREDICTED, Output.KV_CACHE_TOKENS_LOGGED, Output.MAX_CONCURRENCY_PREDICTED,
     Output.MAX_CONCURRENCY_LOGGED, Output.NUM_BLOCKS_PREDICTED, Output.NUM_BLOCKS_LOGGED, Output.PREDICTION_MATCHES_LOG,
 )
+DRIFT_FIGURES = (  # the before-launch prediction for each run's engine beside what it logged
+    Output.KV_CACHE_TOKENS_BEFORE_LAUNCH, Output.KV_CACHE_TOKENS_LOGGED, Output.KV_CACHE_TOKENS_DRIFT_SHARE,
+    Output.DRIFT_TERM,
+)
+DRIFT_TERMS = (  # each term before launch and as logged, one column per term
+    (Output.WEIGHTS_BYTES_BEFORE_LAUNCH, Output.WEIGHTS_BYTES_LOGGED),
+    (Output.ACTIVATION_PEAK_BYTES_BEFORE_LAUNCH, Output.ACTIVATION_PEAK_BYTES_LOGGED),
+    (Output.NON_TORCH_BYTES_BEFORE_LAUNCH, Output.NON_TORCH_BYTES_LOGGED),
+    (Output.CUDA_GRAPHS_BYTES_BEFORE_LAUNCH, Output.CUDA_GRAPHS_BYTES_LOGGED),
+    (Output.KV_MEMORY_BYTES_BEFORE_LAUNCH, Output.KV_MEMORY_BYTES_LOGGED),
+)
 POINT_FIGURES = (
     Output.TTFT_MS_P99, Output.TPOT_MS_P50, Output.OUTPUT_TOKENS_PER_S, Output.ENGINE_WAITING_REQUESTS_MEAN,
     Output.ENGINE_RUNNING_REQUESTS_MEAN, Output.PEAK_KV_CACHE_USAGE_FRACTION, Output.PREEMPTIONS_DURING_RUN,
@@ -192,6 +203,10 @@ def report_sections(table: RunTable, comparison: Comparison, verdicts: Sequence[
                 _run_table(runs, limit, ENGINE_FIGURES)),
         Section("Predicted vs logged capacity", "the calculator's prediction beside what the engine logged at start-up",
                 _run_table(runs, limit, CAPACITY_FIGURES)),
+        Section("Before launch vs logged, per term", "the calculator's prediction before launch (the model's config, "
+                "engine.json's limits, device.json's GPU) beside what the engine logged; a drift of the KV tokens "
+                "over 2% qualifies the run and names the term most likely off (– where the log does not state it)",
+                drift_table(runs, limit)),
         Section("Predicted vs measured prefix-cache hits", "the hit tokens the inventory's shared prefixes should "
                 "give in whole blocks, beside the growth of vLLM's vllm:prefix_cache_hits over the run",
                 _run_table(runs, limit, PREFIX_CACHE_FIGURES)),
@@ -246,6 +261,21 @@ def answer_table(runs: pd.DataFrame, limit: str, verdicts: Sequence[Verdict]) ->
             "what to change": ADVICE.get(first.bound_by, MISSING),
         })
     return pd.DataFrame(rows, columns=[limit, "bound by", "shown by", "what to change"])
+
+
+def drift_table(runs: pd.DataFrame, limit: str) -> pd.DataFrame:
+    """The drift figures, then each term as `before launch / logged` in MiB (– where a side is missing)."""
+    table = _run_table(runs, limit, DRIFT_FIGURES)
+    for predicted, logged in DRIFT_TERMS:
+        term = predicted.removesuffix("_bytes_before_launch")
+        table[f"{term}_mib before launch / logged"] = [
+            f"{_mib(runs.at[uuid, predicted] if predicted in runs else None)} / "
+            f"{_mib(runs.at[uuid, logged] if logged in runs else None)}" for uuid in runs.index]
+    return table
+
+
+def _mib(value: Any) -> str:
+    return MISSING if value is None or pd.isna(value) else f"{value / 2**20:,.1f}"
 
 
 def _setting(value: Any) -> str:

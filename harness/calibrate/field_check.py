@@ -40,6 +40,7 @@ from harness.predict.non_torch import communicator_bytes, communicators_counted
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import SamplerPath, release_default_sampler, sampler_path
+from harness.predict.warmup import WarmupCheck, check_warmup
 from harness.units import GiB
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
@@ -79,6 +80,7 @@ class LaunchCheck(BaseModel):
     kv_tokens_residual: float | None = None  # (predicted − logged) / logged
     fits_predicted: bool | None = None
     sampler_path: SamplerPath | None = None  # the formula that priced the sampler's warm-up, and its origin
+    warmup: WarmupCheck | None = None  # the sampler's warm-up after the cache, with the log's graph figure
 
 
 class SamplerFact(BaseModel):
@@ -228,11 +230,14 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
     residual = None
     if logged_tokens:
         residual = (prediction.kv_cache_tokens - logged_tokens) / logged_tokens
+    warmup = check_warmup(waterfall, model_size(config), v0=runs_v0(Version(facts.vllm_version), facts.engine),
+                          logged_graph_bytes=logged_terms.get("cuda_graphs"))
     return LaunchCheck(
         status="scored", held_back=held_back, terms=terms, kv_bytes_predicted=waterfall.kv_bytes,
         kv_bytes_logged=log.available_kv_cache_bytes, kv_tokens_predicted=prediction.kv_cache_tokens,
-        kv_tokens_logged=logged_tokens, kv_tokens_residual=residual, fits_predicted=fits(prediction),
-        sampler_path=waterfall.sampler,
+        kv_tokens_logged=logged_tokens, kv_tokens_residual=residual,
+        fits_predicted=fits(prediction) and (warmup is None or warmup.verdict != "does not fit"),
+        sampler_path=waterfall.sampler, warmup=warmup,
     )
 
 

@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness.calibrate.field_check import KV_TOKENS_TOLERANCE, CaseResult, FieldReport
+from harness.calibrate.field_check import KV_TOKENS_TOLERANCE, CaseResult, FieldReport, LaunchCheck
 from harness.units import GiB
 
 TERMS = ("weights", "activation_peak", "non_torch", "cuda_graphs")
@@ -128,9 +128,17 @@ def _launch_table(report: FieldReport) -> Table:
             f"{launch.kv_tokens_predicted:,} / "
             + (f"{launch.kv_tokens_logged:,}" if launch.kv_tokens_logged else "—"),
             "—" if launch.kv_tokens_residual is None else f"{100 * launch.kv_tokens_residual:+.1f}",
-            f"{_yes(launch.fits_predicted)} / {_yes(case.cache_fit)}",
+            f"{_yes(launch.fits_predicted)}{_warmup_risk(launch)} / {_yes(case.cache_fit)}",
         )
     return table
+
+
+def _warmup_risk(launch: LaunchCheck) -> str:
+    """The sampler warm-up's need against what the cache left, GiB, where it does not comfortably fit."""
+    warmup = launch.warmup
+    if warmup is None or warmup.verdict == "fits":
+        return ""
+    return f" (warm-up {warmup.verdict}: {warmup.needed_bytes / GiB:.2f} of {warmup.left_bytes / GiB:.2f} GiB)"
 
 
 def _terms_table(report: FieldReport) -> Table:

@@ -23,7 +23,8 @@ from harness.measure.stats import RunSummary
 from harness.measure.timeouts import READY_TIMEOUT_S
 from harness.model_identity import read_identity
 from harness.observe.capacity import CapacityReport, build_capacity_report
-from harness.observe.device import DeviceRecord, MemoryMonitor, device_facts
+from harness.observe.device import DeviceFacts, DeviceRecord, MemoryMonitor, device_facts
+from harness.observe.drift import DriftCheck, drift_for_run
 from harness.observe.log_lines import fetch_polyaxon_run_log
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
@@ -112,7 +113,7 @@ def run_with_engine(
                                max_num_seqs=engine_limits(engine_argv).get("max_num_seqs"))
             snapshot = scrape_metrics(engine.base_url)
             facts = monitor.record(facts)
-    report = record_capacity(run_dir, run_dir / RunFile.ENGINE_LOG, snapshot)
+    report = record_capacity(run_dir, run_dir / RunFile.ENGINE_LOG, snapshot, facts)
     dtype = report.log.dtype if report.log is not None else None
     record = DeviceRecord(**{**facts.model_dump(), "engine_dtype": dtype})
     (run_dir / RunFile.DEVICE).write_text(record.model_dump_json(indent=2), encoding="utf-8")
@@ -186,17 +187,28 @@ def scrape_metrics(base_url: str) -> MetricsSnapshot | None:
     return None
 
 
-def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot | None) -> CapacityReport:
+def record_capacity(run_dir: Path, engine_log: Path, snapshot: MetricsSnapshot | None,
+                    device: DeviceFacts | None = None) -> CapacityReport:
     """capacity.json from the start-up log (copied into the record, its secrets masked, also when the
-    engine wrote it there itself) and /metrics, with the prediction."""
+    engine wrote it there itself) and /metrics, with the prediction, and the before-launch prediction for
+    the same engine (engine.json's limits, the device) against what it logged (`harness.observe.drift`)."""
     record_log = run_dir / RunFile.ENGINE_LOG
     if engine_log.resolve() != record_log.resolve():
         record_log.write_text(engine_log.read_text(encoding="utf-8", errors="replace"), encoding="utf-8")
     redact_file(record_log)
     log_text = record_log.read_text(encoding="utf-8", errors="replace")
-    report = build_capacity_report(parse_startup_log(log_text), snapshot)
+    engine = EngineRecord.model_validate_json((run_dir / RunFile.ENGINE).read_text(encoding="utf-8"))
+    report = with_drift(build_capacity_report(parse_startup_log(log_text), snapshot), engine.limits, device)
     (run_dir / RunFile.CAPACITY).write_text(report.model_dump_json(indent=2), encoding="utf-8")
     return report
+
+
+def with_drift(report: CapacityReport, limits: dict[str, Any], device: DeviceFacts | None) -> CapacityReport:
+    """The report with its drift check (or why there is none) for an engine that sized its cache."""
+    if report.log is None or not report.log.capacity_found:
+        return report
+    drift = drift_for_run(report.log, limits, device)
+    return report.model_copy(update={"drift": drift} if isinstance(drift, DriftCheck) else {"drift_note": drift})
 
 
 def _write_config(run_dir: Path, config: RunConfig) -> None:

@@ -25,6 +25,7 @@ from harness.measure.reuse_models import PrefixCacheFigures
 from harness.measure.reuse_models import TurnFigures as TurnFigures  # re-exported: the analysis reads it here
 from harness.observe.capacity import CapacityReport
 from harness.observe.device import DeviceFacts, DeviceRecord
+from harness.observe.drift import DriftCheck
 from harness.observe.engine_failure import Stage
 from harness.redact import secret_free
 from harness.schema import EngineRecord, RunFile, TrackedRun
@@ -41,6 +42,7 @@ SERIES = {  # series name → MetricsSnapshot field; tracked as `live_<name>`
 }
 LIVE_PREFIX = "live_"
 POPULATION_PREFIX = "population_"  # the population's outputs: `live_` names the tracked series
+QUALIFICATIONS = "qualifications"
 FileModel = TypeVar("FileModel", bound=BaseModel)
 
 
@@ -201,7 +203,7 @@ class RunSummary(Figures):
         outputs.update({f"errors_{name}": count for name, count in self.errors_by_class.items()})
         outputs.update({f"error_rate_{name}_fraction": share for name, share in self.error_fraction_by_class.items()})
         outputs["invalid_reasons"] = "; ".join(self.invalid_reasons)
-        outputs["qualifications"] = "; ".join(self.qualifications)
+        outputs[QUALIFICATIONS] = "; ".join(self.qualifications)
         return outputs
 
 
@@ -228,11 +230,49 @@ class PredictedCapacity(Figures):
     prediction_matches_log: bool | None = None
 
 
+class DriftFigures(Figures):
+    """The before-launch prediction for the run's engine against what it logged, per term (`observe.drift`)."""
+
+    kv_cache_tokens_before_launch: int | None = None
+    kv_cache_tokens_drift_share: float | None = None  # logged / before-launch − 1
+    drift_term: str | None = None  # the term most likely off, when the drift is over its threshold
+    weights_bytes_before_launch: int | None = None
+    weights_bytes_logged: int | None = None
+    activation_peak_bytes_before_launch: int | None = None
+    activation_peak_bytes_logged: int | None = None
+    non_torch_bytes_before_launch: int | None = None
+    non_torch_bytes_logged: int | None = None
+    cuda_graphs_bytes_before_launch: int | None = None
+    cuda_graphs_bytes_logged: int | None = None
+    kv_memory_bytes_before_launch: int | None = None
+    kv_memory_bytes_logged: int | None = None
+
+    @classmethod
+    def of(cls, check: DriftCheck) -> DriftFigures:
+        terms = {term.name: term for term in check.terms}
+
+        def term(name: str) -> tuple[int | None, int | None]:
+            found = terms.get(name)
+            return (None, None) if found is None else (found.predicted_bytes, found.logged_bytes)
+
+        weights, activation, non_torch = term("weights"), term("activation_peak"), term("non_torch")
+        graphs, kv = term("cuda_graphs"), term("kv_memory")
+        return cls(kv_cache_tokens_before_launch=check.kv_cache_tokens_predicted,
+                   kv_cache_tokens_drift_share=check.kv_cache_tokens_drift_share, drift_term=check.term_off,
+                   weights_bytes_before_launch=weights[0], weights_bytes_logged=weights[1],
+                   activation_peak_bytes_before_launch=activation[0], activation_peak_bytes_logged=activation[1],
+                   non_torch_bytes_before_launch=non_torch[0], non_torch_bytes_logged=non_torch[1],
+                   cuda_graphs_bytes_before_launch=graphs[0], cuda_graphs_bytes_logged=graphs[1],
+                   kv_memory_bytes_before_launch=kv[0], kv_memory_bytes_logged=kv[1])
+
+
 class CapacityFigures(Figures):
-    """capacity.json's figures: logged and predicted KV capacity side by side."""
+    """capacity.json's figures: logged and predicted KV capacity side by side, and the drift check."""
 
     logged: LoggedCapacity | None = None
     predicted: PredictedCapacity | None = None
+    drift: DriftFigures | None = None
+    drift_qualification: str | None = None  # joined to the summary's qualifications in the outputs
 
     @classmethod
     def of(cls, report: CapacityReport) -> CapacityFigures:
@@ -252,11 +292,14 @@ class CapacityFigures(Figures):
         predicted = None if prediction is None else PredictedCapacity(
             kv_cache_tokens_predicted=prediction.kv_cache_tokens, max_concurrency_predicted=prediction.max_concurrency,
             num_blocks_predicted=prediction.num_blocks, prediction_matches_log=report.prediction_matches_log)
-        return cls(logged=logged, predicted=predicted)
+        drift = None if report.drift is None else DriftFigures.of(report.drift)
+        return cls(logged=logged, predicted=predicted, drift=drift,
+                   drift_qualification=None if report.drift is None else report.drift.qualification)
 
     def outputs(self) -> dict[str, Any]:
         return {**({} if self.logged is None else self.logged.model_dump(exclude_none=True)),
-                **({} if self.predicted is None else self.predicted.model_dump(exclude_none=True))}
+                **({} if self.predicted is None else self.predicted.model_dump(exclude_none=True)),
+                **({} if self.drift is None else self.drift.model_dump(exclude_none=True))}
 
 
 class RunFigures(Figures):
@@ -294,6 +337,9 @@ class RunFigures(Figures):
             outputs.update(self.summary.outputs())
         if self.capacity is not None:
             outputs.update(self.capacity.outputs())
+            if self.capacity.drift_qualification:  # a qualification of the run like the summary's own
+                outputs[QUALIFICATIONS] = "; ".join(filter(None, (outputs.get(QUALIFICATIONS),
+                                                                  self.capacity.drift_qualification)))
         if self.device is not None:  # its memory peaks are figures
             outputs.update(self.device.outputs())
         return secret_free(outputs)
@@ -359,7 +405,8 @@ def output_names() -> set[str]:
     """Every output name a record can give: the summary's scalars and parts, its prefix-cache figures, its
     latencies and error classes, the capacity's and the device's figures."""
     scalars = set(RunSummary.model_fields) - NOT_OUTPUTS | {"invalid_reasons", "qualifications"}
-    parts = (ClientHealth, ScrapeCost, StreamPacing, EngineTime, ServerFigures, LoggedCapacity, PredictedCapacity)
+    parts = (ClientHealth, ScrapeCost, StreamPacing, EngineTime, ServerFigures, LoggedCapacity, PredictedCapacity,
+             DriftFigures)
     errors = {name for error in ErrorClass for name in (f"errors_{error}", f"error_rate_{error}_fraction")}
     return (scalars | {name for part in parts for name in part.model_fields} | errors
             | PrefixCacheFigures.output_names() | PopulationFigures.output_names()

@@ -17,6 +17,7 @@ import pydantic
 from harness.errors import HarnessError
 from harness.observe.capacity_options import LogOverrides, check_given
 from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
+from harness.observe.drift import DriftCheck
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
@@ -93,6 +94,8 @@ class CapacityReport(pydantic.BaseModel):
     disagreements: list[str]
     prediction_matches_log: bool | None
     waterfall: WaterfallComparison | None = None
+    drift: DriftCheck | None = None  # a recorded run's before-launch prediction against its logged capacity
+    drift_note: str | None = None  # why a recorded run has no drift check
 
 
 def capacity_from_sources(

@@ -21,9 +21,11 @@ from harness.predict.budget import MAX_MEMORY_GIB, CapacityPrediction
 from harness.predict.budget_table import binary_size
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.kv_bytes import resolve_kv_dtype
-from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
+from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, model_size, plan_waterfall
 from harness.predict.model_shape import ModelShape
 from harness.predict.pipeline import predict_pipeline_capacity
+from harness.predict.releases import engine_release, runs_v0
+from harness.predict.warmup import WarmupCheck, check_warmup
 from harness.units import GiB
 
 
@@ -34,6 +36,7 @@ class FitAnswer(BaseModel):
     sequences_of_asked_length: int
     max_num_seqs: int | None
     fits: bool
+    warmup: WarmupCheck | None = None  # the sampler's warm-up after the cache (V1), and whether it has room
     answer: str
 
 
@@ -75,11 +78,15 @@ def answer_fit(
     capacity = predict(max_model_len=model_len)
     asked = asked_tokens or model_len
     at_asked = predict(max_model_len=asked)
-    fits = capacity.num_blocks > 0 and capacity.num_blocks >= capacity.blocks_per_request
+    cache_fits = capacity.num_blocks > 0 and capacity.num_blocks >= capacity.blocks_per_request
+    warmup = check_warmup(waterfall, model_size(shape.config), v0=runs_v0(engine_release(engine_version)))
+    fits = cache_fits and (warmup is None or warmup.verdict != "does not fit")
     sequences = at_asked.whole_sequences_at_max_model_len
+    answer = _words(waterfall, capacity, cache_fits, asked, sequences, max_num_seqs)
+    if cache_fits and warmup is not None and warmup.verdict != "fits":
+        answer = f"{warmup.verdict}: {warmup.note}" + ("" if not fits else f" (the cache itself: {answer})")
     return FitAnswer(waterfall=waterfall, capacity=capacity, asked_tokens=asked, sequences_of_asked_length=sequences,
-                     max_num_seqs=max_num_seqs, fits=fits,
-                     answer=_words(waterfall, capacity, fits, asked, sequences, max_num_seqs))
+                     max_num_seqs=max_num_seqs, fits=fits, warmup=warmup, answer=answer)
 
 
 def gpu_total(gpu: str) -> tuple[int, str]:
@@ -122,4 +129,6 @@ def answer_renderable(answer: FitAnswer) -> Group:
     notes = Table(show_header=False, box=None)
     for note in [*water.assumptions, *answer.capacity.assumptions]:
         notes.add_row("•", note)
-    return Group(table, notes, Text(answer.answer, style="bold green" if answer.fits else "bold red"))
+    at_risk = answer.warmup is not None and answer.warmup.verdict == "at risk"
+    style = "bold red" if not answer.fits else "bold yellow" if at_risk else "bold green"
+    return Group(table, notes, Text(answer.answer, style=style))

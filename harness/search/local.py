@@ -153,8 +153,9 @@ class LocalProbeRunner:
         """engine.json, capacity.json (the engine's log, copied and masked) and device.json, as a run that
         started its own engine keeps them: the diagnosis reads the limits and the logged blocks from them."""
         write_engine_record(run_dir, argv=self.engine.argv, limits=self.limits)
-        report = record_capacity(run_dir, self.engine.log_path, scrape_metrics(self.engine.base_url))
-        device = DeviceRecord.model_validate(device_facts().model_dump())
+        facts = device_facts()
+        report = record_capacity(run_dir, self.engine.log_path, scrape_metrics(self.engine.base_url), facts)
+        device = DeviceRecord.model_validate(facts.model_dump())
         if report.log is not None:
             device = device.model_copy(update={"engine_dtype": report.log.dtype})
         (run_dir / RunFile.DEVICE).write_text(device.model_dump_json(indent=2), encoding="utf-8")

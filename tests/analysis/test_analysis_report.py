@@ -65,6 +65,13 @@ def test_report_names_each_run_its_limit_and_evidence(kv_sweep: dict[str, Path],
     # 4 MiB / 1,024 KV bytes per token = 4,096 tokens, predicted and logged; max concurrency 4096/1024 = 4
     assert f"| {kv_sweep['starved'].name} | 4194304 | 4096 | 4096 | 4 | 4 | 32 | 32 | True |" in capacity
     assert "| concurrency (requests) | 4 |" in markdown.split("## Held fixed")[1].split("## ")[0]
+    drift = markdown.split("## Before launch vs logged, per term")[1].split("## ")[0]
+    # The CPU engine is given its KV memory (4 MiB, as the log's arguments state it exactly): the before-launch
+    # check is the bytes per token, 4,096 tokens both ways, no drift, no term off; the GPU terms are not there.
+    starved_drift = next(line for line in drift.splitlines() if kv_sweep["starved"].name in line)
+    assert f"| {kv_sweep['starved'].name} | 4194304 | 4096 | 4096 | 0 | – |" in starved_drift
+    assert starved_drift.endswith("| – / – | – / – | – / – | – / – | 4.0 / 4.0 |")  # 4,194,304 B = 4.0 MiB
+    assert "KV tokens drift" not in markdown  # no run drifted, so none is qualified for it
 
     for name in ("latency.png", "throughput-vs-ttft.png", f"series-{kv_sweep['starved'].name}.png"):
         assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC), name

@@ -26,11 +26,13 @@ from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
 from harness.observe.capacity import build_capacity_report
 from harness.observe.device import DeviceRecord
+from harness.observe.drift import DriftCheck
 from harness.observe.server_logs import parse_startup_log
 from harness.schema import Output, RunFile
 from harness.track.point_name import name_matrix_child, swept_inputs
 
 from conftest import emulator
+from run_records import field_drift
 
 ROOT = Path(__file__).resolve().parents[2]
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
@@ -102,6 +104,11 @@ def test_every_figure_a_run_record_gives_is_a_declared_output_of_its_type(tmp_pa
     produced = read_run_figures(tmp_path / "run").outputs()
     for log in ("kv4m-len1024.log", "crash-kv64k-len1024.log"):
         produced |= CapacityFigures.of(build_capacity_report(parse_startup_log((LOGS / log).read_text()))).outputs()
+    # A drift check as a run records it, from a field log that states every term, graphs too, and drifts (-2.8%).
+    drift = field_drift("v072-qwen25-14b-tp2-fp16")
+    assert isinstance(drift, DriftCheck) and drift.term_off is not None
+    drifted = build_capacity_report(parse_startup_log((LOGS / "kv4m-len1024.log").read_text()))
+    produced |= CapacityFigures.of(drifted.model_copy(update={"drift": drift})).outputs()
     produced |= {f"errors_{error_class.value}": 1 for error_class in ErrorClass}
     # 78 figures on a busy machine, where chunks arrive in bursts and the ITL and TPOT figures are withheld
     # as unpaced; more on a quiet one. Either way the scan read a whole record and both capacity reports.

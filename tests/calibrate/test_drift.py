@@ -1,0 +1,106 @@
+"""Drift at record time, on real start-up logs (tests/fixtures/field): each case's log as a run would record it,
+its facts as the engine's limits and its GPU as device.json would give it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.measure.figures import read_run_figures
+from harness.observe.capacity import CapacityReport
+from harness.observe.drift import DriftCheck, DriftTerm, judge
+from harness.schema import RunFile
+from harness.units import GiB
+
+from run_records import field_drift, write_run
+
+
+def test_a_start_off_by_more_than_two_percent_names_the_term_its_log_shows_off() -> None:
+    """Qwen2.5-32B, TP=2 on two L40S (44.42 GiB, 0.7.3, V0): the log states every term. Before launch, 0.7.3's
+    snapshot precedes NCCL, so non-torch is 0.055 fitted + 0.415 NCCL + 16 MiB custom all-reduce = 0.49 GiB
+    against 0.30 logged; the activation peak (0.7.3's sampler sort at the fitted 38.33 B a logit, beside the
+    profile's hidden states) is 1.49 GiB against 1.26 logged: 0.23 GiB too high, the largest miss that
+    leaves too little KV memory (the weights, 30.51 predicted vs 30.71 logged, lean the other way). KV: 39.98 −
+    30.51 − 1.49 − 0.49 = 7.50 GiB; at 64 layers × 2 × 4 heads per rank × 128 × 2 B = 128 KiB per token, 2 MiB
+    per block of 16: 3,837 blocks = 61,392 tokens, against 3,947 logged blocks = 63,152 tokens: 63,152 /
+    61,392 − 1 = +2.9%, over the 2% threshold."""
+    check = field_drift("v07-qwen25-32b-l40s-tp2")
+    assert isinstance(check, DriftCheck), check
+    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (61_392, 63_152)
+    assert check.kv_cache_tokens_drift_share == 0.028668  # 63,152 / 61,392 − 1, rounded to 6 places
+    assert check.term_off == "activation_peak" and check.unstated_terms == []
+    peak = next(term for term in check.terms if term.name == "activation_peak")
+    assert peak.logged_bytes is not None
+    assert (round(peak.predicted_bytes / GiB, 2), round(peak.logged_bytes / GiB, 2)) == (1.49, 1.26)
+    assert check.qualification is not None
+    assert "+2.9%" in check.qualification and "activation_peak most likely off (1.49 GiB predicted, 1.26 GiB " \
+        "logged)" in check.qualification
+
+
+def test_a_start_within_two_percent_is_not_qualified() -> None:
+    """Qwen3-0.6B on one H100 (79.19 GiB logged, 0.9.2 V0, util 0.8, 8 sequences): 63.35 − 1.11 weights − 0.19
+    activation − 0.055 non-torch = 62.00 GiB predicted against 61.84 logged; at 28 layers × 2 × 8 heads × 128 ×
+    2 B = 112 KiB per token, 580,448 tokens predicted against 36,184 blocks × 16 = 578,944 logged: −0.26%."""
+    check = field_drift("v09-qwen3-06b-v0-util08")
+    assert isinstance(check, DriftCheck), check
+    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (580_448, 578_944)
+    assert check.kv_cache_tokens_drift_share == -0.002591  # 578,944 / 580,448 − 1, rounded to 6 places
+    assert check.qualification is None and check.term_off is None
+
+
+def test_a_log_without_a_profile_says_which_terms_it_does_not_state() -> None:
+    """Qwen2-7B on one A100 at util 0.25 (0.10.1.1): the log states the weights (7.12 GiB logged, 7.09 predicted,
+    which leans the wrong way to explain more tokens logged than predicted) and the KV memory, not the activation
+    peak nor non-torch memory; CUDA graphs are captured after the cache is sized before 0.21, so they are no
+    candidate either. The tokens drift by more than 2%, so the qualification names the two unstated terms."""
+    check = field_drift("v0101-qwen2-7b-a100-util025")
+    assert isinstance(check, DriftCheck), check
+    assert check.kv_cache_tokens_drift_share is not None and check.kv_cache_tokens_drift_share > 0.02
+    assert check.term_off is None and check.unstated_terms == ["activation_peak", "non_torch"]
+    assert check.qualification is not None
+    assert check.qualification.endswith("the log does not state activation_peak, non_torch: the term off is among "
+                                        "them, or the GPU's total")
+
+
+def test_a_drifted_record_is_qualified_in_its_outputs_beside_the_summarys_own(tmp_path: Path) -> None:
+    """The record keeps the check in capacity.json; the figures contract joins its qualification to the
+    summary's and gives each term as an output, so the dashboard and the report show them per run UUID."""
+    check = field_drift("v07-qwen25-32b-l40s-tp2")
+    assert isinstance(check, DriftCheck) and check.qualification is not None
+    run_dir = write_run(tmp_path)
+    capacity = run_dir / RunFile.CAPACITY
+    report = CapacityReport.model_validate_json(capacity.read_text())
+    capacity.write_text(report.model_copy(update={"drift": check}).model_dump_json())
+    figures = read_run_figures(run_dir)
+    assert figures.summary is not None
+    outputs = figures.outputs()
+    assert outputs["qualifications"] == "; ".join([*figures.summary.qualifications, check.qualification])
+    assert outputs["drift_term"] == "activation_peak" and outputs["kv_cache_tokens_before_launch"] == 61_392
+    assert outputs["non_torch_bytes_logged"] == round(0.30 * GiB)  # as printed: 0.30 GiB
+    assert "cuda_graphs_bytes_logged" not in outputs  # the log states no graph memory: no figure, not a zero
+
+
+def test_a_term_that_explains_part_of_the_gap_leaves_the_rest_to_the_unstated_ones() -> None:
+    """Qwen3-30B-A3B AWQ on an RTX 3090 (0.10.0): the weights are logged at 15.61 GiB against 15.96 predicted,
+    0.35 GiB that leans the right way, but the KV memory is 1.92 GiB logged against 1.46 predicted, a 0.46 GiB
+    gap: 0.35 < 0.8 × 0.46, so the rest is put to the activation peak and non-torch memory, which the log does
+    not state. Tokens: 20,960 logged against 15,888 predicted, +31.9%."""
+    check = field_drift("v0100-qwen3-30b-a3b-awq-rtx3090-len2048")
+    assert isinstance(check, DriftCheck), check
+    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (15_888, 20_960)
+    assert check.term_off == "weights" and check.qualification is not None
+    assert check.qualification.endswith(
+        "weights most likely off (15.96 GiB predicted, 15.61 GiB logged), which accounts for 0.35 GiB of the "
+        "0.46 GiB KV memory gap; the rest lies in what the log does not state (activation_peak, non_torch)")
+
+
+def test_a_prediction_that_leaves_no_cache_is_qualified_without_a_share() -> None:
+    """Before launch nothing was left for the cache, yet the engine logged 4,096 tokens: there is no share of
+    nothing, so the share is None (a JSON record cannot hold an infinity) and the qualification says it in words;
+    the weights predicted 2 GiB above the logged are the term that leans that way."""
+    terms = [DriftTerm(name="weights", predicted_bytes=10 * GiB, logged_bytes=8 * GiB),
+             DriftTerm(name="kv_memory", predicted_bytes=0, logged_bytes=GiB // 2)]
+    check = judge("gpu waterfall", 80 * GiB, 0, 4096, terms)
+    assert check.kv_cache_tokens_drift_share is None and check.term_off == "weights"
+    assert check.qualification == ("the before-launch prediction leaves no KV cache, the engine logged 4,096 tokens: "
+                                   "weights most likely off (10.00 GiB predicted, 8.00 GiB logged)")
+    assert DriftCheck.model_validate_json(check.model_dump_json()) == check  # the record reads back
