@@ -124,10 +124,10 @@ def search(
     markdown, plots = write_report(result, out)
     run_uuid = track_search(result, {"search-md": markdown, **{plot.stem: plot for plot in plots}},
                             project=project, offline_root=out / "polyaxon")
-    for searched_configuration in result.configurations:
-        if len(result.configurations) > 1:
-            print(f"{searched_configuration.title}:")
-        print("\n".join(searched_configuration.answer.lines))
+    for configuration in result.in_order():
+        if len(searched) > 1:
+            print(f"{configuration.title}:")
+        print("\n".join(configuration.lines))
     print(f"report: {markdown}; search run {run_uuid} and its probes in {out / 'polyaxon'}")
-    if any(configuration.trace.stopped_reason for configuration in result.configurations):
+    if not result.complete:
         raise typer.Exit(EXIT_INVALID)

@@ -10,7 +10,8 @@ measured to meet the objective.
 A step's repeats. A probe whose interval straddles the objective is measured again at the same load and
 its requests are pooled with the earlier ones, until the pooled interval decides or `max_repeats` valid
 runs were made; then the step is *undecided*. An invalid probe never decides: it is measured once more, and
-a second invalid run at the same step stops the search with its reasons.
+a second invalid run at the same step stops the search with its reasons. A probe that cannot be run at all
+(its runner raises: the engine died, the API refused the run) stops it too; the steps measured before stay.
 
 Steady state. Each probe first sends `warmup_requests` requests left out of every figure: under a closed
 loop, the first wave of `concurrency` requests, which start together and whose prefills queue behind each
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.errors import HarnessError
 from harness.measure.client import RequestRecord
 from harness.predict.population import KneePrediction
 from harness.search.objective import Decision, Objective, Reading, combined, read_objective
@@ -144,13 +146,17 @@ def next_index(below: int, above: int, queue: list[int], measured: set[int]) -> 
 
 def run_search(plan: SearchPlan, runner: ProbeRunner, prediction: KneePrediction | None,
                on_step: Callable[[StepResult], None] | None = None) -> SearchTrace:
-    """Measure steps until the bracket closes or an invalid step stops the search."""
+    """Measure steps until the bracket closes, an invalid step stops the search, or a probe cannot be run."""
     below, above = -1, len(plan.values)
     queue, measured = first_indices(plan.values, prediction, plan.knob), set[int]()
     steps: list[StepResult] = []
     while (index := next_index(below, above, queue, measured)) is not None:
         measured.add(index)
-        step = measure_step(plan, runner, len(steps) + 1, plan.values[index])
+        try:
+            step = measure_step(plan, runner, len(steps) + 1, plan.values[index])
+        except HarnessError as error:  # the probe's run could not be made: the engine is gone, the API refused
+            reason = f"step {len(steps) + 1} ({plan.knob.value} {plan.values[index]:g}) could not be run: {error}"
+            return SearchTrace(plan=plan, prediction=prediction, steps=steps, stopped_reason=reason)
         steps.append(step)
         if on_step is not None:
             on_step(step)

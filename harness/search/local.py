@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from harness.errors import HarnessError
 from harness.inventory.frozen import Inventory, load_inventory
 from harness.launch.engine_args import option_value
-from harness.launch.engine_process import RunningEngine, local_engine
+from harness.launch.engine_process import EngineStartError, RunningEngine, local_engine
 from harness.launch.experiment import engine_limits, record_capacity, scrape_metrics, write_engine_record
 from harness.launch.specs import render
 from harness.launch.sweep import service_params, sweep_points
@@ -34,10 +34,14 @@ from harness.schema import RunFile
 from harness.search.answer import EngineFacts, answer, number
 from harness.search.driver import SearchPlan, StepResult, run_search
 from harness.search.probe import Knob, Probe
-from harness.search.report import SearchedConfiguration, SearchResult
+from harness.search.report import SearchedConfiguration, SearchResult, failed_configuration
 from harness.track.tracking import LiveRun
 
 PROBE_FILE = "probe.json"  # the probe a run measured, beside its record
+
+
+class NoCapacityLogged(HarnessError):
+    """The engine started but its log gives no blocks: a configuration the search cannot bracket or answer."""
 
 
 class Configuration(BaseModel):
@@ -97,7 +101,7 @@ def engine_facts(engine: RunningEngine, inventory: Inventory, max_tokens: int | 
     # The CPU engine logs its cache in tokens only: whole blocks of the block size it was given.
     blocks = log.num_gpu_blocks or (log.kv_cache_tokens // block_size if block_size and log.kv_cache_tokens else None)
     if not blocks or not block_size:
-        raise HarnessError(f"{engine.log_path}: the engine logged neither num_gpu_blocks nor its KV cache's tokens "
+        raise NoCapacityLogged(f"{engine.log_path}: the engine logged neither num_gpu_blocks nor its KV cache's tokens "
                            "and block size; the search needs its capacity")
     device = device_facts()
     return EngineFacts(num_gpu_blocks=blocks, block_size=int(block_size),
@@ -181,21 +185,37 @@ def search_configurations(
     searched: list[Configuration], plan: SearchPlan, local: LocalSearch, *,
     announce: Callable[[str], None] = lambda line: None, runner_class: type[LocalProbeRunner] = LocalProbeRunner,
 ) -> SearchResult:
-    """Each configuration's engine started once, its load searched on it, its answer given; next one."""
+    """Each configuration's engine started once, its load searched on it, its answer given; next one. A
+    configuration whose engine does not start (or logs no capacity) is recorded with its reason and log, as
+    `harness sweep` records a failed point, and the next one is searched."""
     inventory = load_inventory(local.options.inventory)
-    results = []
+    results, failed = [], []
     for configuration in searched:
         out = local.out / f"point-{configuration.index}" if configuration.point else local.out
-        with started_engine(configuration, out) as engine:
-            facts = engine_facts(engine, inventory, local.options.max_tokens)
-            prediction = predicted_knee(facts, int(max(plan.values)))
-            announce(prediction_line(configuration, prediction, facts))
-            runner = runner_class(engine, local.options.model_copy(update={"base_url": engine.base_url}), out,
-                                      project=local.project, offline_root=local.offline_root)
-            trace = run_search(plan, runner, prediction, on_step=lambda step: announce(step_line(plan, step)))
-        results.append(SearchedConfiguration(index=configuration.index, point=configuration.point, trace=trace,
-                                             answer=answer(trace, facts)))
-    return SearchResult(search_id=plan.search_id, configurations=results)
+        try:
+            results.append(search_configuration(configuration, plan, local, inventory, out, announce=announce,
+                                                runner_class=runner_class))
+        except (EngineStartError, NoCapacityLogged) as error:
+            failure = failed_configuration(configuration.index, configuration.point, plan, str(error),
+                                           out / RunFile.ENGINE_LOG)
+            announce("; ".join(failure.lines))
+            failed.append(failure)
+    return SearchResult(search_id=plan.search_id, configurations=results, failed=failed)
+
+
+def search_configuration(
+    configuration: Configuration, plan: SearchPlan, local: LocalSearch, inventory: Inventory, out: Path, *,
+    announce: Callable[[str], None], runner_class: type[LocalProbeRunner],
+) -> SearchedConfiguration:
+    with started_engine(configuration, out) as engine:
+        facts = engine_facts(engine, inventory, local.options.max_tokens)
+        prediction = predicted_knee(facts, int(max(plan.values)))
+        announce(prediction_line(configuration, prediction, facts))
+        runner = runner_class(engine, local.options.model_copy(update={"base_url": engine.base_url}), out,
+                              project=local.project, offline_root=local.offline_root)
+        trace = run_search(plan, runner, prediction, on_step=lambda step: announce(step_line(plan, step)))
+    return SearchedConfiguration(index=configuration.index, point=configuration.point, trace=trace,
+                                 answer=answer(trace, facts), engine_log=str(engine.log_path))
 
 
 def prediction_line(configuration: Configuration, prediction: KneePrediction, facts: EngineFacts) -> str:
