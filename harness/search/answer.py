@@ -56,7 +56,7 @@ class SearchAnswer(BaseModel):
     bound_by: str | None  # the diagnosis's verdict at the first load short of the objective
     cause: str | None
     remedy: str | None
-    predicted_knee: int | None
+    predicted_knee_concurrency: int | None
     predicted_bound_by: str | None
     top_of_range: float
     probes: int
@@ -69,6 +69,11 @@ def number(value: float) -> str:
     if float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.3g}"
+
+
+def load_words(knob: Knob, value: float) -> str:
+    """A load with its unit: a concurrency is a count of requests in flight, a rate is requests per second."""
+    return f"{number(value)}{knob.unit}"
 
 
 def reading_words(reading: Reading) -> str:
@@ -99,7 +104,7 @@ def answer(trace: SearchTrace, engine: EngineFacts | None) -> SearchAnswer:
         first_short=short.value if short else None, first_short_reading=_binding(short),
         first_short_decision=short.decision if short else None, bound_by=verdict.bound_by if verdict else None,
         cause=cause_words(verdict) if verdict else None, remedy=remedy_words(verdict, engine),
-        predicted_knee=prediction.knee_concurrency if prediction else None,
+        predicted_knee_concurrency=prediction.knee_concurrency if prediction else None,
         predicted_bound_by=prediction.bound_by.value if prediction else None,
         top_of_range=trace.plan.values[-1], probes=trace.probes_run, stopped_reason=trace.stopped_reason, lines=[])
     return result.model_copy(update={"lines": answer_lines(result)})
@@ -124,7 +129,6 @@ def _binding(step: StepResult | None) -> Reading | None:
 
 
 def answer_lines(result: SearchAnswer) -> list[str]:
-    knob = result.knob.value
     lines = [headline(result)]
     if result.stopped_reason:
         lines.append(f"search stopped: {result.stopped_reason}")
@@ -132,10 +136,14 @@ def answer_lines(result: SearchAnswer) -> list[str]:
         lines.append(f"the knee: {result.cause}")
     if result.remedy:
         lines.append(f"what would move it: {result.remedy}")
-    predicted = "none in the range" if result.predicted_knee is None else (
-        f"{result.predicted_knee:,} ({result.predicted_bound_by})")
-    measured = "none in the range" if result.first_short is None else number(result.first_short)
-    lines.append(f"predicted knee {knob} {predicted}; measured knee {measured}; {result.probes} probes")
+    predicted = "none in the range" if result.predicted_knee_concurrency is None else (
+        f"{result.predicted_knee_concurrency:,} ({result.predicted_bound_by})")
+    measured = "none in the range" if result.first_short is None else load_words(result.knob, result.first_short)
+    if result.knob == Knob.RATE:  # the prediction is a population of requests in flight, not a rate
+        predicted = f"concurrency {predicted} in flight, which does not bracket a rate search"
+    else:
+        predicted = f"concurrency {predicted}"
+    lines.append(f"predicted knee {predicted}; measured knee {measured}; {result.probes} probes")
     return lines
 
 
@@ -145,18 +153,19 @@ def headline(result: SearchAnswer) -> str:
     at_short = ""
     if short is not None and reading is not None:
         undecided = " undecided:" if result.first_short_decision == Decision.UNDECIDED else ""
-        at_short = f"; at {number(short)}{undecided} {reading_words(reading)}"
+        at_short = f"; at {load_words(result.knob, short)}{undecided} {reading_words(reading)}"
     if result.capacity is None and short is None:
         return f"max {knob} meeting {objective}: not found, the search stopped before any load was decided"
     if result.capacity is None:
         return f"no {knob} in the range meets {objective}{at_short}"
+    capacity = load_words(result.knob, result.capacity)
     if short is None:
         top = result.capacity_reading
-        at_top = f"; at {number(result.capacity)} {reading_words(top)}" if top else ""
+        at_top = f"; at {capacity} {reading_words(top)}" if top else ""
         why = ("the top of the range: no load in it fell short" if result.capacity >= result.top_of_range
                else "the search stopped before any load fell short")
-        return f"max {knob} meeting {objective}: at least {number(result.capacity)}, {why}{at_top}"
-    return f"max {knob} meeting {objective}: {number(result.capacity)}{at_short}"
+        return f"max {knob} meeting {objective}: at least {capacity}, {why}{at_top}"
+    return f"max {knob} meeting {objective}: {capacity}{at_short}"
 
 
 def cause_words(verdict: Verdict) -> str:
@@ -229,10 +238,10 @@ def sequence_remedy(verdict: Verdict, engine: EngineFacts) -> str:
 
 def outputs(result: SearchAnswer) -> dict[str, Any]:
     """The search run's outputs: the answer, its figure and interval at the capacity and at the first short load."""
-    knob = result.knob.value
+    knob = KNOB_COLUMN[result.knob]  # the unit in the name: concurrency, rate_per_s
     figures: dict[str, Any] = {
         f"capacity_{knob}": result.capacity, "capacity_bound_by": result.bound_by,
-        f"predicted_knee_{knob}": result.predicted_knee, f"first_short_{knob}": result.first_short,
+        "predicted_knee_concurrency": result.predicted_knee_concurrency, f"first_short_{knob}": result.first_short,
         "probes": result.probes, "search_stopped": result.stopped_reason}
     for where, reading in (("capacity", result.capacity_reading), ("first_short", result.first_short_reading)):
         if reading is not None:

@@ -55,6 +55,13 @@ class SearchPlan(BaseModel):
     cold: bool = False
     seed: int = 0
 
+    @property
+    def most_in_flight(self) -> int:
+        """The most requests the searched loads put in flight: the top concurrency, or a rate's cap."""
+        if self.knob == Knob.CONCURRENCY:
+            return int(self.values[-1])
+        return self.max_concurrency or math.ceil(self.values[-1])
+
     def load(self, value: float) -> tuple[int, int]:
         """(measured requests, warm-up requests) for a probe at `value` (see the module's note)."""
         if self.knob == Knob.CONCURRENCY:
@@ -155,7 +162,7 @@ def run_search(plan: SearchPlan, runner: ProbeRunner, prediction: KneePrediction
         try:
             step = measure_step(plan, runner, len(steps) + 1, plan.values[index])
         except HarnessError as error:  # the probe's run could not be made: the engine is gone, the API refused
-            reason = f"step {len(steps) + 1} ({plan.knob.value} {plan.values[index]:g}) could not be run: {error}"
+            reason = f"step {len(steps) + 1} ({plan.knob.at(plan.values[index])}) could not be run: {error}"
             return SearchTrace(plan=plan, prediction=prediction, steps=steps, stopped_reason=reason)
         steps.append(step)
         if on_step is not None:
@@ -183,7 +190,7 @@ def measure_step(plan: SearchPlan, runner: ProbeRunner, step: int, value: float)
         outcomes.append(_outcome(plan, probe, record))
         invalid = [outcome for outcome in outcomes if outcome.invalid_reasons]
         if len(invalid) >= INVALID_RUNS_PER_STEP:
-            reason = (f"step {step} ({plan.knob.value} {value:g}) invalid twice: run {record.run_uuid}: "
+            reason = (f"step {step} ({plan.knob.at(value)}) invalid twice: run {record.run_uuid}: "
                       + "; ".join(record.invalid_reasons))
             return StepResult(step=step, value=value, probes=outcomes, readings=readings, decision=None,
                               stopped_reason=reason)

@@ -31,13 +31,18 @@ from harness.observe.server_logs import parse_startup_log
 from harness.paths import read_text
 from harness.predict.population import KneePrediction, predict_knee
 from harness.schema import RunFile
-from harness.search.answer import EngineFacts, answer, number
+from harness.search.answer import EngineFacts, answer, load_words, number
 from harness.search.driver import SearchPlan, StepResult, run_search
 from harness.search.probe import Knob, Probe
 from harness.search.report import SearchedConfiguration, SearchResult, failed_configuration
 from harness.track.tracking import LiveRun
 
 PROBE_FILE = "probe.json"  # the probe a run measured, beside its record
+
+
+# A knee is a population of requests in flight; the rate that keeps it there depends on how long each request
+# stays, which only a measurement shows. So a rate search bisects its range and the knee is only reported.
+RATE_NOT_BRACKETED = "; a rate search is not bracketed by it: its rates are bisected from the middle of the range"
 
 
 class NoCapacityLogged(HarnessError):
@@ -209,8 +214,8 @@ def search_configuration(
 ) -> SearchedConfiguration:
     with started_engine(configuration, out) as engine:
         facts = engine_facts(engine, inventory, local.options.max_tokens)
-        prediction = predicted_knee(facts, int(max(plan.values)))
-        announce(prediction_line(configuration, prediction, facts))
+        prediction = predicted_knee(facts, plan.most_in_flight)
+        announce(prediction_line(configuration, prediction, facts, plan.knob))
         runner = runner_class(engine, local.options.model_copy(update={"base_url": engine.base_url}), out,
                               project=local.project, offline_root=local.offline_root)
         trace = run_search(plan, runner, prediction, on_step=lambda step: announce(step_line(plan, step)))
@@ -218,17 +223,18 @@ def search_configuration(
                                  answer=answer(trace, facts), engine_log=str(engine.log_path))
 
 
-def prediction_line(configuration: Configuration, prediction: KneePrediction, facts: EngineFacts) -> str:
+def prediction_line(configuration: Configuration, prediction: KneePrediction, facts: EngineFacts, knob: Knob) -> str:
     where = ", ".join(f"{name}={value}" for name, value in configuration.point.items())
     knee = "no limit binds in the range" if prediction.knee_concurrency is None else (
         f"knee at concurrency {prediction.knee_concurrency} ({prediction.bound_by.value})")
     return (f"{where + ': ' if where else ''}predicted {knee}: {facts.num_gpu_blocks - 1} usable blocks of "
             f"{facts.block_size}, max_num_seqs {facts.max_num_seqs}; all requests fit up to concurrency "
-            f"{prediction.always_fits_up_to_concurrency}")
+            f"{prediction.always_fits_up_to_concurrency}" + (RATE_NOT_BRACKETED if knob == Knob.RATE else ""))
 
 
 def step_line(plan: SearchPlan, step: StepResult) -> str:
     figures = "; ".join(f"{reading.figure} {number(reading.value)} [{number(reading.low)}–{number(reading.high)}]"
                         for reading in step.readings)
     decided = step.decision.value if step.decision else f"stopped: {step.stopped_reason}"
-    return f"step {step.step}: {plan.knob.value} {number(step.value)}, {len(step.probes)} run(s): {decided}; {figures}"
+    load = f"{plan.knob.value} {load_words(plan.knob, step.value)}"
+    return f"step {step.step}: {load}, {len(step.probes)} run(s): {decided}; {figures}"

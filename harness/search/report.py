@@ -16,6 +16,7 @@ from harness.polyaxon_project import parse_project
 from harness.search.answer import SearchAnswer, number, outputs
 from harness.search.driver import SearchPlan, SearchTrace
 from harness.search.objective import AttainmentObjective, PercentileObjective
+from harness.search.probe import Knob
 from harness.track.tracking import log_files
 
 
@@ -87,6 +88,10 @@ class SearchResult(BaseModel):
         return not self.failed and not any(searched.trace.stopped_reason for searched in self.configurations)
 
 
+def knob_label(knob: Knob) -> str:
+    return "concurrency (requests in flight)" if knob == Knob.CONCURRENCY else "rate (requests/s)"
+
+
 def plot_curve(searched: SearchedConfiguration, path: Path) -> Path:
     """Each objective's figure against the knob with its interval, the objective's line, the predicted limits."""
     trace = searched.trace
@@ -104,7 +109,7 @@ def plot_curve(searched: SearchedConfiguration, path: Path) -> Path:
         limit = objective.limit_ms if isinstance(objective, PercentileObjective) else objective.target_share
         axis.axhline(limit, color="tab:red", linestyle="--", label=f"objective: {objective.words}")
         _predicted_limits(axis, trace)
-        axis.set_xlabel(trace.plan.knob.value)
+        axis.set_xlabel(knob_label(trace.plan.knob))
         axis.set_ylabel(objective.figure)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
@@ -128,7 +133,7 @@ def _predicted_limits(axis: Any, trace: SearchTrace) -> None:
 
 def probes_table(trace: SearchTrace) -> list[str]:
     """One Markdown row per run, in the order measured; each traces to its run UUID."""
-    rows = [f"| step | repeat | {trace.plan.knob.value} | run | valid | figures over its own requests | "
+    rows = [f"| step | repeat | {knob_label(trace.plan.knob)} | run | valid | figures over its own requests | "
             "step decision |", "|---|---|---|---|---|---|---|"]
     for step in trace.steps:
         for probe in step.probes:
