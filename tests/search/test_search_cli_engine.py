@@ -83,3 +83,41 @@ def test_a_point_whose_engine_does_not_start_is_recorded_and_the_next_point_is_s
     outputs = search_run_outputs(out, done.stdout)
     assert "estimated maximum model length is 896" in outputs["not_searched_point_0"]
     assert outputs["capacity_concurrency_point_1"] == 2.0
+
+
+def test_a_rate_search_answers_in_requests_per_second_with_open_loop_probes_under_the_cap(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    # The preset's engine: 31 usable blocks hold 3 of these requests, so with --max-concurrency 4 the predicted
+    # knee (4 in flight, the KV cache) is within the cap; but which rate keeps 4 in flight depends on how long
+    # each request stays, so the prediction does not bracket the rates: bisection starts at the middle of
+    # 1, 2, 3, 4 requests/s, index (-1 + 4) // 2 = 1, i.e. 2 requests/s. Each probe sends the cap's 4 warm-up
+    # requests, then max(--min-requests 8, --turnovers 1 × 4) = 8 measured ones.
+    out = tmp_path / "out"
+    done = search(tiny_model_dir, [REPO_ROOT / "polyaxonfiles" / "vllm-service.yaml"], out, "--over", "rate",
+                  "--low", "1", "--high", "4", "--max-concurrency", "4", "--turnovers", "1", "--min-requests", "8")
+    assert done.returncode == 0, done.stderr[-3000:]  # a probe invalid twice (client stalled) exits 3
+    assert ("predicted knee at concurrency 4 (kv_cache)" in done.stderr
+            and "a rate search is not bracketed by it: its rates are bisected from the middle of the range"
+            in done.stderr), done.stderr
+    assert "step 1: rate 2 requests/s, " in done.stderr
+
+    [searched] = json.loads((out / "search.json").read_text())["configurations"]
+    steps, answer = searched["trace"]["steps"], searched["answer"]
+    assert steps[0]["value"] == 2.0 and answer["knob"] == "rate"
+    for step in steps:
+        for probe in step["probes"]:
+            load = json.loads((Path(probe["run_dir"]) / "config.json").read_text())["load"]
+            assert (load["rate_per_s"], load["max_concurrency"], load["concurrency"]) == (step["value"], 4, None)
+            assert (load["warmup_requests"], load["requests"]) == (4, 8)
+    capacity = answer["capacity"]
+    assert capacity in (1.0, 2.0, 3.0, 4.0), done.stdout  # the lowest rate keeps the TTFT tail under 400 ms
+    lines = done.stdout.splitlines()
+    capacity_words = "at least 4 requests/s" if capacity == 4.0 else f"{capacity:g} requests/s;"
+    assert lines[0].startswith(f"max rate meeting p99 TTFT ≤ 400 ms: {capacity_words}"), lines[0]
+    if answer["first_short"] is not None:
+        assert f"; at {answer['first_short']:g} requests/s p99 is " in lines[0]
+    assert "predicted knee concurrency 4 (kv_cache) in flight, which does not bracket a rate search" in lines[-2]
+    outputs = search_run_outputs(out, done.stdout)
+    assert outputs["capacity_rate_per_s"] == capacity and outputs["predicted_knee_concurrency"] == 4
+    assert "| step | repeat | rate (requests/s) | run |" in (out / "search.md").read_text()
