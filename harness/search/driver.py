@@ -7,6 +7,14 @@ and the lowest known not to, until they are neighbours on the knob's grid. A ste
 fails or stays undecided bounds the search from above, so the capacity claimed is always a load that was
 measured to meet the objective.
 
+A rate search is not bracketed. The predicted knee is a population of requests in flight; the rate that
+keeps it in flight is that population over each request's time in the system (Little's law), and that
+time grows with the population on the way to the knee (larger batches decode slower) and with the cap's
+queue past it: a probe below the knee measures too short a time and would put the knee's rate too high,
+by as much as the batch slows; and random arrivals pass the knee's population before their mean reaches
+it. So a rate search bisects its range from the middle, and the answer prints
+the predicted knee as a concurrency beside the measured rate.
+
 A step's repeats. A probe whose interval straddles the objective is measured again at the same load and
 its requests are pooled with the earlier ones, until the pooled interval decides or `max_repeats` valid
 runs were made; then the step is *undecided*. An invalid probe never decides: it is measured once more, and
