@@ -1,10 +1,11 @@
 """The answer a person acts on: the capacity with its interval, why the knee sits there, what would move it.
 
 The cause is the diagnosis's verdict on the first load that fell short (analysis/diagnose.py's rules, with
-the figures they decided on); what would move it is quantified from the engine's own log and the
+the figures they decided on), or, where a rate search offered more than its --max-concurrency cap admits,
+the cap itself (harness/search/cap.py); what would move it is quantified from the engine's own log and the
 inventory's lengths: for the KV cache, the `kv_cache_memory_bytes` the next load needs (whole blocks of the
 size the engine logged), and the `gpu_memory_utilization` that gives it where the GPU's memory is known;
-for the sequence cap, the `max_num_seqs` the cache allows.
+for the sequence cap, the `max_num_seqs` the cache allows; for the client's cap, the one the server seats.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from analysis.diagnose import KV_CAPACITY, SCHEDULING, Verdict, diagnose_runs
 from analysis.sources import read_run_directory
 from analysis.table import build_table
 from harness.predict.population import live_population, predict_knee
+from harness.search.cap import CapReading, cap_reading
 from harness.search.driver import SearchTrace, StepResult
 from harness.search.objective import Decision, Reading
 from harness.search.probe import Knob
 
 KNOB_COLUMN = {Knob.CONCURRENCY: "concurrency", Knob.RATE: "rate_per_s"}
+CAP_BOUND = "max_concurrency (the client's cap)"
 
 
 class EngineFacts(BaseModel):
@@ -95,19 +98,50 @@ def verdicts_by_run(trace: SearchTrace) -> dict[str, Verdict]:
 def answer(trace: SearchTrace, engine: EngineFacts | None) -> SearchAnswer:
     """The answer, its cause and its remedy; without the engine's facts, no remedy."""
     capacity, short = trace.capacity, trace.first_short
-    verdicts = verdicts_by_run(trace)
-    verdict = _verdict_at(short, verdicts)
+    bound_by, cause, remedy = knee_cause(trace, short, engine)
     prediction = trace.prediction
     result = SearchAnswer(
         knob=trace.plan.knob, objective=" and ".join(objective.words for objective in trace.plan.objectives),
         capacity=capacity.value if capacity else None, capacity_reading=_binding(capacity),
         first_short=short.value if short else None, first_short_reading=_binding(short),
-        first_short_decision=short.decision if short else None, bound_by=verdict.bound_by if verdict else None,
-        cause=cause_words(verdict) if verdict else None, remedy=remedy_words(verdict, engine),
+        first_short_decision=short.decision if short else None, bound_by=bound_by, cause=cause, remedy=remedy,
         predicted_knee_concurrency=prediction.knee_concurrency if prediction else None,
         predicted_bound_by=prediction.bound_by.value if prediction else None,
         top_of_range=trace.plan.values[-1], probes=trace.probes_run, stopped_reason=trace.stopped_reason, lines=[])
     return result.model_copy(update={"lines": answer_lines(result)})
+
+
+def knee_cause(trace: SearchTrace, short: StepResult | None,
+               engine: EngineFacts | None) -> tuple[str | None, str | None, str | None]:
+    """(bound_by, cause, remedy) at the first load short of the objective: the client's own cap where a rate
+    search offered more than the cap admits (the server never saw the queue), else the diagnosis's verdict."""
+    cap = cap_reading(trace, short)
+    if cap is not None and cap.binds:
+        return CAP_BOUND, cap_words(cap), cap_remedy(cap, engine)
+    verdict = _verdict_at(short, verdicts_by_run(trace))
+    if verdict is None:
+        return None, None, None
+    return verdict.bound_by, cause_words(verdict), remedy_words(verdict, engine)
+
+
+def cap_words(cap: CapReading) -> str:
+    return (f"{CAP_BOUND}: at {number(cap.rate_per_s)} requests/s {cap.waited_for_a_slot} of {cap.requests} measured "
+            f"requests waited for a free slot (longest {number(cap.longest_slot_wait_ms)} ms); {cap.max_concurrency} "
+            f"slots / {number(cap.server_time_s_mean)} s a request holds one = {number(cap.admitted_per_s)} "
+            f"requests/s, the most the cap admits (runs {', '.join(cap.run_uuids)})")
+
+
+def cap_remedy(cap: CapReading, engine: EngineFacts | None) -> str | None:
+    """A cap as high as the server seats and the cache holds these requests at once, where that is higher."""
+    if engine is None:
+        return None
+    fits = cache_holds(engine, max(cap.max_concurrency * 4, 64))
+    seats = min(fits, engine.max_num_seqs or fits)
+    if seats <= cap.max_concurrency:
+        return (f"not the cap alone: the cache holds {fits} of these requests at once and max_num_seqs is "
+                f"{engine.max_num_seqs}; the cap is {cap.max_concurrency}")
+    return (f"--max-concurrency {seats}: the cache holds {fits} of these requests at once and max_num_seqs is "
+            f"{engine.max_num_seqs}; past that the server's limits bind")
 
 
 def _verdict_at(step: StepResult | None, verdicts: dict[str, Verdict]) -> Verdict | None:
@@ -220,13 +254,16 @@ def kv_remedy(verdict: Verdict, engine: EngineFacts) -> str:
     return words
 
 
+def cache_holds(engine: EngineFacts, largest: int) -> int:
+    """How many of the inventory's requests the cache always holds at once, looking up to `largest`."""
+    return predict_knee(engine.request_tokens, block_size=engine.block_size, usable_blocks=engine.num_gpu_blocks - 1,
+                        max_num_seqs=None, largest_concurrency=largest).always_fits_up_to_concurrency
+
+
 def sequence_remedy(verdict: Verdict, engine: EngineFacts) -> str:
     """The largest max_num_seqs whose population always fits the cache."""
     seqs = verdict.figures.get("max_num_seqs")
-    largest = max(int(seqs or 1) * 4, 64)
-    fits = predict_knee(engine.request_tokens, block_size=engine.block_size,
-                        usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=None,
-                        largest_concurrency=largest).always_fits_up_to_concurrency
+    fits = cache_holds(engine, max(int(seqs or 1) * 4, 64))
     if seqs is not None and fits <= seqs:
         return (f"not max_num_seqs alone: the cache holds only {fits} of these requests at once, and "
                 f"max_num_seqs is {number(seqs)}")

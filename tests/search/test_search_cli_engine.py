@@ -117,6 +117,12 @@ def test_a_rate_search_answers_in_requests_per_second_with_open_loop_probes_unde
     assert lines[0].startswith(f"max rate meeting p99 TTFT ≤ 400 ms: {capacity_words}"), lines[0]
     if answer["first_short"] is not None:
         assert f"; at {answer['first_short']:g} requests/s p99 is " in lines[0]
+        # measured here: a request holds its slot about 1.6 s, so 4 slots admit about 2.5 requests/s, and the
+        # first rate that falls short is one the cap cannot pass: the client's queue, not the server, holds it
+        assert answer["bound_by"] == "max_concurrency (the client's cap)", answer["cause"]
+        assert f"at {answer['first_short']:g} requests/s " in answer["cause"] and "the most the cap admits" in \
+            answer["cause"]
+        assert answer["remedy"].startswith("--max-concurrency ") or answer["remedy"].startswith("not the cap alone")
     assert "predicted knee concurrency 4 (kv_cache) in flight, which does not bracket a rate search" in lines[-2]
     outputs = search_run_outputs(out, done.stdout)
     assert outputs["capacity_rate_per_s"] == capacity and outputs["predicted_knee_concurrency"] == 4
