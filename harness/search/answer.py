@@ -125,10 +125,12 @@ def knee_cause(trace: SearchTrace, short: StepResult | None,
 
 
 def cap_words(cap: CapReading) -> str:
+    from_free = "; ".join(reading_words(reading) for reading in cap.from_free_slot)
     return (f"{CAP_BOUND}: at {number(cap.rate_per_s)} requests/s {cap.waited_for_a_slot} of {cap.requests} measured "
-            f"requests waited for a free slot (longest {number(cap.longest_slot_wait_ms)} ms); {cap.max_concurrency} "
-            f"slots / {number(cap.server_time_s_mean)} s a request holds one = {number(cap.admitted_per_s)} "
-            f"requests/s, the most the cap admits (runs {', '.join(cap.run_uuids)})")
+            f"requests waited for a free slot (longest {number(cap.longest_slot_wait_ms)} ms); counted from when "
+            f"each slot came free, {from_free}: the wait, not the server, breaks the objective; "
+            f"{cap.max_concurrency} slots / {number(cap.server_time_s_mean)} s a request holds one = "
+            f"{number(cap.admitted_per_s)} requests/s, the most the cap admits (runs {', '.join(cap.run_uuids)})")
 
 
 def cap_remedy(cap: CapReading, engine: EngineFacts | None) -> str | None:

@@ -1,10 +1,12 @@
 """Whether a rate search's fall is the client's own cap on requests in flight, not a limit of the server.
 
 Under an open loop capped at C requests in flight, a request that finds every slot taken waits in the
-client, and its TTFT counts that wait. While every slot is busy the cap passes C requests per mean time a
-request spends at the server, W (Little's law on the slots), so C / W is the most it admits; offered more,
-the client's queue grows for as long as the load runs, whatever the server could take. W is measured at
-the fallen load itself, where the slots are full, so it is the time at the population the cap allows.
+client, and its TTFT counts that wait. The cap is the knee where the objectives, read with each request's
+latency counted from when its slot came free instead of from its arrival, no longer fail: what the server
+did meets them, and the wait for a slot is what breaks them. That holds both past saturation and short of
+it: while every slot is busy the cap passes C requests per mean time a request holds one, W (Little's
+law on the slots), so offered more than C / W the client's queue grows as long as the load runs; offered
+a little less, random arrivals still queue for long stretches, as at any server near full use.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.measure.record import read_requests
 from harness.search.driver import SearchTrace, StepResult
+from harness.search.objective import Decision, Reading, combined, read_objective
 from harness.search.probe import Knob
 
 
 class CapReading(BaseModel):
-    """A capped rate's measured requests: how many waited for a slot, and the rate the cap admits."""
+    """A capped rate's measured requests: how many waited for a slot, the rate the cap admits, and what the
+    objectives read with each latency counted from when its slot came free."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -29,6 +33,7 @@ class CapReading(BaseModel):
     waited_for_a_slot: int
     longest_slot_wait_ms: float
     server_time_s_mean: float  # from dispatch to the last token: the time a request holds its slot
+    from_free_slot: list[Reading]  # each objective over the same requests, counted from when the slot came free
     run_uuids: list[str]
 
     @property
@@ -37,8 +42,9 @@ class CapReading(BaseModel):
 
     @property
     def binds(self) -> bool:
-        """More was offered than the cap admits."""
-        return self.rate_per_s > self.admitted_per_s
+        """Requests waited, and without the wait the objectives no longer fail."""
+        decisions = [reading.decision for reading in self.from_free_slot]
+        return self.waited_for_a_slot > 0 and bool(decisions) and combined(decisions) != Decision.FAILS
 
 
 def cap_reading(trace: SearchTrace, step: StepResult | None) -> CapReading | None:
@@ -54,8 +60,12 @@ def cap_reading(trace: SearchTrace, step: StepResult | None) -> CapReading | Non
         return None
     waits_s = [record.slot_freed_s - record.scheduled_s for record in records
                if record.slot_freed_s is not None and record.slot_freed_s > record.scheduled_s]
+    from_free = [record.model_copy(update={"scheduled_s": max(record.scheduled_s, record.slot_freed_s)})
+                 if record.slot_freed_s is not None else record for record in records]
+    readings = [read_objective(objective, from_free, seed=trace.plan.seed) for objective in trace.plan.objectives]
     server_s = [record.end_s - record.dispatch_s for record in finished]
     return CapReading(max_concurrency=cap, rate_per_s=step.value, requests=len(records),
                       waited_for_a_slot=len(waits_s), longest_slot_wait_ms=max(waits_s, default=0.0) * 1000,
                       server_time_s_mean=sum(server_s) / len(server_s),
+                      from_free_slot=[reading for reading in readings if reading is not None],
                       run_uuids=[probe.run_uuid for probe in valid])

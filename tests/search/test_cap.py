@@ -1,10 +1,11 @@
-"""A rate search's fall named as the client's cap when more was offered than the cap admits (Little's law on
-its slots), on requests written as the client writes them."""
+"""A rate search's fall named as the client's cap where the wait for a slot, not the server, breaks the
+objective, on requests written as the client writes them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_answer import ENGINE
 
 from harness.measure.client import RequestRecord
@@ -25,42 +26,47 @@ def held(index: int, scheduled_s: float, slot_freed_s: float | None) -> RequestR
                          end_s=dispatch_s + 1.0, chunk_times_s=[dispatch_s + 0.1], chunk_tokens=[1])
 
 
-def capped_trace(tmp_path: Path, rate_per_s: float) -> SearchTrace:
-    """One failing step at `rate_per_s` under a cap of 2: requests 0 and 1 take the slots at 0 and 0.2 s;
-    request 2 (due 0.5 s) waits until 1.0 s, request 3 (due 0.8 s) until 1.2 s."""
+def capped_trace(tmp_path: Path, limit_ms: float) -> SearchTrace:
+    """One failing step at 3 requests/s under a cap of 2, against p99 TTFT ≤ `limit_ms`: requests 0 and 1 take
+    the slots at 0 and 0.2 s; request 2 (due 0.5 s) waits until 1.0 s, request 3 (due 0.8 s) until 1.2 s. From
+    arrival their TTFTs are 100, 100, 600 and 500 ms; from when their slots came free, 100 ms each."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     records = [held(0, 0.0, None), held(1, 0.2, None), held(2, 0.5, 1.0), held(3, 0.8, 1.2)]
     (run_dir / RunFile.REQUESTS).write_text("".join(r.model_dump_json() + "\n" for r in records), encoding="utf-8")
     plan = SearchPlan(search_id="s", knob=Knob.RATE, values=[1.0, 2.0, 3.0], max_concurrency=2,
-                      objectives=[PercentileObjective(latency="ttft", percentile=99, limit_ms=400)])
-    probe = Probe(search_id="s", step=1, repeat=1, knob=Knob.RATE, value=rate_per_s, max_concurrency=2)
-    step = StepResult(step=1, value=rate_per_s, readings=[], decision=Decision.FAILS, probes=[
+                      objectives=[PercentileObjective(latency="ttft", percentile=99, limit_ms=limit_ms)])
+    probe = Probe(search_id="s", step=1, repeat=1, knob=Knob.RATE, value=3.0, max_concurrency=2)
+    step = StepResult(step=1, value=3.0, readings=[], decision=Decision.FAILS, probes=[
         ProbeOutcome(probe=probe, run_dir=str(run_dir), run_uuid="r1", invalid_reasons=[], readings=[])])
     return SearchTrace(plan=plan, prediction=None, steps=[step])
 
 
-def test_a_rate_past_what_the_cap_admits_is_bound_by_the_cap(tmp_path: Path) -> None:
-    trace = capped_trace(tmp_path, 3.0)
+def test_a_fall_that_the_wait_for_a_slot_makes_is_bound_by_the_cap(tmp_path: Path) -> None:
+    trace = capped_trace(tmp_path, limit_ms=400)
     cap = cap_reading(trace, trace.steps[0])
-    # each request holds its slot 1 s: 2 slots / 1 s = 2 requests/s admitted, less than the 3 offered
-    assert cap is not None and cap.admitted_per_s == 2.0 and cap.binds
-    # two waited: 1.0 - 0.5 = 500 ms and 1.2 - 0.8 = 400 ms
-    assert (cap.waited_for_a_slot, cap.requests, cap.longest_slot_wait_ms) == (2, 4, 500.0)
+    assert cap is not None and cap.binds
+    # two waited: 1.0 - 0.5 = 500 ms and 1.2 - 0.8 = 400 ms; each holds its slot 1 s: 2 slots / 1 s = 2 per s
+    assert (cap.waited_for_a_slot, cap.requests, cap.longest_slot_wait_ms, cap.admitted_per_s) == (2, 4, 500.0, 2.0)
+    [from_free] = cap.from_free_slot
+    assert [from_free.value, from_free.low, from_free.high] == pytest.approx([100.0, 100.0, 100.0])
+    assert from_free.decision == Decision.MEETS
     bound_by, cause, remedy = knee_cause(trace, trace.steps[0], ENGINE)
     assert bound_by == CAP_BOUND
     assert cause == ("max_concurrency (the client's cap): at 3 requests/s 2 of 4 measured requests waited for a "
-                     "free slot (longest 500 ms); 2 slots / 1 s a request holds one = 2 requests/s, the most the "
-                     "cap admits (runs r1)")
+                     "free slot (longest 500 ms); counted from when each slot came free, p99 is 100 ms [100–100] "
+                     "over 4 requests: the wait, not the server, breaks the objective; 2 slots / 1 s a request "
+                     "holds one = 2 requests/s, the most the cap admits (runs r1)")
     # the demo engine's cache holds 3 of its requests (24 of 31 usable blocks), max_num_seqs 8: a cap of 3
     assert remedy == ("--max-concurrency 3: the cache holds 3 of these requests at once and max_num_seqs is 8; "
                       "past that the server's limits bind")
 
 
-def test_a_rate_the_cap_admits_is_not_bound_by_it(tmp_path: Path) -> None:
-    trace = capped_trace(tmp_path, 1.5)
+def test_a_fall_the_server_makes_itself_is_not_the_caps(tmp_path: Path) -> None:
+    trace = capped_trace(tmp_path, limit_ms=50)
     cap = cap_reading(trace, trace.steps[0])
-    assert cap is not None and cap.waited_for_a_slot == 2 and not cap.binds  # 1.5 < 2 admitted: waits were bursts
-    concurrency = SearchPlan(search_id="s", knob=Knob.CONCURRENCY, values=[1.0],
-                             objectives=trace.plan.objectives)
+    # counted from the free slot every TTFT is still 100 ms > 50: the server's own part fails the objective
+    assert cap is not None and cap.waited_for_a_slot == 2 and not cap.binds
+    assert cap.from_free_slot[0].decision == Decision.FAILS
+    concurrency = SearchPlan(search_id="s", knob=Knob.CONCURRENCY, values=[1.0], objectives=trace.plan.objectives)
     assert cap_reading(trace.model_copy(update={"plan": concurrency}), trace.steps[0]) is None  # no cap to read
