@@ -48,8 +48,9 @@ class RequestRecord(BaseModel):
     max_tokens: int
     scheduled_s: float
     dispatch_s: float
-    # Under a capped open loop, when the request found every slot taken: the moment one was given back. Its
-    # dispatch lag counts from then (the cap held it, not a late client); its latencies from scheduled_s.
+    # Under a capped open loop, for a request that found every slot taken or was due behind one that did: the
+    # moment that slot came free. Its dispatch lag counts from then (the cap held it, not a late client); its
+    # latencies still count from scheduled_s.
     slot_freed_s: float | None = None
     sent_s: float | None = None  # when the request's last byte was written to the socket
     first_token_s: float | None = None
