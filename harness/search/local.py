@@ -106,8 +106,8 @@ def engine_facts(engine: RunningEngine, inventory: Inventory, max_tokens: int | 
     # The CPU engine logs its cache in tokens only: whole blocks of the block size it was given.
     blocks = log.num_gpu_blocks or (log.kv_cache_tokens // block_size if block_size and log.kv_cache_tokens else None)
     if not blocks or not block_size:
-        raise NoCapacityLogged(f"{engine.log_path}: the engine logged neither num_gpu_blocks nor its KV cache's tokens "
-                           "and block size; the search needs its capacity")
+        raise NoCapacityLogged(f"{engine.log_path}: the engine logged neither num_gpu_blocks nor its KV cache's "
+                               "tokens and block size; the search needs its capacity")
     device = device_facts()
     return EngineFacts(num_gpu_blocks=blocks, block_size=int(block_size),
                        max_num_seqs=limits.get("max_num_seqs"),
