@@ -10,7 +10,7 @@ from test_answer import ENGINE
 
 from harness.measure.client import RequestRecord
 from harness.schema import RunFile
-from harness.search.answer import CAP_BOUND, knee_cause
+from harness.search.answer import CAP_BOUND, cap_remedy, knee_cause
 from harness.search.cap import cap_reading
 from harness.search.driver import ProbeOutcome, SearchPlan, SearchTrace, StepResult
 from harness.search.objective import Decision, PercentileObjective
@@ -68,5 +68,10 @@ def test_a_fall_the_server_makes_itself_is_not_the_caps(tmp_path: Path) -> None:
     # counted from the free slot every TTFT is still 100 ms > 50: the server's own part fails the objective
     assert cap is not None and cap.waited_for_a_slot == 2 and not cap.binds
     assert cap.from_free_slot[0].decision == Decision.FAILS
+    # and were it the cap's, a cap of 4 is already past the 3 requests the cache holds
+    wider = cap.model_copy(update={"max_concurrency": 4})
+    assert cap_remedy(wider, ENGINE) == ("not the cap alone: the cache holds only 3 of these requests at once and "
+                                         "max_num_seqs is 8, no more than the cap's 4: more slots need the server's "
+                                         "limits raised first")
     concurrency = SearchPlan(search_id="s", knob=Knob.CONCURRENCY, values=[1.0], objectives=trace.plan.objectives)
     assert cap_reading(trace.model_copy(update={"plan": concurrency}), trace.steps[0]) is None  # no cap to read
