@@ -140,9 +140,9 @@ def cap_remedy(cap: CapReading, engine: EngineFacts | None) -> str | None:
     fits = cache_holds(engine, max(cap.max_concurrency * 4, 64))
     seats = min(fits, engine.max_num_seqs or fits)
     if seats <= cap.max_concurrency:
-        return (f"not the cap alone: the cache holds only {fits} of these requests at once and max_num_seqs is "
-                f"{engine.max_num_seqs}, no more than the cap's {cap.max_concurrency}: more slots need the server's "
-                "limits raised first")
+        return (f"not the cap alone: the server seats {seats} of these requests at once (the cache holds {fits}, "
+                f"max_num_seqs is {engine.max_num_seqs}), no more than the cap's {cap.max_concurrency}: more slots "
+                "need the server's limits raised first")
     return (f"--max-concurrency {seats}: the cache holds {fits} of these requests at once and max_num_seqs is "
             f"{engine.max_num_seqs}; past that the server's limits bind")
 

@@ -70,8 +70,8 @@ def test_a_fall_the_server_makes_itself_is_not_the_caps(tmp_path: Path) -> None:
     assert cap.from_free_slot[0].decision == Decision.FAILS
     # and were it the cap's, a cap of 4 is already past the 3 requests the cache holds
     wider = cap.model_copy(update={"max_concurrency": 4})
-    assert cap_remedy(wider, ENGINE) == ("not the cap alone: the cache holds only 3 of these requests at once and "
-                                         "max_num_seqs is 8, no more than the cap's 4: more slots need the server's "
-                                         "limits raised first")
+    assert cap_remedy(wider, ENGINE) == ("not the cap alone: the server seats 3 of these requests at once (the "
+                                         "cache holds 3, max_num_seqs is 8), no more than the cap's 4: more slots "
+                                         "need the server's limits raised first")
     concurrency = SearchPlan(search_id="s", knob=Knob.CONCURRENCY, values=[1.0], objectives=trace.plan.objectives)
     assert cap_reading(trace.model_copy(update={"plan": concurrency}), trace.steps[0]) is None  # no cap to read
