@@ -85,7 +85,9 @@ def write_record(run_dir: Path, *, max_num_seqs: int, requests: int, rng: np.ran
     columns = {
         "index": pa.array(np.arange(requests)), "prompt_id": pa.array([f"p{i % 512}" for i in range(requests)]),
         "warmup": pa.array(np.zeros(requests, bool)), "max_tokens": pa.array(np.full(requests, OUTPUT_TOKENS)),
-        "scheduled_s": pa.array(scheduled), "dispatch_s": pa.array(dispatch), "sent_s": pa.array(sent),
+        "scheduled_s": pa.array(scheduled), "dispatch_s": pa.array(dispatch),
+        "slot_freed_s": pa.nulls(requests, pa.float64()),  # no cap held any request
+        "sent_s": pa.array(sent),
         "first_token_s": pa.array(scheduled + ttft_s), "end_s": pa.array(end),
         "chunk_times_s": pa.ListArray.from_arrays(offsets, pa.array(chunk_times.ravel())),
         "chunk_tokens": pa.ListArray.from_arrays(offsets, pa.array(np.ones(requests * OUTPUT_TOKENS, np.int64))),

@@ -50,6 +50,16 @@ def knob_values(low: float, high: float, step: float, over: str) -> list[float]:
     return values
 
 
+def check_load_cap(over: str, max_concurrency: int | None) -> None:
+    """An open loop's cap is what bounds its requests in flight, which the prediction and the probes need."""
+    if over == "rate" and max_concurrency is None:
+        raise HarnessError("--over rate needs --max-concurrency N: the cap on requests in flight, which sizes each "
+                           "probe and bounds the population the prediction is made for")
+    if over == "concurrency" and max_concurrency is not None:
+        raise HarnessError(f"--max-concurrency {max_concurrency}: only under --over rate; a closed loop's "
+                           "requests in flight are the concurrency searched")
+
+
 @app.command(epilog=EXIT_CODES_HELP)
 @one_line_errors
 def search(
@@ -95,6 +105,7 @@ def search(
 
     if over not in ("concurrency", "rate"):
         raise HarnessError(f"--over: {over!r} is neither concurrency nor rate")
+    check_load_cap(over, max_concurrency)
     objectives = percentile_objectives(slo_ttft_ms_p99, slo_tpot_ms_p99, slo_e2e_ms_p99, slo)
     if attain_ttft_ms is not None or attain_tpot_ms is not None:
         objectives.append(AttainmentObjective(ttft_ms=attain_ttft_ms, tpot_ms=attain_tpot_ms,
@@ -124,10 +135,10 @@ def search(
     markdown, plots = write_report(result, out)
     run_uuid = track_search(result, {"search-md": markdown, **{plot.stem: plot for plot in plots}},
                             project=project, offline_root=out / "polyaxon")
-    for searched_configuration in result.configurations:
-        if len(result.configurations) > 1:
-            print(f"{searched_configuration.title}:")
-        print("\n".join(searched_configuration.answer.lines))
+    for configuration in result.in_order():
+        if len(searched) > 1:
+            print(f"{configuration.title}:")
+        print("\n".join(configuration.lines))
     print(f"report: {markdown}; search run {run_uuid} and its probes in {out / 'polyaxon'}")
-    if any(configuration.trace.stopped_reason for configuration in result.configurations):
+    if not result.complete:
         raise typer.Exit(EXIT_INVALID)

@@ -48,6 +48,10 @@ class RequestRecord(BaseModel):
     max_tokens: int
     scheduled_s: float
     dispatch_s: float
+    # Under a capped open loop, for a request that found every slot taken or was due behind one that did: the
+    # moment that slot came free. Its dispatch lag counts from then (the cap held it, not a late client); its
+    # latencies still count from scheduled_s.
+    slot_freed_s: float | None = None
     sent_s: float | None = None  # when the request's last byte was written to the socket
     first_token_s: float | None = None
     end_s: float
@@ -168,10 +172,12 @@ class StreamingClient:
 
         await asyncio.gather(*(touch() for _ in range(count)))
 
-    async def send(self, prompt: PromptRequest, scheduled_s: float | None = None) -> RequestRecord:
+    async def send(self, prompt: PromptRequest, scheduled_s: float | None = None,
+                   slot_freed_s: float | None = None) -> RequestRecord:
         """`scheduled_s` None: the request is due when its turn to send comes, as a closed loop's next
         request is; the wait for the turn is then the client's time between requests, not the server's
-        latency. A scheduled request carries that wait in its dispatch lag and TTFT."""
+        latency. A scheduled request carries that wait in its dispatch lag and TTFT. `slot_freed_s`: when
+        a capped open loop's slot came free for it (see RequestRecord)."""
         stream = StreamState()
         sending = Sending()
         Sending.current.set(sending)
@@ -210,6 +216,7 @@ class StreamingClient:
             max_tokens=prompt.max_tokens,
             scheduled_s=dispatch_s if scheduled_s is None else scheduled_s,
             dispatch_s=dispatch_s,
+            slot_freed_s=slot_freed_s,
             sent_s=sending.sent_at[-1] - self.clock_zero if sending.sent_at else None,
             first_token_s=stream.chunk_times_s[0] if stream.chunk_times_s else None,
             end_s=self.now(),

@@ -108,15 +108,20 @@ class _Load:
 
     async def open_loop(self, max_concurrency: int | None) -> None:
         """Each slot sent at its scheduled time, however many are in flight, unless `max_concurrency` caps
-        them: then a send waits for a free slot, and its latency still counts from the scheduled time."""
+        them: then a send waits for a free slot, and its latency still counts from the scheduled time. A send
+        that waited, or was due behind one that did, records when that slot came free, so that the wait is not
+        taken for a late client."""
         free_slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        freed_at_s: list[float] = []  # when each slot was given back, in order
+        cap_released_s: float | None = None  # when a slot last came free for a send that found them all taken
         in_flight: set[asyncio.Task] = set()
 
-        async def one(slot: Slot, scheduled_s: float) -> None:
+        async def one(slot: Slot, scheduled_s: float, slot_freed_s: float | None) -> None:
             try:
-                self.finished(await self.client.send(self.request(slot), scheduled_s))
+                self.finished(await self.client.send(self.request(slot), scheduled_s, slot_freed_s))
             finally:
                 if free_slots is not None:
+                    freed_at_s.append(self.client.now())
                     free_slots.release()
 
         try:
@@ -124,9 +129,14 @@ class _Load:
                 assert slot.send_at_s is not None
                 scheduled_s = self.start_s + slot.send_at_s
                 await asyncio.sleep(max(scheduled_s - self.client.now(), 0.0))  # a late send still waits one turn
+                # due while the cap held the loop on an earlier send: the cap, not the client, kept it back
+                slot_freed_s = cap_released_s if cap_released_s is not None and cap_released_s > scheduled_s else None
                 if free_slots is not None:
+                    every_slot_taken, releases_before = free_slots.locked(), len(freed_at_s)
                     await free_slots.acquire()
-                task = asyncio.create_task(one(slot, scheduled_s))
+                    if every_slot_taken:  # the first slot given back after this send began to wait is its own
+                        slot_freed_s = cap_released_s = freed_at_s[releases_before]
+                task = asyncio.create_task(one(slot, scheduled_s, slot_freed_s))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
             await asyncio.gather(*in_flight)

@@ -80,6 +80,13 @@ def ttft_ms(record: RequestRecord) -> float:
     return (record.first_token_s - record.scheduled_s) * 1000
 
 
+def dispatch_lag_ms(record: RequestRecord) -> float:
+    """How late the client sent the request: after its scheduled time, or after the moment a capped open loop's
+    slot came free for it, whichever was later (the cap's wait is the load's, not the client's)."""
+    due_s = max(record.scheduled_s, record.slot_freed_s) if record.slot_freed_s is not None else record.scheduled_s
+    return (record.dispatch_s - due_s) * 1000
+
+
 def tpot_ms(record: RequestRecord) -> float | None:
     """Decode time per output token after the first; None with fewer than two tokens."""
     tokens = sum(record.chunk_tokens)
@@ -155,7 +162,7 @@ def summarize(
         "tpot": [t for r in ok if (t := tpot_ms(r)) is not None],
         "itl": [gap for r in ok for gap in itl_ms(r)],
         "e2e": [(r.end_s - r.scheduled_s) * 1000 for r in ok],
-        "dispatch_lag": [(r.dispatch_s - r.scheduled_s) * 1000 for r in measured],
+        "dispatch_lag": [dispatch_lag_ms(r) for r in measured],
         "send_delay": [(r.sent_s - r.dispatch_s) * 1000 for r in measured if r.sent_s is not None],
     }
     latency = {key: value for name in LATENCIES for key, value in distribution(name, latencies_ms[name]).items()}

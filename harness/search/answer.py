@@ -1,10 +1,11 @@
 """The answer a person acts on: the capacity with its interval, why the knee sits there, what would move it.
 
 The cause is the diagnosis's verdict on the first load that fell short (analysis/diagnose.py's rules, with
-the figures they decided on); what would move it is quantified from the engine's own log and the
+the figures they decided on), or, where a rate search offered more than its --max-concurrency cap admits,
+the cap itself (harness/search/cap.py); what would move it is quantified from the engine's own log and the
 inventory's lengths: for the KV cache, the `kv_cache_memory_bytes` the next load needs (whole blocks of the
 size the engine logged), and the `gpu_memory_utilization` that gives it where the GPU's memory is known;
-for the sequence cap, the `max_num_seqs` the cache allows.
+for the sequence cap, the `max_num_seqs` the cache allows; for the client's cap, the one the server seats.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from analysis.diagnose import KV_CAPACITY, SCHEDULING, Verdict, diagnose_runs
 from analysis.sources import read_run_directory
 from analysis.table import build_table
 from harness.predict.population import live_population, predict_knee
+from harness.search.cap import CapReading, cap_reading
 from harness.search.driver import SearchTrace, StepResult
 from harness.search.objective import Decision, Reading
 from harness.search.probe import Knob
 
 KNOB_COLUMN = {Knob.CONCURRENCY: "concurrency", Knob.RATE: "rate_per_s"}
+CAP_BOUND = "max_concurrency (the client's cap)"
 
 
 class EngineFacts(BaseModel):
@@ -63,7 +66,7 @@ class SearchAnswer(BaseModel):
     bound_by: str | None  # the diagnosis's verdict at the first load short of the objective
     cause: str | None
     remedy: str | None
-    predicted_knee: int | None
+    predicted_knee_concurrency: int | None
     predicted_bound_by: str | None
     top_of_range: float
     probes: int
@@ -76,6 +79,11 @@ def number(value: float) -> str:
     if float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.3g}"
+
+
+def load_words(knob: Knob, value: float) -> str:
+    """A load with its unit: a concurrency is a count of requests in flight, a rate is requests per second."""
+    return f"{number(value)}{knob.unit}"
 
 
 def reading_words(reading: Reading) -> str:
@@ -97,19 +105,53 @@ def verdicts_by_run(trace: SearchTrace) -> dict[str, Verdict]:
 def answer(trace: SearchTrace, engine: EngineFacts | None) -> SearchAnswer:
     """The answer, its cause and its remedy; without the engine's facts, no remedy."""
     capacity, short = trace.capacity, trace.first_short
-    verdicts = verdicts_by_run(trace)
-    verdict = _verdict_at(short, verdicts)
+    bound_by, cause, remedy = knee_cause(trace, short, engine)
     prediction = trace.prediction
     result = SearchAnswer(
         knob=trace.plan.knob, objective=" and ".join(objective.words for objective in trace.plan.objectives),
         capacity=capacity.value if capacity else None, capacity_reading=_binding(capacity),
         first_short=short.value if short else None, first_short_reading=_binding(short),
-        first_short_decision=short.decision if short else None, bound_by=verdict.bound_by if verdict else None,
-        cause=cause_words(verdict) if verdict else None, remedy=remedy_words(verdict, engine),
-        predicted_knee=prediction.knee_concurrency if prediction else None,
+        first_short_decision=short.decision if short else None, bound_by=bound_by, cause=cause, remedy=remedy,
+        predicted_knee_concurrency=prediction.knee_concurrency if prediction else None,
         predicted_bound_by=prediction.bound_by.value if prediction else None,
         top_of_range=trace.plan.values[-1], probes=trace.probes_run, stopped_reason=trace.stopped_reason, lines=[])
     return result.model_copy(update={"lines": answer_lines(result)})
+
+
+def knee_cause(trace: SearchTrace, short: StepResult | None,
+               engine: EngineFacts | None) -> tuple[str | None, str | None, str | None]:
+    """(bound_by, cause, remedy) at the first load short of the objective: the client's own cap where a rate
+    search offered more than the cap admits (the server never saw the queue), else the diagnosis's verdict."""
+    cap = cap_reading(trace, short)
+    if cap is not None and cap.binds:
+        return CAP_BOUND, cap_words(cap), cap_remedy(cap, engine)
+    verdict = _verdict_at(short, verdicts_by_run(trace))
+    if verdict is None:
+        return None, None, None
+    return verdict.bound_by, cause_words(verdict), remedy_words(verdict, engine)
+
+
+def cap_words(cap: CapReading) -> str:
+    from_free = "; ".join(reading_words(reading) for reading in cap.from_free_slot)
+    return (f"{CAP_BOUND}: at {number(cap.rate_per_s)} requests/s {cap.waited_for_a_slot} of {cap.requests} measured "
+            f"requests waited for a free slot (longest {number(cap.longest_slot_wait_ms)} ms); counted from when "
+            f"each slot came free, {from_free}: the wait, not the server, breaks the objective; "
+            f"{cap.max_concurrency} slots / {number(cap.server_time_s_mean)} s a request holds one = "
+            f"{number(cap.admitted_per_s)} requests/s, the most the cap admits (runs {', '.join(cap.run_uuids)})")
+
+
+def cap_remedy(cap: CapReading, engine: EngineFacts | None) -> str | None:
+    """A cap as high as the server seats and the cache holds these requests at once, where that is higher."""
+    if engine is None:
+        return None
+    fits = cache_holds(engine, max(cap.max_concurrency * 4, 64))
+    seats = min(fits, engine.max_num_seqs or fits)
+    if seats <= cap.max_concurrency:
+        return (f"not the cap alone: the server seats {seats} of these requests at once (the cache holds {fits}, "
+                f"max_num_seqs is {engine.max_num_seqs}), no more than the cap's {cap.max_concurrency}: more slots "
+                "need the server's limits raised first")
+    return (f"--max-concurrency {seats}: the cache holds {fits} of these requests at once and max_num_seqs is "
+            f"{engine.max_num_seqs}; past that the server's limits bind")
 
 
 def _verdict_at(step: StepResult | None, verdicts: dict[str, Verdict]) -> Verdict | None:
@@ -131,7 +173,6 @@ def _binding(step: StepResult | None) -> Reading | None:
 
 
 def answer_lines(result: SearchAnswer) -> list[str]:
-    knob = result.knob.value
     lines = [headline(result)]
     if result.stopped_reason:
         lines.append(f"search stopped: {result.stopped_reason}")
@@ -139,10 +180,14 @@ def answer_lines(result: SearchAnswer) -> list[str]:
         lines.append(f"the knee: {result.cause}")
     if result.remedy:
         lines.append(f"what would move it: {result.remedy}")
-    predicted = "none in the range" if result.predicted_knee is None else (
-        f"{result.predicted_knee:,} ({result.predicted_bound_by})")
-    measured = "none in the range" if result.first_short is None else number(result.first_short)
-    lines.append(f"predicted knee {knob} {predicted}; measured knee {measured}; {result.probes} probes")
+    predicted = "none in the range" if result.predicted_knee_concurrency is None else (
+        f"{result.predicted_knee_concurrency:,} ({result.predicted_bound_by})")
+    measured = "none in the range" if result.first_short is None else load_words(result.knob, result.first_short)
+    if result.knob == Knob.RATE:  # the prediction is a population of requests in flight, not a rate
+        predicted = f"concurrency {predicted} in flight, which does not bracket a rate search"
+    else:
+        predicted = f"concurrency {predicted}"
+    lines.append(f"predicted knee {predicted}; measured knee {measured}; {result.probes} probes")
     return lines
 
 
@@ -152,18 +197,19 @@ def headline(result: SearchAnswer) -> str:
     at_short = ""
     if short is not None and reading is not None:
         undecided = " undecided:" if result.first_short_decision == Decision.UNDECIDED else ""
-        at_short = f"; at {number(short)}{undecided} {reading_words(reading)}"
+        at_short = f"; at {load_words(result.knob, short)}{undecided} {reading_words(reading)}"
     if result.capacity is None and short is None:
         return f"max {knob} meeting {objective}: not found, the search stopped before any load was decided"
     if result.capacity is None:
         return f"no {knob} in the range meets {objective}{at_short}"
+    capacity = load_words(result.knob, result.capacity)
     if short is None:
         top = result.capacity_reading
-        at_top = f"; at {number(result.capacity)} {reading_words(top)}" if top else ""
+        at_top = f"; at {capacity} {reading_words(top)}" if top else ""
         why = ("the top of the range: no load in it fell short" if result.capacity >= result.top_of_range
                else "the search stopped before any load fell short")
-        return f"max {knob} meeting {objective}: at least {number(result.capacity)}, {why}{at_top}"
-    return f"max {knob} meeting {objective}: {number(result.capacity)}{at_short}"
+        return f"max {knob} meeting {objective}: at least {capacity}, {why}{at_top}"
+    return f"max {knob} meeting {objective}: {capacity}{at_short}"
 
 
 def cause_words(verdict: Verdict) -> str:
@@ -218,13 +264,17 @@ def kv_remedy(verdict: Verdict, engine: EngineFacts) -> str:
     return words
 
 
+def cache_holds(engine: EngineFacts, largest: int) -> int:
+    """How many of the inventory's requests the cache always holds at once, looking up to `largest`."""
+    return predict_knee(engine.prompt_tokens, engine.output_tokens, block_size=engine.block_size,
+                        usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=None, largest_concurrency=largest,
+                        conversation_ids=engine.conversation_ids).always_fits_up_to_concurrency
+
+
 def sequence_remedy(verdict: Verdict, engine: EngineFacts) -> str:
     """The largest max_num_seqs whose population always fits the cache."""
     seqs = verdict.figures.get("max_num_seqs")
-    largest = max(int(seqs or 1) * 4, 64)
-    fits = predict_knee(engine.prompt_tokens, engine.output_tokens, block_size=engine.block_size,
-                        usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=None, largest_concurrency=largest,
-                        conversation_ids=engine.conversation_ids).always_fits_up_to_concurrency
+    fits = cache_holds(engine, max(int(seqs or 1) * 4, 64))
     if seqs is not None and fits <= seqs:
         return (f"not max_num_seqs alone: the cache holds only {fits} of these requests at once, and "
                 f"max_num_seqs is {number(seqs)}")
@@ -236,10 +286,10 @@ def sequence_remedy(verdict: Verdict, engine: EngineFacts) -> str:
 
 def outputs(result: SearchAnswer) -> dict[str, Any]:
     """The search run's outputs: the answer, its figure and interval at the capacity and at the first short load."""
-    knob = result.knob.value
+    knob = KNOB_COLUMN[result.knob]  # the unit in the name: concurrency, rate_per_s
     figures: dict[str, Any] = {
         f"capacity_{knob}": result.capacity, "capacity_bound_by": result.bound_by,
-        f"predicted_knee_{knob}": result.predicted_knee, f"first_short_{knob}": result.first_short,
+        "predicted_knee_concurrency": result.predicted_knee_concurrency, f"first_short_{knob}": result.first_short,
         "probes": result.probes, "search_stopped": result.stopped_reason}
     for where, reading in (("capacity", result.capacity_reading), ("first_short", result.first_short_reading)):
         if reading is not None:

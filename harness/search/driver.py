@@ -7,10 +7,19 @@ and the lowest known not to, until they are neighbours on the knob's grid. A ste
 fails or stays undecided bounds the search from above, so the capacity claimed is always a load that was
 measured to meet the objective.
 
+A rate search is not bracketed. The predicted knee is a population of requests in flight; the rate that
+keeps it in flight is that population over each request's time in the system (Little's law), and that
+time grows with the population on the way to the knee (larger batches decode slower) and with the cap's
+queue past it: a probe below the knee measures too short a time and would put the knee's rate too high,
+by as much as the batch slows; and random arrivals pass the knee's population before their mean reaches
+it. So a rate search bisects its range from the middle, and the answer prints
+the predicted knee as a concurrency beside the measured rate.
+
 A step's repeats. A probe whose interval straddles the objective is measured again at the same load and
 its requests are pooled with the earlier ones, until the pooled interval decides or `max_repeats` valid
 runs were made; then the step is *undecided*. An invalid probe never decides: it is measured once more, and
-a second invalid run at the same step stops the search with its reasons.
+a second invalid run at the same step stops the search with its reasons. A probe that cannot be run at all
+(its runner raises: the engine died, the API refused the run) stops it too; the steps measured before stay.
 
 Steady state. Each probe first sends `warmup_requests` requests left out of every figure: under a closed
 loop, the first wave of `concurrency` requests, which start together and whose prefills queue behind each
@@ -28,6 +37,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.errors import HarnessError
 from harness.measure.client import RequestRecord
 from harness.predict.population import KneePrediction
 from harness.search.objective import Decision, Objective, Reading, combined, read_objective
@@ -52,6 +62,13 @@ class SearchPlan(BaseModel):
     max_concurrency: int | None = Field(None, ge=1)  # under a rate: the cap on requests in flight
     cold: bool = False
     seed: int = 0
+
+    @property
+    def most_in_flight(self) -> int:
+        """The most requests the searched loads put in flight: the top concurrency, or a rate's cap."""
+        if self.knob == Knob.CONCURRENCY:
+            return int(self.values[-1])
+        return self.max_concurrency or math.ceil(self.values[-1])
 
     def load(self, value: float) -> tuple[int, int]:
         """(measured requests, warm-up requests) for a probe at `value` (see the module's note)."""
@@ -144,13 +161,17 @@ def next_index(below: int, above: int, queue: list[int], measured: set[int]) -> 
 
 def run_search(plan: SearchPlan, runner: ProbeRunner, prediction: KneePrediction | None,
                on_step: Callable[[StepResult], None] | None = None) -> SearchTrace:
-    """Measure steps until the bracket closes or an invalid step stops the search."""
+    """Measure steps until the bracket closes, an invalid step stops the search, or a probe cannot be run."""
     below, above = -1, len(plan.values)
     queue, measured = first_indices(plan.values, prediction, plan.knob), set[int]()
     steps: list[StepResult] = []
     while (index := next_index(below, above, queue, measured)) is not None:
         measured.add(index)
-        step = measure_step(plan, runner, len(steps) + 1, plan.values[index])
+        try:
+            step = measure_step(plan, runner, len(steps) + 1, plan.values[index])
+        except HarnessError as error:  # the probe's run could not be made: the engine is gone, the API refused
+            reason = f"step {len(steps) + 1} ({plan.knob.at(plan.values[index])}) could not be run: {error}"
+            return SearchTrace(plan=plan, prediction=prediction, steps=steps, stopped_reason=reason)
         steps.append(step)
         if on_step is not None:
             on_step(step)
@@ -177,7 +198,7 @@ def measure_step(plan: SearchPlan, runner: ProbeRunner, step: int, value: float)
         outcomes.append(_outcome(plan, probe, record))
         invalid = [outcome for outcome in outcomes if outcome.invalid_reasons]
         if len(invalid) >= INVALID_RUNS_PER_STEP:
-            reason = (f"step {step} ({plan.knob.value} {value:g}) invalid twice: run {record.run_uuid}: "
+            reason = (f"step {step} ({plan.knob.at(value)}) invalid twice: run {record.run_uuid}: "
                       + "; ".join(record.invalid_reasons))
             return StepResult(step=step, value=value, probes=outcomes, readings=readings, decision=None,
                               stopped_reason=reason)

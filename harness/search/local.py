@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from harness.errors import HarnessError
 from harness.inventory.frozen import Inventory, load_inventory
 from harness.launch.engine_args import option_value
-from harness.launch.engine_process import RunningEngine, local_engine
+from harness.launch.engine_process import EngineStartError, RunningEngine, local_engine
 from harness.launch.experiment import engine_limits, record_capacity, scrape_metrics, write_engine_record
 from harness.launch.specs import render
 from harness.launch.sweep import service_params, sweep_points
@@ -31,13 +31,22 @@ from harness.observe.server_logs import parse_startup_log
 from harness.paths import read_text
 from harness.predict.population import KneePrediction, predict_knee
 from harness.schema import RunFile
-from harness.search.answer import EngineFacts, answer, number
+from harness.search.answer import EngineFacts, answer, load_words, number
 from harness.search.driver import SearchPlan, StepResult, run_search
 from harness.search.probe import Knob, Probe
-from harness.search.report import SearchedConfiguration, SearchResult
+from harness.search.report import SearchedConfiguration, SearchResult, failed_configuration
 from harness.track.tracking import LiveRun
 
 PROBE_FILE = "probe.json"  # the probe a run measured, beside its record
+
+
+# A knee is a population of requests in flight; the rate that keeps it there depends on how long each request
+# stays, which only a measurement shows. So a rate search bisects its range and the knee is only reported.
+RATE_NOT_BRACKETED = "; a rate search is not bracketed by it: its rates are bisected from the middle of the range"
+
+
+class NoCapacityLogged(HarnessError):
+    """The engine started but its log gives no blocks: a configuration the search cannot bracket or answer."""
 
 
 class Configuration(BaseModel):
@@ -97,8 +106,8 @@ def engine_facts(engine: RunningEngine, inventory: Inventory, max_tokens: int | 
     # The CPU engine logs its cache in tokens only: whole blocks of the block size it was given.
     blocks = log.num_gpu_blocks or (log.kv_cache_tokens // block_size if block_size and log.kv_cache_tokens else None)
     if not blocks or not block_size:
-        raise HarnessError(f"{engine.log_path}: the engine logged neither num_gpu_blocks nor its KV cache's tokens "
-                           "and block size; the search needs its capacity")
+        raise NoCapacityLogged(f"{engine.log_path}: the engine logged neither num_gpu_blocks nor its KV cache's "
+                               "tokens and block size; the search needs its capacity")
     device = device_facts()
     return EngineFacts(num_gpu_blocks=blocks, block_size=int(block_size),
                        max_num_seqs=limits.get("max_num_seqs"),
@@ -184,24 +193,40 @@ def search_configurations(
     searched: list[Configuration], plan: SearchPlan, local: LocalSearch, *,
     announce: Callable[[str], None] = lambda line: None, runner_class: type[LocalProbeRunner] = LocalProbeRunner,
 ) -> SearchResult:
-    """Each configuration's engine started once, its load searched on it, its answer given; next one."""
+    """Each configuration's engine started once, its load searched on it, its answer given; next one. A
+    configuration whose engine does not start (or logs no capacity) is recorded with its reason and log, as
+    `harness sweep` records a failed point, and the next one is searched."""
     inventory = load_inventory(local.options.inventory)
-    results = []
+    results, failed = [], []
     for configuration in searched:
         out = local.out / f"point-{configuration.index}" if configuration.point else local.out
-        with started_engine(configuration, out) as engine:
-            facts = engine_facts(engine, inventory, local.options.max_tokens)
-            prediction = predicted_knee(facts, int(max(plan.values)))
-            announce(prediction_line(configuration, prediction, facts))
-            runner = runner_class(engine, local.options.model_copy(update={"base_url": engine.base_url}), out,
-                                      project=local.project, offline_root=local.offline_root)
-            trace = run_search(plan, runner, prediction, on_step=lambda step: announce(step_line(plan, step)))
-        results.append(SearchedConfiguration(index=configuration.index, point=configuration.point, trace=trace,
-                                             answer=answer(trace, facts)))
-    return SearchResult(search_id=plan.search_id, configurations=results)
+        try:
+            results.append(search_configuration(configuration, plan, local, inventory, out, announce=announce,
+                                                runner_class=runner_class))
+        except (EngineStartError, NoCapacityLogged) as error:
+            failure = failed_configuration(configuration.index, configuration.point, plan, str(error),
+                                           out / RunFile.ENGINE_LOG)
+            announce("; ".join(failure.lines))
+            failed.append(failure)
+    return SearchResult(search_id=plan.search_id, configurations=results, failed=failed)
 
 
-def prediction_line(configuration: Configuration, prediction: KneePrediction, facts: EngineFacts) -> str:
+def search_configuration(
+    configuration: Configuration, plan: SearchPlan, local: LocalSearch, inventory: Inventory, out: Path, *,
+    announce: Callable[[str], None], runner_class: type[LocalProbeRunner],
+) -> SearchedConfiguration:
+    with started_engine(configuration, out) as engine:
+        facts = engine_facts(engine, inventory, local.options.max_tokens)
+        prediction = predicted_knee(facts, plan.most_in_flight)
+        announce(prediction_line(configuration, prediction, facts, plan.knob))
+        runner = runner_class(engine, local.options.model_copy(update={"base_url": engine.base_url}), out,
+                              project=local.project, offline_root=local.offline_root)
+        trace = run_search(plan, runner, prediction, on_step=lambda step: announce(step_line(plan, step)))
+    return SearchedConfiguration(index=configuration.index, point=configuration.point, trace=trace,
+                                 answer=answer(trace, facts), engine_log=str(engine.log_path))
+
+
+def prediction_line(configuration: Configuration, prediction: KneePrediction, facts: EngineFacts, knob: Knob) -> str:
     where = ", ".join(f"{name}={value}" for name, value in configuration.point.items())
     knee = "no limit binds in the range" if prediction.knee_concurrency is None else (
         f"knee at concurrency {prediction.knee_concurrency} ({prediction.bound_by.value})")
@@ -209,11 +234,13 @@ def prediction_line(configuration: Configuration, prediction: KneePrediction, fa
         f", preemption from {prediction.preemption_knee_concurrency}")
     return (f"{where + ': ' if where else ''}predicted {knee}: {facts.num_gpu_blocks - 1} usable blocks of "
             f"{facts.block_size}, max_num_seqs {facts.max_num_seqs}; all requests fit at their largest up to "
-            f"concurrency {prediction.always_fits_up_to_concurrency}{preempts}")
+            f"concurrency {prediction.always_fits_up_to_concurrency}{preempts}"
+            + (RATE_NOT_BRACKETED if knob == Knob.RATE else ""))
 
 
 def step_line(plan: SearchPlan, step: StepResult) -> str:
     figures = "; ".join(f"{reading.figure} {number(reading.value)} [{number(reading.low)}–{number(reading.high)}]"
                         for reading in step.readings)
     decided = step.decision.value if step.decision else f"stopped: {step.stopped_reason}"
-    return f"step {step.step}: {plan.knob.value} {number(step.value)}, {len(step.probes)} run(s): {decided}; {figures}"
+    load = f"{plan.knob.value} {load_words(plan.knob, step.value)}"
+    return f"step {step.step}: {load}, {len(step.probes)} run(s): {decided}; {figures}"

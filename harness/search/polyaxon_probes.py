@@ -71,7 +71,7 @@ class PolyaxonProbeRunner:
         name = probe_name(probe)
         created = polyaxon_call(f"cannot create run '{name}' in {self.project}",
                                 lambda: self.client.create(name=name, tags=probe.tags(), content=operation))
-        self.announce(f"probe {probe.step}.{probe.repeat} ({probe.knob.value} {probe.value:g}): run {created.uuid}")
+        self.announce(f"probe {probe.step}.{probe.repeat} ({probe.knob.at(probe.value)}): run {created.uuid}")
         return str(created.uuid)
 
     def collect(self, probe: Probe, run_uuid: str) -> Path:

@@ -19,6 +19,15 @@ class Knob(StrEnum):
     CONCURRENCY = "concurrency"
     RATE = "rate"
 
+    @property
+    def unit(self) -> str:
+        """What follows a load's value when it is written: nothing for a count of requests in flight."""
+        return "" if self == Knob.CONCURRENCY else " requests/s"
+
+    def at(self, value: float) -> str:
+        """A load in a reason's words: 'concurrency 4', 'rate 1.5 requests/s'."""
+        return f"{self.value} {value:g}{self.unit}"
+
 
 class Probe(BaseModel):
     """Which step of which search, at which load: what a probe's run is tagged with."""

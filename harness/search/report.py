@@ -9,14 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.polyaxon_client import polyaxon_call
 from harness.polyaxon_project import parse_project
 from harness.search.answer import SearchAnswer, number, outputs
-from harness.search.driver import SearchTrace
+from harness.search.driver import SearchPlan, SearchTrace
 from harness.search.objective import AttainmentObjective, PercentileObjective
+from harness.search.probe import Knob
 from harness.track.tracking import log_files
+
+
+def point_title(point: dict[str, Any]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in point.items()) or "the configuration"
 
 
 class SearchedConfiguration(BaseModel):
@@ -28,17 +33,63 @@ class SearchedConfiguration(BaseModel):
     point: dict[str, Any]
     trace: SearchTrace
     answer: SearchAnswer
+    engine_log: str | None = None  # the engine this configuration was searched on, where it was started here
 
     @property
     def title(self) -> str:
-        return ", ".join(f"{name}={value}" for name, value in self.point.items()) or "the configuration"
+        return point_title(self.point)
+
+
+    @property
+    def lines(self) -> list[str]:
+        """The answer's lines; a search that stopped early also says where its engine's log is."""
+        stopped = self.trace.stopped_reason is not None and self.engine_log is not None
+        return self.answer.lines + ([f"engine log: {self.engine_log}"] if stopped else [])
+
+
+class FailedConfiguration(BaseModel):
+    """A configuration with no search: its engine did not start, or started without logging its capacity."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int
+    point: dict[str, Any]
+    reason: str
+    engine_log: str
+    lines: list[str]
+
+    @property
+    def title(self) -> str:
+        return point_title(self.point)
+
+
+def failed_configuration(index: int, point: dict[str, Any], plan: SearchPlan, reason: str,
+                         engine_log: Path) -> FailedConfiguration:
+    objective = " and ".join(objective.words for objective in plan.objectives)
+    return FailedConfiguration(index=index, point=point, reason=reason, engine_log=str(engine_log), lines=[
+        f"max {plan.knob.value} meeting {objective}: not searched: {reason}", f"engine log: {engine_log}"])
 
 
 class SearchResult(BaseModel):
+    """Every configuration's search, and the configurations that could not be searched."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     search_id: str
     configurations: list[SearchedConfiguration]
+    failed: list[FailedConfiguration] = Field(default_factory=list)
+
+    def in_order(self) -> list[SearchedConfiguration | FailedConfiguration]:
+        return sorted([*self.configurations, *self.failed], key=lambda configuration: configuration.index)
+
+    @property
+    def complete(self) -> bool:
+        """Every configuration searched to the end: none failed, none stopped early."""
+        return not self.failed and not any(searched.trace.stopped_reason for searched in self.configurations)
+
+
+def knob_label(knob: Knob) -> str:
+    return "concurrency (requests in flight)" if knob == Knob.CONCURRENCY else "rate (requests/s)"
 
 
 def plot_curve(searched: SearchedConfiguration, path: Path) -> Path:
@@ -58,7 +109,7 @@ def plot_curve(searched: SearchedConfiguration, path: Path) -> Path:
         limit = objective.limit_ms if isinstance(objective, PercentileObjective) else objective.target_share
         axis.axhline(limit, color="tab:red", linestyle="--", label=f"objective: {objective.words}")
         _predicted_limits(axis, trace)
-        axis.set_xlabel(trace.plan.knob.value)
+        axis.set_xlabel(knob_label(trace.plan.knob))
         axis.set_ylabel(objective.figure)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
@@ -85,7 +136,7 @@ def _predicted_limits(axis: Any, trace: SearchTrace) -> None:
 
 def probes_table(trace: SearchTrace) -> list[str]:
     """One Markdown row per run, in the order measured; each traces to its run UUID."""
-    rows = [f"| step | repeat | {trace.plan.knob.value} | run | valid | figures over its own requests | "
+    rows = [f"| step | repeat | {knob_label(trace.plan.knob)} | run | valid | figures over its own requests | "
             "step decision |", "|---|---|---|---|---|---|---|"]
     for step in trace.steps:
         for probe in step.probes:
@@ -107,31 +158,40 @@ def objectives_words(trace: SearchTrace) -> list[str]:
 
 
 def write_report(result: SearchResult, out: Path) -> tuple[Path, list[Path]]:
-    """search.md with each configuration's answer, curve and probes; search.json with every figure."""
+    """search.md with each configuration's answer, curve and probes (or why it was not searched); search.json
+    with every figure."""
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# Capacity search {result.search_id}", ""]
     plots = []
-    for searched in result.configurations:
-        plot = plot_curve(searched, out / f"capacity-curve-{searched.index}.png")
+    for configuration in result.in_order():
+        lines += [f"## {configuration.title}", "", *(f"**{line}**" if i == 0 else line
+                                                     for i, line in enumerate(configuration.lines)), ""]
+        if isinstance(configuration, FailedConfiguration):
+            continue
+        plot = plot_curve(configuration, out / f"capacity-curve-{configuration.index}.png")
         plots.append(plot)
-        trace = searched.trace
-        lines += [f"## {searched.title}", "", *(f"**{line}**" if i == 0 else line
-                                                 for i, line in enumerate(searched.answer.lines)), ""]
-        lines += ["Objectives:", *objectives_words(trace), "",
+        lines += ["Objectives:", *objectives_words(configuration.trace), "",
                   f"![capacity curve]({plot.name})", "", "Probes, in the order measured:", "",
-                  *probes_table(trace), ""]
+                  *probes_table(configuration.trace), ""]
     markdown = out / "search.md"
     markdown.write_text("\n".join(lines), encoding="utf-8")
     (out / "search.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
     return markdown, plots
 
 
+def configuration_outputs(configuration: SearchedConfiguration | FailedConfiguration) -> dict[str, Any]:
+    if isinstance(configuration, FailedConfiguration):
+        return {"not_searched": configuration.reason}
+    return outputs(configuration.answer)
+
+
 def search_outputs(result: SearchResult) -> dict[str, Any]:
     """One configuration's outputs by their names; a sweep's, each suffixed with its point's index."""
-    if len(result.configurations) == 1:
-        return outputs(result.configurations[0].answer)
-    return {f"{name}_point_{searched.index}": value for searched in result.configurations
-            for name, value in outputs(searched.answer).items()}
+    configurations = result.in_order()
+    if len(configurations) == 1:
+        return configuration_outputs(configurations[0])
+    return {f"{name}_point_{configuration.index}": value for configuration in configurations
+            for name, value in configuration_outputs(configuration).items()}
 
 
 def track_search(result: SearchResult, files: dict[str, Path], *, project: str, offline_root: Path) -> str:

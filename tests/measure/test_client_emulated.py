@@ -115,21 +115,31 @@ def test_short_runs_beside_a_busy_loop_on_every_core_are_valid_unless_the_client
                 assert stall_share * float(probed[1]) > MIN_LOOP_STALLED_MS, reason
 
 
-def test_client_queueing_under_a_rate_shows_in_latency_and_flags_the_run(inventory_dir: Path, tmp_path: Path) -> None:
-    """40 req/s offered; 2 slots of ~220 ms each serve about 9 req/s, so requests wait on the client."""
+def test_client_queueing_under_a_capped_rate_shows_in_latency_not_as_a_late_client(
+    inventory_dir: Path, tmp_path: Path
+) -> None:
+    """40 req/s offered; 2 slots of ~220 ms each serve about 9 req/s, so requests wait on the client for a slot:
+    the wait is in their TTFT (the user waited), and the shortfall in the achieved rate; the client's own lag
+    counts from the moment a slot came free."""
     with emulator(ttft_ms=20, itl_ms=20) as base_url:
         summary = run(inventory_dir, base_url, tmp_path, rate_per_s=40.0, max_concurrency=2, requests=30, max_tokens=10)
     records = read_requests(tmp_path)
     queued = [r for r in records if r.dispatch_s - r.scheduled_s > 0.1]
     assert len(queued) > 15
+    # every request sent late was held by the cap (it found the slots taken, or was due behind one that did),
+    # and a slot comes free when a request ends: each one's slot_freed_s is an earlier request's end
+    freed_s = [r.slot_freed_s for r in queued if r.slot_freed_s is not None]
+    assert len(freed_s) == len(queued)
+    assert all(min(abs(freed - other.end_s) for other in records) < 0.005 for freed in freed_s)
     from_dispatch_ms = sorted((r.first_token_s - r.dispatch_s) * 1000 for r in records if r.first_token_s is not None)
     assert len(from_dispatch_ms) == len(records) == 30  # every request had its first token
     assert from_dispatch_ms[len(records) // 2] < 30.0  # the server itself answers in ~20 ms
     ttft_p50_ms, dispatch_lag_p99_ms = summary.latency["ttft_ms_p50"], summary.latency["dispatch_lag_ms_p99"]
     assert ttft_p50_ms is not None and ttft_p50_ms > 500.0  # but the user waited for a slot first
-    assert dispatch_lag_p99_ms is not None and dispatch_lag_p99_ms > 1000.0
-    assert not summary.valid
-    assert any("fell behind its schedule" in reason for reason in summary.invalid_reasons)
+    # counted from the schedule the lag would pass 1,000 ms; from the freed slot it is the client's own, small
+    assert max((r.dispatch_s - r.scheduled_s) * 1000 for r in records) > 1000.0
+    assert dispatch_lag_p99_ms is not None and dispatch_lag_p99_ms < 100.0
+    assert not any("fell behind its schedule" in reason for reason in summary.invalid_reasons)
     assert summary.achieved_dispatch_per_s < 0.5 * 40.0
 
 

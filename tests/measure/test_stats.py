@@ -8,7 +8,15 @@ import pytest
 
 from harness.measure.client import ErrorClass, RequestRecord
 from harness.measure.record import ServerSample, Slo
-from harness.measure.stats import RunSummary, distribution, itl_ms, max_loop_stall_share, summarize, tpot_ms
+from harness.measure.stats import (
+    RunSummary,
+    dispatch_lag_ms,
+    distribution,
+    itl_ms,
+    max_loop_stall_share,
+    summarize,
+    tpot_ms,
+)
 from harness.observe.server_metrics import MetricsSnapshot
 
 
@@ -129,6 +137,18 @@ def test_a_late_client_and_cache_hits_in_a_cold_run_make_the_run_invalid() -> No
     assert result.latency["dispatch_lag_ms_p99"] == pytest.approx(49.0)
     assert any("fell behind" in reason and "49.0" in reason for reason in result.invalid_reasons)
     assert any("cold" in reason for reason in result.invalid_reasons)
+
+
+def test_a_wait_for_a_capped_loops_slot_is_in_the_latency_not_the_client_lag() -> None:
+    # R2 again, but it found every slot taken at 1.0 s and one came free at 1.048 s: it left 2 ms after that,
+    # so its dispatch lag is 1.050 - 1.048 = 2 ms, not 50; its TTFT still counts from the schedule: 250 ms.
+    held = R2.model_copy(update={"slot_freed_s": 1.048})
+    assert dispatch_lag_ms(held) == pytest.approx(2.0) and dispatch_lag_ms(R2) == pytest.approx(50.0)
+    result = summarize([WARMUP, R1, TIMED_OUT, held], SAMPLES, slo=Slo(ttft_ms=200.0), offered_requests_per_s=2.0,
+                       offered_concurrency=None, cold=False, max_dispatch_lag_ms=10.0, max_error_fraction=0.5)
+    # lags [0, 0, 2] ms: p99 = 0 + 0.98 * 2 = 1.96 ms, under 10: the run is valid
+    assert result.latency["dispatch_lag_ms_p99"] == pytest.approx(1.96) and result.valid, result.invalid_reasons
+    assert result.latency["ttft_ms_max"] == pytest.approx(250.0)
 
 
 def test_the_same_records_pass_with_tolerant_thresholds_in_a_warm_run() -> None:

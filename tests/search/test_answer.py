@@ -11,6 +11,7 @@ from harness.search.answer import (
     cause_words,
     kv_remedy,
     number,
+    outputs,
     sequence_remedy,
 )
 from harness.search.objective import Decision, Reading
@@ -64,10 +65,29 @@ def test_the_first_line_is_the_capacity_and_the_fall_with_its_interval() -> None
         first_short_reading=Reading(figure="ttft_ms_p99", value=2950.2, low=2700, high=3200, requests=21,
                                     decision=Decision.FAILS),
         first_short_decision=Decision.FAILS, bound_by=KV_CAPACITY, cause="KV cache capacity: …", remedy=None,
-        predicted_knee=7, predicted_bound_by="kv_cache", top_of_range=16, probes=4, stopped_reason=None, lines=[])
+        predicted_knee_concurrency=7, predicted_bound_by="kv_cache", top_of_range=16, probes=4, stopped_reason=None,
+        lines=[])
     lines = answer_lines(result)
     assert lines[0] == ("max concurrency meeting p99 TTFT ≤ 2,000 ms: 6; at 7 p99 is 2,950 ms [2,700–3,200] "
                         "over 21 requests")
     assert lines[-1] == "predicted knee concurrency 7 (kv_cache); measured knee 7; 4 probes"
     undecided = result.model_copy(update={"first_short_decision": Decision.UNDECIDED})
     assert answer_lines(undecided)[0].startswith("max concurrency meeting p99 TTFT ≤ 2,000 ms: 6; at 7 undecided: ")
+
+
+def test_a_rate_answer_writes_its_loads_in_requests_per_second_and_its_knee_as_a_population() -> None:
+    result = SearchAnswer(
+        knob=Knob.RATE, objective="p99 TTFT ≤ 400 ms", capacity=1.5, capacity_reading=None, first_short=2,
+        first_short_reading=Reading(figure="ttft_ms_p99", value=912.4, low=700, high=1040, requests=12,
+                                    decision=Decision.FAILS),
+        first_short_decision=Decision.FAILS, bound_by=None, cause=None, remedy=None, predicted_knee_concurrency=4,
+        predicted_bound_by="kv_cache", top_of_range=3, probes=3, stopped_reason=None, lines=[])
+    lines = answer_lines(result)
+    assert lines == [
+        "max rate meeting p99 TTFT ≤ 400 ms: 1.5 requests/s; at 2 requests/s p99 is 912 ms [700–1,040] over 12 "
+        "requests",
+        "predicted knee concurrency 4 (kv_cache) in flight, which does not bracket a rate search; measured knee "
+        "2 requests/s; 3 probes"]
+    # the outputs carry the unit in their names; the predicted knee is a concurrency whatever the knob
+    assert {name: value for name, value in outputs(result).items() if "ttft" not in name} == {
+        "capacity_rate_per_s": 1.5, "predicted_knee_concurrency": 4, "first_short_rate_per_s": 2, "probes": 3}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from search_requests import request
 
+from harness.errors import HarnessError
 from harness.measure.client import ErrorClass
 from harness.measure.record import RunWriter, Slo
 from harness.measure.stats import summarize
@@ -133,3 +134,25 @@ def test_a_load_invalid_twice_stops_the_search_with_its_reason(tmp_path: Path) -
     assert trace.stopped_reason is not None
     assert "invalid twice" in trace.stopped_reason and "requests failed" in trace.stopped_reason
     assert value_of(trace.capacity) == 4.0 and trace.first_short is None  # the bracket so far: 4 met, 6 unknown
+
+
+class EngineGoneRunner(ScriptedRunner):
+    """Runs as scripted until the load `gone_at`, whose run cannot be made: the engine went away."""
+
+    def __init__(self, out: Path, gone_at: float) -> None:
+        super().__init__(out, slow_above(4))
+        self.gone_at = gone_at
+
+    def run(self, probe: Probe) -> Path:
+        if probe.value == self.gone_at:
+            raise HarnessError("cannot reach the engine at http://127.0.0.1:1: connection refused")
+        return super().run(probe)
+
+
+def test_a_probe_that_cannot_be_run_stops_the_search_keeping_the_steps_before(tmp_path: Path) -> None:
+    # the prediction's first probes are 3 and 4 (both meet), then bisection's midpoint of (index 3, 8) is 6
+    trace = run_search(plan(), EngineGoneRunner(tmp_path, gone_at=6.0), knee_at(4))
+    assert [step.value for step in trace.steps] == [3.0, 4.0]
+    assert trace.stopped_reason == ("step 3 (concurrency 6) could not be run: cannot reach the engine at "
+                                    "http://127.0.0.1:1: connection refused")
+    assert value_of(trace.capacity) == 4.0 and trace.first_short is None
