@@ -213,7 +213,7 @@ BASE: dict[str, tuple[list[str], dict[str, str]]] = {  # positionals, options
     "sweep": ([], {"--file": SWEEP, "--service": SERVICE, "--harness": HARNESS_JOB, "--local": "",
                    "-P": "concurrency=2", "--out": "{tmp}/sweep"}),
     "search": ([], {"--file": SERVICE, "--service": SERVICE, "--inventory": INVENTORY, "--high": "2",
-                    "--slo-ttft-ms-p99": "100", "--out": "{tmp}/search"}),
+                    "--slo-ttft-ms-p99": "100", "--local": "", "--out": "{tmp}/search"}),
     "report": ([], {"--runs": "{runs}", "--limit": "max_num_seqs", "--out": "{tmp}/report"}),
     "demo": ([], {"--out": "{tmp}/demo"}),
     "prompts verify": ([INVENTORY], {}),

@@ -143,10 +143,16 @@ def next_index(below: int, above: int, queue: list[int], measured: set[int]) -> 
 
 
 def run_search(plan: SearchPlan, runner: ProbeRunner, prediction: KneePrediction | None,
-               on_step: Callable[[StepResult], None] | None = None) -> SearchTrace:
-    """Measure steps until the bracket closes or an invalid step stops the search."""
+               on_step: Callable[[StepResult], None] | None = None, *,
+               predict_from: Callable[[StepResult], KneePrediction | None] | None = None) -> SearchTrace:
+    """Measure steps until the bracket closes or an invalid step stops the search.
+
+    `predict_from`: where nothing was predicted before the first run (the engine's capacity is known only
+    from a probe's record), the lowest load is measured first and the prediction made from its step."""
     below, above = -1, len(plan.values)
     queue, measured = first_indices(plan.values, prediction, plan.knob), set[int]()
+    if prediction is None and predict_from is not None:
+        queue = [0]
     steps: list[StepResult] = []
     while (index := next_index(below, above, queue, measured)) is not None:
         measured.add(index)
@@ -160,6 +166,9 @@ def run_search(plan: SearchPlan, runner: ProbeRunner, prediction: KneePrediction
             below = max(below, index)
         else:
             above = min(above, index)
+        if predict_from is not None and prediction is None and len(steps) == 1:
+            prediction = predict_from(step)
+            queue = [index for index in first_indices(plan.values, prediction, plan.knob) if below < index < above]
     return SearchTrace(plan=plan, prediction=prediction, steps=steps)
 
 

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from harness.errors import HarnessError
-from harness.inventory.frozen import Inventory, load_inventory
+from harness.inventory.frozen import load_inventory
 from harness.launch.engine_args import option_value
 from harness.launch.engine_process import RunningEngine, local_engine
 from harness.launch.experiment import engine_limits, record_capacity, scrape_metrics, write_engine_record
@@ -27,13 +27,12 @@ from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
 from harness.observe.device import DeviceRecord, device_facts
-from harness.observe.server_logs import parse_startup_log
 from harness.paths import read_text
-from harness.predict.population import KneePrediction, predict_knee
 from harness.schema import RunFile
 from harness.search.answer import EngineFacts, answer, number
 from harness.search.driver import SearchPlan, StepResult, run_search
-from harness.search.probe import Knob, Probe
+from harness.search.facts import Sizing, engine_facts, predicted_knee, prediction_line
+from harness.search.probe import Knob, Probe, ProbeRunner
 from harness.search.report import SearchedConfiguration, SearchResult
 from harness.track.tracking import LiveRun
 
@@ -87,39 +86,6 @@ def started_engine(configuration: Configuration, out: Path) -> Iterator[RunningE
         yield engine
 
 
-def engine_facts(engine: RunningEngine, inventory: Inventory, max_tokens: int | None) -> EngineFacts:
-    """The logged blocks and the limits the engine was started with, beside the inventory's requests."""
-    log = parse_startup_log(engine.log_path.read_text(encoding="utf-8", errors="replace"))
-    limits = engine_limits(engine.argv)
-    block_size = limits.get("block_size")
-    if not block_size and log.num_gpu_blocks and log.kv_cache_tokens:
-        block_size = log.kv_cache_tokens // log.num_gpu_blocks
-    # The CPU engine logs its cache in tokens only: whole blocks of the block size it was given.
-    blocks = log.num_gpu_blocks or (log.kv_cache_tokens // block_size if block_size and log.kv_cache_tokens else None)
-    if not blocks or not block_size:
-        raise HarnessError(f"{engine.log_path}: the engine logged neither num_gpu_blocks nor its KV cache's tokens "
-                           "and block size; the search needs its capacity")
-    device = device_facts()
-    return EngineFacts(num_gpu_blocks=blocks, block_size=int(block_size),
-                       max_num_seqs=limits.get("max_num_seqs"),
-                       kv_cache_bytes=log.kv_cache_memory_bytes or log.available_kv_cache_bytes,
-                       request_tokens=request_tokens(inventory, max_tokens),
-                       gpu_memory_total_bytes=device.gpu_memory_total_bytes,
-                       gpu_memory_utilization=limits.get("gpu_memory_utilization") if device.gpu_name else None)
-
-
-def request_tokens(inventory: Inventory, max_tokens: int | None) -> list[int]:
-    """Each request at its largest: its prompt and its output cap (--max-tokens when given)."""
-    return [prompt.prompt_tokens + (max_tokens or prompt.output_cap_tokens) for prompt in inventory.prompts]
-
-
-def predicted_knee(engine: EngineFacts, largest_concurrency: int) -> KneePrediction:
-    """The knee from the inventory's lengths and the engine's usable blocks (vLLM keeps one as its null block)."""
-    return predict_knee(engine.request_tokens, block_size=engine.block_size,
-                        usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=engine.max_num_seqs,
-                        largest_concurrency=largest_concurrency)
-
-
 class LocalProbeRunner:
     """Probes as runs against one started engine, each in `out/step-NN-repeat-R`, tracked offline."""
 
@@ -128,6 +94,7 @@ class LocalProbeRunner:
         self.engine, self.options, self.out = engine, options, out
         self.project, self.offline_root = project, offline_root
         self.limits = engine_limits(engine.argv)
+        self.api_key = option_value(engine.argv, "--api-key")
 
     def run(self, probe: Probe) -> Path:
         run_dir = self.out / f"step-{probe.step:02d}-repeat-{probe.repeat}"
@@ -137,8 +104,7 @@ class LocalProbeRunner:
                              name=f"search-{probe.search_id}-step-{probe.step}-repeat-{probe.repeat}")
         live.run.log_tags(probe.tags(), async_req=False)
         try:
-            run_load(config, inventory, run_dir, on_sample=live.on_sample,
-                     api_key=option_value(self.engine.argv, "--api-key"))
+            run_load(config, inventory, run_dir, on_sample=live.on_sample, api_key=self.api_key)
             self._engine_record(run_dir)
         except BaseException as error:
             live.finish(run_dir, failure=str(error) or type(error).__name__)
@@ -182,29 +148,25 @@ def search_configurations(
     announce: Callable[[str], None] = lambda line: None, runner_class: type[LocalProbeRunner] = LocalProbeRunner,
 ) -> SearchResult:
     """Each configuration's engine started once, its load searched on it, its answer given; next one."""
-    inventory = load_inventory(local.options.inventory)
+    sizing = Sizing(inventory=load_inventory(local.options.inventory), max_tokens=local.options.max_tokens)
     results = []
     for configuration in searched:
         out = local.out / f"point-{configuration.index}" if configuration.point else local.out
         with started_engine(configuration, out) as engine:
-            facts = engine_facts(engine, inventory, local.options.max_tokens)
-            prediction = predicted_knee(facts, int(max(plan.values)))
-            announce(prediction_line(configuration, prediction, facts))
             runner = runner_class(engine, local.options.model_copy(update={"base_url": engine.base_url}), out,
-                                      project=local.project, offline_root=local.offline_root)
-            trace = run_search(plan, runner, prediction, on_step=lambda step: announce(step_line(plan, step)))
-        results.append(SearchedConfiguration(index=configuration.index, point=configuration.point, trace=trace,
-                                             answer=answer(trace, facts)))
+                                  project=local.project, offline_root=local.offline_root)
+            results.append(search_known(configuration, plan, runner, engine_facts(engine, sizing), announce))
     return SearchResult(search_id=plan.search_id, configurations=results)
 
 
-def prediction_line(configuration: Configuration, prediction: KneePrediction, facts: EngineFacts) -> str:
-    where = ", ".join(f"{name}={value}" for name, value in configuration.point.items())
-    knee = "no limit binds in the range" if prediction.knee_concurrency is None else (
-        f"knee at concurrency {prediction.knee_concurrency} ({prediction.bound_by.value})")
-    return (f"{where + ': ' if where else ''}predicted {knee}: {facts.num_gpu_blocks - 1} usable blocks of "
-            f"{facts.block_size}, max_num_seqs {facts.max_num_seqs}; all requests fit up to concurrency "
-            f"{prediction.always_fits_up_to_concurrency}")
+def search_known(configuration: Configuration, plan: SearchPlan, runner: ProbeRunner, facts: EngineFacts,
+                 announce: Callable[[str], None]) -> SearchedConfiguration:
+    """One configuration searched from the knee its engine's facts predict, before any probe."""
+    prediction = predicted_knee(facts, int(max(plan.values)))
+    announce(prediction_line(configuration.point, prediction, facts))
+    trace = run_search(plan, runner, prediction, on_step=lambda step: announce(step_line(plan, step)))
+    return SearchedConfiguration(index=configuration.index, point=configuration.point, trace=trace,
+                                 answer=answer(trace, facts))
 
 
 def step_line(plan: SearchPlan, step: StepResult) -> str:

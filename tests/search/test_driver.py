@@ -132,3 +132,24 @@ def test_a_load_invalid_twice_stops_the_search_with_its_reason(tmp_path: Path) -
     assert trace.stopped_reason is not None
     assert "invalid twice" in trace.stopped_reason and "requests failed" in trace.stopped_reason
     assert value_of(trace.capacity) == 4.0 and trace.first_short is None  # the bracket so far: 4 met, 6 unknown
+
+
+def test_a_prediction_made_from_the_first_steps_record_orders_the_rest(tmp_path: Path) -> None:
+    runner = ScriptedRunner(tmp_path, slow_above(4))
+    seen: list[float] = []
+
+    def from_first(step: StepResult) -> KneePrediction:
+        seen.append(step.value)
+        return knee_at(5)
+
+    trace = run_search(plan(), runner, None, predict_from=from_first)
+    # the lowest load first (1, meets), then the predicted 4 and 5 (meets, fails): the bracket (4, 5) is closed
+    assert seen == [1.0] and [probe.value for probe in runner.probes] == [1.0, 4.0, 5.0]
+    assert trace.prediction == knee_at(5) and value_of(trace.capacity) == 4.0 and value_of(trace.first_short) == 5.0
+
+
+def test_a_first_step_that_fails_leaves_nothing_below_it_to_measure(tmp_path: Path) -> None:
+    runner = ScriptedRunner(tmp_path, slow_above(0))
+    trace = run_search(plan(), runner, None, predict_from=lambda step: knee_at(5))
+    # 1 fails: the predicted 4 and 5 lie above a load known to fail, so they are not measured
+    assert [probe.value for probe in runner.probes] == [1.0] and trace.capacity is None
