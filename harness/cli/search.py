@@ -287,7 +287,7 @@ def on_api(files: list[Path], service_file: Path, param: list[str], plan: Any, o
     for_harness = {"inventory": str(options.inventory), "seed": plan.seed,
                    **({"max_tokens": options.max_tokens} if options.max_tokens else {}),
                    **{name: value for name, value in params.items() if name not in for_service}}
-    check_harness_params(choices.harness_files, for_harness)
+    check_harness_params(choices.harness_files, {**for_harness, plan.knob.value: 1})  # the load is each probe's
     api = ApiSearch(project=where.tracked_in, harness_files=choices.harness_files, harness_params=for_harness,
                     queue=choices.queue, running_deadline_s=choices.running_deadline_s,
                     harness_deadline_s=choices.harness_deadline_s, out=where.out)
@@ -301,12 +301,12 @@ def tell(result: Any, where: SearchedWhere) -> None:
     from harness.search.report import track_search, write_report
 
     markdown, plots = write_report(result, where.out)
-    run_uuid = track_search(result, {"search-md": markdown, **{plot.stem: plot for plot in plots}},
-                            project=where.tracked_in, offline_root=where.offline_root)
     for searched_configuration in result.configurations:
         if len(result.configurations) > 1:
             print(f"{searched_configuration.title}:")
-        print("\n".join(searched_configuration.answer.lines))
+        print("\n".join(searched_configuration.answer.lines), flush=True)
+    run_uuid = track_search(result, {"search-md": markdown, **{plot.stem: plot for plot in plots}},
+                            project=where.tracked_in, offline_root=where.offline_root)
     runs = f"its probes in {where.offline_root}" if where.offline_root else f"its probes in {where.tracked_in}"
     print(f"report: {markdown}; search run {run_uuid} and {runs}")
     if any(configuration.trace.stopped_reason for configuration in result.configurations):
