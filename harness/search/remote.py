@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from harness.errors import HarnessError
+from harness.launch.specs import render
 from harness.launch.sweep import PointFailed, PolyaxonBackend
 from harness.predict.population import KneePrediction
 from harness.search.answer import EngineFacts, answer
@@ -80,7 +81,10 @@ def search_service(configuration: Configuration, plan: SearchPlan, api: ApiSearc
                    sizing: Sizing, announce: Callable[[str], None]) -> SearchedConfiguration:
     """One service run, probed until the bracket closes; a service that never ran stops this search."""
     out = api.out / f"point-{configuration.index}" if configuration.point else api.out
-    known = FactsFromRecord(sizing, configuration.point, int(max(plan.values)), announce)
+    # the service's own input states max_num_seqs where its log (non-default arguments only) does not
+    started_with = render(configuration.service_files, configuration.params).inputs.get("max_num_seqs")
+    known = FactsFromRecord(sizing.model_copy(update={"max_num_seqs": started_with}), configuration.point,
+                            int(max(plan.values)), announce)
     try:
         with backend.service(configuration.index, configuration.params) as service:
             runner = PolyaxonProbeRunner(api.project, api.harness_files,
