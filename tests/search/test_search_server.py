@@ -109,3 +109,20 @@ def test_a_search_on_a_started_engine_answers_and_names_its_knee(
             assert json.loads((run_dir / "engine.json").read_text())["limits"]["max_num_seqs"] == 8
             assert (run_dir / "capacity.json").exists()
             assert (out / "polyaxon" / "runs" / probe["run_uuid"] / "run.plx.json").exists()
+
+
+def test_harness_run_against_a_url_keeps_the_start_up_log_it_is_given(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """What every --base-url probe is: a run as `harness run --base-url` leaves it, with $HARNESS_SERVICE_LOG."""
+    monkeypatch.setenv("HARNESS_SERVICE_LOG", str(ENGINE_LOG))
+    with emulator() as base_url:
+        result = CliRunner().invoke(app, ["run", "--inventory", str(INVENTORY), "--base-url", base_url,
+                                          "--concurrency", "1", "--requests", "2", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "run"
+    # the log's non-default args are the limits; its 4,096 KV tokens the logged capacity
+    limits = json.loads((run_dir / "engine.json").read_text())["limits"]
+    assert limits["kv_cache_memory_bytes"] == 4194304 and limits["max_model_len"] == 1024
+    assert "host" not in limits and "port" not in limits
+    assert json.loads((run_dir / "capacity.json").read_text())["log"]["kv_cache_tokens"] == 4096
+    assert (run_dir / "engine.log").read_text() == ENGINE_LOG.read_text()
