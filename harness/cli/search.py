@@ -104,10 +104,11 @@ def where_probes_run(files: list[Path], base_url: str | None, project: str | Non
     return "api"
 
 
-def check_sources(mode: str, files: list[Path], service_file: Path, base_url: str | None,
-                  service_log: Path | None, max_num_seqs: int | None) -> None:
-    """The files an engine starts from, or the server's URL and what the user says of it."""
-    from harness.paths import input_file
+def check_sources(mode: str, files: list[Path], service_file: Path, harness_files: list[Path],
+                  base_url: str | None, service_log: Path | None, max_num_seqs: int | None) -> None:
+    """The files an engine (and on the API, its probes) start from, or the server's URL and what the user
+    says of it."""
+    from harness.paths import input_file, read_text
     from harness.server_url import checked_server_url
 
     if mode == "server":
@@ -116,13 +117,14 @@ def check_sources(mode: str, files: list[Path], service_file: Path, base_url: st
         for path in files:
             input_file(path, "--file")
         input_file(service_file, "--service")
-    if service_log is None and max_num_seqs is None:
-        return
-    if mode != "server":
+    for path in harness_files if mode == "api" else []:
+        input_file(path, "--harness")
+    log_option = f"--service-log (${SERVICE_LOG_ENV})"
+    if service_log is not None and not read_text(service_log, log_option).strip():
+        raise HarnessError(f"{log_option} {service_log}: empty; expected the server's start-up log")
+    if mode != "server" and (service_log is not None or max_num_seqs is not None):
         raise HarnessError("--service-log and --max-num-seqs say what a server at --base-url does not: with -f "
                            "the engine's own log and command line say it")
-    if service_log is not None:
-        input_file(service_log, f"--service-log (${SERVICE_LOG_ENV})")
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -183,7 +185,7 @@ def search(
     if base_url is not None:
         refuse_url_credentials(base_url, "--base-url")
     mode = where_probes_run(files, base_url, project, local)
-    check_sources(mode, files, service_file, base_url, service_log, max_num_seqs)
+    check_sources(mode, files, service_file, harness_files, base_url, service_log, max_num_seqs)
     input_directory(inventory, "--inventory")
     output_directory(out, "--out")
     if out.exists() and any(out.iterdir()):
