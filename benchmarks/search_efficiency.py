@@ -31,13 +31,8 @@ from harness.inventory.frozen import load_inventory  # noqa: E402
 from harness.measure.run_options import RunOptions  # noqa: E402
 from harness.measure.schedule import LoadShape  # noqa: E402
 from harness.search.driver import SearchPlan, SearchTrace, measure_step, run_search  # noqa: E402
-from harness.search.local import (  # noqa: E402
-    Configuration,
-    LocalProbeRunner,
-    engine_facts,
-    predicted_knee,
-    started_engine,
-)
+from harness.search.facts import Sizing, engine_facts, predicted_knee  # noqa: E402
+from harness.search.local import Configuration, LocalProbeRunner, started_engine  # noqa: E402
 from harness.search.objective import Decision, PercentileObjective  # noqa: E402
 from harness.search.probe import Knob  # noqa: E402
 
@@ -76,7 +71,7 @@ def main() -> None:
                                   params={"model": str(ensure_tiny_model()), "enable_prefix_caching": False})
     options = RunOptions(inventory=INVENTORY, load=LoadShape(concurrency=1), base_url="http://127.0.0.1:1")
     with started_engine(configuration, out) as engine:
-        facts = engine_facts(engine, load_inventory(INVENTORY), None)
+        facts = engine_facts(engine, Sizing(inventory=load_inventory(INVENTORY)))
         prediction = predicted_knee(facts, args.high)
         timed = {}
         for name in ("grid", "search"):

@@ -34,6 +34,10 @@ class RunFile:
     TRACKING: Final = "tracking.json"  # the Polyaxon run this record became (`TrackedRun`)
 
 
+# A server's start-up log, for a run that measures a server it did not start (its limits and capacity).
+SERVICE_LOG_ENV: Final = "HARNESS_SERVICE_LOG"
+
+
 class EngineRecord(BaseModel):
     """engine.json: how the engine was started (argv when this run started it), the limits a comparison
     holds fixed or varies, and the images by digest."""

@@ -181,6 +181,8 @@ BASES = {  # words that make each command valid, so the refusal seen is the one 
     "sweep on polyaxon": ["sweep", "-f", SWEEP, "--project", "acme/serving", "-P", "concurrency=2", "--out",
                           "{tmp}/sweep"],
     "report": ["report", "--runs", "{tmp}/runs", "--limit", "max_num_seqs", "--out", "{tmp}/report"],
+    "search --base-url": ["search", "--base-url", UNREACHABLE, "--inventory", INVENTORY, "--high", "2",
+                          "--slo-ttft-ms-p99", "100", "--out", "{tmp}/search"],
     "demo": ["demo", "--out", "{tmp}/demo"],
     "emulate": ["emulate", "--port", "{held_port}"],  # a port held by the test: an emulator let through cannot stay
 }
@@ -238,7 +240,8 @@ BAD_URLS = ["", "not-a-url", "127.0.0.1:9", "ftp://127.0.0.1:9", "http://", "htt
             "http://127.0.0.1:65536", "http://127.0.0.1:99999", "http://127.0.0.1:-1", "http://127.0.0.1:abc",
             "http://\uff11\uff12\uff17.0.0.1:9", "http://127.0.0.1:9/?q=1", "http://127.0.0.1:9/#top",
             "http://127.0.0.1:9\n", "http://127.0.0.1 :9", "http://127..0.1:9"]
-URLS = [("run", "--base-url", BAD_URLS), ("prompts verify", "--server", BAD_URLS)]
+URLS = [("run", "--base-url", BAD_URLS), ("search --base-url", "--base-url", BAD_URLS),
+        ("prompts verify", "--server", BAD_URLS)]
 
 
 def cases(table: list[tuple[str, str, list[str]]]) -> list[Any]:

@@ -201,6 +201,7 @@ def test_harness_search_as_written_answers_with_the_kv_knee(tiny_model_dir: Path
     assert lines[1].startswith("the knee: KV cache capacity: ")
     assert "predicted knee concurrency 6 (kv_cache)" in searched.stdout
     assert (out / "search.md").exists() and (out / "capacity-curve-0.png").exists()
+    assert any((out / "polyaxon" / "runs").iterdir())  # --local: the probes and the search tracked offline
 
 
 @pytest.mark.parametrize("words", [words for words in readme_commands() if words[0] == "harness"],

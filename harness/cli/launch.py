@@ -9,6 +9,14 @@ from typing import Any
 import typer
 
 from harness.cli.app import app, one_line_errors
+from harness.cli.polyaxon_options import (
+    harness_deadline_option,
+    harness_files_option,
+    local_option,
+    project_option,
+    queue_option,
+    running_deadline_option,
+)
 from harness.errors import EXIT_CODES_HELP, EXIT_INVALID, HarnessError
 from harness.measure.timeouts import READY_TIMEOUT_S
 from harness.redact import redact_text
@@ -112,15 +120,13 @@ def sweep(
     files: list[Path] = typer.Option(..., "-f", "--file", help="sweep polyaxonfile (its matrix gives the points)"),
     service_files: list[Path] = typer.Option([Path("polyaxonfiles/vllm-service.yaml")], "--service",
                                              help="service polyaxonfile, then its presets"),
-    harness_files: list[Path] = typer.Option([Path("polyaxonfiles/harness-job.yaml")], "--harness",
-                                             help="harness job polyaxonfile"),
+    harness_files: list[Path] = harness_files_option(),
     param: list[str] = typer.Option([], "-P", "--param", help="name=value for the service or the harness job"),
-    project: str | None = typer.Option(None, help="Polyaxon project OWNER/NAME, or NAME for default/NAME "
-                                       "(required unless --local)"),
-    local: bool = typer.Option(False, help="run the services on the local CPU engine and track offline"),
-    queue: str | None = typer.Option(None, help="Polyaxon queue for the service runs"),
-    running_deadline_s: float = typer.Option(1800.0, help="seconds a service may take to be running"),
-    harness_deadline_s: float = typer.Option(7200.0, help="seconds a harness job may take"),
+    project: str | None = project_option(),
+    local: bool = local_option(),
+    queue: str | None = queue_option(),
+    running_deadline_s: float = running_deadline_option(),
+    harness_deadline_s: float = harness_deadline_option(),
     out: Path = typer.Option(Path("runs/sweep"), help="directory for the sweep result and failed points' logs"),
 ) -> None:
     """Vary one limit over a vLLM service: start it, run the harness job against it, stop it; next point."""

@@ -30,10 +30,8 @@ from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.polyaxon_client import managed_run
 from harness.redact import redact_argv, redact_file, redact_text, secret_free
-from harness.schema import EngineRecord, RunFile, TrackedRun
+from harness.schema import SERVICE_LOG_ENV, EngineRecord, RunFile, TrackedRun
 from harness.track.tracking import DEFAULT_PROJECT, LiveRun
-
-SERVICE_LOG_ENV = "HARNESS_SERVICE_LOG"  # a local service's start-up log, for the harness run measuring it
 
 
 def measure(
@@ -63,7 +61,7 @@ def measure(
         else:
             summary = run_load(config, inventory, run_dir, ready_timeout_s=ready_timeout_s,
                                on_sample=live.on_sample if live else None)
-            if config.service_uuid:
+            if config.service_uuid or os.environ.get(SERVICE_LOG_ENV):
                 attach_service(run_dir, config.service_uuid, config.base_url)
     except BaseException as error:
         if live is not None:
@@ -129,27 +127,36 @@ def engine_failure(run_dir: Path) -> str:
     return "the engine did not start"
 
 
-def attach_service(run_dir: Path, service_uuid: str, base_url: str) -> None:
-    """A harness job measured a separate service: its start-up log gives its limits and logged capacity.
+def attach_service(run_dir: Path, service_uuid: str | None, base_url: str) -> None:
+    """A run measured a server it did not start: its start-up log gives its limits and logged capacity.
 
-    The log is a file when the service runs here ($HARNESS_SERVICE_LOG), else the Polyaxon service run's
+    The log is a file when the server runs here ($HARNESS_SERVICE_LOG), else the Polyaxon service run's
     logs, read from inside the managed harness run. Without either, the record keeps only the figures.
     """
     local_log, managed = os.environ.get(SERVICE_LOG_ENV), managed_run()
     if local_log:
         log_text = Path(local_log).read_text(encoding="utf-8", errors="replace")
-    elif managed is not None:
+    elif managed is not None and service_uuid:
         try:
             log_text = fetch_polyaxon_run_log(service_uuid, f"{managed.owner}/{managed.project}")
         except HarnessError:  # the figures stand without the capacity; analysis shows it as missing
             return
     else:
         return
+    attach_server_log(run_dir, log_text, base_url)
+
+
+def attach_server_log(run_dir: Path, log_text: str, base_url: str) -> None:
+    """engine.log (masked), engine.json with the limits the log states, and capacity.json with /metrics."""
     (run_dir / RunFile.ENGINE_LOG).write_text(redact_text(log_text), encoding="utf-8")
-    stated = parse_startup_log(log_text).non_default_args or {}
-    write_engine_record(run_dir, argv=None, limits=named_model({name: value for name, value in stated.items()
-                                                                if name not in ("host", "port")}))
+    write_engine_record(run_dir, argv=None, limits=stated_limits(log_text))
     record_capacity(run_dir, run_dir / RunFile.ENGINE_LOG, scrape_metrics(base_url))
+
+
+def stated_limits(log_text: str) -> dict[str, Any]:
+    """The limits a server's start-up log states (its non-default arguments), less where it listens."""
+    stated = parse_startup_log(log_text).non_default_args or {}
+    return named_model({name: value for name, value in stated.items() if name not in ("host", "port")})
 
 
 def engine_limits(argv: list[str]) -> dict[str, Any]:

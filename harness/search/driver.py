@@ -148,11 +148,12 @@ def first_indices(values: Sequence[float], prediction: KneePrediction | None, kn
 
 
 def next_index(below: int, above: int, queue: list[int], measured: set[int]) -> int | None:
-    """The next grid index to measure: the prediction's first probes, then the midpoint of the bracket
-    (`below` the highest index known to meet, or -1; `above` the lowest known not to, or the grid's length)."""
+    """The next grid index to measure: the prediction's first probes while they lie inside the bracket, then
+    the bracket's midpoint (`below` the highest index known to meet, or -1; `above` the lowest known not to,
+    or the grid's length). A predicted knee above a load that already failed has nothing left to show."""
     while queue:
         index = queue.pop(0)
-        if index not in measured:
+        if index not in measured and below < index < above:
             return index
     if above - below > 1:
         return (below + above) // 2
@@ -160,10 +161,16 @@ def next_index(below: int, above: int, queue: list[int], measured: set[int]) -> 
 
 
 def run_search(plan: SearchPlan, runner: ProbeRunner, prediction: KneePrediction | None,
-               on_step: Callable[[StepResult], None] | None = None) -> SearchTrace:
-    """Measure steps until the bracket closes, an invalid step stops the search, or a probe cannot be run."""
+               on_step: Callable[[StepResult], None] | None = None, *,
+               predict_from: Callable[[StepResult], KneePrediction | None] | None = None) -> SearchTrace:
+    """Measure steps until the bracket closes, an invalid step stops the search, or a probe cannot be run.
+
+    `predict_from`: where nothing was predicted before the first run (the engine's capacity is known only
+    from a probe's record), the lowest load is measured first and the prediction made from its step."""
     below, above = -1, len(plan.values)
     queue, measured = first_indices(plan.values, prediction, plan.knob), set[int]()
+    if prediction is None and predict_from is not None:
+        queue = [0]
     steps: list[StepResult] = []
     while (index := next_index(below, above, queue, measured)) is not None:
         measured.add(index)
@@ -181,6 +188,9 @@ def run_search(plan: SearchPlan, runner: ProbeRunner, prediction: KneePrediction
             below = max(below, index)
         else:
             above = min(above, index)
+        if predict_from is not None and prediction is None and len(steps) == 1:
+            prediction = predict_from(step)
+            queue = [index for index in first_indices(plan.values, prediction, plan.knob) if below < index < above]
     return SearchTrace(plan=plan, prediction=prediction, steps=steps)
 
 

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from harness.errors import HarnessError
-from harness.inventory.frozen import Inventory, load_inventory
+from harness.inventory.frozen import load_inventory
 from harness.launch.engine_args import option_value
 from harness.launch.engine_process import EngineStartError, RunningEngine, local_engine
 from harness.launch.experiment import engine_limits, record_capacity, scrape_metrics, write_engine_record
@@ -27,26 +27,16 @@ from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
 from harness.measure.schedule import LoadShape
 from harness.observe.device import DeviceRecord, device_facts
-from harness.observe.server_logs import parse_startup_log
 from harness.paths import read_text
-from harness.predict.population import KneePrediction, predict_knee
 from harness.schema import RunFile
 from harness.search.answer import EngineFacts, answer, load_words, number
 from harness.search.driver import SearchPlan, StepResult, run_search
-from harness.search.probe import Knob, Probe
+from harness.search.facts import NoCapacityLogged, Sizing, engine_facts, predicted_knee, prediction_line
+from harness.search.probe import Knob, Probe, ProbeRunner
 from harness.search.report import SearchedConfiguration, SearchResult, failed_configuration
 from harness.track.tracking import LiveRun
 
 PROBE_FILE = "probe.json"  # the probe a run measured, beside its record
-
-
-# A knee is a population of requests in flight; the rate that keeps it there depends on how long each request
-# stays, which only a measurement shows. So a rate search bisects its range and the knee is only reported.
-RATE_NOT_BRACKETED = "; a rate search is not bracketed by it: its rates are bisected from the middle of the range"
-
-
-class NoCapacityLogged(HarnessError):
-    """The engine started but its log gives no blocks: a configuration the search cannot bracket or answer."""
 
 
 class Configuration(BaseModel):
@@ -96,41 +86,6 @@ def started_engine(configuration: Configuration, out: Path) -> Iterator[RunningE
         yield engine
 
 
-def engine_facts(engine: RunningEngine, inventory: Inventory, max_tokens: int | None) -> EngineFacts:
-    """The logged blocks and the limits the engine was started with, beside the inventory's requests."""
-    log = parse_startup_log(engine.log_path.read_text(encoding="utf-8", errors="replace"))
-    limits = engine_limits(engine.argv)
-    block_size = limits.get("block_size")
-    if not block_size and log.num_gpu_blocks and log.kv_cache_tokens:
-        block_size = log.kv_cache_tokens // log.num_gpu_blocks
-    # The CPU engine logs its cache in tokens only: whole blocks of the block size it was given.
-    blocks = log.num_gpu_blocks or (log.kv_cache_tokens // block_size if block_size and log.kv_cache_tokens else None)
-    if not blocks or not block_size:
-        raise NoCapacityLogged(f"{engine.log_path}: the engine logged neither num_gpu_blocks nor its KV cache's "
-                               "tokens and block size; the search needs its capacity")
-    device = device_facts()
-    return EngineFacts(num_gpu_blocks=blocks, block_size=int(block_size),
-                       max_num_seqs=limits.get("max_num_seqs"),
-                       kv_cache_bytes=log.kv_cache_memory_bytes or log.available_kv_cache_bytes,
-                       prompt_tokens=[prompt.prompt_tokens for prompt in inventory.prompts],
-                       output_tokens=output_tokens(inventory, max_tokens),
-                       conversation_ids=[prompt.conversation_id for prompt in inventory.prompts],
-                       gpu_memory_total_bytes=device.gpu_memory_total_bytes,
-                       gpu_memory_utilization=limits.get("gpu_memory_utilization") if device.gpu_name else None)
-
-
-def output_tokens(inventory: Inventory, max_tokens: int | None) -> list[int]:
-    """Each request's output at its largest: its output cap (--max-tokens when given)."""
-    return [max_tokens or prompt.output_cap_tokens for prompt in inventory.prompts]
-
-
-def predicted_knee(engine: EngineFacts, largest_concurrency: int) -> KneePrediction:
-    """The knee from the inventory's lengths and the engine's usable blocks (vLLM keeps one as its null block)."""
-    return predict_knee(engine.prompt_tokens, engine.output_tokens, block_size=engine.block_size,
-                        usable_blocks=engine.num_gpu_blocks - 1, max_num_seqs=engine.max_num_seqs,
-                        largest_concurrency=largest_concurrency, conversation_ids=engine.conversation_ids)
-
-
 class LocalProbeRunner:
     """Probes as runs against one started engine, each in `out/step-NN-repeat-R`, tracked offline."""
 
@@ -139,6 +94,7 @@ class LocalProbeRunner:
         self.engine, self.options, self.out = engine, options, out
         self.project, self.offline_root = project, offline_root
         self.limits = engine_limits(engine.argv)
+        self.api_key = option_value(engine.argv, "--api-key")
 
     def run(self, probe: Probe) -> Path:
         run_dir = self.out / f"step-{probe.step:02d}-repeat-{probe.repeat}"
@@ -148,8 +104,8 @@ class LocalProbeRunner:
                              name=f"search-{probe.search_id}-step-{probe.step}-repeat-{probe.repeat}")
         live.run.log_tags(probe.tags(), async_req=False)
         try:
-            run_load(config, inventory, run_dir, on_sample=live.on_sample,
-                     api_key=option_value(self.engine.argv, "--api-key"), max_num_seqs=self.limits.get("max_num_seqs"))
+            run_load(config, inventory, run_dir, on_sample=live.on_sample, api_key=self.api_key,
+                     max_num_seqs=self.limits.get("max_num_seqs"))
             self._engine_record(run_dir)
         except BaseException as error:
             live.finish(run_dir, failure=str(error) or type(error).__name__)
@@ -196,13 +152,16 @@ def search_configurations(
     """Each configuration's engine started once, its load searched on it, its answer given; next one. A
     configuration whose engine does not start (or logs no capacity) is recorded with its reason and log, as
     `harness sweep` records a failed point, and the next one is searched."""
-    inventory = load_inventory(local.options.inventory)
+    sizing = Sizing(inventory=load_inventory(local.options.inventory), max_tokens=local.options.max_tokens)
     results, failed = [], []
     for configuration in searched:
         out = local.out / f"point-{configuration.index}" if configuration.point else local.out
         try:
-            results.append(search_configuration(configuration, plan, local, inventory, out, announce=announce,
-                                                runner_class=runner_class))
+            with started_engine(configuration, out) as engine:
+                runner = runner_class(engine, local.options.model_copy(update={"base_url": engine.base_url}), out,
+                                      project=local.project, offline_root=local.offline_root)
+                facts = engine_facts(engine, sizing)
+                results.append(search_known(configuration, plan, runner, facts, announce, str(engine.log_path)))
         except (EngineStartError, NoCapacityLogged) as error:
             failure = failed_configuration(configuration.index, configuration.point, plan, str(error),
                                            out / RunFile.ENGINE_LOG)
@@ -211,31 +170,14 @@ def search_configurations(
     return SearchResult(search_id=plan.search_id, configurations=results, failed=failed)
 
 
-def search_configuration(
-    configuration: Configuration, plan: SearchPlan, local: LocalSearch, inventory: Inventory, out: Path, *,
-    announce: Callable[[str], None], runner_class: type[LocalProbeRunner],
-) -> SearchedConfiguration:
-    with started_engine(configuration, out) as engine:
-        facts = engine_facts(engine, inventory, local.options.max_tokens)
-        prediction = predicted_knee(facts, plan.most_in_flight)
-        announce(prediction_line(configuration, prediction, facts, plan.knob))
-        runner = runner_class(engine, local.options.model_copy(update={"base_url": engine.base_url}), out,
-                              project=local.project, offline_root=local.offline_root)
-        trace = run_search(plan, runner, prediction, on_step=lambda step: announce(step_line(plan, step)))
+def search_known(configuration: Configuration, plan: SearchPlan, runner: ProbeRunner, facts: EngineFacts,
+                 announce: Callable[[str], None], engine_log: str | None = None) -> SearchedConfiguration:
+    """One configuration searched from the knee its engine's facts predict, before any probe."""
+    prediction = predicted_knee(facts, plan.most_in_flight)
+    announce(prediction_line(configuration.point, prediction, facts, plan.knob))
+    trace = run_search(plan, runner, prediction, on_step=lambda step: announce(step_line(plan, step)))
     return SearchedConfiguration(index=configuration.index, point=configuration.point, trace=trace,
-                                 answer=answer(trace, facts), engine_log=str(engine.log_path))
-
-
-def prediction_line(configuration: Configuration, prediction: KneePrediction, facts: EngineFacts, knob: Knob) -> str:
-    where = ", ".join(f"{name}={value}" for name, value in configuration.point.items())
-    knee = "no limit binds in the range" if prediction.knee_concurrency is None else (
-        f"knee at concurrency {prediction.knee_concurrency} ({prediction.bound_by.value})")
-    preempts = "" if prediction.preemption_knee_concurrency is None else (
-        f", preemption from {prediction.preemption_knee_concurrency}")
-    return (f"{where + ': ' if where else ''}predicted {knee}: {facts.num_gpu_blocks - 1} usable blocks of "
-            f"{facts.block_size}, max_num_seqs {facts.max_num_seqs}; all requests fit at their largest up to "
-            f"concurrency {prediction.always_fits_up_to_concurrency}{preempts}"
-            + (RATE_NOT_BRACKETED if knob == Knob.RATE else ""))
+                                 answer=answer(trace, facts), engine_log=engine_log)
 
 
 def step_line(plan: SearchPlan, step: StepResult) -> str:

@@ -194,18 +194,22 @@ def search_outputs(result: SearchResult) -> dict[str, Any]:
             for name, value in configuration_outputs(configuration).items()}
 
 
-def track_search(result: SearchResult, files: dict[str, Path], *, project: str, offline_root: Path) -> str:
-    """The search as an offline Polyaxon run: the answer as outputs, the report and curves as artifacts."""
+def track_search(result: SearchResult, files: dict[str, Path], *, project: str, offline_root: Path | None) -> str:
+    """The search as a Polyaxon run (offline into `offline_root`, else in the API's project): the answer as
+    outputs, the report and curves as artifacts."""
     from polyaxon import tracking
 
     named = parse_project(project, "Polyaxon project")
     run_uuid = uuid.uuid4().hex
+    artifacts = None if offline_root is None else str(offline_root.resolve() / "runs" / run_uuid)
     run = polyaxon_call(f"cannot create a Polyaxon run in project '{named}'", lambda: tracking.init(
         owner=named.owner, project=named.name, run_uuid=run_uuid, is_new=True, name=f"search-{result.search_id}",
-        is_offline=True, artifacts_path=str(offline_root.resolve() / "runs" / run_uuid), collect_resources=False,
+        is_offline=offline_root is not None, artifacts_path=artifacts, collect_resources=False,
         track_code=False, track_env=False, track_logs=False))
-    run.log_tags([f"search-{result.search_id}", "capacity-search"], async_req=False)
-    run.log_outputs(**search_outputs(result))
+    polyaxon_call(f"cannot tag the search run {run_uuid}",
+                  lambda: run.log_tags([f"search-{result.search_id}", "capacity-search"], async_req=False))
+    polyaxon_call(f"cannot log the outputs of the search run {run_uuid}",
+                  lambda: run.log_outputs(**search_outputs(result), async_req=False))
     log_files(run, files)
     run.end()
     return run_uuid

@@ -18,8 +18,9 @@ from polyaxon.schemas import V1CompiledOperation
 from harness.inventory.build import build_token_id_inventory
 from harness.inventory.frozen import TokenIdRecipe, VocabularyRange, write_inventory
 from harness.launch.specs import load_operation, render
+from harness.measure.capacity_figures import CapacityFigures
 from harness.measure.client import ErrorClass
-from harness.measure.figures import CapacityFigures, EngineTime, read_run_figures
+from harness.measure.figures import EngineTime, read_run_figures
 from harness.measure.record import Slo
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load

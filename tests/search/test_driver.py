@@ -156,3 +156,24 @@ def test_a_probe_that_cannot_be_run_stops_the_search_keeping_the_steps_before(tm
     assert trace.stopped_reason == ("step 3 (concurrency 6) could not be run: cannot reach the engine at "
                                     "http://127.0.0.1:1: connection refused")
     assert value_of(trace.capacity) == 4.0 and trace.first_short is None
+
+
+def test_a_prediction_made_from_the_first_steps_record_orders_the_rest(tmp_path: Path) -> None:
+    runner = ScriptedRunner(tmp_path, slow_above(4))
+    seen: list[float] = []
+
+    def from_first(step: StepResult) -> KneePrediction:
+        seen.append(step.value)
+        return knee_at(5)
+
+    trace = run_search(plan(), runner, None, predict_from=from_first)
+    # the lowest load first (1, meets), then the predicted 4 and 5 (meets, fails): the bracket (4, 5) is closed
+    assert seen == [1.0] and [probe.value for probe in runner.probes] == [1.0, 4.0, 5.0]
+    assert trace.prediction == knee_at(5) and value_of(trace.capacity) == 4.0 and value_of(trace.first_short) == 5.0
+
+
+def test_a_first_step_that_fails_leaves_nothing_below_it_to_measure(tmp_path: Path) -> None:
+    runner = ScriptedRunner(tmp_path, slow_above(0))
+    trace = run_search(plan(), runner, None, predict_from=lambda step: knee_at(5))
+    # 1 fails: the predicted 4 and 5 lie above a load known to fail, so they are not measured
+    assert [probe.value for probe in runner.probes] == [1.0] and trace.capacity is None

@@ -88,8 +88,8 @@ def test_a_point_whose_engine_does_not_start_is_recorded_and_the_next_point_is_s
 def test_a_rate_search_answers_in_requests_per_second_with_open_loop_probes_under_the_cap(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    # The preset's engine: 31 usable blocks hold 3 of these requests, so with --max-concurrency 4 the predicted
-    # knee (4 in flight, the KV cache) is within the cap; but which rate keeps 4 in flight depends on how long
+    # The preset's engine: 31 usable blocks hold 3 of these requests at their largest, so with --max-concurrency 4
+    # preemption (from 4 in flight) is within the cap; but which rate keeps 4 in flight depends on how long
     # each request stays, so the prediction does not bracket the rates: bisection starts at the middle of
     # 1, 2, 3, 4 requests/s, index (-1 + 4) // 2 = 1, i.e. 2 requests/s. Each probe sends the cap's 4 warm-up
     # requests, then max(--min-requests 8, --turnovers 1 × 4) = 8 measured ones.
@@ -97,7 +97,7 @@ def test_a_rate_search_answers_in_requests_per_second_with_open_loop_probes_unde
     done = search(tiny_model_dir, [REPO_ROOT / "polyaxonfiles" / "vllm-service.yaml"], out, "--over", "rate",
                   "--low", "1", "--high", "4", "--max-concurrency", "4", "--turnovers", "1", "--min-requests", "8")
     assert done.returncode == 0, done.stderr[-3000:]  # a probe invalid twice (client stalled) exits 3
-    assert ("predicted knee at concurrency 4 (kv_cache)" in done.stderr
+    assert ("preemption from 4" in done.stderr
             and "a rate search is not bracketed by it: its rates are bisected from the middle of the range"
             in done.stderr), done.stderr
     assert "step 1: rate 2 requests/s, " in done.stderr

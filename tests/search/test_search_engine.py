@@ -109,7 +109,8 @@ def test_the_kv_knee_is_found_named_with_its_blocks_and_moved(swept) -> None:
     # from 4 (4 × 8 = 32 blocks > 31 usable)
     assert prediction.knee_concurrency == 6 and prediction.bound_by == "kv_cache"
     assert prediction.preemption_knee_concurrency == 4
-    assert [step.value for step in searched.trace.steps][:2] == [5.0, 6.0]
+    first, *rest = searched.trace.steps
+    assert first.value == 5.0 and (first.decision != Decision.MEETS or rest[0].value == 6.0)  # 6 unless 5 fell
     # vLLM's own counter: preemptions at every load measured from 4 on, none below
     preempted = {step.value: step_preemptions(step) for step in searched.trace.steps}
     assert {value: count > 0 for value, count in preempted.items()} == {value: value >= 4 for value in preempted}

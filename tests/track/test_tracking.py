@@ -21,7 +21,8 @@ from harness.inventory.build import build_token_id_inventory
 from harness.inventory.frozen import Inventory, TokenIdRecipe, VocabularyRange, write_inventory
 from harness.launch.experiment import measure
 from harness.loopback import free_port
-from harness.measure.figures import CapacityFigures, RunSummary
+from harness.measure.capacity_figures import CapacityFigures
+from harness.measure.figures import RunSummary
 from harness.measure.record import RunConfig
 from harness.measure.run_options import RunOptions, build_run_config
 from harness.measure.runner import run_load
