@@ -34,7 +34,7 @@ def kv_sweep(tmp_path: Path, values: list[int]) -> Path:
 def search(tiny_model_dir: Path, files: list[Path], out: Path, *options: str) -> subprocess.CompletedProcess[str]:
     args = [HARNESS, "search", *(word for path in files for word in ("-f", str(path))), "-f", str(LOCAL_CPU_PRESET),
             "-P", f"model={tiny_model_dir}", "-P", "enable_prefix_caching=false", "--inventory", str(INVENTORY),
-            "--slo-ttft-ms-p99", "400", "--out", str(out), *options]
+            "--slo-ttft-ms-p99", "400", "--local", "--out", str(out), *options]
     return subprocess.run(args, capture_output=True, text=True, timeout=900)
 
 
