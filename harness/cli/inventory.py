@@ -152,7 +152,7 @@ def prompts_import(
     if sample is not None and sample < 1:
         raise HarnessError(f"--sample: {sample} is not a positive number of records")
     if first_exchange and fmt != "sharegpt":
-        raise HarnessError(f"--first-exchange: a {fmt} import holds no conversations to cut")
+        raise HarnessError(f"--first-exchange: --format {fmt} holds no conversations to cut (only sharegpt does)")
     conversations = fmt == "sharegpt" and not first_exchange
     if fmt == "csv" or lengths_only:
         if vocab_high is None:

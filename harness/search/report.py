@@ -17,7 +17,7 @@ from harness.search.answer import SearchAnswer, number, outputs
 from harness.search.driver import SearchPlan, SearchTrace
 from harness.search.objective import AttainmentObjective, PercentileObjective
 from harness.search.probe import Knob
-from harness.track.tracking import log_files
+from harness.track.tracking import log_files, new_run
 
 
 def point_title(point: dict[str, Any]) -> str:
@@ -197,15 +197,8 @@ def search_outputs(result: SearchResult) -> dict[str, Any]:
 def track_search(result: SearchResult, files: dict[str, Path], *, project: str, offline_root: Path | None) -> str:
     """The search as a Polyaxon run (offline into `offline_root`, else in the API's project): the answer as
     outputs, the report and curves as artifacts."""
-    from polyaxon import tracking
-
-    named = parse_project(project, "Polyaxon project")
     run_uuid = uuid.uuid4().hex
-    artifacts = None if offline_root is None else str(offline_root.resolve() / "runs" / run_uuid)
-    run = polyaxon_call(f"cannot create a Polyaxon run in project '{named}'", lambda: tracking.init(
-        owner=named.owner, project=named.name, run_uuid=run_uuid, is_new=True, name=f"search-{result.search_id}",
-        is_offline=offline_root is not None, artifacts_path=artifacts, collect_resources=False,
-        track_code=False, track_env=False, track_logs=False))
+    run = new_run(parse_project(project, "Polyaxon project"), run_uuid, offline_root, f"search-{result.search_id}")
     polyaxon_call(f"cannot tag the search run {run_uuid}",
                   lambda: run.log_tags([f"search-{result.search_id}", "capacity-search"], async_req=False))
     polyaxon_call(f"cannot log the outputs of the search run {run_uuid}",

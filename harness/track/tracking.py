@@ -167,6 +167,13 @@ def _init(project: ProjectName, run_uuid: str, offline_root: Path | None, name: 
     if managed_run_uuid():  # a managed run: Polyaxon already knows who we are; CPU, memory and GPU series
         return polyaxon_call("cannot join this managed Polyaxon run",
                              lambda: tracking.init(collect_resources=True, **quiet))
+    return new_run(project, run_uuid, offline_root, name)
+
+
+def new_run(project: ProjectName, run_uuid: str, offline_root: Path | None, name: str | None) -> Any:
+    """A new run in `project`: offline under `offline_root/runs/<uuid>`, or on the API when it is None."""
+    from polyaxon import tracking
+
     # Outside the cluster the resources would be this machine's, not the engine's pod's. And a new run on
     # an API syncs through a sidecar thread that 2.18 closes twice at the end: the second close blocks
     # forever once that thread has died, which a run with resource collection on did here.
@@ -175,5 +182,5 @@ def _init(project: ProjectName, run_uuid: str, offline_root: Path | None, name: 
         f"cannot create a Polyaxon run in project '{project}'",
         lambda: tracking.init(owner=project.owner, project=project.name, run_uuid=run_uuid, is_new=True, name=name,
                               is_offline=offline_root is not None, artifacts_path=offline_path,
-                              collect_resources=False, **quiet),
+                              collect_resources=False, track_code=False, track_env=False, track_logs=False),
     )

@@ -135,7 +135,7 @@ def test_first_exchange_keeps_single_requests(tiny_model_dir: Path, tmp_path: Pa
         [(M1[0][0], 15, None), (M2[0][0], 19, None)]
     refused = harness("prompts", "import", str(FIXTURES / "counts.csv"), str(tmp_path / "x"), "--vocab-high", "2045",
                       "--first-exchange")
-    assert refused.returncode == 2 and "--first-exchange: a csv import holds no conversations" in refused.stderr
+    assert refused.returncode == 2 and "--first-exchange: --format csv holds no conversations" in refused.stderr
 
 
 def test_a_bad_later_turn_is_one_line_and_nothing_is_written(tiny_model_dir: Path, tmp_path: Path) -> None:
