@@ -116,7 +116,10 @@ def test_a_rate_search_answers_in_requests_per_second_with_open_loop_probes_unde
     lines = done.stdout.splitlines()
     capacity_words = "at least 4 requests/s" if capacity == 4.0 else f"{capacity:g} requests/s;"
     assert lines[0].startswith(f"max rate meeting p99 TTFT ≤ 400 ms: {capacity_words}"), lines[0]
-    if answer["first_short"] is not None:
+    if answer["first_short"] is not None and answer["first_short_reading"]["decision"] == "undecided":
+        # its interval straddled 400 ms through every repeat: the line says so, and no cause is claimed for it
+        assert f"; at {answer['first_short']:g} requests/s undecided: p99 is " in lines[0]
+    elif answer["first_short"] is not None:
         assert f"; at {answer['first_short']:g} requests/s p99 is " in lines[0]
         # measured here: a request holds its slot 1.5-1.9 s, so 4 slots admit 2.1-2.7 requests/s; at the first
         # rate short, requests wait for a slot (up to 760 ms at 2 requests/s), while counted from when their
