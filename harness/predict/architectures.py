@@ -3,11 +3,13 @@
 A config's fields can look like attention even when the model is not (a Qwen3 config relabelled
 `MambaForCausalLM` still has heads and head_dim), and a state-space model's fields are not the ones
 the calculator sizes. So the `architectures` field decides first: a name outside this list is refused
-by name, before any field is priced.
+by name, before any field is priced, and a name known not to fit the model is refused with the reason.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 from harness.errors import HarnessError
@@ -22,8 +24,25 @@ MODELLED_ARCHITECTURES = frozenset({
     "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration",
     "Phi3ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "JambaForCausalLM", "GptOssForCausalLM",
     "Glm4ForCausalLM", "GraniteForCausalLM", "Olmo2ForCausalLM", "Starcoder2ForCausalLM",
-    "Mistral3ForConditionalGeneration", "LlavaForConditionalGeneration",
+    "Mistral3ForConditionalGeneration", "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
+    "OPTForCausalLM", "GPT2LMHeadModel", "PhiForCausalLM", "InternLM2ForCausalLM", "Glm4MoeForCausalLM",
 })
+# Architectures vLLM serves whose memory this calculator would misstate, and why: refused by name, with the reason.
+REFUSED_ARCHITECTURES = {
+    "MllamaForConditionalGeneration": "its cross-attention layers keep each request's image tokens in a cache of "
+                                      "their own (vLLM's encoder-decoder cache), which is not sized here",
+    "Llama4ForConditionalGeneration": "three in four of its layers attend within chunks of attention_chunk_size "
+                                      "tokens (chunked local attention), a cache layout not sized here",
+    "InternVLChatModel": "the weights of its InternViT vision tower are not counted here",
+    "KimiVLForConditionalGeneration": "the weights of its MoonViT vision tower are not counted here",
+    "Phi3VForCausalLM": "the weights of its CLIP image processor are not counted here",
+    "MambaForCausalLM": "a pure state-space model: it keeps a fixed state per sequence, no KV cache to size",
+    "Mamba2ForCausalLM": "a pure state-space model: it keeps a fixed state per sequence, no KV cache to size",
+}
+# Families whose MLP is one up and one down projection (fc1/fc2, c_fc/c_proj), not a gated gate/up/down triple.
+UNGATED_MLP_ARCHITECTURES = frozenset({"OPTForCausalLM", "GPT2LMHeadModel", "PhiForCausalLM", "Starcoder2ForCausalLM"})
+# Field names some families use for what the calculator reads; GPT-2's come from its transformers config class.
+WIDTH_ALIASES = {"ffn_dim": "intermediate_size", "n_inner": "intermediate_size"}  # OPT's and GPT-2's MLP width
 
 
 def check_architectures(config: dict[str, Any], source: str, notes: list[str]) -> None:
@@ -34,6 +53,9 @@ def check_architectures(config: dict[str, Any], source: str, notes: list[str]) -
         return
     if not isinstance(declared, list) or not declared or not all(isinstance(name, str) for name in declared):
         raise HarnessError(f"{source}: field 'architectures' must be a list of names, got {declared!r}")
+    refused = [name for name in declared if name in REFUSED_ARCHITECTURES]
+    if refused:
+        raise HarnessError(f"{source}: architecture {refused[0]} is refused: {REFUSED_ARCHITECTURES[refused[0]]}")
     unsupported = [name for name in declared if name not in MODELLED_ARCHITECTURES]
     if unsupported:
         raise HarnessError(
@@ -42,3 +64,45 @@ def check_architectures(config: dict[str, Any], source: str, notes: list[str]) -
             "JambaForCausalLM; pure state-space models are not among them)"
         )
     notes.append(f"architecture {declared[0]}")
+
+
+def language_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's fields under the names the calculator reads, with its family's defaults where absent.
+
+    A multimodal config nests them (`text_config`); GPT-2 names them `n_embd`, `n_layer`, ... (its transformers
+    config class's `attribute_map` says which) and OPT its MLP width `ffn_dim`. A config that leaves out
+    `tie_word_embeddings` takes its family's default, which differs: True for GPT-2, OPT, Gemma and Starcoder2,
+    False for Llama or Qwen2 (read from the transformers config class, as the checkpoint loader reads it).
+    """
+    nested = config.get("text_config")
+    merged = {**config, **nested} if isinstance(nested, dict) else dict(config)
+    for alias, field in WIDTH_ALIASES.items():
+        if merged.get(field) is None and merged.get(alias) is not None:
+            merged[field] = merged[alias]
+    if "hidden_size" in merged and "tie_word_embeddings" in merged:
+        return merged  # most configs: nothing to look up, and transformers is not imported
+    family = _config_class(str(merged.get("model_type") or ""))
+    for field, alias in getattr(family, "attribute_map", {}).items():
+        if field not in merged and alias in merged:
+            merged[field] = merged[alias]
+    if "tie_word_embeddings" not in merged and isinstance(getattr(family, "tie_word_embeddings", None), bool):
+        merged["tie_word_embeddings"] = family.tie_word_embeddings
+    return merged
+
+
+def mlp_projections(config: dict[str, Any]) -> int:
+    """Weight matrices of hidden × intermediate in one dense MLP: 2 ungated (up, down), 3 gated (gate, up, down)."""
+    declared = config.get("architectures") or []
+    return 2 if any(name in UNGATED_MLP_ARCHITECTURES for name in declared) else 3
+
+
+@functools.cache
+def _config_class(model_type: str) -> Any:
+    """transformers' config class for a model_type, or None for one the installed release does not know."""
+    if not model_type:
+        return None
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # only configuration is read: no PyTorch needed
+    from transformers import CONFIG_MAPPING
+
+    # the mapping is lazy: only [] and `in` load a class (its dict's own .get would find nothing)
+    return CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None  # noqa: SIM401

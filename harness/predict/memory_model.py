@@ -21,6 +21,7 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.architectures import language_config, mlp_projections
 from harness.predict.non_torch import communicator_bytes, communicators_counted
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import (
@@ -110,8 +111,8 @@ class ModelSize(BaseModel):
 
 def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
     """Parameter counts from a config.json: attention (or MLA), dense or MoE MLP, embeddings."""
-    if isinstance(config.get("text_config"), dict):
-        config = {**config, **config["text_config"]}
+    projections = mlp_projections(config)
+    config = language_config(config)
     try:
         hidden, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
         heads = config["num_attention_heads"]
@@ -134,11 +135,11 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         shared = config.get("n_shared_experts") or 0
         dense_layers = config.get("first_k_dense_replace") or 0
         moe_mlp = 3 * hidden * expert_width * (experts + shared) + hidden * experts
-        mlp = dense_layers * 3 * hidden * dense_width + (layers - dense_layers) * moe_mlp
+        mlp = dense_layers * projections * hidden * dense_width + (layers - dense_layers) * moe_mlp
         routed = config.get("num_experts_per_tok") or config.get("experts_per_token") or 1
         expert_params = (layers - dense_layers) * 3 * hidden * expert_width * experts
     else:
-        mlp = layers * 3 * hidden * dense_width
+        mlp = layers * projections * hidden * dense_width
         expert_width = expert_params = shared = routed = dense_layers = 0
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
     return ModelSize(hidden=hidden, vocab=vocab, linear_params=layers * attention + mlp, expert_params=expert_params,

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness.errors import HarnessError
-from harness.predict.architectures import check_architectures
+from harness.predict.architectures import check_architectures, language_config
 
 SNAPSHOTS_DIR = Path(__file__).resolve().parents[1] / "snapshots"  # data of the package, beside its stages
 PINNED_MODEL = "Qwen/Qwen3-4B"
@@ -102,7 +102,7 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
     check_architectures(config, source, notes)
     if isinstance(config.get("text_config"), dict):
         notes.append("multimodal config: the text_config describes the language model's layers")
-        config = {**config, **config["text_config"]}
+    config = language_config(config)
     num_layers = _required_int(config, "num_hidden_layers", source)
     kinds = _layer_kinds(config, num_layers, source, notes)
     present = set(kinds)
@@ -280,7 +280,7 @@ def _shape(
         model_type=str(config.get("model_type") or text.get("model_type") or "unknown"),
         dtype=str(dtype),
         layers=layers,
-        max_position_embeddings=config.get("max_position_embeddings") or text.get("max_position_embeddings"),
+        max_position_embeddings=language_config(config).get("max_position_embeddings"),
         weights_bytes=weights[0],
         weights_source=weights[1],
         notes=notes,

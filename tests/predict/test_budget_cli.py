@@ -65,8 +65,13 @@ def write(path: Path, text: str | bytes) -> Path:
         ("nan GPU", ["--tokens", "4096", "--gpu-memory-gib", "nan"], "--gpu-memory-gib: must be a finite"),
         ("ancient engine", ["--tokens", "4096", "--engine-version", "0.1.0"], "engine version 0.1.0: the calculator"),
         ("relabelled Qwen3", ["--model", "{dir}/relabelled.json", "--tokens", "10"],
-         "unsupported architecture MambaForCausalLM"),
-        ("real Mamba", ["--model", "{dir}/mamba.json", "--tokens", "10"], "unsupported architecture MambaForCausalLM"),
+         "architecture MambaForCausalLM is refused: a pure state-space model"),
+        ("real Mamba", ["--model", "{dir}/mamba.json", "--tokens", "10"],
+         "architecture MambaForCausalLM is refused: a pure state-space model"),
+        ("chunked attention", ["--model", "{dir}/llama4.json", "--tokens", "10"],
+         "architecture Llama4ForConditionalGeneration is refused: three in four of its layers attend within chunks"),
+        ("unknown family", ["--model", "{dir}/unknown.json", "--tokens", "10"],
+         "unsupported architecture NoSuchForCausalLM"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
@@ -75,6 +80,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
     qwen3 = json.loads((SNAPSHOT / "config.json").read_text())
     write(tmp_path / "relabelled.json", json.dumps({**qwen3, "architectures": ["MambaForCausalLM"]}))
     write(tmp_path / "mamba.json", json.dumps(MAMBA_130M))
+    write(tmp_path / "llama4.json", json.dumps({**qwen3, "architectures": ["Llama4ForConditionalGeneration"]}))
+    write(tmp_path / "unknown.json", json.dumps({**qwen3, "architectures": ["NoSuchForCausalLM"]}))
     result = harness("budget", *[arg.format(dir=tmp_path) for arg in args])
     assert result.returncode == 2, case
     assert named in result.stderr
