@@ -1,7 +1,8 @@
 """GPU memory as vLLM sees it: the total CUDA reports, which is less than the card's printed size.
 
 vLLM multiplies this total (not the marketing size) by `gpu_memory_utilization`, so figures a real
-start-up log or CUDA error printed come first. Where no such figure was found, nvidia-smi's
+start-up log or CUDA error printed come first (torch's out-of-memory message prints the same device total
+vLLM reads, `a total capacity of X GiB`). Where no such figure was found, nvidia-smi's
 `memory.total` stands in and its source says so: it is the larger of the two (an H100 shows
 81,559 MiB = 79.65 GiB in nvidia-smi but 79.11-79.22 GiB in vLLM's logs), so those entries
 overstate the total by about half a GiB. A GPU that is not here is refused by name;
@@ -34,6 +35,14 @@ GPUS = {
                   source="`total_gpu_memory=23.58GiB`, https://github.com/vllm-project/vllm/issues/10517"),
         GpuMemory(name="A10-24GB", total_gib=22.18,
                   source="`a total capacity of 22.18 GiB`, https://github.com/OpenBMB/MiniCPM-V/issues/640"),
+        GpuMemory(name="RTX-4090", total_gib=23.64,
+                  source="torch's `a total capacity of 23.64 GiB`, https://github.com/ali-vilab/VGen/issues/104"),
+        GpuMemory(name="RTX-5090", total_gib=31.36,
+                  source="torch's `a total capacity of 31.36 GiB`, "
+                         "https://github.com/TrajectoryCrafter/TrajectoryCrafter/issues/20"),
+        GpuMemory(name="T4", total_gib=14.58,
+                  source="torch's `a total capacty of 14.58 GiB` on a Tesla T4, "
+                         "https://github.com/datawhalechina/self-llm/issues/162"),
         GpuMemory(name="A100-80GB", total_gib=80.0,
                   source=f"nvidia-smi `81920MiB`, {NVIDIA_SMI_TOTALS} (nvidia-smi's total, above CUDA's)"),
         GpuMemory(name="A100-40GB", total_gib=40.0,

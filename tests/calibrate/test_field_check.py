@@ -25,7 +25,7 @@ from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.server_logs import parse_startup_log
 from harness.predict.budget import predict_capacity
-from harness.predict.gpu_catalog import gpu_memory
+from harness.predict.gpu_catalog import GPUS, gpu_memory
 from harness.predict.memory_model import FITTED_CONSTANTS, model_size, weights_term
 from harness.predict.model_shape import load_model_shape
 from harness.units import GiB
@@ -232,6 +232,15 @@ def test_gpus_without_a_logged_total_say_their_figure_is_nvidia_smis() -> None:
     assert gpu_memory("a100-80gb").total_gib == 80.0 and "nvidia-smi" in gpu_memory("A100-80GB").source
     assert gpu_memory("L4").total_gib == 22.49 and "modal-client/pull/2797" in gpu_memory("L4").source
     assert "nvidia-smi" not in gpu_memory("H100-80GB").source
+
+
+
+def test_every_gpu_total_quotes_the_line_that_printed_it_and_where() -> None:
+    for gpu in GPUS.values():
+        quoted = re.search(r"`[^`]*?(\d[\d,]*(?:\.\d+)?) ?(GiB|MiB)[^`]*`", gpu.source)
+        assert quoted and "https://github.com/" in gpu.source, gpu.name
+        printed = float(quoted.group(1).replace(",", "")) / (1024 if quoted.group(2) == "MiB" else 1)
+        assert abs(printed - gpu.total_gib) < 0.01, gpu.name  # e.g. `143,771 MiB` / 1,024 = 140.40 GiB
 
 
 def test_a_log_without_a_profile_implies_its_overhead_from_total_weights_and_kv() -> None:
