@@ -45,6 +45,8 @@ from harness.units import GiB
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
 KV_TOKENS_TOLERANCE = 0.05
+# The issue's target for maximum concurrency at max_model_len: within one sequence or 2%, whichever is larger.
+CONCURRENCY_TOLERANCE_SEQUENCES, CONCURRENCY_TOLERANCE = 1.0, 0.02
 SAMPLER_GRID = np.arange(0.0, 100.0, 0.01)  # bytes per logit tried when fitting the PyTorch sampler's peak
 
 
@@ -78,6 +80,8 @@ class LaunchCheck(BaseModel):
     kv_tokens_predicted: int | None = None
     kv_tokens_logged: int | None = None
     kv_tokens_residual: float | None = None  # (predicted − logged) / logged
+    concurrency_predicted: float | None = None  # max_model_len requests the predicted cache holds
+    concurrency_logged: float | None = None  # as the log prints it, else the release's arithmetic on its memory
     fits_predicted: bool | None = None
     sampler_path: SamplerPath | None = None  # the formula that priced the sampler's warm-up, and its origin
     warmup: WarmupCheck | None = None  # the sampler's warm-up after the cache, with the log's graph figure
@@ -91,6 +95,14 @@ class SamplerFact(BaseModel):
     name: str
     source: str
     evidence: str | None = None
+
+
+def concurrency_within(launch: LaunchCheck) -> bool | None:
+    """Whether the predicted concurrency at max_model_len is within max(1 sequence, 2%) of the logged one."""
+    if launch.concurrency_predicted is None or launch.concurrency_logged is None:
+        return None
+    allowed = max(CONCURRENCY_TOLERANCE_SEQUENCES, CONCURRENCY_TOLERANCE * launch.concurrency_logged)
+    return abs(launch.concurrency_predicted - launch.concurrency_logged) <= allowed
 
 
 class CaseResult(BaseModel):
@@ -224,9 +236,12 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         return LaunchCheck(status=f"not modelled: {error}", held_back=held_back, terms=terms)
     logged_tokens = (log.kv_cache_tokens or log.kv_cache_tokens_at_failure
                      or (log.num_gpu_blocks * facts.block_size if log.num_gpu_blocks else None))
+    logged_concurrency = log.max_concurrency if log.max_concurrency_model_len == facts.max_model_len else None
     stage_bytes = _stage_memory(case, log.available_kv_cache_bytes_by_rank, log.available_kv_cache_bytes)
-    if logged_tokens is None and stage_bytes is not None:  # the release's arithmetic on the logged memory
-        logged_tokens = predict_from_memory(case, shape, stage_bytes).kv_cache_tokens
+    if stage_bytes is not None and (logged_tokens is None or logged_concurrency is None):
+        from_memory = predict_from_memory(case, shape, stage_bytes)  # the release's arithmetic on the logged memory
+        logged_tokens = from_memory.kv_cache_tokens if logged_tokens is None else logged_tokens
+        logged_concurrency = from_memory.max_concurrency if logged_concurrency is None else logged_concurrency
     residual = None
     if logged_tokens:
         residual = (prediction.kv_cache_tokens - logged_tokens) / logged_tokens
@@ -236,6 +251,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         status="scored", held_back=held_back, terms=terms, kv_bytes_predicted=waterfall.kv_bytes,
         kv_bytes_logged=log.available_kv_cache_bytes, kv_tokens_predicted=prediction.kv_cache_tokens,
         kv_tokens_logged=logged_tokens, kv_tokens_residual=residual,
+        concurrency_predicted=prediction.max_concurrency, concurrency_logged=logged_concurrency,
         fits_predicted=fits(prediction) and (warmup is None or warmup.verdict != "does not fit"),
         sampler_path=waterfall.sampler, warmup=warmup,
     )

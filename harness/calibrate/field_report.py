@@ -11,7 +11,13 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness.calibrate.field_check import KV_TOKENS_TOLERANCE, CaseResult, FieldReport, LaunchCheck
+from harness.calibrate.field_check import (
+    KV_TOKENS_TOLERANCE,
+    CaseResult,
+    FieldReport,
+    LaunchCheck,
+    concurrency_within,
+)
 from harness.units import GiB
 
 TERMS = ("weights", "activation_peak", "non_torch", "cuda_graphs")
@@ -28,6 +34,8 @@ class Score(BaseModel):
     fit_calls_right: int
     fit_calls: int
     launch_median_abs_residual: float | None  # median |predicted − logged| / logged KV tokens
+    concurrency_within: int  # predicted max_model_len concurrency within max(1 sequence, 2%) of the logged
+    concurrency_scored: int
 
 
 def score(cases: list[CaseResult], held_back_only: bool = True) -> Score:
@@ -35,6 +43,8 @@ def score(cases: list[CaseResult], held_back_only: bool = True) -> Score:
                  and (c.launch.held_back or not held_back_only)]
     calls = [c for c in cases if c.launch.fits_predicted is not None and (c.launch.held_back or not held_back_only)]
     logged = [c for c in cases if c.logged.status in ("exact", "off")]
+    concurrency = [within for c in cases if (c.launch.held_back or not held_back_only)
+                   and (within := concurrency_within(c.launch)) is not None]
     return Score(
         cases=len(cases),
         logged_exact=sum(c.logged.status == "exact" for c in logged), logged_scored=len(logged),
@@ -42,6 +52,7 @@ def score(cases: list[CaseResult], held_back_only: bool = True) -> Score:
         launch_scored=len(residuals),
         fit_calls_right=sum(c.launch.fits_predicted == c.cache_fit for c in calls), fit_calls=len(calls),
         launch_median_abs_residual=statistics.median(abs(r) for r in residuals) if residuals else None,
+        concurrency_within=sum(concurrency), concurrency_scored=len(concurrency),
     )
 
 
@@ -61,6 +72,10 @@ def summary_lines(report: FieldReport) -> list[str]:
         f"{every.launch_scored}",
         f"before launch, median absolute KV-token error: held-back {_percent(held.launch_median_abs_residual)}, "
         f"all scored {_percent(every.launch_median_abs_residual)}",
+        f"before launch, maximum concurrency at max_model_len within ±1 sequence or ±2% (the larger): held-back "
+        f"{held.concurrency_within} of {held.concurrency_scored} "
+        f"({_share(held.concurrency_within, held.concurrency_scored)}), all scored {every.concurrency_within} of "
+        f"{every.concurrency_scored}",
         f"fit / no-fit before launch: {every.fit_calls_right} of {every.fit_calls} right "
         f"(held-back: {held.fit_calls_right} of {held.fit_calls})",
         f"fit / no-fit from logged memory: {sum(c.logged.fits == c.cache_fit for c in logged_calls)} of "
@@ -107,7 +122,8 @@ def _number(value: float) -> str:
 def _launch_table(report: FieldReport) -> Table:
     table = _table("case", "set", "sampler (from): formula, origin", *[f"{t}_gib pred/logged" for t in TERMS],
                   "kv_gib pred/logged",
-                  "kv_tokens pred/logged", "residual_pct", "fits pred/real", title="Before launch")
+                  "kv_tokens pred/logged", "residual_pct", "max_concurrency pred/logged", "fits pred/real",
+                  title="Before launch")
     for case in report.cases:
         launch = case.launch
         sampler = f"{case.sampler.name} ({case.sampler.source})"
@@ -117,7 +133,7 @@ def _launch_table(report: FieldReport) -> Table:
                 else path.bytes_per_logit
             sampler += f": {path.path} {per_logit:.4g} B/logit, {path.origin}"
         if launch.status != "scored":
-            table.add_row(case.id, _set(case), sampler, *[""] * (len(TERMS) + 3), launch.status)
+            table.add_row(case.id, _set(case), sampler, *[""] * (len(TERMS) + 4), launch.status)
             continue
         terms = {t.name: t for t in launch.terms}
         table.add_row(
@@ -128,6 +144,8 @@ def _launch_table(report: FieldReport) -> Table:
             f"{launch.kv_tokens_predicted:,} / "
             + (f"{launch.kv_tokens_logged:,}" if launch.kv_tokens_logged else "—"),
             "—" if launch.kv_tokens_residual is None else f"{100 * launch.kv_tokens_residual:+.1f}",
+            " / ".join("—" if value is None else f"{value:,.2f}"
+                       for value in (launch.concurrency_predicted, launch.concurrency_logged)),
             f"{_yes(launch.fits_predicted)}{_warmup_risk(launch)} / {_yes(case.cache_fit)}",
         )
     return table

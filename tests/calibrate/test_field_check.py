@@ -12,8 +12,10 @@ import pytest
 
 from harness.calibrate.field_check import (
     FieldReport,
+    LaunchCheck,
     SamplerFact,
     check_logged,
+    concurrency_within,
     fit_constants,
     implied_overhead_bytes,
     run_field_check,
@@ -121,12 +123,26 @@ def test_before_launch_fit_calls_are_right_but_the_named_ones_and_the_score_is_p
     lines = summary_lines(report)
     assert lines[2].startswith("before launch, held-back cases: ")
     assert lines[3].startswith("before launch, median absolute KV-token error: held-back ")
+    assert lines[4].startswith("before launch, maximum concurrency at max_model_len within ±1 sequence or ±2% "
+                               f"(the larger): held-back {held.concurrency_within} of {held.concurrency_scored} ")
+    assert held.concurrency_scored >= 10
     # Six logs are the most any one source holds (three repositories hold six each): 6 of 128 = 4.7%, "5%".
     assert lines[-1].startswith("split by source: 94 sources, alternately fit and held back; the largest source "
                                 "holds 6 of 128 cases (5%): ")
     assert lines[-1].split("(5%): ")[1].split(", ") == [
         "github.com/dennislee22/vllm-benchmarking", "github.com/sostrowsk/dgx-spark-local-llm",
         "github.com/vllm-project/llm-compressor"]
+
+
+@pytest.mark.parametrize(("predicted", "logged", "within"), [
+    (5.54, 4.42, False),  # 4.42 requests: one sequence (more than 2% = 0.09) is allowed, 1.12 is not
+    (5.40, 4.42, True),   # 0.98 of a sequence
+    (870.0, 847.73, False),  # 848 requests: 2% = 16.95 is allowed, 22.27 is not
+    (862.0, 847.73, True),   # 14.27
+])
+def test_concurrency_is_within_one_sequence_or_two_percent_whichever_is_larger(predicted, logged, within) -> None:
+    launch = LaunchCheck(status="scored", held_back=True, concurrency_predicted=predicted, concurrency_logged=logged)
+    assert concurrency_within(launch) is within
 
 
 def test_shipped_constants_are_the_fit_on_the_fit_half_only(report) -> None:
