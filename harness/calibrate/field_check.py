@@ -231,7 +231,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
     terms = [TermCheck(name=t.name, predicted_bytes=t.bytes, logged_bytes=logged_terms.get(t.name),
                        subtracted=t.subtracted) for t in waterfall.terms]
     try:
-        prediction = predict_from_memory(case, shape, [waterfall.kv_bytes] * facts.pipeline_parallel_size)
+        prediction = predict_from_memory(case, shape, waterfall.stage_kv_bytes)
     except HarnessError as error:
         return LaunchCheck(status=f"not modelled: {error}", held_back=held_back, terms=terms)
     logged_tokens = (log.kv_cache_tokens or log.kv_cache_tokens_at_failure

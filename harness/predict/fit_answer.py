@@ -70,7 +70,7 @@ def answer_fit(
         pipeline_parallel_size=pipeline_parallel_size, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, checkpoint=checkpoint, gpu_name=gpu,
     )
-    stage_kv_bytes = [max(0, waterfall.kv_bytes)] * pipeline_parallel_size
+    stage_kv_bytes = [max(0, stage) for stage in waterfall.stage_kv_bytes]
     predict = partial(predict_pipeline_capacity, shape, stage_kv_bytes, block_size=block_size,
                       kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                       max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,

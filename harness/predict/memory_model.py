@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from harness.errors import HarnessError
 from harness.predict.architectures import language_config, mlp_projections
 from harness.predict.non_torch import communicator_bytes, communicators_counted
+from harness.predict.pipeline import layer_shares
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import (
     FLASHINFER_OPT_IN_SINCE,
@@ -85,6 +86,7 @@ class Waterfall(BaseModel):
     usable_bytes: int
     terms: list[Term]
     kv_bytes: int
+    stage_kv_bytes: list[int]  # each pipeline stage's KV memory (one entry without pipeline parallelism)
     profiling_tokens: int
     sampler_rows: int
     engine_version: str
@@ -326,17 +328,47 @@ def plan_waterfall(
     ]
     usable = int(total_bytes * gpu_memory_utilization)
     kv = usable - sum(term.bytes for term in terms if term.subtracted)
+    stage_kv = stage_kv_bytes(size, kv, weights.bytes, int(activation) - forward, dtype_bytes, tensor_parallel_size,
+                              pipeline_parallel_size)
     return Waterfall(
         total_bytes=total_bytes, total_source=total_source, gpu_memory_utilization=gpu_memory_utilization,
-        usable_bytes=usable, terms=terms, kv_bytes=kv, profiling_tokens=tokens, sampler_rows=rows,
+        usable_bytes=usable, terms=terms, kv_bytes=kv, stage_kv_bytes=stage_kv, profiling_tokens=tokens,
+        sampler_rows=rows,
         engine_version=str(version), sampler=path,
         assumptions=[f"{'V0' if v0 else 'V1'} engine accounting of vLLM {version}",
+                     *([] if pipeline_parallel_size == 1 else [
+                         f"pipeline stages of {' + '.join(map(str, layer_shares(size.layers, pipeline_parallel_size)))}"
+                         " layers, the input embedding on the first, the output layer and the sampler on the last: "
+                         f"KV memory {', '.join(f'{b / GiB:.2f}' for b in stage_kv)} GiB"]),
                      "weights: the checkpoint's own size" if checkpoint is not None else
                      "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
                      *([] if v0 or stated or path.path == "triton" or version >= FLASHINFER_OPT_IN_SINCE
                        else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
                               "image samples with FlashInfer, a smaller activation peak")])],
     )
+
+
+def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_excess_bytes: int, dtype_bytes: int,
+                   tensor_parallel_size: int, pipeline_parallel_size: int) -> list[int]:
+    """Each pipeline stage's KV memory, from the even split `kv_bytes` assumes.
+
+    Only the last stage computes logits and samples (its model has the lm_head, the others a PPMissingLayer,
+    and the profiling and warm-up runs sample `if get_pp_group().is_last_rank`), so the stages before it keep
+    the sampler's excess over the forward pass. Layers go by vLLM's split; the input embedding sits on the
+    first stage and the output layer on the last (its own copy even when tied).
+    """
+    if pipeline_parallel_size == 1:
+        return [kv_bytes]
+    embedding = size.vocab * size.hidden * dtype_bytes // tensor_parallel_size
+    layers_bytes = weights_bytes * pipeline_parallel_size - size.embedding_params * dtype_bytes // tensor_parallel_size
+    shares = layer_shares(size.layers, pipeline_parallel_size)
+    stages = []
+    for index, share in enumerate(shares):
+        ends = embedding * ((index == 0) + (index == pipeline_parallel_size - 1))
+        stage_weights = layers_bytes * share // size.layers + ends
+        sampler = 0 if index == pipeline_parallel_size - 1 else max(0, sampler_excess_bytes)
+        stages.append(kv_bytes + weights_bytes - stage_weights + sampler)
+    return stages
 
 
 # What `harness budget --field-check tests/fixtures/field` fits on the corpus's fit half (a test keeps

@@ -11,17 +11,21 @@ from harness.predict.budget import CapacityPrediction, predict_capacity
 from harness.predict.model_shape import ModelShape
 
 
-def pipeline_stages(shape: ModelShape, pipeline_parallel_size: int) -> list[ModelShape]:
-    """vLLM's layer split: equal shares, the remainder going to the stages before the last."""
-    count = len(shape.layers)
+def layer_shares(count: int, pipeline_parallel_size: int) -> list[int]:
+    """vLLM's layer split (`get_pp_indices`): equal shares, the remainder going to the stages before the last."""
     if not 1 <= pipeline_parallel_size <= count:
         raise HarnessError(f"pipeline_parallel_size must be between 1 and the model's {count} layers, "
                            f"got {pipeline_parallel_size}")
     shares = [count // pipeline_parallel_size] * pipeline_parallel_size
     for i in range(2, count % pipeline_parallel_size + 2):
         shares[-i] += 1
+    return shares
+
+
+def pipeline_stages(shape: ModelShape, pipeline_parallel_size: int) -> list[ModelShape]:
+    """One shape per stage, holding that stage's share of the layers."""
     stages, start = [], 0
-    for share in shares:
+    for share in layer_shares(len(shape.layers), pipeline_parallel_size):
         stages.append(shape.model_copy(update={"layers": shape.layers[start:start + share]}))
         start += share
     return stages

@@ -7,6 +7,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.predict.budget import predict_capacity
 from harness.predict.budget_plan import BudgetOptions, plan_budget
+from harness.predict.memory_model import model_size, stage_kv_bytes
 from harness.predict.model_shape import load_model_shape
 from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity, stage_memory
 
@@ -60,3 +61,21 @@ def test_budget_prices_the_first_stage_on_each_gpu() -> None:
     assert result.population_kv_bytes_raw == 16_515_072
     assert result.capacity is not None
     assert (result.capacity.num_blocks, result.capacity.kv_cache_tokens) == (47_144, 754_304)
+
+
+def test_each_stage_holds_its_layers_and_ends_and_only_the_last_samples() -> None:
+    # A 3-layer Llama: attention 1,024 × 128 × (16 + 16) = 4,194,304 and MLP 3 × 1,024 × 4,096 = 12,582,912 per
+    # layer, 50,331,648 in all; untied embeddings 2 × 32,000 × 1,024 = 65,536,000. Over 2 stages at 2 B a weight
+    # the even split is (50,331,648 + 65,536,000) × 2 / 2 = 115,867,648 B a GPU.
+    size = model_size({"architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "num_hidden_layers": 3,
+                       "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 4096,
+                       "vocab_size": 32000, "tie_word_embeddings": False})
+    kv = 10 * 1024**3  # 10,737,418,240 B left by the even split, with the sampler's peak on every stage
+    stages = stage_kv_bytes(size, kv, weights_bytes=115_867_648, sampler_excess_bytes=500_000_000, dtype_bytes=2,
+                            tensor_parallel_size=1, pipeline_parallel_size=2)
+    # Layers split 2 + 1, 100,663,296 B of them; each end holds one 32,000 × 1,024 × 2 = 65,536,000 B table.
+    # Stage 0: 67,108,864 + 65,536,000 = 132,644,864 B, 16,777,216 more than the even split, and no sampler:
+    # 10,737,418,240 − 16,777,216 + 500,000,000 = 11,220,641,024. Stage 1: 33,554,432 + 65,536,000 = 99,090,432 B,
+    # 16,777,216 less, and it samples: 10,737,418,240 + 16,777,216 = 10,754,195,456.
+    assert stages == [11_220_641_024, 10_754_195_456]
+    assert stage_kv_bytes(size, kv, 115_867_648, 500_000_000, 2, 1, 1) == [kv]  # one stage: the whole GPU's figure
