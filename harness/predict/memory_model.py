@@ -152,6 +152,12 @@ def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, te
                  pipeline_parallel_size: int = 1) -> Term:
     """Checkpoint bytes one GPU holds: linear layers (or only experts) in their stored format, the rest in the dtype.
 
+    A VL checkpoint's vision tower is held in the dtype, whatever the format. vLLM hands the tower its
+    quantization config, but AWQ leaves unquantized every module the checkpoint names in
+    `modules_to_not_convert` (awq.py and awq_marlin.py `get_quant_method`), where AWQ VL checkpoints name
+    the tower (`["visual"]`): the tower stays 16-bit. GPTQ's skip rules and an online `--quantization fp8`
+    of a 16-bit checkpoint, which would quantize the tower too, are not modelled.
+
     MXFP4 experts are held as vLLM lays them out for its Marlin kernel, the MoE path on GPUs without
     FP4 units (A100, H100; mxfp4.py `create_weights`, 0.10.1-0.11): each rank's expert width rounded
     up to 128 and the hidden size to 256, 4 bits per weight and one scale byte per 32.
@@ -172,9 +178,13 @@ def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, te
     total = (linear + size.embedding_params * dtype_bytes / tp) / pipeline_parallel_size
     scope = "expert" if key in EXPERTS_ONLY_FORMATS else "linear"
     fmt = f"{quantization} ({bits:g} bits per {scope} weight)" if quantization else f"{dtype_bytes} B per weight"
-    return Term(name="weights", bytes=int(total), subtracted=True,
-                source=f"{size.linear_params + size.embedding_params:,} parameters from config.json, {fmt}, "
-                       f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
+    source = (f"{size.linear_params + size.embedding_params:,} parameters from config.json, {fmt}, "
+              f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
+    if size.vision is not None:
+        total += size.vision.bytes_per_gpu(dtype_bytes, tp)
+        source += (f"; plus the {size.vision.name}'s {size.vision.split_params + size.vision.whole_params:,} "
+                   f"parameters in {dtype_bytes} B each, on every pipeline stage, its linears split over TP")
+    return Term(name="weights", bytes=int(total), subtracted=True, source=source)
 
 
 def _round_up(value: int, multiple: int) -> int:

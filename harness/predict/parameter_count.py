@@ -1,7 +1,7 @@
 """How many parameters a config.json describes, by part: what the weights and activation terms are sized from.
 
-Attention (or MLA), dense or MoE MLP with its shared experts, and embeddings, each counted as vLLM
-builds the layer.
+Attention (or MLA), dense or MoE MLP with its shared experts, embeddings, and a VL checkpoint's vision
+tower (`vision_tower.py`), each counted as vLLM builds the layer.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.vision_tower import VisionTower, vision_tower
 
 
 class ModelSize(BaseModel):
@@ -29,10 +30,12 @@ class ModelSize(BaseModel):
     top_k: int = 0  # routed experts per token
     shared_experts: int = 0
     shared_width: int = 0  # the shared experts' intermediate width together, per MoE layer
+    vision: VisionTower | None = None  # a VL checkpoint's image encoder, beside the decoder counted above
 
 
 def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
-    """Parameter counts from a config.json: attention (or MLA), dense or MoE MLP, embeddings."""
+    """Parameter counts from a config.json: attention (or MLA), dense or MoE MLP, embeddings, vision tower."""
+    vision = vision_tower(config, source)
     if isinstance(config.get("text_config"), dict):
         config = {**config, **config["text_config"]}
     try:
@@ -68,7 +71,8 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
                      embedding_params=embeddings, layers=layers,
                      dense_width=dense_width if dense_layers or not experts else 0,
                      moe_layers=layers - dense_layers if experts else 0, experts=experts or 0,
-                     expert_width=expert_width, top_k=routed, shared_experts=shared, shared_width=shared_width)
+                     expert_width=expert_width, top_k=routed, shared_experts=shared, shared_width=shared_width,
+                     vision=vision)
 
 
 def _shared_experts(config: dict[str, Any], expert_width: int, hidden: int) -> tuple[int, int, int]:
