@@ -10,7 +10,9 @@ whose text_config leaves the decoder's widths at transformers' LlamaConfig defau
 intermediate, 32 layers, 32 heads: src/transformers/models/llama/configuration_llama.py at
 008e574391258935f3ecc3035c882e73bbcac419); Qwen1.5-MoE-A2.7B's from transformers' Qwen2MoeConfig
 defaults, documented as that checkpoint's (src/transformers/models/qwen2_moe/configuration_qwen2_moe.py at
-008e574391258935f3ecc3035c882e73bbcac419).
+008e574391258935f3ecc3035c882e73bbcac419); Gemma 3 12B's from the Hugging Face config MaxText writes for it
+(https://github.com/AI-Hypercomputer/maxtext/blob/02b47fd815659b2d3119206cb25c05b5a0a74dbc/src/MaxText/utils/ckpt_conversion/utils/hf_model_configs.py
+`gemma3_12b_config`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ LLAVA_15_7B: dict[str, Any] = {
                     "num_attention_heads": 32, "vocab_size": 32064},
     "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096, "num_attention_heads": 16,
                       "model_type": "clip_vision_model", "num_hidden_layers": 24, "patch_size": 14},
+}
+GEMMA3_12B: dict[str, Any] = {
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "text_config": {"hidden_size": 3840, "intermediate_size": 15360, "num_hidden_layers": 48, "head_dim": 256,
+                    "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 262144},
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "num_attention_heads": 16,
+                      "model_type": "siglip_vision_model", "num_channels": 3, "num_hidden_layers": 27,
+                      "patch_size": 14, "vision_use_head": False},
 }
 QWEN15_MOE_A27B = {"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 5632,
                    "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
@@ -100,6 +110,21 @@ def test_llava_tower_stops_at_the_feature_layer_and_stays_16_bit_under_awq() -> 
     weights = weights_term(size, 2, "awq", 1)
     assert weights.bytes == 4_589_492_224
     assert "CLIP vision tower" in weights.source
+
+
+def test_gemma3_siglip_tower_is_what_the_vision_preset_adds_to_the_text_one() -> None:
+    # SigLIP, all 27 layers. Embeddings (whole): patch conv 3 × 14 × 14 × 1,152 = 677,376 + 1,152 bias +
+    # (896 / 14)² = 4,096 positions × 1,152 = 4,718,592: 5,397,120.
+    # A layer: qkv 1,152 × 3,456 + 3,456 = 3,984,768 and fc1 1,152 × 4,304 + 4,304 = 4,962,512 (column);
+    # out 1,152 × 1,152 = 1,327,104 and fc2 4,304 × 1,152 = 4,958,208 (row) + two 1,152 biases and two
+    # LayerNorms 4,608 (whole). Split 15,232,592, whole 6,912; × 27: 411,279,984 and 186,624.
+    # post_layernorm 2,304; no head (vision_use_head false); projector 1,152 × 3,840 + 1,152 RMSNorm =
+    # 4,424,832, whole. Whole 5,397,120 + 186,624 + 2,304 + 4,424,832 = 10,010,880; together 421,290,864,
+    # exactly what keras-hub's vision+text Gemma 3 12B preset adds to its text-only one: 12,187,079,280 −
+    # 11,765,788,416 (https://github.com/keras-team/keras-hub/blob/00d9f10a8e74d4f552ed50170b7dcadb65d3bd52/keras_hub/src/models/gemma3/gemma3_presets.py).
+    tower = vision_tower(GEMMA3_12B)
+    assert tower is not None
+    assert (tower.split_params, tower.whole_params) == (411_279_984, 10_010_880)
 
 
 def test_qwen2_moe_counts_its_shared_expert_and_its_gate() -> None:
