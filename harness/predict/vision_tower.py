@@ -154,6 +154,8 @@ def _feature_layers(config: dict[str, Any], v: dict[str, Any], default: int, sou
     total = _field(v, "num_hidden_layers", source)
     chosen = config.get("vision_feature_layer", default)
     indices = chosen if isinstance(chosen, list) else [chosen]
+    if not indices or not all(isinstance(index, int) and not isinstance(index, bool) for index in indices):
+        raise HarnessError(f"{source}: field 'vision_feature_layer' must be a layer index or a list of them")
     return max(total + index + 1 if index < 0 else index for index in indices)
 
 

@@ -156,3 +156,5 @@ def test_a_vision_config_missing_a_field_is_named() -> None:
     unknown = {**LLAVA_15_7B, "vision_config": {**LLAVA_15_7B["vision_config"], "model_type": "mystery"}}
     with pytest.raises(HarnessError, match=r"vision_config\.model_type 'mystery'"):
         model_size(unknown)
+    with pytest.raises(HarnessError, match="field 'vision_feature_layer'"):
+        model_size({**LLAVA_15_7B, "vision_feature_layer": "last"})
