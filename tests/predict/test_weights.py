@@ -12,7 +12,9 @@ intermediate, 32 layers, 32 heads: src/transformers/models/llama/configuration_l
 defaults, documented as that checkpoint's (src/transformers/models/qwen2_moe/configuration_qwen2_moe.py at
 008e574391258935f3ecc3035c882e73bbcac419); Gemma 3 12B's from the Hugging Face config MaxText writes for it
 (https://github.com/AI-Hypercomputer/maxtext/blob/02b47fd815659b2d3119206cb25c05b5a0a74dbc/src/MaxText/utils/ckpt_conversion/utils/hf_model_configs.py
-`gemma3_12b_config`).
+`gemma3_12b_config`); Qwen2.5-VL-72B's from torchtune's builder for it
+(https://github.com/pytorch/torchtune/blob/49698b248e5ac5fe4a5e46950a2bf9bb05caee9c/torchtune/models/qwen2_5_vision/_model_builders.py
+`qwen2_5_vl_72b`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ LLAVA_15_7B: dict[str, Any] = {
     "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096, "num_attention_heads": 16,
                       "model_type": "clip_vision_model", "num_hidden_layers": 24, "patch_size": 14},
 }
+QWEN25_VL_72B = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "hidden_size": 8192,
+                 "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+                 "intermediate_size": 29568, "vocab_size": 152064, "tie_word_embeddings": False,
+                 "vision_config": {**QWEN25_VL_7B_VISION, "intermediate_size": 3456, "out_hidden_size": 8192}}
 GEMMA3_12B: dict[str, Any] = {
     "architectures": ["Gemma3ForConditionalGeneration"],
     "text_config": {"hidden_size": 3840, "intermediate_size": 15360, "num_hidden_layers": 48, "head_dim": 256,
@@ -89,6 +95,20 @@ def test_qwen25_vl_7b_weights_hold_the_tower_beside_the_decoder() -> None:
     # PP=2: every stage builds the tower whole: 7,615,283,200 + 1,353,100,288 = 8,968,383,488.
     assert weights_term(model_size(_qwen25_vl_7b()), 2, None, 2).bytes == 8_293_507_328
     assert weights_term(model_size(_qwen25_vl_7b()), 2, None, 1, 2).bytes == 8_968_383_488
+
+
+def test_qwen25_vl_72b_tower_splits_over_tp_as_its_log_says() -> None:
+    # Tower: blocks as the 7B's with a 3,456-wide MLP: qkv 4,919,040 + proj 1,638,400 + gate_up
+    # 1,280 × 6,912 + 6,912 = 8,854,272 + down 3,456 × 1,280 = 4,423,680, split 19,835,392 a block, × 32 =
+    # 634,732,544; merger 26,219,520 + 5,120 × 8,192 = 41,943,040: split 702,895,104. Whole: 1,505,280
+    # patch + 32 × 5,120 + 1,280 + 8,192 = 1,678,592. TP=4: (702,895,104 / 4 + 1,678,592) × 2 B = 354,804,736.
+    # Decoder: (8,192 × 128 × (2·64 + 2·8) = 150,994,944 + 3 × 8,192 × 29,568 = 726,663,168) × 80 =
+    # 70,212,648,960, embeddings 2 × 152,064 × 8,192 = 2,491,416,576; × 2 B / 4 = 36,352,032,768.
+    # Sum 36,706,837,504 B = 34.19 GiB, 0.7% under the 34.4340 GiB each of v083-qwen25-vl-72b-a100-40gb-tp4's
+    # four workers logs; a tower held whole on each GPU (1,409,147,392 B) would put it 2.1% over.
+    weights = weights_term(model_size(QWEN25_VL_72B), 2, None, 4)
+    assert weights.bytes == 36_706_837_504
+    assert abs(weights.bytes / GiB - 34.4340) / 34.4340 < 0.01
 
 
 def test_llava_tower_stops_at_the_feature_layer_and_stays_16_bit_under_awq() -> None:
