@@ -30,13 +30,13 @@ from harness.predict.memory_model import (
     GRAPHS_RESERVED_SINCE,
     MemoryConstants,
     forward_peak_bytes,
-    model_size,
     plan_waterfall,
     profiling_batch,
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.non_torch import communicator_bytes, communicators_counted
+from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import SamplerPath, release_default_sampler, sampler_path

@@ -21,8 +21,9 @@ from harness.predict.budget import MAX_MEMORY_GIB, CapacityPrediction
 from harness.predict.budget_table import binary_size
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.kv_bytes import resolve_kv_dtype
-from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, model_size, plan_waterfall
+from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
 from harness.predict.model_shape import ModelShape
+from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity
 from harness.predict.releases import engine_release, runs_v0
 from harness.predict.warmup import WarmupCheck, check_warmup

@@ -21,8 +21,8 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.predict.architectures import language_config, mlp_projections
 from harness.predict.non_torch import communicator_bytes, communicators_counted
+from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import (
@@ -94,63 +94,6 @@ class Waterfall(BaseModel):
     assumptions: list[str]
 
 
-class ModelSize(BaseModel):
-    """The widths and parameter counts the weights and activation terms need."""
-
-    hidden: int
-    vocab: int
-    linear_params: int
-    expert_params: int = 0  # the routed experts' share of linear_params
-    embedding_params: int
-    layers: int
-    dense_width: int = 0  # intermediate_size of the dense MLP layers
-    moe_layers: int = 0
-    experts: int = 0  # routed experts per MoE layer
-    expert_width: int = 0  # moe_intermediate_size
-    top_k: int = 0  # routed experts per token
-    shared_experts: int = 0
-
-
-def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
-    """Parameter counts from a config.json: attention (or MLA), dense or MoE MLP, embeddings."""
-    projections = mlp_projections(config)
-    config = language_config(config)
-    try:
-        hidden, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
-        heads = config["num_attention_heads"]
-    except KeyError as missing:
-        raise HarnessError(f"{source}: field {missing} is needed to size the weights") from None
-    head_dim = config.get("head_dim") or hidden // heads
-    kv_heads = config.get("num_key_value_heads") or heads
-    if config.get("kv_lora_rank"):
-        nope, rope, v_dim = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
-        q_lora = config.get("q_lora_rank")
-        q = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
-        attention = q + hidden * (config["kv_lora_rank"] + rope) + config["kv_lora_rank"] * heads * (nope + v_dim)
-        attention += heads * v_dim * hidden
-    else:
-        attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    experts = config.get("num_experts") or config.get("n_routed_experts") or config.get("num_local_experts")
-    dense_width = config.get("intermediate_size") or 4 * hidden
-    if experts:
-        expert_width = config.get("moe_intermediate_size") or dense_width
-        shared = config.get("n_shared_experts") or 0
-        dense_layers = config.get("first_k_dense_replace") or 0
-        moe_mlp = 3 * hidden * expert_width * (experts + shared) + hidden * experts
-        mlp = dense_layers * projections * hidden * dense_width + (layers - dense_layers) * moe_mlp
-        routed = config.get("num_experts_per_tok") or config.get("experts_per_token") or 1
-        expert_params = (layers - dense_layers) * 3 * hidden * expert_width * experts
-    else:
-        mlp = layers * projections * hidden * dense_width
-        expert_width = expert_params = shared = routed = dense_layers = 0
-    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return ModelSize(hidden=hidden, vocab=vocab, linear_params=layers * attention + mlp, expert_params=expert_params,
-                     embedding_params=embeddings, layers=layers,
-                     dense_width=dense_width if dense_layers or not experts else 0,
-                     moe_layers=layers - dense_layers if experts else 0, experts=experts or 0,
-                     expert_width=expert_width, top_k=routed, shared_experts=shared)
-
-
 def forward_peak_bytes(size: ModelSize, tokens: int, tensor_parallel_size: int, dtype_bytes: int = 2) -> int:
     """The widest moment of one decoder layer in the profiling forward pass, on one rank.
 
@@ -211,6 +154,12 @@ def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, te
                  pipeline_parallel_size: int = 1) -> Term:
     """Checkpoint bytes one GPU holds: linear layers (or only experts) in their stored format, the rest in the dtype.
 
+    A VL checkpoint's vision tower is held in the dtype, whatever the format. vLLM hands the tower its
+    quantization config, but AWQ leaves unquantized every module the checkpoint names in
+    `modules_to_not_convert` (awq.py and awq_marlin.py `get_quant_method`), where AWQ VL checkpoints name
+    the tower (`["visual"]`): the tower stays 16-bit. GPTQ's skip rules and an online `--quantization fp8`
+    of a 16-bit checkpoint, which would quantize the tower too, are not modelled.
+
     MXFP4 experts are held as vLLM lays them out for its Marlin kernel, the MoE path on GPUs without
     FP4 units (A100, H100; mxfp4.py `create_weights`, 0.10.1-0.11): each rank's expert width rounded
     up to 128 and the hidden size to 256, 4 bits per weight and one scale byte per 32.
@@ -231,9 +180,13 @@ def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, te
     total = (linear + size.embedding_params * dtype_bytes / tp) / pipeline_parallel_size
     scope = "expert" if key in EXPERTS_ONLY_FORMATS else "linear"
     fmt = f"{quantization} ({bits:g} bits per {scope} weight)" if quantization else f"{dtype_bytes} B per weight"
-    return Term(name="weights", bytes=int(total), subtracted=True,
-                source=f"{size.linear_params + size.embedding_params:,} parameters from config.json, {fmt}, "
-                       f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
+    source = (f"{size.linear_params + size.embedding_params:,} parameters from config.json, {fmt}, "
+              f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
+    if size.vision is not None:
+        total += size.vision.bytes_per_gpu(dtype_bytes, tp)
+        source += (f"; plus the {size.vision.name}'s {size.vision.split_params + size.vision.whole_params:,} "
+                   f"parameters in {dtype_bytes} B each, on every pipeline stage, its linears split over TP")
+    return Term(name="weights", bytes=int(total), subtracted=True, source=source)
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -22,11 +22,11 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.predict.memory_model import (
     FITTED_CONSTANTS,
-    ModelSize,
     Waterfall,
     sampler_bytes,
     sampler_peak_bytes,
 )
+from harness.predict.parameter_count import ModelSize
 from harness.units import GiB
 
 WARMUP_AFTER_CACHE_SINCE = Version("0.8")  # the V1 engine; V0 captures graphs after the cache, no sampler

@@ -10,12 +10,12 @@ from packaging.version import Version
 from harness.predict.memory_model import (
     FITTED_CONSTANTS,
     forward_peak_bytes,
-    model_size,
     plan_waterfall,
     profiling_batch,
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import load_model_shape
+from harness.predict.parameter_count import model_size
 from harness.predict.sampler_peak import FLASHINFER_BYTES_PER_LOGIT
 from harness.units import GiB
 

@@ -1,0 +1,180 @@
+"""The weights term's parameter counts beyond a text decoder: vision towers and Qwen-style shared experts.
+
+Config fields come from public copies: Qwen2.5-VL-7B's vision tower from the module print-out in
+https://github.com/acproject/duorou/blob/11191b4f9dd928d67dcb3911a181c89024e2e256/docs/qwen2.5vl_graph.md
+(Conv3d(3, 1280, kernel (2, 14, 14)), 32 blocks, qkv 1280 → 3840, MLP 1280 → 3420, merger 5120 → 5120 → 3584),
+its decoder from tests/fixtures/field/configs/Qwen--Qwen2.5-7B-Instruct.json (the same 3,584-wide, 28-layer
+Qwen2.5 decoder); LLaVA-1.5-7B's from the copy of its hub config in
+https://github.com/tung2kg1/AI-Stock-Chart-Analysis/blob/61f63b568cf2def9b3e13740ee072bf3b48dac8a/llava-1.5-7b-hf/config.json,
+whose text_config leaves the decoder's widths at transformers' LlamaConfig defaults (4,096 hidden, 11,008
+intermediate, 32 layers, 32 heads: src/transformers/models/llama/configuration_llama.py at
+008e574391258935f3ecc3035c882e73bbcac419); Qwen1.5-MoE-A2.7B's from transformers' Qwen2MoeConfig
+defaults, documented as that checkpoint's (src/transformers/models/qwen2_moe/configuration_qwen2_moe.py at
+008e574391258935f3ecc3035c882e73bbcac419); Gemma 3 12B's from the Hugging Face config MaxText writes for it
+(https://github.com/AI-Hypercomputer/maxtext/blob/02b47fd815659b2d3119206cb25c05b5a0a74dbc/src/MaxText/utils/ckpt_conversion/utils/hf_model_configs.py
+`gemma3_12b_config`); Qwen2.5-VL-72B's from torchtune's builder for it
+(https://github.com/pytorch/torchtune/blob/49698b248e5ac5fe4a5e46950a2bf9bb05caee9c/torchtune/models/qwen2_5_vision/_model_builders.py
+`qwen2_5_vl_72b`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.errors import HarnessError
+from harness.predict.memory_model import weights_term
+from harness.predict.parameter_count import model_size
+from harness.predict.vision_tower import vision_tower
+from harness.units import GiB
+
+CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
+QWEN25_VL_7B_VISION = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "out_hidden_size": 3584,
+                       "patch_size": 14, "temporal_patch_size": 2, "in_chans": 3, "spatial_merge_size": 2,
+                       "num_heads": 16}
+LLAVA_15_7B: dict[str, Any] = {
+    "architectures": ["LlavaForConditionalGeneration"], "tie_word_embeddings": False, "vision_feature_layer": -2,
+    "text_config": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                    "num_attention_heads": 32, "vocab_size": 32064},
+    "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096, "num_attention_heads": 16,
+                      "model_type": "clip_vision_model", "num_hidden_layers": 24, "patch_size": 14},
+}
+QWEN25_VL_72B = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "hidden_size": 8192,
+                 "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+                 "intermediate_size": 29568, "vocab_size": 152064, "tie_word_embeddings": False,
+                 "vision_config": {**QWEN25_VL_7B_VISION, "intermediate_size": 3456, "out_hidden_size": 8192}}
+GEMMA3_12B: dict[str, Any] = {
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "text_config": {"hidden_size": 3840, "intermediate_size": 15360, "num_hidden_layers": 48, "head_dim": 256,
+                    "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 262144},
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "num_attention_heads": 16,
+                      "model_type": "siglip_vision_model", "num_channels": 3, "num_hidden_layers": 27,
+                      "patch_size": 14, "vision_use_head": False},
+}
+QWEN15_MOE_A27B = {"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 5632,
+                   "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+                   "vocab_size": 151936, "tie_word_embeddings": False, "num_experts": 60, "num_experts_per_tok": 4,
+                   "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632}
+
+
+def _qwen25_vl_7b() -> dict[str, Any]:
+    text = json.loads((CONFIGS / "Qwen--Qwen2.5-7B-Instruct.json").read_text())
+    return {**text, "architectures": ["Qwen2_5_VLForConditionalGeneration"], "vision_config": QWEN25_VL_7B_VISION}
+
+
+def test_qwen25_vl_7b_vision_tower_by_hand() -> None:
+    # Patch embedding (held whole): 3 channels × 2 frames × 14 × 14 × 1,280 = 1,505,280.
+    # A block: qkv 1,280 × 3,840 + 3,840 bias = 4,919,040 and gate_up 1,280 × 6,840 + 6,840 = 8,762,040
+    # (column-parallel, bias split); proj 1,280 × 1,280 = 1,638,400 and down 3,420 × 1,280 = 4,377,600
+    # (row-parallel) with their 1,280-wide biases whole; two RMSNorms 2 × 1,280. Split 19,697,080, whole
+    # 5,120; × 32 blocks: 630,306,560 and 163,840.
+    # Merger: ln_q 1,280 (whole); 5,120 × 5,120 + 5,120 = 26,219,520 (column); 5,120 × 3,584 = 18,350,080
+    # (row) + 3,584 bias (whole). Split 630,306,560 + 26,219,520 + 18,350,080 = 674,876,160; whole
+    # 1,505,280 + 163,840 + 1,280 + 3,584 = 1,673,984; together 676,550,144.
+    tower = vision_tower(_qwen25_vl_7b())
+    assert tower is not None
+    assert (tower.split_params, tower.whole_params) == (674_876_160, 1_673_984)
+    # TP=2 in bf16: (674,876,160 / 2 + 1,673,984) × 2 B = 339,112,064 × 2 = 678,224,128 B a GPU.
+    assert tower.bytes_per_gpu(2, 2) == 678_224_128
+
+
+def test_qwen25_vl_7b_weights_hold_the_tower_beside_the_decoder() -> None:
+    # Decoder: attention 3,584 × 128 × (2·28 + 2·4) = 29,360,128 and MLP 3 × 3,584 × 18,944 = 203,685,888
+    # per layer, × 28 = 6,525,288,448; embeddings 2 × 152,064 × 3,584 = 1,089,994,752; 7,615,283,200
+    # parameters, 15,230,566,400 B. Tower 676,550,144 × 2 B = 1,353,100,288. Sum 16,583,666,688 B =
+    # 15.445 GiB, 1.2% under the 15.6271 GiB v082-qwen25-vl-7b-h100-len128000 logs (14.185 GiB, 9.2%
+    # under, without the tower).
+    weights = weights_term(model_size(_qwen25_vl_7b()), 2, None, 1)
+    assert weights.bytes == 16_583_666_688
+    assert abs(weights.bytes / GiB - 15.6271) / 15.6271 < 0.02
+    assert "Qwen2.5-VL vision transformer's 676,550,144 parameters" in weights.source
+    # TP=2: half the decoder, 7,615,283,200 B, beside the tower's 678,224,128 B a GPU = 8,293,507,328.
+    # PP=2: every stage builds the tower whole: 7,615,283,200 + 1,353,100,288 = 8,968,383,488.
+    assert weights_term(model_size(_qwen25_vl_7b()), 2, None, 2).bytes == 8_293_507_328
+    assert weights_term(model_size(_qwen25_vl_7b()), 2, None, 1, 2).bytes == 8_968_383_488
+
+
+def test_qwen25_vl_72b_tower_splits_over_tp_as_its_log_says() -> None:
+    # Tower: blocks as the 7B's with a 3,456-wide MLP: qkv 4,919,040 + proj 1,638,400 + gate_up
+    # 1,280 × 6,912 + 6,912 = 8,854,272 + down 3,456 × 1,280 = 4,423,680, split 19,835,392 a block, × 32 =
+    # 634,732,544; merger 26,219,520 + 5,120 × 8,192 = 41,943,040: split 702,895,104. Whole: 1,505,280
+    # patch + 32 × 5,120 + 1,280 + 8,192 = 1,678,592. TP=4: (702,895,104 / 4 + 1,678,592) × 2 B = 354,804,736.
+    # Decoder: (8,192 × 128 × (2·64 + 2·8) = 150,994,944 + 3 × 8,192 × 29,568 = 726,663,168) × 80 =
+    # 70,212,648,960, embeddings 2 × 152,064 × 8,192 = 2,491,416,576; × 2 B / 4 = 36,352,032,768.
+    # Sum 36,706,837,504 B = 34.19 GiB, 0.7% under the 34.4340 GiB each of v083-qwen25-vl-72b-a100-40gb-tp4's
+    # four workers logs; a tower held whole on each GPU (1,409,147,392 B) would put it 2.1% over.
+    weights = weights_term(model_size(QWEN25_VL_72B), 2, None, 4)
+    assert weights.bytes == 36_706_837_504
+    assert abs(weights.bytes / GiB - 34.4340) / 34.4340 < 0.01
+
+
+def test_llava_tower_stops_at_the_feature_layer_and_stays_16_bit_under_awq() -> None:
+    # vision_feature_layer −2 of 24: llava.py builds 24 − 2 + 1 = 23 CLIP layers and no post-LayerNorm.
+    # Embeddings (whole): class 1,024 + patch conv 3 × 14 × 14 × 1,024 = 602,112 + (576 + 1) × 1,024
+    # positions = 590,848 + pre-LayerNorm 2,048 = 1,196,032.
+    # A layer: qkv 1,024 × 3,072 + 3,072 = 3,148,800 and fc1 1,024 × 4,096 + 4,096 = 4,198,400 (column);
+    # out 1,024 × 1,024 = 1,048,576 and fc2 4,096 × 1,024 = 4,194,304 (row) + two 1,024 biases and two
+    # LayerNorms 4,096 (whole). Split 12,590,080, whole 6,144; × 23: 289,571,840 and 141,312.
+    # Projector: 1,024 × 4,096 + 4,096 = 4,198,400 (column), 4,096 × 4,096 = 16,777,216 (row) + 4,096.
+    # Split 310,547,456; whole 1,196,032 + 141,312 + 4,096 = 1,341,440; together 311,888,896.
+    size = model_size(LLAVA_15_7B)
+    assert size.vision is not None
+    assert (size.vision.split_params, size.vision.whole_params) == (310_547_456, 1_341_440)
+    # AWQ: decoder linears 32 × (4,096 × 128 × 128 + 3 × 4,096 × 11,008) = 6,476,005,376 at 4.25 bits =
+    # 3,440,377,856 B; embeddings 2 × 32,064 × 4,096 × 2 B = 525,336,576; tower 311,888,896 × 2 B =
+    # 623,777,792. Sum 4,589,492,224 B = 4.274 GiB, 0.5% over the 4.2530 GiB v0102-llava15-7b-awq-16gib
+    # logs; a 4.25-bit tower would put it 9% under.
+    weights = weights_term(size, 2, "awq", 1)
+    assert weights.bytes == 4_589_492_224
+    assert "CLIP vision tower" in weights.source
+
+
+def test_gemma3_siglip_tower_is_what_the_vision_preset_adds_to_the_text_one() -> None:
+    # SigLIP, all 27 layers. Embeddings (whole): patch conv 3 × 14 × 14 × 1,152 = 677,376 + 1,152 bias +
+    # (896 / 14)² = 4,096 positions × 1,152 = 4,718,592: 5,397,120.
+    # A layer: qkv 1,152 × 3,456 + 3,456 = 3,984,768 and fc1 1,152 × 4,304 + 4,304 = 4,962,512 (column);
+    # out 1,152 × 1,152 = 1,327,104 and fc2 4,304 × 1,152 = 4,958,208 (row) + two 1,152 biases and two
+    # LayerNorms 4,608 (whole). Split 15,232,592, whole 6,912; × 27: 411,279,984 and 186,624.
+    # post_layernorm 2,304; no head (vision_use_head false); projector 1,152 × 3,840 + 1,152 RMSNorm =
+    # 4,424,832, whole. Whole 5,397,120 + 186,624 + 2,304 + 4,424,832 = 10,010,880; together 421,290,864,
+    # exactly what keras-hub's vision+text Gemma 3 12B preset adds to its text-only one: 12,187,079,280 −
+    # 11,765,788,416 (https://github.com/keras-team/keras-hub/blob/00d9f10a8e74d4f552ed50170b7dcadb65d3bd52/keras_hub/src/models/gemma3/gemma3_presets.py).
+    tower = vision_tower(GEMMA3_12B)
+    assert tower is not None
+    assert (tower.split_params, tower.whole_params) == (411_279_984, 10_010_880)
+
+
+def test_qwen2_moe_counts_its_shared_expert_and_its_gate() -> None:
+    # Qwen1.5-MoE-A2.7B, per layer: attention 2,048 × 128 × (2·16 + 2·16) = 16,777,216; routed experts
+    # 3 × 2,048 × 1,408 × 60 = 519,045,120; the shared expert 3 × 2,048 × 5,632 = 34,603,008; router
+    # 2,048 × 60 = 122,880 and the shared expert's gate 2,048 × 1 = 2,048. 570,550,272 × 24 layers =
+    # 13,693,206,528; embeddings 2 × 151,936 × 2,048 = 622,329,856. Total 14,315,536,384, the model card's
+    # "14.3B parameters in total" (its README as copied in
+    # https://github.com/ZHUI/paddlenlp_model_readme/blob/ffc26950e6a9f69fb01d7c9b64607770d729e56b/qwen/qwen1.5-moe-a2.7b/index.md).
+    size = model_size(QWEN15_MOE_A27B)
+    assert size.linear_params + size.embedding_params == 14_315_536_384
+    assert (size.shared_experts, size.shared_width) == (1, 5632)
+
+
+def test_deepseek_shared_experts_are_n_shared_times_the_expert_width() -> None:
+    # DeepSeek-V2-Lite: n_shared_experts 2 × moe_intermediate_size 1,408 = 2,816 wide, no gate.
+    size = model_size(json.loads((CONFIGS / "deepseek-ai--DeepSeek-V2-Lite.json").read_text()))
+    assert (size.shared_experts, size.shared_width) == (2, 2816)
+
+
+def test_a_text_only_config_has_no_tower() -> None:
+    assert model_size(json.loads((CONFIGS / "Qwen--Qwen2.5-7B-Instruct.json").read_text())).vision is None
+
+
+def test_a_vision_config_missing_a_field_is_named() -> None:
+    config = {**_qwen25_vl_7b(), "vision_config": {**QWEN25_VL_7B_VISION, "depth": None}}
+    with pytest.raises(HarnessError, match=r"field 'vision_config\.depth'"):
+        model_size(config)
+    unknown = {**LLAVA_15_7B, "vision_config": {**LLAVA_15_7B["vision_config"], "model_type": "mystery"}}
+    with pytest.raises(HarnessError, match=r"vision_config\.model_type 'mystery'"):
+        model_size(unknown)
+    with pytest.raises(HarnessError, match="field 'vision_feature_layer'"):
+        model_size({**LLAVA_15_7B, "vision_feature_layer": "last"})
