@@ -150,7 +150,8 @@ def predict_from_memory(case: FieldCase, shape: ModelShape, stage_bytes: list[in
         shape, stage_bytes, block_size=facts.block_size, max_model_len=facts.max_model_len,
         kv_cache_dtype=facts.kv_cache_dtype, tensor_parallel_size=facts.tensor_parallel_size,
         max_num_batched_tokens=facts.max_num_batched_tokens, engine_version=facts.vllm_version,
-        engine_generation=facts.engine)
+        engine_generation=facts.engine, prefix_caching=facts.enable_prefix_caching,
+        mtp_speculative_tokens=facts.speculative.num_speculative_tokens if facts.speculative else 0)
 
 
 def fits(prediction: CapacityPrediction) -> bool:
@@ -219,14 +220,17 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         return LaunchCheck(status=f"GPU memory not established ({case.facts.gpu or 'GPU not named'})",
                            held_back=held_back)
     facts, log = case.facts, case.parsed()
-    waterfall = plan_waterfall(
-        config, constants, total_bytes=total[0], total_source=total[1],
-        gpu_memory_utilization=facts.gpu_memory_utilization, max_model_len=facts.max_model_len,
-        engine_version=facts.vllm_version, dtype_bytes=2, quantization=facts.quantization,
-        tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
-        max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
-        engine_generation=facts.engine, gpu_name=facts.gpu, sampler=_known_sampler(case),
-    )
+    try:  # a checkpoint format the weights are not priced for leaves the case unscored, not the corpus
+        waterfall = plan_waterfall(
+            config, constants, total_bytes=total[0], total_source=total[1],
+            gpu_memory_utilization=facts.gpu_memory_utilization, max_model_len=facts.max_model_len,
+            engine_version=facts.vllm_version, dtype_bytes=2, quantization=facts.quantization,
+            tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
+            max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
+            engine_generation=facts.engine, gpu_name=facts.gpu, sampler=_known_sampler(case),
+        )
+    except HarnessError as error:
+        return LaunchCheck(status=f"not modelled: {error}", held_back=held_back)
     logged_terms = logged_term_bytes(log)
     terms = [TermCheck(name=t.name, predicted_bytes=t.bytes, logged_bytes=logged_terms.get(t.name),
                        subtracted=t.subtracted) for t in waterfall.terms]

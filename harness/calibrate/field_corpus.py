@@ -55,6 +55,13 @@ def _release(text: str) -> str:
 DType = Annotated[str, pydantic.AfterValidator(_kv_dtype)]
 
 
+class Speculative(pydantic.BaseModel, extra="forbid"):
+    """The speculative decoding a start ran with; only MTP's drafter layers are sized (the model's own)."""
+
+    method: Literal["mtp"]
+    num_speculative_tokens: int = pydantic.Field(ge=1, le=64)
+
+
 class CaseFacts(pydantic.BaseModel, extra="forbid"):
     vllm_version: Annotated[str, pydantic.AfterValidator(_release)]
     model: str
@@ -73,6 +80,8 @@ class CaseFacts(pydantic.BaseModel, extra="forbid"):
     block_size: Count = 16
     engine: Literal["V0", "V1"] | None = None  # when the release could run either
     sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's top-k/top-p sampler as the thread states it
+    enable_prefix_caching: bool = False  # as the arguments state it; what it changes is a hybrid's state blocks
+    speculative: Speculative | None = None
     started: bool = True
     failed_after_cache_sized: bool = False  # the cache held a full-length request; the start failed later
 

@@ -16,10 +16,11 @@ from harness.errors import HarnessError
 
 # Decoders whose KV cache is fully described by the fields model_shape reads: heads, head_dim or
 # hidden_size, sliding-window layouts, MLA latents, and the two hybrid state layouts it sizes
-# (Jamba's Mamba-1 layers, Qwen3-Next's gated delta net).
+# (Jamba's Mamba-1 layers, the gated delta net of Qwen3-Next and Qwen3.5, whose configs nest it in text_config).
 MODELLED_ARCHITECTURES = frozenset({
     "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
     "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
     "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
     "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration",
     "Phi3ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "JambaForCausalLM", "GptOssForCausalLM",

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from harness.errors import HarnessError
 from harness.predict.kv_bytes import layer_bytes_per_token, layer_state_bytes, resolve_kv_dtype
 from harness.predict.model_shape import LayerKind, LayerSpec, ModelShape
-from harness.predict.releases import DERIVED_TOKENS_SINCE, engine_release, runs_v0
+from harness.predict.releases import DERIVED_TOKENS_SINCE, WIDE_GROUP_PADDING_SINCE, engine_release, runs_v0
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows
@@ -132,9 +132,10 @@ def estimate_budget(
     population = population.validated()
     _check_positive(tensor_parallel_size=tensor_parallel_size, block_size=block_size)
     dtype, element = resolve_kv_dtype(kv_cache_dtype, shape.dtype)
+    model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     layers = _effective_layers(shape.layers, hybrid_kv_manager)
     token_bytes = [layer_bytes_per_token(layer, element, tensor_parallel_size) for layer in layers]
-    state_bytes = [layer_state_bytes(layer, element, tensor_parallel_size) for layer in layers]
+    state_bytes = [layer_state_bytes(layer, model_element, tensor_parallel_size) for layer in layers]
     sequences = []
     for tokens, count in sorted(Counter(population.sequence_tokens).items()):
         raw = padded = 0
@@ -194,20 +195,31 @@ def predict_capacity(
     hybrid_kv_manager: bool = True,
     available_kv_source: str = "given",
     engine_generation: str | None = None,
+    mtp_speculative_tokens: int = 0,
+    prefix_caching: bool = False,
 ) -> CapacityPrediction:
     """Blocks, tokens and maximum concurrency as vLLM computes and logs them at start-up.
 
     The V0 engine (every release before 0.8, and 0.8-0.10 when V1 is switched off) logs its block
     count and a concurrency of blocks × block_size / max_model_len, with no whole-block rounding.
+    MTP drafting (`mtp_speculative_tokens` > 0) caches the model's MTP layers too and widens its state;
+    prefix caching keeps a second state block per request in each state group.
     """
     _check_positive(block_size=block_size, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size)
     if available_kv_bytes < 0:
         raise HarnessError(f"available KV memory must not be negative, got {available_kv_bytes} bytes")
     version = engine_release(engine_version)
     _, element = resolve_kv_dtype(kv_cache_dtype, shape.dtype)
-    layers = _effective_layers(shape.layers, hybrid_kv_manager)
+    model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     assumptions = [f"grouping and log rules of vLLM {version}"]
-    block_size = _state_block_size(layers, element, tensor_parallel_size, block_size, assumptions)
+    layers = _effective_layers(shape.layers, hybrid_kv_manager) + _mtp_layers(shape, mtp_speculative_tokens,
+                                                                              assumptions)
+
+    def state_bytes(layer: LayerSpec) -> int:
+        return layer_state_bytes(layer, model_element, tensor_parallel_size, mtp_speculative_tokens)
+
+    block_size = _state_block_size(layers, element, tensor_parallel_size, block_size, state_bytes, assumptions)
+    state_blocks = _state_blocks_per_request(layers, prefix_caching, mtp_speculative_tokens, assumptions)
     batched = max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
     if max_num_batched_tokens is None and any(layer.kind is LayerKind.SLIDING_WINDOW for layer in layers):
         assumptions.append(f"max_num_batched_tokens {batched} (sizes sliding-window blocks per request)")
@@ -215,12 +227,12 @@ def predict_capacity(
     def page(layer: LayerSpec) -> int:
         if layer.kind is LayerKind.STATE:  # padded to one attention page, if there is attention
             attention = max(layer_bytes_per_token(x, element, tensor_parallel_size) for x in layers)
-            return block_size * attention or layer_state_bytes(layer, element, tensor_parallel_size)
+            return block_size * attention or state_bytes(layer)
         return block_size * layer_bytes_per_token(layer, element, tensor_parallel_size)
 
     def blocks_per_request(layer: LayerSpec) -> int:
         if layer.kind is LayerKind.STATE:
-            return 1
+            return state_blocks
         if layer.kind is LayerKind.SLIDING_WINDOW:
             return math.ceil(min(layer.window - 1 + batched, max_model_len) / block_size) + 1
         return math.ceil(max_model_len / block_size)
@@ -234,10 +246,8 @@ def predict_capacity(
     if v0:
         assumptions.append("V0 engine: concurrency = blocks × block_size / max_model_len")
         max_concurrency = num_blocks * block_size / max_model_len
-    if version >= DERIVED_TOKENS_SINCE:
-        tokens = int(max_concurrency * max_model_len)
-    else:
-        tokens = num_blocks // groups * block_size
+    tokens = (int(max_concurrency * max_model_len) if version >= DERIVED_TOKENS_SINCE
+              else num_blocks // groups * block_size)
     return CapacityPrediction(
         available_kv_bytes=available_kv_bytes,
         available_kv_source=available_kv_source,
@@ -272,7 +282,7 @@ def _block_groups(
         raise HarnessError(f"{model_name}: hybrid layers with different page sizes {sorted(pages)} are not modelled")
     sizes = Counter((layer.kind, layer.window_tokens) for layer in layers)
     group_size = min(sizes.values())
-    if max(sizes.values()) < group_size * (1.5 if version >= DERIVED_TOKENS_SINCE else 1.25):
+    if max(sizes.values()) < group_size * (1.5 if version >= WIDE_GROUP_PADDING_SINCE else 1.25):
         group_size = max(sizes.values())
     groups_by_kind = {key: math.ceil(count / group_size) for key, count in sizes.items()}
     groups = sum(groups_by_kind.values())
@@ -281,6 +291,34 @@ def _block_groups(
     assumptions.append(f"hybrid KV cache: {groups} groups of {group_size} layers sharing one block pool")
     return groups, pages.pop() * group_size, per_request
 
+
+
+def _mtp_layers(shape: ModelShape, speculative_tokens: int, assumptions: list[str]) -> list[LayerSpec]:
+    """The full-attention layers an MTP drafter adds to the KV cache: the config's mtp_num_hidden_layers."""
+    if speculative_tokens < 0:
+        raise HarnessError(f"mtp_speculative_tokens must not be negative, got {speculative_tokens}")
+    if not speculative_tokens:
+        return []
+    if not shape.mtp_layers:
+        raise HarnessError(f"{shape.name}: MTP drafting asked for, but the config has no mtp_num_hidden_layers")
+    attention = next((x for x in shape.layers if x.kind is LayerKind.FULL_ATTENTION), None)
+    if attention is None:
+        raise HarnessError(f"{shape.name}: MTP drafting asked for, but the model has no full-attention layer to copy")
+    assumptions.append(f"MTP drafting {speculative_tokens} tokens: {shape.mtp_layers} more full-attention layer(s)")
+    return [attention] * shape.mtp_layers
+
+
+def _state_blocks_per_request(
+    layers: list[LayerSpec], prefix_caching: bool, speculative_tokens: int, assumptions: list[str]
+) -> int:
+    """Blocks one request holds in a state group, as vLLM's MambaSpec.max_memory_usage_bytes counts them
+    (vllm/v1/kv_cache_interface.py at 001cabc1): one, two when prefix caching keeps an aligned copy (its
+    'align' mode), plus one per speculative token."""
+    blocks = (2 if prefix_caching else 1) + speculative_tokens
+    if any(layer.kind is LayerKind.STATE for layer in layers) and blocks > 1:
+        assumptions.append(f"{blocks} state blocks per request in each state group"
+                           + (" (prefix caching)" if prefix_caching else ""))
+    return blocks
 
 
 def _effective_layers(layers: list[LayerSpec], hybrid_kv_manager: bool) -> list[LayerSpec]:
@@ -334,10 +372,11 @@ def _kinds(layers: list[LayerSpec], token_bytes: list[int], state_bytes: list[in
 
 
 def _state_block_size(
-    layers: list[LayerSpec], element: int, tensor_parallel_size: int, block_size: int, assumptions: list[str]
+    layers: list[LayerSpec], element: int, tensor_parallel_size: int, block_size: int,
+    state_bytes: Callable[[LayerSpec], int], assumptions: list[str],
 ) -> int:
     """vLLM raises the attention block size of Mamba hybrids until one attention page holds one state."""
-    states = [layer_state_bytes(x, element, tensor_parallel_size) for x in layers if x.kind is LayerKind.STATE]
+    states = [state_bytes(x) for x in layers if x.kind is LayerKind.STATE]
     per_token = [layer_bytes_per_token(x, element, tensor_parallel_size)
                  for x in layers if x.kind is not LayerKind.STATE]
     if not states or not per_token:
@@ -364,7 +403,8 @@ def _budget_assumptions(
             else "sliding-window layers hold the whole sequence (hybrid KV manager disabled)"
         )
     if LayerKind.STATE in kinds:
-        notes.append("state layers: one fixed state per sequence in the model's dtype, split over ranks")
+        notes.append("state layers: one fixed state per sequence in the model's dtype (a recurrent state in the "
+                     "config's mamba_ssm_dtype where it names one), split over ranks")
     if population.shared_prefix_tokens:
         notes.append("shared prefix stored once (prefix caching), whole blocks only, attention layers only")
     if shape.weights_bytes is None:

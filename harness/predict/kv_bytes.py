@@ -42,5 +42,15 @@ def layer_bytes_per_token(layer: LayerSpec, element_bytes: int, tensor_parallel_
     return 2 * kv_heads_per_rank(layer.kv_heads, tensor_parallel_size) * layer.head_dim * element_bytes
 
 
-def layer_state_bytes(layer: LayerSpec, element_bytes: int, tensor_parallel_size: int) -> int:
-    return math.ceil(layer.state_elements / tensor_parallel_size) * element_bytes
+def layer_state_bytes(
+    layer: LayerSpec, model_element_bytes: int, tensor_parallel_size: int, speculative_tokens: int = 0
+) -> int:
+    """One sequence's state in one state layer, channels and heads split over ranks.
+
+    The state follows the model's dtype, not the KV cache's (vLLM's mamba_cache_dtype 'auto'), and its
+    conv window holds one more input per speculative token (gated_delta_net_state_shape and _dtype in
+    vllm/model_executor/layers/mamba/mamba_utils.py at 02d71083).
+    """
+    conv = math.ceil(layer.conv_channels / tensor_parallel_size) * (layer.conv_width + speculative_tokens)
+    ssm_bytes = KV_DTYPE_BYTES[layer.ssm_dtype] if layer.ssm_dtype else model_element_bytes
+    return conv * model_element_bytes + math.ceil(layer.ssm_elements / tensor_parallel_size) * ssm_bytes

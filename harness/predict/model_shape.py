@@ -26,6 +26,7 @@ SNAPSHOTS_DIR = Path(__file__).resolve().parents[1] / "snapshots"  # data of the
 PINNED_MODEL = "Qwen/Qwen3-4B"
 PINNED_REVISION = "1cfa9a7208912126459214e8b04321603b3df60c"
 INDEX_FILE = "model.safetensors.index.json"
+SSM_DTYPES = frozenset({"float32", "bfloat16", "float16"})  # what a config's mamba_ssm_dtype may name
 
 
 class LayerKind(StrEnum):
@@ -36,14 +37,22 @@ class LayerKind(StrEnum):
 
 
 class LayerSpec(BaseModel, frozen=True):
-    """What one layer keeps per token (attention, MLA) or per sequence (state layers)."""
+    """What one layer keeps per token (attention, MLA) or per sequence (state layers).
+
+    A state layer keeps a convolution window (`conv_channels` × `conv_width` past inputs) and a recurrent or
+    SSM state (`ssm_elements`); the window is in the model's dtype, the state in `ssm_dtype` where the config
+    fixes one (Qwen3.5's `mamba_ssm_dtype: float32`), else in the model's dtype too.
+    """
 
     kind: LayerKind
     kv_heads: int = 0
     head_dim: int = 0
     window_tokens: int | None = None
     latent_dim: int = 0
-    state_elements: int = 0
+    conv_channels: int = 0
+    conv_width: int = 0
+    ssm_elements: int = 0
+    ssm_dtype: str | None = None
 
     @property
     def window(self) -> int:
@@ -64,6 +73,7 @@ class ModelShape(BaseModel):
     weights_bytes: int | None
     weights_source: str | None
     notes: list[str]
+    mtp_layers: int = 0  # the config's multi-token-prediction layers: KV-cache layers only when MTP drafts
     config: dict[str, Any] = Field(default_factory=dict, exclude=True)  # the raw config, for the memory model
 
     @property
@@ -192,25 +202,36 @@ def _attention_spec(config: dict[str, Any], source: str, notes: list[str]) -> La
 
 
 def _state_spec(config: dict[str, Any], source: str, notes: list[str]) -> LayerSpec:
-    """Elements of the conv + recurrent state one sequence keeps in one state layer."""
-    if "linear_key_head_dim" in config:  # Qwen3-Next gated delta net
+    """The conv window and recurrent state one sequence keeps in one state layer."""
+    if "linear_key_head_dim" in config:  # Qwen3-Next / Qwen3.5 gated delta net
         key_dim = _required_int(config, "linear_num_key_heads", source) * _required_int(
             config, "linear_key_head_dim", source
         )
         value_heads = _required_int(config, "linear_num_value_heads", source)
         value_head_dim = _required_int(config, "linear_value_head_dim", source)
         kernel = _required_int(config, "linear_conv_kernel_dim", source)
-        conv = (2 * key_dim + value_heads * value_head_dim) * (kernel - 1)
         recurrent = value_heads * _required_int(config, "linear_key_head_dim", source) * value_head_dim
-        notes.append("linear attention (gated delta net): conv state + recurrent state per sequence")
-        return LayerSpec(kind=LayerKind.STATE, state_elements=conv + recurrent)
+        ssm_dtype = _ssm_dtype(config, source)
+        notes.append("linear attention (gated delta net): conv state + recurrent state per sequence"
+                     + (f", the recurrent state in {ssm_dtype} (mamba_ssm_dtype)" if ssm_dtype else ""))
+        return LayerSpec(kind=LayerKind.STATE, conv_channels=2 * key_dim + value_heads * value_head_dim,
+                         conv_width=kernel - 1, ssm_elements=recurrent, ssm_dtype=ssm_dtype)
     if "mamba_d_state" in config:  # Jamba's Mamba-1 layers
         inner = int(config.get("mamba_expand", 2)) * _required_int(config, "hidden_size", source)
-        conv = inner * (int(config.get("mamba_d_conv", 4)) - 1)
-        ssm = inner * _required_int(config, "mamba_d_state", source)
         notes.append("Mamba-1: conv state + SSM state per sequence")
-        return LayerSpec(kind=LayerKind.STATE, state_elements=conv + ssm)
+        return LayerSpec(kind=LayerKind.STATE, conv_channels=inner, conv_width=int(config.get("mamba_d_conv", 4)) - 1,
+                         ssm_elements=inner * _required_int(config, "mamba_d_state", source))
     raise HarnessError(f"{source}: state layers but no Mamba or linear-attention fields to size them")
+
+
+def _ssm_dtype(config: dict[str, Any], source: str) -> str | None:
+    """The recurrent state's dtype where the config fixes it; vLLM keeps Qwen3.5's in float32 whatever the model's."""
+    name = config.get("mamba_ssm_dtype")
+    if name is None:
+        return None
+    if name not in SSM_DTYPES:
+        raise HarnessError(f"{source}: field 'mamba_ssm_dtype' must be one of {sorted(SSM_DTYPES)}, got {name!r}")
+    return str(name)
 
 
 def _from_local(path: Path) -> ModelShape:
@@ -284,6 +305,8 @@ def _shape(
         weights_bytes=weights[0],
         weights_source=weights[1],
         notes=notes,
+        mtp_layers=_positive_int(language_config(config).get("mtp_num_hidden_layers") or None,
+                                 "mtp_num_hidden_layers", source) or 0,
         config=config,
     )
 

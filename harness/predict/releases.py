@@ -13,7 +13,10 @@ from harness.errors import HarnessError
 PRODUCTION_ENGINE = "0.11.2"  # the pinned image; its log and grouping rules are the default
 OLDEST_RULES = Version("0.6")  # the oldest release whose sizing and log rules the calculator follows
 NEWEST_CHECKED = Version("0.33.99")  # releases after this are priced by 0.33's rules, with a warning
-DERIVED_TOKENS_SINCE = Version("0.32")  # logged tokens = max concurrency × max_model_len from here on
+# Logged tokens = int(max concurrency × max_model_len) from here on (vllm-project/vllm#40691: the old
+# blocks // groups × block size misstated hybrids); the corpus's 0.20.1rc1.dev16 log still prints the old figure.
+DERIVED_TOKENS_SINCE = Version("0.20.1")
+WIDE_GROUP_PADDING_SINCE = Version("0.32")  # hybrid groups pad up to the most layers under 1.5× the fewest (1.25×)
 V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on
 
 

@@ -65,10 +65,35 @@ def test_refused_v1_start_is_priced_from_its_own_request(report) -> None:
 
 
 def test_cases_without_a_config_are_listed_not_scored(report) -> None:
-    for case_id in ("v024-qwen36-35b-a3b-rtx5090-fp8kv", "v0201-qwen36-27b-tp2-mtp-fp8e5m2"):
+    for case_id in ("v0201-qwen36-27b-autoround-rtx4090-tp2-dflash", "v0201-qwen36-27b-tp2-mtp-fp8e5m2"):
         case = _case(report, case_id)
         assert case.logged.status == "no config for this model"
         assert case.launch.status == "no config for this model"
+
+
+def test_qwen36_35b_hybrid_cases_are_exact_from_their_logged_memory(report) -> None:
+    # Worked by hand in tests/predict/test_budget.py: 0.19.2's blocks // groups × block size (623,040 tokens),
+    # 0.24.0's fp8 KV with prefix caching (300 blocks / 69 a request = 4.35x, 569,878 tokens) and 0.25.1's
+    # MTP drafting 3 tokens (3,300 blocks / 257 a request = 12.84x, 3,366,051 tokens).
+    expected = {"v0192-qwen36-35b-a3b-bf16-gb10-len131072": (623_040, 18.44),
+                "v024-qwen36-35b-a3b-rtx5090-fp8kv": (569_878, 4.35),
+                "v0251-qwen36-35b-a3b-nvfp4-mtp-gb10-len262144": (3_366_051, 12.84)}
+    for case_id, (tokens, concurrency) in expected.items():
+        case = _case(report, case_id)
+        assert case.logged.status == "exact"
+        assert (_figure(case, "kv_cache_tokens").logged, _figure(case, "max_concurrency").logged) == (tokens,
+                                                                                                      concurrency)
+
+
+def test_speculative_facts_name_mtp_and_nothing_else() -> None:
+    cases, _ = load_corpus(CORPUS)
+    mtp = next(c for c in cases if c.id == "v0251-qwen36-35b-a3b-nvfp4-mtp-gb10-len262144")
+    assert mtp.facts.speculative is not None and mtp.facts.speculative.num_speculative_tokens == 3
+    facts = mtp.facts.model_dump()
+    for bad in ({"method": "dflash", "num_speculative_tokens": 3}, {"method": "mtp", "num_speculative_tokens": 0},
+                {"method": "mtp", "num_speculative_tokens": 3, "draft_model": "x"}):
+        with pytest.raises(pydantic.ValidationError):
+            type(mtp.facts)(**{**facts, "speculative": bad})
 
 
 def test_a_case_whose_log_holds_several_starts_names_the_one_it_scores(report) -> None:

@@ -143,6 +143,94 @@ def test_qwen3_next_linear_attention_layers(tmp_path) -> None:
     assert result.sequences[0].kv_bytes_raw == 3 * (conv + recurrent) * 2 + 100 * 2 * 2 * 256 * 2
 
 
+# Qwen3.6-35B-A3B's text_config, as the field corpus's copy of its hub config gives it
+# (tests/fixtures/field/configs/Qwen--Qwen3.6-35B-A3B.json, cited in its README).
+QWEN36_35B = Path(__file__).parents[1] / "fixtures" / "field" / "configs" / "Qwen--Qwen3.6-35B-A3B.json"
+
+
+@pytest.fixture(scope="module")
+def qwen36_35b() -> ModelShape:
+    return load_model_shape(str(QWEN36_35B))
+
+
+def test_qwen3_5_state_keeps_its_recurrent_state_in_float32(qwen36_35b) -> None:
+    # 30 gated-delta-net layers, 10 full-attention layers (every 4th); one state layer holds
+    # conv: (2 × 16 × 128 + 32 × 128) = 8,192 channels × (4 - 1) inputs × 2 bytes (bf16) = 49,152 bytes
+    # recurrent: 32 heads × 128 × 128 × 4 bytes (mamba_ssm_dtype float32) = 2,097,152 bytes
+    assert qwen36_35b.layer_counts() == {LayerKind.STATE: 30, LayerKind.FULL_ATTENTION: 10}
+    state = {k.kind: k for k in estimate_budget(qwen36_35b, Population.uniform(1, 100)).kinds}[LayerKind.STATE]
+    assert state.state_bytes_per_sequence == 30 * (49_152 + 2_097_152)
+    # an fp8 KV cache leaves the state in the model's and mamba_ssm_dtype's dtypes
+    fp8 = estimate_budget(qwen36_35b, Population.uniform(1, 100), kv_cache_dtype="fp8")
+    assert {k.kind: k for k in fp8.kinds}[LayerKind.STATE].state_bytes_per_sequence == 30 * 2_146_304
+
+
+def test_qwen36_35b_fp8_kv_with_prefix_caching_matches_its_0_24_log(qwen36_35b) -> None:
+    # v024-qwen36-35b-a3b-rtx5090-fp8kv: "Available KV cache memory: 6.01 GiB", 569,878 tokens, 4.35x at 131,072.
+    # attention per token and layer: 2 × 2 KV heads × 256 × 1 byte (fp8) = 1,024 bytes; one state is
+    # 49,152 + 2,097,152 = 2,146,304 bytes = 2,096 tokens of attention, a multiple of 16: block size 2,096.
+    # 30 state + 10 attention layers → groups of 10: 3 state groups, 1 attention group, 10 pages a block:
+    # 10 × 2,096 × 1,024 = 21,463,040 bytes; int(6.01 GiB) = 6,453,188,362 bytes → 300 blocks.
+    # A request holds ceil(131,072 / 2,096) = 63 attention blocks + 3 groups × 2 state blocks (prefix caching) = 69.
+    capacity = predict_capacity(qwen36_35b, available_kv_bytes=int(6.01 * GiB), block_size=16, max_model_len=131_072,
+                                kv_cache_dtype="fp8", engine_version="0.24.0", prefix_caching=True)
+    assert (capacity.block_size, capacity.bytes_per_block, capacity.kv_cache_groups) == (2_096, 21_463_040, 4)
+    assert (capacity.num_blocks, capacity.blocks_per_request) == (300, 69)
+    assert round(capacity.max_concurrency, 2) == 4.35  # 300 / 69 = 4.3478
+    assert capacity.kv_cache_tokens == 569_878  # int(300 / 69 × 131,072) = int(569,878.26)
+    without = predict_capacity(qwen36_35b, available_kv_bytes=int(6.01 * GiB), block_size=16, max_model_len=131_072,
+                               kv_cache_dtype="fp8", engine_version="0.24.0")
+    assert without.blocks_per_request == 63 + 3  # one state block per group without prefix caching
+
+
+def test_qwen36_35b_mtp_adds_its_layer_and_widens_the_state(qwen36_35b) -> None:
+    # v0251-qwen36-35b-a3b-nvfp4-mtp-gb10-len262144: MTP with 3 speculative tokens, 3,366,051 tokens, 12.84x.
+    # The conv window holds 3 + 3 inputs: 8,192 × 6 × 2 = 98,304 bytes; + 2,097,152 = 2,195,456 bytes a state,
+    # over 2 × 2 × 256 × 2 = 2,048 bytes a token (bf16) = 1,072 tokens: block size 1,072, no padding.
+    # The MTP layer is an 11th attention layer: groups of 11 (3 state groups, 1 attention group),
+    # 11 × 1,072 × 2,048 = 24,150,016 bytes a block; 3,300 blocks are 79,695,052,800 bytes
+    # (74.222 GiB, within the log's 74.22).
+    # A request: ceil(262,144 / 1,072) = 245 attention blocks + 3 groups × (1 + 3 speculative) state blocks = 257.
+    capacity = predict_capacity(qwen36_35b, available_kv_bytes=3_300 * 24_150_016, block_size=16,
+                                max_model_len=262_144, engine_version="0.25.1", mtp_speculative_tokens=3)
+    assert (capacity.block_size, capacity.bytes_per_block) == (1_072, 24_150_016)
+    assert (capacity.num_blocks, capacity.blocks_per_request) == (3_300, 257)
+    assert round(capacity.max_concurrency, 2) == 12.84  # 3,300 / 257 = 12.8405
+    assert capacity.kv_cache_tokens == 3_366_051  # int(3,300 / 257 × 262,144) = int(3,366,051.5)
+
+
+def test_hybrid_tokens_are_blocks_over_groups_before_0_20_1(qwen36_35b) -> None:
+    # v0192-qwen36-35b-a3b-bf16-gb10-len131072 (0.19.2rc1): 47.55 GiB, 623,040 tokens, 18.44x at 131,072.
+    # bf16 attention: 2,048 bytes a token; a state of 2,146,304 bytes = 1,048 tokens → block size 1,056 (16 × 66);
+    # 10 × 1,056 × 2,048 = 21,626,880 bytes a block; int(47.55 GiB) = 51,056,423,731 bytes → 2,360 blocks.
+    # 0.19 logs 2,360 // 4 groups × 1,056 = 623,040 tokens; a request holds ceil(131,072 / 1,056) + 3 = 128 blocks.
+    old = predict_capacity(qwen36_35b, available_kv_bytes=int(47.55 * GiB), block_size=16, max_model_len=131_072,
+                           engine_version="0.19.2rc1.dev134")
+    assert (old.block_size, old.num_blocks, old.blocks_per_request) == (1_056, 2_360, 128)
+    assert (old.kv_cache_tokens, round(old.max_concurrency, 2)) == (623_040, 18.44)  # 2,360 / 128 = 18.4375
+    # from 0.20.1 the line is int(concurrency × max_model_len): int(18.4375 × 131,072) = 2,416,640
+    new = predict_capacity(qwen36_35b, available_kv_bytes=int(47.55 * GiB), block_size=16, max_model_len=131_072,
+                           engine_version="0.20.1")
+    assert new.kv_cache_tokens == 2_416_640
+    assert predict_capacity(qwen36_35b, available_kv_bytes=int(47.55 * GiB), block_size=16, max_model_len=131_072,
+                            engine_version="0.20.1rc1.dev16").kv_cache_tokens == 623_040
+
+
+def test_an_unknown_mamba_ssm_dtype_is_named(tmp_path) -> None:
+    config = write_config(tmp_path, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                          layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+                          linear_key_head_dim=8, linear_num_value_heads=2, linear_value_head_dim=8,
+                          linear_conv_kernel_dim=4, mamba_ssm_dtype="int3")
+    with pytest.raises(HarnessError, match="field 'mamba_ssm_dtype'"):
+        load_model_shape(str(config))
+
+
+def test_mtp_needs_mtp_layers_in_the_config(tmp_path) -> None:
+    plain = load_model_shape(str(write_config(tmp_path, num_hidden_layers=2, num_attention_heads=4, hidden_size=256)))
+    with pytest.raises(HarnessError, match="mtp_num_hidden_layers"):
+        predict_capacity(plain, available_kv_bytes=GiB, block_size=16, max_model_len=1024, mtp_speculative_tokens=2)
+
+
 def test_multimodal_config_uses_text_config(tmp_path) -> None:
     config = write_config(tmp_path, model_type="llava", vision_config={"hidden_size": 1024},
                           text_config={"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -228,7 +316,8 @@ def test_weights_from_local_safetensors_headers_and_index(tmp_path) -> None:
     assert load_model_shape(str(tmp_path)).weights_bytes == 123
 
 
-@pytest.mark.parametrize("bad", [{"num_hidden_layers": None}, {"num_key_value_heads": 0}, {"head_dim": "x"}])
+@pytest.mark.parametrize("bad", [{"num_hidden_layers": None}, {"num_key_value_heads": 0}, {"head_dim": "x"},
+                                 {"mtp_num_hidden_layers": -1}])
 def test_bad_config_fields_are_named(tmp_path, bad) -> None:
     fields = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64)
     fields.update(bad)
