@@ -151,7 +151,7 @@ def predict_from_memory(case: FieldCase, shape: ModelShape, stage_bytes: list[in
         kv_cache_dtype=facts.kv_cache_dtype, tensor_parallel_size=facts.tensor_parallel_size,
         max_num_batched_tokens=facts.max_num_batched_tokens, engine_version=facts.vllm_version,
         engine_generation=facts.engine, prefix_caching=facts.enable_prefix_caching,
-        mtp_speculative_tokens=facts.speculative.num_speculative_tokens if facts.speculative else 0)
+        speculative=facts.speculative)
 
 
 def fits(prediction: CapacityPrediction) -> bool:

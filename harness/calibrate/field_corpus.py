@@ -21,6 +21,7 @@ from harness.observe.log_lines import LogLine, split_log_lines
 from harness.observe.server_logs import StartupCapacity, parse_startup_log, split_starts
 from harness.predict.budget import MAX_MEMORY_GIB, MAX_TENSOR_PARALLEL_SIZE, MAX_TOKENS
 from harness.predict.kv_bytes import resolve_kv_dtype
+from harness.predict.speculative import SpeculativeDecoding
 
 MODEL_SIZE = re.compile(r"\d+(?:\.\d+)?[BbMm]")
 # What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using
@@ -55,13 +56,6 @@ def _release(text: str) -> str:
 DType = Annotated[str, pydantic.AfterValidator(_kv_dtype)]
 
 
-class Speculative(pydantic.BaseModel, extra="forbid"):
-    """The speculative decoding a start ran with; only MTP's drafter layers are sized (the model's own)."""
-
-    method: Literal["mtp"]
-    num_speculative_tokens: int = pydantic.Field(ge=1, le=64)
-
-
 class CaseFacts(pydantic.BaseModel, extra="forbid"):
     vllm_version: Annotated[str, pydantic.AfterValidator(_release)]
     model: str
@@ -81,7 +75,7 @@ class CaseFacts(pydantic.BaseModel, extra="forbid"):
     engine: Literal["V0", "V1"] | None = None  # when the release could run either
     sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's top-k/top-p sampler as the thread states it
     enable_prefix_caching: bool = False  # as the arguments state it; what it changes is a hybrid's state blocks
-    speculative: Speculative | None = None
+    speculative: SpeculativeDecoding | None = None
     started: bool = True
     failed_after_cache_sized: bool = False  # the cache held a full-length request; the start failed later
 

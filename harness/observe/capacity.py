@@ -24,6 +24,7 @@ from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, 
 from harness.predict.budget import CapacityPrediction
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
+from harness.predict.speculative import SpeculativeDecoding, speculative_from_log
 from harness.redact import refuse_url_credentials
 from harness.server_url import checked_server_url
 from harness.units import GiB
@@ -57,6 +58,7 @@ class PredictionInputs(pydantic.BaseModel):
     stage_kv_bytes: list[int]  # each pipeline stage's KV memory; one stage holds the whole model
     max_num_batched_tokens: int | None
     engine_version: str | None
+    speculative: SpeculativeDecoding | None = None  # the drafter the log names, whose layers join the cache
 
 
 class ComparedFigure(pydantic.BaseModel):
@@ -241,6 +243,11 @@ def _prediction_inputs(
     batched = args.get("max_num_batched_tokens")
     available, source, exact = budget
     tp, pp = log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1
+    try:
+        speculative = None if log.speculative_method is None else \
+            speculative_from_log(log.speculative_method, log.speculative_tokens)
+    except HarnessError as error:
+        return None, f"no prediction: {error}"
     return (
         PredictionInputs(
             model=model_name,
@@ -256,6 +263,7 @@ def _prediction_inputs(
             stage_kv_bytes=_stage_kv_bytes(log, available, tp, pp),
             max_num_batched_tokens=batched if isinstance(batched, int) else None,
             engine_version=log.engine_version,
+            speculative=speculative,
         ),
         None,
     )
@@ -308,6 +316,7 @@ def _predict(shape: ModelShape, inputs: PredictionInputs, offset_bytes: int = 0)
         max_num_batched_tokens=inputs.max_num_batched_tokens,
         engine_version=inputs.engine_version,
         available_kv_source=inputs.available_kv_source,
+        speculative=inputs.speculative,
     )
 
 

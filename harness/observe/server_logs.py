@@ -64,6 +64,8 @@ class StartupCapacity(pydantic.BaseModel):
     tensor_parallel_size: int | None = None
     tensor_parallel_size_from_ranks: bool = False  # no config line: counted from the workers' `TP<n>` prefixes
     pipeline_parallel_size: int | None = None
+    speculative_method: str | None = None  # the engine config line's SpeculativeConfig method, as printed
+    speculative_tokens: int | None = None
     kv_cache_device: str | None = None
     kv_cache_tokens: int | None = None
     kv_cache_tokens_per_print: list[int] = []
@@ -191,6 +193,12 @@ def _assemble(
     for parallel in ("tensor_parallel_size", "pipeline_parallel_size"):
         if found.get(parallel) is None and isinstance(args.get(parallel), int):
             found[parallel] = args[parallel]
+    speculative = args.get("speculative_config")  # {'method': 'mtp', 'num_speculative_tokens': 3}
+    if found.get("speculative_method") is None and isinstance(speculative, dict) \
+            and isinstance(speculative.get("method"), str):
+        drafted = speculative.get("num_speculative_tokens")
+        found.update(speculative_method=speculative["method"], speculative_tokens=drafted
+                     if isinstance(drafted, int) and not isinstance(drafted, bool) else None)
     if found.get("tensor_parallel_size") is None and (ranks := tensor_parallel_ranks(lines)):
         found.update(tensor_parallel_size=max(ranks) + 1, tensor_parallel_size_from_ranks=True)
 

@@ -217,6 +217,9 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
 )
 
 
+SPECULATIVE_CONFIG = re.compile(r"speculative_config=SpeculativeConfig\((?P<body>[^)]*)\)")
+
+
 def _engine_config_fields(config: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if match := re.search(r"(?:^|, )model='(?P<value>[^']*)'", config):
@@ -232,6 +235,11 @@ def _engine_config_fields(config: str) -> dict[str, Any]:
             fields[parallel] = int(match.group("value"))
     if match := re.search(r"(?:^|, )max_seq_len=(?P<value>\d+)", config):
         fields["config_max_seq_len"] = int(match.group("value"))
+    if match := SPECULATIVE_CONFIG.search(config):  # SpeculativeConfig(method='eagle3', model='…', num_spec_tokens=3)
+        method = re.search(r"method='(?P<value>[\w-]+)'", match.group("body"))
+        tokens = re.search(r"num_spec_tokens=(?P<value>\d+)", match.group("body"))
+        fields["speculative_method"] = method.group("value") if method else "draft_model"  # 0.6-0.8: a draft model
+        fields["speculative_tokens"] = int(tokens.group("value")) if tokens else None
     return fields
 
 

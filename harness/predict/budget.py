@@ -20,6 +20,7 @@ from harness.errors import HarnessError
 from harness.predict.kv_bytes import layer_bytes_per_token, layer_state_bytes, resolve_kv_dtype
 from harness.predict.model_shape import LayerKind, LayerSpec, ModelShape
 from harness.predict.releases import DERIVED_TOKENS_SINCE, WIDE_GROUP_PADDING_SINCE, engine_release, runs_v0
+from harness.predict.speculative import SpeculativeDecoding, draft_layers
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows
@@ -195,14 +196,14 @@ def predict_capacity(
     hybrid_kv_manager: bool = True,
     available_kv_source: str = "given",
     engine_generation: str | None = None,
-    mtp_speculative_tokens: int = 0,
+    speculative: SpeculativeDecoding | None = None,
     prefix_caching: bool = False,
 ) -> CapacityPrediction:
     """Blocks, tokens and maximum concurrency as vLLM computes and logs them at start-up.
 
     The V0 engine (every release before 0.8, and 0.8-0.10 when V1 is switched off) logs its block
     count and a concurrency of blocks × block_size / max_model_len, with no whole-block rounding.
-    MTP drafting (`mtp_speculative_tokens` > 0) caches the model's MTP layers too and widens its state;
+    A drafter (`speculative`) caches its layers too (`speculative.py`) and widens a hybrid's state;
     prefix caching keeps a second state block per request in each state group.
     """
     _check_positive(block_size=block_size, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size)
@@ -212,14 +213,14 @@ def predict_capacity(
     _, element = resolve_kv_dtype(kv_cache_dtype, shape.dtype)
     model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     assumptions = [f"grouping and log rules of vLLM {version}"]
-    layers = _effective_layers(shape.layers, hybrid_kv_manager) + _mtp_layers(shape, mtp_speculative_tokens,
-                                                                              assumptions)
+    layers = _effective_layers(shape.layers, hybrid_kv_manager) + draft_layers(speculative, shape, assumptions)
+    speculative_tokens = speculative.num_speculative_tokens if speculative else 0
 
     def state_bytes(layer: LayerSpec) -> int:
-        return layer_state_bytes(layer, model_element, tensor_parallel_size, mtp_speculative_tokens)
+        return layer_state_bytes(layer, model_element, tensor_parallel_size, speculative_tokens)
 
     block_size = _state_block_size(layers, element, tensor_parallel_size, block_size, state_bytes, assumptions)
-    state_blocks = _state_blocks_per_request(layers, prefix_caching, mtp_speculative_tokens, assumptions)
+    state_blocks = _state_blocks_per_request(layers, prefix_caching, speculative_tokens, assumptions)
     batched = max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
     if max_num_batched_tokens is None and any(layer.kind is LayerKind.SLIDING_WINDOW for layer in layers):
         assumptions.append(f"max_num_batched_tokens {batched} (sizes sliding-window blocks per request)")
@@ -292,20 +293,6 @@ def _block_groups(
     return groups, pages.pop() * group_size, per_request
 
 
-
-def _mtp_layers(shape: ModelShape, speculative_tokens: int, assumptions: list[str]) -> list[LayerSpec]:
-    """The full-attention layers an MTP drafter adds to the KV cache: the config's mtp_num_hidden_layers."""
-    if speculative_tokens < 0:
-        raise HarnessError(f"mtp_speculative_tokens must not be negative, got {speculative_tokens}")
-    if not speculative_tokens:
-        return []
-    if not shape.mtp_layers:
-        raise HarnessError(f"{shape.name}: MTP drafting asked for, but the config has no mtp_num_hidden_layers")
-    attention = next((x for x in shape.layers if x.kind is LayerKind.FULL_ATTENTION), None)
-    if attention is None:
-        raise HarnessError(f"{shape.name}: MTP drafting asked for, but the model has no full-attention layer to copy")
-    assumptions.append(f"MTP drafting {speculative_tokens} tokens: {shape.mtp_layers} more full-attention layer(s)")
-    return [attention] * shape.mtp_layers
 
 
 def _state_blocks_per_request(

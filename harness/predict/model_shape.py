@@ -305,10 +305,17 @@ def _shape(
         weights_bytes=weights[0],
         weights_source=weights[1],
         notes=notes,
-        mtp_layers=_positive_int(language_config(config).get("mtp_num_hidden_layers") or None,
-                                 "mtp_num_hidden_layers", source) or 0,
+        mtp_layers=_mtp_layers(language_config(config), source),
         config=config,
     )
+
+
+def _mtp_layers(config: dict[str, Any], source: str) -> int:
+    """Multi-token-prediction layers, under Qwen's name or DeepSeek's and GLM's."""
+    for field in ("mtp_num_hidden_layers", "num_nextn_predict_layers"):
+        if config.get(field):
+            return _positive_int(config[field], field, source) or 0
+    return 0
 
 
 def _weights(directory: Path) -> tuple[int | None, str | None]:

@@ -15,6 +15,7 @@ from harness.errors import HarnessError
 from harness.predict.budget import BudgetResult, Population, estimate_budget, predict_capacity
 from harness.predict.budget_plan import BudgetOptions, plan_budget
 from harness.predict.model_shape import LayerKind, ModelShape, load_model_shape
+from harness.predict.speculative import SpeculativeDecoding
 from harness.units import GiB
 
 MiB = 1 << 20
@@ -192,7 +193,8 @@ def test_qwen36_35b_mtp_adds_its_layer_and_widens_the_state(qwen36_35b) -> None:
     # (74.222 GiB, within the log's 74.22).
     # A request: ceil(262,144 / 1,072) = 245 attention blocks + 3 groups × (1 + 3 speculative) state blocks = 257.
     capacity = predict_capacity(qwen36_35b, available_kv_bytes=3_300 * 24_150_016, block_size=16,
-                                max_model_len=262_144, engine_version="0.25.1", mtp_speculative_tokens=3)
+                                max_model_len=262_144, engine_version="0.25.1",
+                                speculative=SpeculativeDecoding(method="mtp", num_speculative_tokens=3))
     assert (capacity.block_size, capacity.bytes_per_block) == (1_072, 24_150_016)
     assert (capacity.num_blocks, capacity.blocks_per_request) == (3_300, 257)
     assert round(capacity.max_concurrency, 2) == 12.84  # 3,300 / 257 = 12.8405
@@ -228,7 +230,8 @@ def test_an_unknown_mamba_ssm_dtype_is_named(tmp_path) -> None:
 def test_mtp_needs_mtp_layers_in_the_config(tmp_path) -> None:
     plain = load_model_shape(str(write_config(tmp_path, num_hidden_layers=2, num_attention_heads=4, hidden_size=256)))
     with pytest.raises(HarnessError, match="mtp_num_hidden_layers"):
-        predict_capacity(plain, available_kv_bytes=GiB, block_size=16, max_model_len=1024, mtp_speculative_tokens=2)
+        predict_capacity(plain, available_kv_bytes=GiB, block_size=16, max_model_len=1024,
+                         speculative=SpeculativeDecoding(method="mtp", num_speculative_tokens=2))
 
 
 def test_multimodal_config_uses_text_config(tmp_path) -> None:
