@@ -54,6 +54,10 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         attention += heads * v_dim * hidden
     else:
         attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    linear_layers, linear_attention = _gated_delta_net(config, hidden, layers)
+    if linear_layers and config.get("attn_output_gate", True):  # q_proj also yields the output gate
+        attention += hidden * heads * head_dim
+    mixers = (layers - linear_layers) * attention + linear_layers * linear_attention
     experts = config.get("num_experts") or config.get("n_routed_experts") or config.get("num_local_experts")
     dense_width = config.get("intermediate_size") or 4 * hidden
     if experts:
@@ -68,12 +72,33 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         mlp = layers * projections * hidden * dense_width
         expert_width = expert_params = shared = shared_width = routed = dense_layers = 0
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return ModelSize(hidden=hidden, vocab=vocab, linear_params=layers * attention + mlp, expert_params=expert_params,
+    return ModelSize(hidden=hidden, vocab=vocab, linear_params=mixers + mlp, expert_params=expert_params,
                      embedding_params=embeddings, layers=layers,
                      dense_width=dense_width if dense_layers or not experts else 0,
                      moe_layers=layers - dense_layers if experts else 0, experts=experts or 0,
                      expert_width=expert_width, top_k=routed, shared_experts=shared, shared_width=shared_width,
                      vision=vision)
+
+
+def _gated_delta_net(config: dict[str, Any], hidden: int, layers: int) -> tuple[int, int]:
+    """(linear-attention layers, parameters of each) of a Qwen3-Next / Qwen3.5 hybrid; (0, 0) for other models.
+
+    vLLM's `Qwen3NextGatedDeltaNet` (qwen3_next.py): in_proj_qkvz (hidden → 2 × key_dim + 2 × value_dim),
+    in_proj_ba (hidden → 2 × value heads), a depthwise conv1d over q, k and v, A_log and dt_bias per value head,
+    a norm of one value head's width and out_proj (value_dim → hidden). Layers are linear where `layer_types`
+    says so, else all but every `full_attention_interval`-th.
+    """
+    if "linear_key_head_dim" not in config:
+        return 0, 0
+    key_dim = config["linear_num_key_heads"] * config["linear_key_head_dim"]
+    value_heads = config["linear_num_value_heads"]
+    value_dim = value_heads * config["linear_value_head_dim"]
+    per_layer = (hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * value_heads
+                 + (2 * key_dim + value_dim) * config["linear_conv_kernel_dim"] + 2 * value_heads
+                 + config["linear_value_head_dim"] + value_dim * hidden)
+    if config.get("layer_types"):
+        return sum(kind == "linear_attention" for kind in config["layer_types"]), per_layer
+    return layers - layers // (config.get("full_attention_interval") or 4), per_layer
 
 
 def _shared_experts(config: dict[str, Any], expert_width: int, hidden: int) -> tuple[int, int, int]:

@@ -178,3 +178,18 @@ def test_a_vision_config_missing_a_field_is_named() -> None:
         model_size(unknown)
     with pytest.raises(HarnessError, match="field 'vision_feature_layer'"):
         model_size({**LLAVA_15_7B, "vision_feature_layer": "last"})
+
+
+def test_a_gated_delta_net_hybrid_counts_its_linear_layers_and_its_gated_attention() -> None:
+    # Qwen3.6-35B-A3B (tests/fixtures/field/configs): 40 layers, every 4th full attention, so 30 linear and 10 full.
+    config = json.loads((CONFIGS / "Qwen--Qwen3.6-35B-A3B.json").read_text())
+    size = model_size(config)
+    # Full attention, hidden 2,048, 16 heads and 2 KV heads of 256: 2,048 × 256 × (2 × 16 + 2 × 2) = 18,874,368,
+    # and the output gate q_proj also yields, 2,048 × 16 × 256 = 8,388,608: 27,262,976 a layer, 272,629,760 for 10.
+    # Gated delta net, key_dim 16 × 128 = 2,048 and value_dim 32 × 128 = 4,096: in_proj_qkvz 2,048 × 12,288 =
+    # 25,165,824, in_proj_ba 2,048 × 64 = 131,072, conv1d 8,192 × 4 = 32,768, A_log and dt_bias 64, norm 128,
+    # out_proj 4,096 × 2,048 = 8,388,608: 33,718,464 a layer, 1,011,553,920 for 30.
+    # MoE, 256 experts of 512 and one shared expert of 512: 3 × 2,048 × (256 × 512 + 512) = 808,452,096, the router
+    # 2,048 × 256 = 524,288 and the shared gate 2,048: 808,978,432 a layer, 32,359,137,280 for 40.
+    assert size.linear_params == 272_629_760 + 1_011_553_920 + 32_359_137_280
+    assert size.embedding_params == 2 * 248_320 * 2_048  # untied: 1,017,118,720
