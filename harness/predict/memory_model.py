@@ -328,10 +328,10 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=38.33,
-    non_torch_gib=0.055,
-    cuda_context_gib=0.295,
+    non_torch_gib=0.04,
+    cuda_context_gib=0.31,
     cuda_graph_gib=0.63,
-    nccl_gib=0.415,
+    nccl_gib=0.43,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
         "v0100-qwen3-30b-a3b-awq-rtx3090-len2048",
