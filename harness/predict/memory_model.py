@@ -55,7 +55,12 @@ DEFAULT_V1_SAMPLER = "pytorch"
 # Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
 # Formats vLLM applies to the MoE experts alone: attention, router and embeddings stay in the model dtype.
 EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
-QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": 4.25, "gptq": 4.25,
+# AWQ and GPTQ at their usual group of 128 (awq.py and gptq.py `create_weights`): 4-bit weights packed eight to an
+# int32, one 4-bit zero point and one 16-bit scale per group of 128 inputs, 4 + 20 / 128 bits a weight (GPTQ's
+# g_idx adds 32 bits per input row, under 0.01 bit a weight); MXFP4 one 8-bit scale per 32 weights. Bitsandbytes'
+# 4-bit figure is an allowance (its block scales depend on the checkpoint's double quantisation).
+GROUPED_4BIT = 4 + (4 + 16) / 128
+QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": GROUPED_4BIT, "gptq": GROUPED_4BIT,
                   "bitsandbytes": 4.25, "4-bit": 4.25}
 
 
