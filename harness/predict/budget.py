@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
 
-from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.predict.kv_bytes import layer_bytes_per_token, layer_state_bytes, resolve_kv_dtype
+from harness.predict.kv_groups import block_groups, state_block_size, state_blocks_per_request
 from harness.predict.model_shape import LayerKind, LayerSpec, ModelShape
-from harness.predict.releases import DERIVED_TOKENS_SINCE, WIDE_GROUP_PADDING_SINCE, engine_release, runs_v0
+from harness.predict.releases import DERIVED_TOKENS_SINCE, engine_release, runs_v0
 from harness.predict.speculative import SpeculativeDecoding, draft_layers
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows
-STATE_BLOCK_ALIGNMENT = 16  # attention block sizes are raised in multiples of this to hold one state page
 # vLLM's --block-size choices: `BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]` in vllm/config/cache.py (0.11.x)
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 # Sane bounds on what may be asked: beyond them the arithmetic overflows, or answers with figures no GPU reaches.
@@ -219,8 +217,8 @@ def predict_capacity(
     def state_bytes(layer: LayerSpec) -> int:
         return layer_state_bytes(layer, model_element, tensor_parallel_size, speculative_tokens)
 
-    block_size = _state_block_size(layers, element, tensor_parallel_size, block_size, state_bytes, assumptions)
-    state_blocks = _state_blocks_per_request(layers, prefix_caching, speculative_tokens, assumptions)
+    block_size = state_block_size(layers, element, tensor_parallel_size, block_size, state_bytes, assumptions)
+    state_blocks = state_blocks_per_request(layers, prefix_caching, speculative_tokens, assumptions)
     batched = max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
     if max_num_batched_tokens is None and any(layer.kind is LayerKind.SLIDING_WINDOW for layer in layers):
         assumptions.append(f"max_num_batched_tokens {batched} (sizes sliding-window blocks per request)")
@@ -238,7 +236,7 @@ def predict_capacity(
             return math.ceil(min(layer.window - 1 + batched, max_model_len) / block_size) + 1
         return math.ceil(max_model_len / block_size)
 
-    groups, bytes_per_block, per_request = _block_groups(
+    groups, bytes_per_block, per_request = block_groups(
         shape.name, layers, version, page, blocks_per_request, assumptions
     )
     num_blocks = available_kv_bytes // bytes_per_block if bytes_per_block else 0
@@ -264,48 +262,6 @@ def predict_capacity(
         engine_version=str(version),
         assumptions=assumptions,
     )
-
-
-def _block_groups(
-    model_name: str,
-    layers: list[LayerSpec],
-    version: Version,
-    page: Callable[[LayerSpec], int],
-    blocks_per_request: Callable[[LayerSpec], int],
-    assumptions: list[str],
-) -> tuple[int, int, int]:
-    """(KV cache groups, bytes per block, blocks per request) as vLLM groups the layers into one block pool."""
-    kinds = Counter(layer.kind for layer in layers)
-    if len(kinds) == 1:  # one group holding every layer, pages summed (vLLM's uniform-type case)
-        return 1, sum(page(layer) for layer in layers), blocks_per_request(layers[0])
-    pages = {page(layer) for layer in layers}
-    if len(pages) > 1:
-        raise HarnessError(f"{model_name}: hybrid layers with different page sizes {sorted(pages)} are not modelled")
-    sizes = Counter((layer.kind, layer.window_tokens) for layer in layers)
-    group_size = min(sizes.values())
-    if max(sizes.values()) < group_size * (1.5 if version >= WIDE_GROUP_PADDING_SINCE else 1.25):
-        group_size = max(sizes.values())
-    groups_by_kind = {key: math.ceil(count / group_size) for key, count in sizes.items()}
-    groups = sum(groups_by_kind.values())
-    representative = {(layer.kind, layer.window_tokens): layer for layer in layers}
-    per_request = sum(blocks_per_request(representative[key]) * n for key, n in groups_by_kind.items())
-    assumptions.append(f"hybrid KV cache: {groups} groups of {group_size} layers sharing one block pool")
-    return groups, pages.pop() * group_size, per_request
-
-
-
-
-def _state_blocks_per_request(
-    layers: list[LayerSpec], prefix_caching: bool, speculative_tokens: int, assumptions: list[str]
-) -> int:
-    """Blocks one request holds in a state group, as vLLM's MambaSpec.max_memory_usage_bytes counts them
-    (vllm/v1/kv_cache_interface.py at 001cabc1): one, two when prefix caching keeps an aligned copy (its
-    'align' mode), plus one per speculative token."""
-    blocks = (2 if prefix_caching else 1) + speculative_tokens
-    if any(layer.kind is LayerKind.STATE for layer in layers) and blocks > 1:
-        assumptions.append(f"{blocks} state blocks per request in each state group"
-                           + (" (prefix caching)" if prefix_caching else ""))
-    return blocks
 
 
 def _effective_layers(layers: list[LayerSpec], hybrid_kv_manager: bool) -> list[LayerSpec]:
@@ -356,23 +312,6 @@ def _kinds(layers: list[LayerSpec], token_bytes: list[int], state_bytes: list[in
         entry.kv_bytes_per_token += per_token
         entry.state_bytes_per_sequence += state
     return list(kinds.values())
-
-
-def _state_block_size(
-    layers: list[LayerSpec], element: int, tensor_parallel_size: int, block_size: int,
-    state_bytes: Callable[[LayerSpec], int], assumptions: list[str],
-) -> int:
-    """vLLM raises the attention block size of Mamba hybrids until one attention page holds one state."""
-    states = [state_bytes(x) for x in layers if x.kind is LayerKind.STATE]
-    per_token = [layer_bytes_per_token(x, element, tensor_parallel_size)
-                 for x in layers if x.kind is not LayerKind.STATE]
-    if not states or not per_token:
-        return block_size
-    needed = STATE_BLOCK_ALIGNMENT * math.ceil(max(states) / (STATE_BLOCK_ALIGNMENT * max(per_token)))
-    if needed > block_size:
-        assumptions.append(f"block size raised from {block_size} to {needed} so one attention page holds a state")
-        return needed
-    return block_size
 
 
 def _budget_assumptions(
