@@ -45,8 +45,6 @@ from harness.units import GiB
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
 KV_TOKENS_TOLERANCE = 0.05
-# The issue's target for maximum concurrency at max_model_len: within one sequence or 2%, whichever is larger.
-CONCURRENCY_TOLERANCE_SEQUENCES, CONCURRENCY_TOLERANCE = 1.0, 0.02
 SAMPLER_GRID = np.arange(0.0, 100.0, 0.01)  # bytes per logit tried when fitting the PyTorch sampler's peak
 
 
@@ -95,14 +93,6 @@ class SamplerFact(BaseModel):
     name: str
     source: str
     evidence: str | None = None
-
-
-def concurrency_within(launch: LaunchCheck) -> bool | None:
-    """Whether the predicted concurrency at max_model_len is within max(1 sequence, 2%) of the logged one."""
-    if launch.concurrency_predicted is None or launch.concurrency_logged is None:
-        return None
-    allowed = max(CONCURRENCY_TOLERANCE_SEQUENCES, CONCURRENCY_TOLERANCE * launch.concurrency_logged)
-    return abs(launch.concurrency_predicted - launch.concurrency_logged) <= allowed
 
 
 class CaseResult(BaseModel):

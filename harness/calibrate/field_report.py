@@ -11,16 +11,20 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness.calibrate.field_check import (
-    KV_TOKENS_TOLERANCE,
-    CaseResult,
-    FieldReport,
-    LaunchCheck,
-    concurrency_within,
-)
+from harness.calibrate.field_check import KV_TOKENS_TOLERANCE, CaseResult, FieldReport, LaunchCheck
 from harness.units import GiB
 
 TERMS = ("weights", "activation_peak", "non_torch", "cuda_graphs")
+# The target for maximum concurrency at max_model_len: within one sequence or 2%, whichever is larger.
+CONCURRENCY_TOLERANCE_SEQUENCES, CONCURRENCY_TOLERANCE = 1.0, 0.02
+
+
+def concurrency_within(launch: LaunchCheck) -> bool | None:
+    """Whether the predicted concurrency at max_model_len is within max(1 sequence, 2%) of the logged one."""
+    if launch.concurrency_predicted is None or launch.concurrency_logged is None:
+        return None
+    allowed = max(CONCURRENCY_TOLERANCE_SEQUENCES, CONCURRENCY_TOLERANCE * launch.concurrency_logged)
+    return abs(launch.concurrency_predicted - launch.concurrency_logged) <= allowed
 
 
 class Score(BaseModel):

@@ -15,14 +15,13 @@ from harness.calibrate.field_check import (
     LaunchCheck,
     SamplerFact,
     check_logged,
-    concurrency_within,
     fit_constants,
     implied_overhead_bytes,
     run_field_check,
     sampler_fact,
 )
 from harness.calibrate.field_corpus import load_corpus
-from harness.calibrate.field_report import score, summary_lines
+from harness.calibrate.field_report import concurrency_within, score, summary_lines
 from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.server_logs import parse_startup_log
