@@ -28,6 +28,7 @@ from harness.polyaxon_client import QUIET_POLYAXON_ENV, quiet_polyaxon
 
 if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests without an engine need not pay
     from harness.launch.engine_process import RunningEngine
+    from harness.search.objective import PercentileObjective
 
 TEST_NICENESS = -10  # CFS weight 9,548 against 1,024 at niceness 0: about 90% of a shared core
 
@@ -110,6 +111,27 @@ def local_cpu_engine(
 def tiny_model_dir() -> Path:
     """The seed-0 tiny Qwen3 model, generated once into the harness cache and reused."""
     return ensure_tiny_model(seed=0)
+
+
+@pytest.fixture(scope="session")
+def ttft_limit(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> PercentileObjective:
+    """The engine tests' p99 TTFT objective in this machine's unit (objective.py `ttft_objective`): six times
+    the median of three lone prefills of the inventory's 600-token prompt, each timed as one request that asks
+    for a single token, on the preset's engine."""
+    from harness.search.objective import ttft_objective
+    from harness.server_auth import auth_headers
+
+    prompt = json.loads((REPO_ROOT / "prompts" / "tiny-qwen3-600x8" / "prompts.jsonl").read_text().splitlines()[0])
+    log = tmp_path_factory.mktemp("ttft-unit") / "engine.log"
+    with local_cpu_engine(tiny_model_dir, log, max_num_seqs=1, enable_prefix_caching=False) as engine:
+        model = httpx.get(f"{engine.base_url}/v1/models", headers=auth_headers(), timeout=60).json()["data"][0]["id"]
+        body = {"model": model, "prompt": prompt["token_ids"], "max_tokens": 1}
+        elapsed_ms = []
+        for _ in range(4):  # the first warms the engine's paths and is not counted
+            started = time.perf_counter()
+            httpx.post(f"{engine.base_url}/v1/completions", json=body, headers=auth_headers(), timeout=120)
+            elapsed_ms.append(1000 * (time.perf_counter() - started))
+    return ttft_objective(sorted(elapsed_ms[1:])[1])
 
 
 @pytest.fixture

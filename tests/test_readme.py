@@ -188,8 +188,11 @@ def test_the_tiny_model_as_written_is_the_directory_harness_model_tiny_prints(ti
 
 
 @pytest.mark.engine
-def test_harness_search_as_written_answers_with_the_kv_knee(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """On the demo's engine (31 usable blocks of 128, requests of 5 to 8 blocks): arrivals wait from 6."""
+def test_harness_search_as_written_answers_and_predicts_the_kv_knee(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """On the demo's engine (31 usable blocks of 128, requests of 5 to 8 blocks): arrivals wait from 6. Which
+    limit the README's fixed 400 ms meets first depends on the CPU (on a slow one, the prefills of two requests
+    in flight already pass it); the KV knee itself is measured against a limit in the machine's own unit in
+    tests/search/test_search_engine.py."""
     [words] = commands_of("harness search")
     out = tmp_path / "search"
     words = [f"model={tiny_model_dir}" if word == "model=$TINY_MODEL" else str(out) if word == "runs/search"
@@ -198,7 +201,7 @@ def test_harness_search_as_written_answers_with_the_kv_knee(tiny_model_dir: Path
     assert searched.returncode == 0, searched.stdout + searched.stderr[-3000:]
     lines = searched.stdout.splitlines()
     assert lines[0].startswith("max concurrency meeting p99 TTFT ≤ 400 ms: ")
-    assert lines[1].startswith("the knee: KV cache capacity: ")
+    assert lines[1].startswith("the knee: ")
     assert "predicted knee concurrency 6 (kv_cache)" in searched.stdout
     assert (out / "search.md").exists() and (out / "capacity-curve-0.png").exists()
     assert any((out / "polyaxon" / "runs").iterdir())  # --local: the probes and the search tracked offline

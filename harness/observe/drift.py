@@ -90,15 +90,15 @@ def check_drift(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any],
     try:
         if given_kv is not None:
             terms = [DriftTerm(name=KV_MEMORY, predicted_bytes=given_kv, logged_bytes=_logged_kv(log))]
-            basis, total, kv_bytes = "kv_cache_memory_bytes", None, given_kv
+            basis, total, stages = "kv_cache_memory_bytes", None, [given_kv] * pp
         elif on_gpu and device is not None and device.gpu_memory_total_bytes:
             total = device.gpu_memory_total_bytes // (device.gpu_count or 1)
-            kv_bytes, terms = _gpu_waterfall(log, shape, limits, total, device.gpu_name, max_model_len, tp, pp, logged)
+            stages, terms = _gpu_waterfall(log, shape, limits, total, device.gpu_name, max_model_len, tp, pp, logged)
             basis = "gpu waterfall"
         else:
             return "no drift check: no GPU memory total (device.json) and no kv_cache_memory_bytes limit"
         prediction = predict_pipeline_capacity(
-            shape, [max(0, kv_bytes)] * pp, block_size=block_size, max_model_len=max_model_len,
+            shape, [max(0, stage) for stage in stages], block_size=block_size, max_model_len=max_model_len,
             kv_cache_dtype=str(limits.get("kv_cache_dtype") or "auto"), tensor_parallel_size=tp,
             max_num_batched_tokens=_int(limits.get("max_num_batched_tokens")),
             engine_version=log.engine_version or PRODUCTION_ENGINE, engine_generation=log.engine_generation,
@@ -167,8 +167,8 @@ def _named(term: DriftTerm, kv: DriftTerm | None, missing: list[str]) -> str:
 
 
 def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any], total: int, gpu_name: str | None,
-                   max_model_len: int, tp: int, pp: int, logged: dict[str, int]) -> tuple[int, list[DriftTerm]]:
-    """KV bytes and the terms, as `harness budget --gpu` computes them, from the limits and the device."""
+                   max_model_len: int, tp: int, pp: int, logged: dict[str, int]) -> tuple[list[int], list[DriftTerm]]:
+    """Each stage's KV bytes and the terms, as `harness budget --gpu` computes them, from the limits and device."""
     quantization = limits.get("quantization")
     waterfall = plan_waterfall(
         shape.config, FITTED_CONSTANTS, total_bytes=total, total_source="device.json",
@@ -180,8 +180,9 @@ def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, An
         checkpoint=None if quantization else shape.checkpoint_weights, gpu_name=gpu_name)
     terms = [DriftTerm(name=term.name, predicted_bytes=term.bytes, logged_bytes=logged.get(term.name),
                        subtracted=term.subtracted) for term in waterfall.terms]
-    terms.append(DriftTerm(name=KV_MEMORY, predicted_bytes=waterfall.kv_bytes, logged_bytes=_logged_kv(log)))
-    return waterfall.kv_bytes, terms
+    # the log's headline is its smallest rank's figure: the stage with the least memory is the one to compare
+    terms.append(DriftTerm(name=KV_MEMORY, predicted_bytes=min(waterfall.stage_kv_bytes), logged_bytes=_logged_kv(log)))
+    return waterfall.stage_kv_bytes, terms
 
 
 def _logged_kv(log: StartupCapacity) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -184,7 +185,8 @@ def test_the_demo_ends_with_a_search_that_finds_the_kv_knee_in_at_most_five_prob
     # outputs hold about 31.6 blocks, and an arrival's 600-token prompt needs 5 more, of 31 usable), probed
     # first with 5
     assert result.search_probes <= 5
-    assert result.search_answer[0].startswith("max concurrency meeting p99 TTFT ≤ 400 ms: ")
+    # the limit is six of the sweep's quickest mean prefills (vLLM's histograms), in whole 50 ms
+    assert re.match(r"max concurrency meeting p99 TTFT ≤ [\d,]*[05]0 ms: ", result.search_answer[0])
     assert result.search_answer[1].startswith("the knee: KV cache capacity: ")
     assert "predicted knee concurrency 6 (kv_cache)" in result.search_answer[-1]
     assert Path(result.search_markdown).exists() and "max concurrency meeting" in printed

@@ -16,6 +16,7 @@ from harness.search.objective import (
     combined,
     latency_values_ms,
     read_objective,
+    ttft_objective,
     wilson_interval,
 )
 
@@ -85,3 +86,9 @@ def test_every_objective_must_hold() -> None:
     assert combined([Decision.MEETS, Decision.UNDECIDED]) == Decision.UNDECIDED
     assert combined([Decision.MEETS, Decision.MEETS]) == Decision.MEETS
     assert combined([]) == Decision.UNDECIDED  # nothing read decides nothing
+
+
+def test_a_ttft_limit_in_the_machines_unit_is_six_lone_prefills_rounded_up_to_50_ms() -> None:
+    # 6 × 241 ms = 1,446 ms, up to 1,450; 6 × 40 ms = 240 ms, up to 250; 6 × 50 ms = 300 ms exactly
+    assert [ttft_objective(ms).limit_ms for ms in (241.0, 40.0, 50.0)] == [1450, 250, 300]
+    assert ttft_objective(241.0).words == "p99 TTFT ≤ 1,450 ms"
