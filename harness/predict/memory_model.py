@@ -313,17 +313,19 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
     Only the last stage computes logits and samples (its model has the lm_head, the others a PPMissingLayer,
     and the profiling and warm-up runs sample `if get_pp_group().is_last_rank`), so the stages before it keep
     the sampler's excess over the forward pass. Layers go by vLLM's split; the input embedding sits on the
-    first stage and the output layer on the last (its own copy even when tied).
+    first stage and the output layer on the last (its own copy even when tied); a vision tower on every stage.
     """
     if pipeline_parallel_size == 1:
         return [kv_bytes]
     embedding = size.vocab * size.hidden * dtype_bytes // tensor_parallel_size
-    layers_bytes = weights_bytes * pipeline_parallel_size - size.embedding_params * dtype_bytes // tensor_parallel_size
+    tower = int(size.vision.bytes_per_gpu(dtype_bytes, tensor_parallel_size)) if size.vision else 0
+    layers_bytes = ((weights_bytes - tower) * pipeline_parallel_size
+                    - size.embedding_params * dtype_bytes // tensor_parallel_size)
     shares = layer_shares(size.layers, pipeline_parallel_size)
     stages = []
     for index, share in enumerate(shares):
         ends = embedding * ((index == 0) + (index == pipeline_parallel_size - 1))
-        stage_weights = layers_bytes * share // size.layers + ends
+        stage_weights = layers_bytes * share // size.layers + ends + tower
         sampler = 0 if index == pipeline_parallel_size - 1 else max(0, sampler_excess_bytes)
         stages.append(kv_bytes + weights_bytes - stage_weights + sampler)
     return stages

@@ -1,5 +1,6 @@
 """Pipeline stages: vLLM's layer split, each stage's memory from its ranks, the fewest blocks set the cache."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -7,8 +8,9 @@ import pytest
 from harness.errors import HarnessError
 from harness.predict.budget import predict_capacity
 from harness.predict.budget_plan import BudgetOptions, plan_budget
-from harness.predict.memory_model import model_size, stage_kv_bytes
+from harness.predict.memory_model import stage_kv_bytes, weights_term
 from harness.predict.model_shape import load_model_shape
+from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity, stage_memory
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
@@ -79,3 +81,18 @@ def test_each_stage_holds_its_layers_and_ends_and_only_the_last_samples() -> Non
     # 16,777,216 less, and it samples: 10,737,418,240 + 16,777,216 = 10,754,195,456.
     assert stages == [11_220_641_024, 10_754_195_456]
     assert stage_kv_bytes(size, kv, 115_867_648, 500_000_000, 2, 1, 1) == [kv]  # one stage: the whole GPU's figure
+
+
+def test_a_vision_tower_takes_the_same_memory_from_every_stage() -> None:
+    # Qwen2.5-VL-7B's tower is held whole on each of 3 stages (its 28 layers split 10 + 9 + 9): each stage's KV
+    # memory is the text model's less the tower's bytes; split with the layers, the first stage would lose
+    # 3 × 10 / 28 of a tower and the others 3 × 9 / 28.
+    vl = model_size(json.loads((CONFIGS / "Qwen--Qwen2.5-VL-7B-Instruct.json").read_text()))
+    assert vl.vision is not None
+    text = vl.model_copy(update={"vision": None})
+    with_tower, without = weights_term(vl, 2, None, 1, 3).bytes, weights_term(text, 2, None, 1, 3).bytes
+    tower = with_tower - without
+    assert tower > 1024**3  # about 1.26 GiB of the tower's 676,550,144 parameters at 2 B
+    kv = 20 * 1024**3
+    plain = stage_kv_bytes(text, kv, without, 0, 2, 1, 3)
+    assert stage_kv_bytes(vl, kv - tower, with_tower, 0, 2, 1, 3) == [stage - tower for stage in plain]
