@@ -288,6 +288,7 @@ def _shape(
     config: dict[str, Any], *, name: str, revision: str | None, source: str, weights: tuple[int | None, str | None]
 ) -> ModelShape:
     layers, notes = parse_config(config, source=source)
+    language = language_config(config)
     text_config = config.get("text_config")
     text: dict[str, Any] = text_config if isinstance(text_config, dict) else {}
     dtype = config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or text.get("dtype")
@@ -301,11 +302,11 @@ def _shape(
         model_type=str(config.get("model_type") or text.get("model_type") or "unknown"),
         dtype=str(dtype),
         layers=layers,
-        max_position_embeddings=language_config(config).get("max_position_embeddings"),
+        max_position_embeddings=language.get("max_position_embeddings"),
         weights_bytes=weights[0],
         weights_source=weights[1],
         notes=notes,
-        mtp_layers=_mtp_layers(language_config(config), source),
+        mtp_layers=_mtp_layers(language, source),
         config=config,
     )
 
