@@ -20,13 +20,14 @@ from harness.predict.model_shape import LayerKind, LayerSpec, ModelShape
 SpeculativeMethod = Literal["mtp", "eagle", "eagle3", "ngram", "suffix", "medusa"]
 CACHELESS_METHODS = frozenset({"ngram", "suffix", "medusa"})
 EAGLE_METHODS = frozenset({"eagle", "eagle3"})
+MAX_SPECULATIVE_TOKENS = 64
 
 
 class SpeculativeDecoding(BaseModel, extra="forbid", frozen=True):
     """`--speculative-config`'s method and its speculative tokens per step."""
 
     method: SpeculativeMethod
-    num_speculative_tokens: int = Field(ge=1, le=64)
+    num_speculative_tokens: int = Field(ge=1, le=MAX_SPECULATIVE_TOKENS)
 
 
 def draft_layers(speculative: SpeculativeDecoding | None, shape: ModelShape, assumptions: list[str]) -> list[LayerSpec]:
@@ -57,4 +58,7 @@ def speculative_from_log(method: str, tokens: int | None) -> SpeculativeDecoding
         raise HarnessError(f"speculative method '{method}': its drafter's cache is not sized here")
     if tokens is None:
         raise HarnessError(f"speculative method '{method}': the log does not state its speculative tokens")
+    if not 1 <= tokens <= MAX_SPECULATIVE_TOKENS:
+        raise HarnessError(f"speculative method '{method}': {tokens} speculative tokens, not 1 to "
+                           f"{MAX_SPECULATIVE_TOKENS}")
     return SpeculativeDecoding(method=name, num_speculative_tokens=tokens)

@@ -55,3 +55,9 @@ def test_a_separate_draft_model_is_refused_by_name() -> None:
 
 def test_a_models_own_mtp_under_its_older_name_is_mtp() -> None:
     assert speculative_from_log("deepseek_mtp", 1) == SpeculativeDecoding(method="mtp", num_speculative_tokens=1)
+
+
+@pytest.mark.parametrize("tokens", [0, 65])
+def test_a_logged_token_count_out_of_range_is_one_named_error(tokens) -> None:
+    with pytest.raises(HarnessError, match=f"speculative method 'eagle3': {tokens} speculative tokens, not 1 to 64"):
+        speculative_from_log("eagle3", tokens)
