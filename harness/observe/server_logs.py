@@ -48,7 +48,10 @@ class StartupCapacity(pydantic.BaseModel):
     and the headline is their minimum, as vLLM itself sizes every rank's cache by the smallest.
     Per-rank timings and weights are the first rank's. GiB figures are converted with 2**30 and
     carry the log's rounding (two decimals); `kv_cache_memory_bytes` from the arguments is exact.
+    The line readers fill it by field name, so a name it does not have is refused, not dropped.
     """
+
+    model_config = pydantic.ConfigDict(extra="forbid")
 
     schema_version: int = STARTUP_SCHEMA_VERSION
     capacity_found: bool

@@ -519,3 +519,10 @@ def test_a_world_rank_is_not_read_as_a_tensor_parallel_rank() -> None:
     # `rank=3` numbers tensor and pipeline ranks together, so it says nothing about TP alone
     world = PER_RANK_LINES.replace("VllmWorker TP", "VllmWorker rank=")
     assert parse_startup_log(world).tensor_parallel_size is None
+
+
+def test_a_figure_under_a_name_the_record_lacks_is_refused_not_dropped() -> None:
+    # The line readers hand StartupCapacity their figures by field name; a misspelt name must fail loudly
+    # rather than leave the real field at None.
+    with pytest.raises(ValueError, match="kv_cache_tokns"):
+        StartupCapacity.model_validate({"capacity_found": True, "diagnosis": "capacity found", "kv_cache_tokns": 1024})
