@@ -30,6 +30,12 @@ from harness.predict.sampler_peak import (
     SamplerPath,
     sampler_path,
 )
+from harness.predict.weight_formats import (
+    EXPERTS_ONLY_FORMATS,
+    MODELOPT_FORMATS,
+    check_modelopt_skips,
+    format_bits,
+)
 from harness.units import GiB
 
 GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
@@ -52,16 +58,6 @@ SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, 
 # install vllm` takes the native path. Unstated, the native path is assumed: it is the pip default and the
 # larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
-# Bits per stored weight of a linear layer, by checkpoint format; embeddings stay in the model dtype.
-# Formats vLLM applies to the MoE experts alone: attention, router and embeddings stay in the model dtype.
-EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
-# AWQ and GPTQ at their usual group of 128 (awq.py and gptq.py `create_weights`): 4-bit weights packed eight to an
-# int32, one 4-bit zero point and one 16-bit scale per group of 128 inputs, 4 + 20 / 128 bits a weight (GPTQ's
-# g_idx adds 32 bits per input row, under 0.01 bit a weight); MXFP4 one 8-bit scale per 32 weights. Bitsandbytes'
-# 4-bit figure is an allowance (its block scales depend on the checkpoint's double quantisation).
-GROUPED_4BIT = 4 + (4 + 16) / 128
-QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": GROUPED_4BIT, "gptq": GROUPED_4BIT,
-                  "bitsandbytes": 4.25, "4-bit": 4.25}
 
 
 class MemoryConstants(BaseModel, frozen=True):
@@ -162,8 +158,10 @@ def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, te
     A VL checkpoint's vision tower is held in the dtype, whatever the format. vLLM hands the tower its
     quantization config, but AWQ leaves unquantized every module the checkpoint names in
     `modules_to_not_convert` (awq.py and awq_marlin.py `get_quant_method`), where AWQ VL checkpoints name
-    the tower (`["visual"]`): the tower stays 16-bit. GPTQ's skip rules and an online `--quantization fp8`
-    of a 16-bit checkpoint, which would quantize the tower too, are not modelled.
+    the tower (`["visual"]`): the tower stays 16-bit, as ModelOpt keeps every `visual` or `vision_tower`
+    module (modelopt.py `get_quant_method`); a ModelOpt checkpoint that spares decoder layers is refused
+    (weight_formats.py). GPTQ's skip rules and an online `--quantization fp8` of a 16-bit checkpoint, which
+    would quantize the tower too, are not modelled.
 
     MXFP4 experts are held as vLLM lays them out for its Marlin kernel, the MoE path on GPUs without
     FP4 units (A100, H100; mxfp4.py `create_weights`, 0.10.1-0.11): each rank's expert width rounded
@@ -171,10 +169,7 @@ def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, te
     """
     bits, key = dtype_bytes * 8.0, None
     if quantization:
-        key = quantization.lower().split()[0]
-        if key not in QUANTIZED_BITS:
-            raise HarnessError(f"quantization '{quantization}' is not priced here (known: {', '.join(QUANTIZED_BITS)})")
-        bits = QUANTIZED_BITS[key]
+        key, bits = format_bits(quantization)
     tp = tensor_parallel_size
     if key in EXPERTS_ONLY_FORMATS:
         padded = size.moe_layers * size.experts * 3 * _round_up(math.ceil(size.expert_width / tp), 128) \
@@ -268,6 +263,8 @@ def plan_waterfall(
     activation = max(forward, sampling)
     non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
+    if checkpoint is None and quantization and format_bits(quantization)[0] in MODELOPT_FORMATS:
+        check_modelopt_skips(config, size, quantization)
     weights = weights_term(size, dtype_bytes, quantization, tensor_parallel_size, pipeline_parallel_size)
     if checkpoint is not None:
         weights = Term(name="weights", bytes=checkpoint[0] // parallel, subtracted=True,
