@@ -165,16 +165,18 @@ def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, te
 
     MXFP4 experts are held as vLLM lays them out for its Marlin kernel, the MoE path on GPUs without
     FP4 units (A100, H100; mxfp4.py `create_weights`, 0.10.1-0.11): each rank's expert width rounded
-    up to 128 and the hidden size to 256, 4 bits per weight and one scale byte per 32.
+    up to 128 and the hidden size to 256, 4 bits per weight and one scale byte per 32, and each expert's
+    gate-up and down biases in 16 bits over the same padded widths (`w13_bias`, `w2_bias`).
     """
     bits, key = dtype_bytes * 8.0, None
     if quantization:
         key, bits = format_bits(quantization)
     tp = tensor_parallel_size
     if key in EXPERTS_ONLY_FORMATS:
-        padded = size.moe_layers * size.experts * 3 * _round_up(math.ceil(size.expert_width / tp), 128) \
-            * _round_up(size.hidden, 256)
-        linear = padded * bits / 8 + (size.linear_params - size.expert_params) * dtype_bytes / tp
+        width, hidden = _round_up(math.ceil(size.expert_width / tp), 128), _round_up(size.hidden, 256)
+        padded = size.moe_layers * size.experts * 3 * width * hidden
+        biases = size.moe_layers * size.experts * (2 * width + hidden)  # w13_bias and w2_bias, 16-bit
+        linear = padded * bits / 8 + biases * dtype_bytes + (size.linear_params - size.expert_params) * dtype_bytes / tp
     else:
         linear = size.linear_params * bits / 8 / tp
     total = (linear + size.embedding_params * dtype_bytes / tp) / pipeline_parallel_size

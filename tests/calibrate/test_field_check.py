@@ -232,15 +232,17 @@ def test_new_log_lines_are_read() -> None:
 def test_mxfp4_prices_only_the_experts_at_four_bits_in_marlins_padded_layout() -> None:
     # gpt-oss-120b, one GPU: Marlin pads the expert width 2,880 to 2,944 (a multiple of 128) and the hidden
     # size 2,880 to 3,072 (of 256): 36 layers × 128 experts × 3 × 2,944 × 3,072 = 125,023,813,632 weights at
-    # 4.25 bits = 66,418,900,992 B; attention 36 × 2,880 × 64 × (2·64 + 2·8) = 955,514,880 and router
-    # 36 × 2,880 × 128 = 13,271,040 in bf16 = 1,937,571,840 B; embeddings 2 × 201,088 × 2,880 × 2 B =
-    # 2,316,533,760. Sum 70,673,006,592 B = 65.82 GiB ("Model loading took 65.9651 GiB" on an H100).
+    # 4.25 bits = 66,418,900,992 B; their biases 36 × 128 × (2 × 2,944 + 3,072) = 41,287,680 in bf16 =
+    # 82,575,360 B; attention 36 × 2,880 × 64 × (2·64 + 2·8) = 955,514,880 and router 36 × 2,880 × 128 =
+    # 13,271,040 in bf16 = 1,937,571,840 B; embeddings 2 × 201,088 × 2,880 × 2 B = 2,316,533,760.
+    # Sum 70,755,581,952 B = 65.90 GiB ("Model loading took 65.9651 GiB" on an H100).
     config = load_model_shape(str(CORPUS / "configs" / "openai--gpt-oss-120b.json")).config
-    assert weights_term(model_size(config), 2, "mxfp4", 1).bytes == 70_673_006_592
+    assert weights_term(model_size(config), 2, "mxfp4", 1).bytes == 70_755_581_952
     # TP=4: each rank's expert width 720 pads to 768: 36 × 128 × 3 × 768 × 3,072 = 32,614,907,904 weights,
-    # 17,326,669,824 B; plus a quarter of the bf16 rest, (1,937,571,840 + 2,316,533,760) / 4 = 1,063,526,400.
-    # 18,390,196,224 B = 17.13 GiB a GPU ("Model loading took 17.2217 GiB" on each of four A100s).
-    assert weights_term(model_size(config), 2, "mxfp4", 4).bytes == 18_390_196_224
+    # 17,326,669,824 B; biases 36 × 128 × (2 × 768 + 3,072) × 2 B = 42,467,328; plus a quarter of the bf16
+    # rest, (1,937,571,840 + 2,316,533,760) / 4 = 1,063,526,400. 18,432,663,552 B = 17.17 GiB a GPU
+    # ("Model loading took 17.2217 GiB" on each of four A100s).
+    assert weights_term(model_size(config), 2, "mxfp4", 4).bytes == 18_432_663_552
 
 
 def test_gpus_without_a_logged_total_say_their_figure_is_nvidia_smis() -> None:
