@@ -26,6 +26,7 @@ from harness.predict.model_shape import ModelShape
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity
 from harness.predict.releases import engine_release, runs_v0
+from harness.predict.speculative import SpeculativeDecoding
 from harness.predict.warmup import WarmupCheck, check_warmup
 from harness.units import GiB
 
@@ -56,6 +57,8 @@ def answer_fit(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     quantization: str | None = None,
+    speculative: SpeculativeDecoding | None = None,
+    prefix_caching: bool = False,
 ) -> FitAnswer:
     """The waterfall for `gpu` (a catalogue name or a GiB figure) and what it means for the limits."""
     total, total_source = gpu_total(gpu)
@@ -75,7 +78,8 @@ def answer_fit(
     predict = partial(predict_pipeline_capacity, shape, stage_kv_bytes, block_size=block_size,
                       kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                       max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
-                      available_kv_source="before-launch waterfall")
+                      available_kv_source="before-launch waterfall", speculative=speculative,
+                      prefix_caching=prefix_caching)
     capacity = predict(max_model_len=model_len)
     asked = asked_tokens or model_len
     at_asked = predict(max_model_len=asked)
