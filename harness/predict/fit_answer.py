@@ -108,16 +108,26 @@ def gpu_total(gpu: str) -> tuple[int, str]:
 
 def _words(waterfall: Waterfall, capacity: CapacityPrediction, fits: bool, asked: int, sequences: int,
            max_num_seqs: int | None) -> str:
-    if waterfall.kv_bytes <= 0:
-        return (f"does not fit: nothing is left for the KV cache ({binary_size(waterfall.kv_bytes)} after the "
-                "terms above); vLLM stops with 'No available memory for the cache blocks'")
+    kv_memory = _binding_kv_memory(waterfall, capacity)
+    if min(waterfall.stage_kv_bytes) <= 0:
+        return (f"does not fit: nothing is left for the KV cache ({kv_memory} after the terms above); "
+                "vLLM stops with 'No available memory for the cache blocks'")
     if not fits:
-        return (f"does not fit: {binary_size(waterfall.kv_bytes)} of KV memory holds {capacity.kv_cache_tokens:,} "
-                f"tokens, less than one request of max_model_len {capacity.max_model_len:,}; vLLM refuses to start")
+        return (f"does not fit: {kv_memory} holds {capacity.kv_cache_tokens:,} tokens, less than one request "
+                f"of max_model_len {capacity.max_model_len:,}; vLLM refuses to start")
     capped = max_num_seqs is not None and max_num_seqs < sequences
     cap = f"; vLLM runs at most max_num_seqs={max_num_seqs} at once" if capped else ""
-    return (f"fits: {binary_size(waterfall.kv_bytes)} of KV memory, {capacity.kv_cache_tokens:,} tokens; "
+    return (f"fits: {kv_memory}, {capacity.kv_cache_tokens:,} tokens; "
             f"{sequences:,} sequences of {asked:,} tokens at once{cap}")
+
+
+def _binding_kv_memory(waterfall: Waterfall, capacity: CapacityPrediction) -> str:
+    """The KV memory the tokens come from: with pipeline stages, the stage with fewest blocks' own, not the
+    even split the waterfall's '= KV memory' row shows."""
+    if len(waterfall.stage_kv_bytes) == 1:
+        return f"{binary_size(waterfall.kv_bytes)} of KV memory"
+    binding = capacity.available_kv_bytes if min(waterfall.stage_kv_bytes) > 0 else min(waterfall.stage_kv_bytes)
+    return f"{binary_size(binding)} of KV memory on the binding pipeline stage (the one with fewest blocks)"
 
 
 def answer_renderable(answer: FitAnswer) -> Group:

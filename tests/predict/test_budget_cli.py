@@ -167,6 +167,22 @@ def test_a_drafter_without_a_kv_memory_figure_is_warned_as_ignored() -> None:
     assert "--speculative-method: read only with a KV memory figure" in " ".join(result.stderr.split())
 
 
+def test_with_pipeline_stages_the_fit_line_shows_the_binding_stages_kv_memory() -> None:
+    # Qwen3-4B over 2 stages: 18 + 18 layers, 18 × 4,096 B a token × 16 = 1,179,648 B a block on each. With equal
+    # layers the stage with less KV memory has fewer blocks and sets the tokens; the line names its figure,
+    # not the even split the "= KV memory" row shows.
+    result = harness("budget", "--gpu", "H100-80GB", "--tokens", "4096", "--pipeline-parallel-size", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    stages, even = answer["waterfall"]["stage_kv_bytes"], answer["waterfall"]["kv_bytes"]
+    binding = min(stages)
+    assert binding != even
+    assert answer["capacity"]["bytes_per_block"] == 1_179_648
+    assert answer["capacity"]["num_blocks"] == binding // 1_179_648
+    assert answer["answer"].startswith(f"fits: {binding / 2**30:.2f} GiB of KV memory on the binding pipeline stage")
+    assert f"{even / 2**30:.2f} GiB" not in answer["answer"]
+
+
 @pytest.mark.parametrize(
     ("gpu", "words"),
     [
