@@ -42,6 +42,12 @@ def budget(
     gpu: str | None = typer.Option(None, help="before launch: a GPU name (H100-80GB, L40S, ...) or its total GiB"),
     max_num_seqs: int | None = typer.Option(None, help="vLLM's --max-num-seqs (with --gpu)"),
     quantization: str | None = typer.Option(None, help="checkpoint format with --gpu: fp8, awq, gptq, mxfp4, ..."),
+    speculative_method: str | None = typer.Option(None, help="the drafter of vLLM's --speculative-config: mtp, "
+                                                  "eagle, eagle3, ngram, suffix or medusa (its cache joins the KV)"),
+    num_speculative_tokens: int | None = typer.Option(None, help="speculative tokens per step, 1 to 64 "
+                                                      "(with --speculative-method)"),
+    enable_prefix_caching: bool = typer.Option(False, help="vLLM's --enable-prefix-caching as launched: a hybrid "
+                                               "keeps a second state block per request"),
     field_check: Path | None = typer.Option(None, help="score the calculator on a field corpus directory"),
     inventory: Path | None = typer.Option(None, help="price an inventory: the live population of --concurrency "
                                           "of its requests against the KV blocks"),
@@ -57,6 +63,7 @@ def budget(
     from harness.predict.budget_plan import BudgetOptions, plan_budget
     from harness.predict.budget_table import budget_renderable
     from harness.predict.model_shape import load_model_shape
+    from harness.predict.speculative import speculative_from_options
 
     options = validate_options(BudgetOptions, dict(
         tokens=tokens, sequences=sequences, lengths=lengths, kv_cache_dtype=kv_cache_dtype,
@@ -67,7 +74,8 @@ def budget(
         gpu_memory_utilization=gpu_memory_utilization, overhead_gib=overhead_gib, max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version, max_num_seqs=max_num_seqs,
         quantization=quantization, concurrency=concurrency, num_gpu_blocks=num_gpu_blocks,
-        kv_cache_tokens=kv_cache_tokens,
+        kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=enable_prefix_caching,
+        speculative=speculative_from_options(speculative_method, num_speculative_tokens),
     ))
     if inventory is not None:
         _price_inventory(inventory, options, model, revision, json_output)
@@ -95,6 +103,7 @@ def budget(
             kv_cache_dtype=options.kv_cache_dtype,
             block_size=options.block_size, max_num_batched_tokens=options.max_num_batched_tokens,
             max_num_seqs=options.max_num_seqs, quantization=options.quantization,
+            speculative=options.speculative, prefix_caching=options.enable_prefix_caching,
         )
         print(answer.model_dump_json(indent=2)) if json_output else Console().print(answer_renderable(answer))
         return

@@ -196,13 +196,15 @@ def predict_capacity(
     engine_generation: str | None = None,
     speculative: SpeculativeDecoding | None = None,
     prefix_caching: bool = False,
+    holds_drafter: bool = True,
 ) -> CapacityPrediction:
     """Blocks, tokens and maximum concurrency as vLLM computes and logs them at start-up.
 
     The V0 engine (every release before 0.8, and 0.8-0.10 when V1 is switched off) logs its block
     count and a concurrency of blocks × block_size / max_model_len, with no whole-block rounding.
-    A drafter (`speculative`) caches its layers too (`speculative.py`) and widens a hybrid's state;
-    prefix caching keeps a second state block per request in each state group.
+    A drafter (`speculative`) caches its layers too (`speculative.py`) on the GPU that `holds_drafter` (with
+    pipeline parallelism only the last stage does) and widens a hybrid's state on every GPU; prefix caching
+    keeps a second state block per request in each state group.
     """
     _check_positive(block_size=block_size, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size)
     if available_kv_bytes < 0:
@@ -211,7 +213,8 @@ def predict_capacity(
     _, element = resolve_kv_dtype(kv_cache_dtype, shape.dtype)
     model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     assumptions = [f"grouping and log rules of vLLM {version}"]
-    layers = _effective_layers(shape.layers, hybrid_kv_manager) + draft_layers(speculative, shape, assumptions)
+    drafter = draft_layers(speculative, shape, assumptions) if holds_drafter else []
+    layers = _effective_layers(shape.layers, hybrid_kv_manager) + drafter
     speculative_tokens = speculative.num_speculative_tokens if speculative else 0
 
     def state_bytes(layer: LayerSpec) -> int:

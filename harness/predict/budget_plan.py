@@ -29,6 +29,7 @@ from harness.predict.budget import (
 from harness.predict.model_shape import ModelShape
 from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity
 from harness.predict.releases import engine_version_warnings
+from harness.predict.speculative import SpeculativeDecoding
 from harness.units import GiB
 
 
@@ -71,6 +72,8 @@ class BudgetOptions(BaseModel):
     num_gpu_blocks: int | None = Field(None, ge=2, le=MAX_TOKENS)  # as vLLM logs it, null block included
     kv_cache_tokens: Tokens | None = None  # "GPU KV cache size: N tokens" as vLLM logs it
     quantization: Named | None = None  # the before-launch answer's (--gpu)
+    speculative: SpeculativeDecoding | None = None  # --speculative-method and --num-speculative-tokens
+    enable_prefix_caching: bool = False  # what it changes is a hybrid's state blocks per request
 
 
 def sequence_lengths(lengths: str) -> list[int]:
@@ -92,7 +95,14 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
                              tensor_parallel_size=options.tensor_parallel_size, block_size=options.block_size,
                              hybrid_kv_manager=options.hybrid_kv_manager)
     capacity = plan_capacity(shape, options, result.weights_bytes, warnings)
-    return result.model_copy(update={"capacity": capacity, "warnings": warnings})
+    assumptions = result.assumptions
+    if options.speculative is not None:
+        assumptions = [*assumptions, "per-sequence bytes: the target model's layers alone; the drafter's "
+                       "layers and wider state are in the capacity prediction"]
+        if capacity is None:
+            warnings.append("--speculative-method: read only with a KV memory figure (the capacity prediction) "
+                            "or with --gpu; ignored here")
+    return result.model_copy(update={"capacity": capacity, "warnings": warnings, "assumptions": assumptions})
 
 
 def plan_capacity(shape: ModelShape, options: BudgetOptions, weights_bytes: int | None,
@@ -118,7 +128,8 @@ def plan_capacity(shape: ModelShape, options: BudgetOptions, weights_bytes: int 
         shape, [available] * options.pipeline_parallel_size, block_size=options.block_size, max_model_len=model_len,
         kv_cache_dtype=options.kv_cache_dtype, tensor_parallel_size=options.tensor_parallel_size,
         max_num_batched_tokens=options.max_num_batched_tokens, engine_version=options.engine_version,
-        hybrid_kv_manager=options.hybrid_kv_manager, available_kv_source=source)
+        hybrid_kv_manager=options.hybrid_kv_manager, available_kv_source=source, speculative=options.speculative,
+        prefix_caching=options.enable_prefix_caching)
 
 
 def first_stage(shape: ModelShape, pipeline_parallel_size: int) -> ModelShape:

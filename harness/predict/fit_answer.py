@@ -26,6 +26,7 @@ from harness.predict.model_shape import ModelShape
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity
 from harness.predict.releases import engine_release, runs_v0
+from harness.predict.speculative import SpeculativeDecoding
 from harness.predict.warmup import WarmupCheck, check_warmup
 from harness.units import GiB
 
@@ -56,6 +57,8 @@ def answer_fit(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     quantization: str | None = None,
+    speculative: SpeculativeDecoding | None = None,
+    prefix_caching: bool = False,
 ) -> FitAnswer:
     """The waterfall for `gpu` (a catalogue name or a GiB figure) and what it means for the limits."""
     total, total_source = gpu_total(gpu)
@@ -75,7 +78,8 @@ def answer_fit(
     predict = partial(predict_pipeline_capacity, shape, stage_kv_bytes, block_size=block_size,
                       kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                       max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
-                      available_kv_source="before-launch waterfall")
+                      available_kv_source="before-launch waterfall", speculative=speculative,
+                      prefix_caching=prefix_caching)
     capacity = predict(max_model_len=model_len)
     asked = asked_tokens or model_len
     at_asked = predict(max_model_len=asked)
@@ -104,16 +108,26 @@ def gpu_total(gpu: str) -> tuple[int, str]:
 
 def _words(waterfall: Waterfall, capacity: CapacityPrediction, fits: bool, asked: int, sequences: int,
            max_num_seqs: int | None) -> str:
-    if waterfall.kv_bytes <= 0:
-        return (f"does not fit: nothing is left for the KV cache ({binary_size(waterfall.kv_bytes)} after the "
-                "terms above); vLLM stops with 'No available memory for the cache blocks'")
+    kv_memory = _binding_kv_memory(waterfall, capacity)
+    if min(waterfall.stage_kv_bytes) <= 0:
+        return (f"does not fit: nothing is left for the KV cache ({kv_memory} after the terms above); "
+                "vLLM stops with 'No available memory for the cache blocks'")
     if not fits:
-        return (f"does not fit: {binary_size(waterfall.kv_bytes)} of KV memory holds {capacity.kv_cache_tokens:,} "
-                f"tokens, less than one request of max_model_len {capacity.max_model_len:,}; vLLM refuses to start")
+        return (f"does not fit: {kv_memory} holds {capacity.kv_cache_tokens:,} tokens, less than one request "
+                f"of max_model_len {capacity.max_model_len:,}; vLLM refuses to start")
     capped = max_num_seqs is not None and max_num_seqs < sequences
     cap = f"; vLLM runs at most max_num_seqs={max_num_seqs} at once" if capped else ""
-    return (f"fits: {binary_size(waterfall.kv_bytes)} of KV memory, {capacity.kv_cache_tokens:,} tokens; "
+    return (f"fits: {kv_memory}, {capacity.kv_cache_tokens:,} tokens; "
             f"{sequences:,} sequences of {asked:,} tokens at once{cap}")
+
+
+def _binding_kv_memory(waterfall: Waterfall, capacity: CapacityPrediction) -> str:
+    """The KV memory the tokens come from: with pipeline stages, the stage with fewest blocks' own, not the
+    even split the waterfall's '= KV memory' row shows."""
+    if len(waterfall.stage_kv_bytes) == 1:
+        return f"{binary_size(waterfall.kv_bytes)} of KV memory"
+    binding = capacity.available_kv_bytes if min(waterfall.stage_kv_bytes) > 0 else min(waterfall.stage_kv_bytes)
+    return f"{binary_size(binding)} of KV memory on the binding pipeline stage (the one with fewest blocks)"
 
 
 def answer_renderable(answer: FitAnswer) -> Group:

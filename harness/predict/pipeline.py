@@ -1,5 +1,11 @@
 """Pipeline parallelism: each stage holds its own layers' cache in its own memory, and the engine runs
-with the fewest blocks any stage has, so one stage's shortfall is the whole engine's capacity."""
+with the fewest blocks any stage has, so one stage's shortfall is the whole engine's capacity.
+
+A speculative drafter runs on the last stage alone: vLLM's GPU model runner builds it only
+`if self.speculative_config and get_pp_group().is_last_rank` ("currently we put the entire draft model
+on the last PP rank", vllm/v1/worker/gpu_model_runner.py at 000fc94b), so its layers, and their cache,
+are that stage's; the speculative tokens still widen every stage's state layers.
+"""
 
 from __future__ import annotations
 
@@ -45,6 +51,7 @@ def predict_pipeline_capacity(shape: ModelShape, stage_kv_bytes: Sequence[int], 
     """The release's arithmetic on each stage's memory and layers; the stage with fewest blocks sets the cache.
     `capacity` takes `predict_capacity`'s keyword arguments; one stage is the whole model."""
     stages = pipeline_stages(shape, len(stage_kv_bytes))
-    predictions = [predict_capacity(stage, available_kv_bytes=max(0, available), **capacity)
+    predictions = [predict_capacity(stage, available_kv_bytes=max(0, available), holds_drafter=stage is stages[-1],
+                                    **capacity)
                    for stage, available in zip(stages, stage_kv_bytes, strict=True)]
     return min(predictions, key=lambda prediction: prediction.num_blocks)

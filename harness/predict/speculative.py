@@ -53,12 +53,43 @@ def draft_layers(speculative: SpeculativeDecoding | None, shape: ModelShape, ass
 
 def speculative_from_log(method: str, tokens: int | None) -> SpeculativeDecoding:
     """The drafter a log names; releases before the unified "mtp" name the model's own ("deepseek_mtp", ...)."""
-    name = "mtp" if method.endswith("mtp") else method
-    if name not in get_args(SpeculativeMethod):
+    name = sized_method(method)
+    if name is None:
         raise HarnessError(f"speculative method '{method}': its drafter's cache is not sized here")
     if tokens is None:
         raise HarnessError(f"speculative method '{method}': the log does not state its speculative tokens")
-    if not 1 <= tokens <= MAX_SPECULATIVE_TOKENS:
+    if not tokens_in_range(tokens):
         raise HarnessError(f"speculative method '{method}': {tokens} speculative tokens, not 1 to "
                            f"{MAX_SPECULATIVE_TOKENS}")
     return SpeculativeDecoding(method=name, num_speculative_tokens=tokens)
+
+
+def speculative_from_options(method: str | None, tokens: int | None) -> SpeculativeDecoding | None:
+    """`--speculative-method` and `--num-speculative-tokens` (the fields of vLLM's --speculative-config) as the
+    one drafter value the calculator takes; None when no method is given."""
+    if method is None:
+        if tokens is not None:
+            raise HarnessError(f"--num-speculative-tokens {tokens}: give --speculative-method too")
+        return None
+    name = sized_method(method)
+    if name is None:
+        raise HarnessError(f"--speculative-method '{method}': its drafter's cache is not sized here (sized: "
+                           f"{', '.join(get_args(SpeculativeMethod))})")
+    if tokens is None:
+        raise HarnessError(f"--speculative-method '{method}': give --num-speculative-tokens")
+    if not tokens_in_range(tokens):
+        raise HarnessError(f"--num-speculative-tokens: {tokens}, not 1 to {MAX_SPECULATIVE_TOKENS}")
+    return SpeculativeDecoding(method=name, num_speculative_tokens=tokens)
+
+
+def sized_method(method: str) -> SpeculativeMethod | None:
+    """The method whose drafter cache is sized here, or None (a separate draft model, an MLP speculator, ...)."""
+    name = "mtp" if method.endswith("mtp") else method
+    methods: tuple[SpeculativeMethod, ...] = get_args(SpeculativeMethod)
+    return next((known for known in methods if known == name), None)
+
+
+def tokens_in_range(tokens: int) -> bool:
+    """The calculator's bound on speculative tokens; vLLM's own is only a positive count (`gt=0` on
+    num_speculative_tokens, vllm/config/speculative.py at 002e77c1)."""
+    return 1 <= tokens <= MAX_SPECULATIVE_TOKENS

@@ -72,6 +72,10 @@ def write(path: Path, text: str | bytes) -> Path:
          "architecture Llama4ForConditionalGeneration is refused: three in four of its layers attend within chunks"),
         ("unknown family", ["--model", "{dir}/unknown.json", "--tokens", "10"],
          "unsupported architecture NoSuchForCausalLM"),
+        ("draft model", ["--tokens", "10", "--speculative-method", "draft_model", "--num-speculative-tokens", "3"],
+         "--speculative-method 'draft_model': its drafter's cache is not sized here"),
+        ("speculative tokens", ["--tokens", "10", "--speculative-method", "mtp", "--num-speculative-tokens", "65"],
+         "--num-speculative-tokens: 65, not 1 to 64"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
@@ -120,6 +124,63 @@ def test_gpu_waterfall_says_it_fits_with_each_terms_source() -> None:
     # sort over 1,024 rows × 151,936 logits (about 5.1 GiB): over 58 GiB of KV at 144 KiB per token is over
     # 420,000 tokens, about 100 sequences of 4,096 tokens.
     assert "fits:" in out and "sequences of 4,096 tokens at once" in out
+
+
+def test_a_drafter_and_prefix_caching_are_priced_as_the_options_say() -> None:
+    # Qwen3-4B with an EAGLE-3 head: 37 layers of K and V × 8 heads × 128 × 2 B = 151,552 B a token (147,456
+    # without it), 2,424,832 B a block of 16; 100 GiB = 107,374,182,400 B // 2,424,832 = 44,281 blocks (45,511
+    # without the head), 44,281 × 16 = 708,496 tokens.
+    result = harness("budget", "--tokens", "4096", "--available-kv-gib", "100", "--speculative-method", "eagle3",
+                     "--num-speculative-tokens", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    capacity = json.loads(result.stdout)["capacity"]
+    assert (capacity["bytes_per_block"], capacity["num_blocks"], capacity["kv_cache_tokens"]) == (
+        2_424_832, 44_281, 708_496)
+    # Qwen3.6-35B-A3B at 8,192 tokens (test_speculative.py works its 1,056-token blocks out): 8 attention blocks
+    # and one state block in each of 3 state groups, 11; prefix caching keeps 2 state blocks (14), and one MTP
+    # speculative token one more (17).
+    model = str(Path(__file__).parents[1] / "fixtures/field/configs/Qwen--Qwen3.6-35B-A3B.json")
+    common = ["budget", "--model", model, "--tokens", "4096", "--available-kv-gib", "10", "--max-model-len", "8192",
+              "--json"]
+    per_request = []
+    for extra in ([], ["--enable-prefix-caching"],
+                  ["--enable-prefix-caching", "--speculative-method", "mtp", "--num-speculative-tokens", "1"]):
+        result = harness(*common, *extra)
+        assert result.returncode == 0, result.stderr
+        per_request.append(json.loads(result.stdout)["capacity"]["blocks_per_request"])
+    assert per_request == [11, 14, 17]
+
+
+def test_the_before_launch_answer_prices_the_drafter() -> None:
+    # The same EAGLE-3 head on an H100: whatever KV memory the waterfall leaves, it holds blocks of 2,424,832 B.
+    result = harness("budget", "--gpu", "H100-80GB", "--tokens", "4096", "--speculative-method", "eagle3",
+                     "--num-speculative-tokens", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["capacity"]["bytes_per_block"] == 2_424_832
+    assert answer["capacity"]["num_blocks"] == answer["waterfall"]["kv_bytes"] // 2_424_832
+
+
+def test_a_drafter_without_a_kv_memory_figure_is_warned_as_ignored() -> None:
+    result = harness("budget", "--tokens", "4096", "--speculative-method", "eagle3", "--num-speculative-tokens", "2")
+    assert result.returncode == 0, result.stderr
+    assert "--speculative-method: read only with a KV memory figure" in " ".join(result.stderr.split())
+
+
+def test_with_pipeline_stages_the_fit_line_shows_the_binding_stages_kv_memory() -> None:
+    # Qwen3-4B over 2 stages: 18 + 18 layers, 18 × 4,096 B a token × 16 = 1,179,648 B a block on each. With equal
+    # layers the stage with less KV memory has fewer blocks and sets the tokens; the line names its figure,
+    # not the even split the "= KV memory" row shows.
+    result = harness("budget", "--gpu", "H100-80GB", "--tokens", "4096", "--pipeline-parallel-size", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    stages, even = answer["waterfall"]["stage_kv_bytes"], answer["waterfall"]["kv_bytes"]
+    binding = min(stages)
+    assert binding != even
+    assert answer["capacity"]["bytes_per_block"] == 1_179_648
+    assert answer["capacity"]["num_blocks"] == binding // 1_179_648
+    assert answer["answer"].startswith(f"fits: {binding / 2**30:.2f} GiB of KV memory on the binding pipeline stage")
+    assert f"{even / 2**30:.2f} GiB" not in answer["answer"]
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from harness.predict.memory_model import stage_kv_bytes, weights_term
 from harness.predict.model_shape import load_model_shape
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity, stage_memory
+from harness.predict.speculative import SpeculativeDecoding
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
 
@@ -96,3 +97,20 @@ def test_a_vision_tower_takes_the_same_memory_from_every_stage() -> None:
     kv = 20 * 1024**3
     plain = stage_kv_bytes(text, kv, without, 0, 2, 1, 3)
     assert stage_kv_bytes(vl, kv - tower, with_tower, 0, 2, 1, 3) == [stage - tower for stage in plain]
+
+
+def test_the_drafter_sits_on_the_last_stage_alone() -> None:
+    # vLLM builds the drafter only on the last pipeline rank (gpu_model_runner.py, `get_pp_group().is_last_rank`).
+    # Llama-3.1-8B over 2 stages: 16 + 16 layers of K and V × 8 heads × 128 × 2 B = 4,096 B a token each.
+    # Stage 0, 10 GiB (10,737,418,240 B), no drafter: 16 × 4,096 × 16 = 1,048,576 B a block → 10,240 blocks.
+    # Stage 1, 20 GiB (21,474,836,480 B), with the EAGLE-3 head's layer: 17 × 4,096 × 16 = 1,114,112 B a block
+    # → 19,275 blocks. The first stage has fewer: 10,240 blocks. With the head on both stages the first would
+    # have been 10,737,418,240 // 1,114,112 = 9,637.
+    shape = load_model_shape(str(CONFIGS / "meta-llama--Llama-3.1-8B-Instruct.json"))
+    eagle = SpeculativeDecoding(method="eagle3", num_speculative_tokens=2)
+    whole = predict_pipeline_capacity(shape, [10 * 2**30, 20 * 2**30], block_size=16, max_model_len=8192,
+                                      speculative=eagle)
+    assert (whole.bytes_per_block, whole.num_blocks) == (1_048_576, 10_240)
+    # the same memory on both: the last stage, with one layer more, has the fewest blocks
+    level = predict_pipeline_capacity(shape, [10 * 2**30] * 2, block_size=16, max_model_len=8192, speculative=eagle)
+    assert (level.bytes_per_block, level.num_blocks) == (1_114_112, 9_637)
