@@ -76,6 +76,8 @@ def write(path: Path, text: str | bytes) -> Path:
          "--speculative-method 'draft_model': its drafter's cache is not sized here"),
         ("speculative tokens", ["--tokens", "10", "--speculative-method", "mtp", "--num-speculative-tokens", "65"],
          "--num-speculative-tokens: 65, not 1 to 64"),
+        ("NVFP4 without its skip list", ["--gpu", "H100-80GB", "--quantization", "modelopt_fp4"],
+         "quantization 'modelopt_fp4': which layers stay 16-bit is the checkpoint's own list"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
