@@ -1,14 +1,14 @@
 """GPU memory as vLLM sees it: the total CUDA reports, which is less than the card's printed size.
 
 vLLM multiplies this total (not the marketing size) by `gpu_memory_utilization`, so each figure here is one a
-real start-up log or CUDA error printed (torch's out-of-memory message prints the same device total vLLM
-reads, `a total capacity of X GiB`; older torch wrote `X GiB total capacity`). Only the H200 still has no such
-figure: nvidia-smi's `memory.total` stands in and its source says so; it is the larger of the two (an H100
-shows 81,559 MiB = 79.65 GiB in nvidia-smi but 79.11-79.22 GiB in vLLM's logs), so that entry overstates the
-total by about half a GiB. The same card can print a slightly different total under another driver or board
-(SXM or PCIe); a source names the other figure where one was seen. A GB10 (DGX Spark) shares one memory
-between CPU and GPU, and CUDA's total is that whole memory. A GPU that is not here is refused by name;
-`--gpu-memory-gib` takes any other figure.
+real start-up log, CUDA error or CUDA program printed (torch's out-of-memory message prints the same device
+total vLLM reads, `a total capacity of X GiB`; older torch wrote `X GiB total capacity`). Only the H200 still
+has no such figure: nvidia-smi's `memory.total` stands in and its source says so; it is the larger of the two
+(an H100 shows 81,559 MiB = 79.65 GiB in nvidia-smi but 79.11-79.22 GiB in vLLM's logs), so that entry
+overstates the total by about half a GiB. The same card can print a slightly different total under another
+driver or board (SXM or PCIe); a source names the other figure where one was seen. A GB10 (DGX Spark) shares
+one memory between CPU and GPU, and CUDA's total is that whole memory. A GPU that is not here is refused by
+name; `--gpu-memory-gib` takes any other figure.
 """
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ GPUS = {
         GpuMemory(name="H100-96GB", total_gib=94.50,
                   source="torch's `a total capacity of 94.50 GiB` in a thread titled \"OOM error on 96GB H100\", "
                          "https://github.com/vllm-project/vllm/issues/9630"),
+        GpuMemory(name="GH200", total_gib=94.88,
+                  source="torch's `a total capacity of 94.88 GiB` on a GH200 whose nvidia-smi shows 97,871 MiB "
+                         "(the 96 GB HBM3 part), https://github.com/Lightning-AI/litgpt/issues/1892"),
+        GpuMemory(name="RTX-PRO-6000-Blackwell", total_gib=94.97,
+                  source="ds4's CUDA backend `total=94.97 GiB` (a CUDA program's own free/total line, not torch's) "
+                         "on a 96GB RTX Pro 6000 Blackwell, https://github.com/antirez/ds4/issues/431"),
         GpuMemory(name="L40S", total_gib=44.42,
                   source="`total_gpu_memory (44.42GiB)`, https://github.com/vllm-project/vllm/issues/15815"),
         GpuMemory(name="L40", total_gib=44.40,
@@ -71,6 +77,9 @@ GPUS = {
         GpuMemory(name="L4", total_gib=22.03,
                   source="torch's `a total capacity of 22.03 GiB` on an L4, "
                          "https://github.com/ArcInstitute/evo2/issues/190"),
+        GpuMemory(name="MI300X", total_gib=191.98,
+                  source="torch's `a total capacity of 191.98 GiB` (HIP) on eight MI300X, "
+                         "https://github.com/vllm-project/vllm/issues/7951"),
         GpuMemory(name="GB10", total_gib=121.69,
                   source="vLLM's `Free memory on device (110.37/121.69 GiB)` on a DGX Spark (GB10), "
                          "https://github.com/MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks/issues/47"),

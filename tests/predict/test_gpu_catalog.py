@@ -11,15 +11,16 @@ from harness.errors import HarnessError
 from harness.predict.gpu_catalog import GPUS, gpu_memory
 
 CASES = Path(__file__).parents[1] / "fixtures" / "field" / "cases"
-# Named by a field case, but no public log or CUDA error was found that prints their total beside their name
-# ("A100" is a case whose comment gives no memory size, so it could be either A100).
-UNSOURCED = {"A100", "GH200", "MI300X", "RTX-PRO-6000-Blackwell", "RX-9070-XT"}
+# Named by a field case without a total the catalogue can give: "A100" is a case whose comment gives no memory
+# size, so it could be either A100; the one RX 9070 XT figure found was printed on Windows, and the Linux case
+# logs more KV memory than 0.75 of it leaves after the weights, so it is not taken.
+UNSOURCED = {"A100", "RX-9070-XT"}
 
 
 def test_every_gpu_a_field_case_names_resolves_unless_no_figure_was_found() -> None:
     named = {match.group(1) for path in CASES.glob("*.yaml")
              for match in re.finditer(r"^\s+gpu: (\S+)", path.read_text(), re.MULTILINE)}
-    assert {"GB10", "A10G", "H100-96GB", "A100-40GB", "L4"} <= named
+    assert {"GB10", "A10G", "H100-96GB", "A100-40GB", "L4", "GH200", "MI300X", "RTX-PRO-6000-Blackwell"} <= named
     for name in named - UNSOURCED:
         assert gpu_memory(name).name == name
     for name in UNSOURCED & named:
@@ -28,7 +29,9 @@ def test_every_gpu_a_field_case_names_resolves_unless_no_figure_was_found() -> N
 
 
 @pytest.mark.parametrize(("asked", "total_gib"), [("gb10", 121.69), ("A10g", 22.49), ("h100-96gb", 94.50),
-                                                  ("a100-40GB", 39.38), ("l4", 22.03), ("L40", 44.40)])
+                                                  ("a100-40GB", 39.38), ("l4", 22.03), ("L40", 44.40),
+                                                  ("gh200", 94.88), ("mi300x", 191.98),
+                                                  ("rtx-pro-6000-blackwell", 94.97)])
 def test_a_name_is_matched_without_regard_to_case(asked, total_gib) -> None:
     assert gpu_memory(asked).total_gib == total_gib
 
