@@ -1,12 +1,14 @@
 """GPU memory as vLLM sees it: the total CUDA reports, which is less than the card's printed size.
 
-vLLM multiplies this total (not the marketing size) by `gpu_memory_utilization`, so figures a real
-start-up log or CUDA error printed come first (torch's out-of-memory message prints the same device total
-vLLM reads, `a total capacity of X GiB`). Where no such figure was found, nvidia-smi's
-`memory.total` stands in and its source says so: it is the larger of the two (an H100 shows
-81,559 MiB = 79.65 GiB in nvidia-smi but 79.11-79.22 GiB in vLLM's logs), so those entries
-overstate the total by about half a GiB. A GPU that is not here is refused by name;
-`--gpu-memory-gib` takes any other figure.
+vLLM multiplies this total (not the marketing size) by `gpu_memory_utilization`, so each figure here is one a
+real start-up log, CUDA error or CUDA program printed (torch's out-of-memory message prints the same device
+total vLLM reads, `a total capacity of X GiB`; older torch wrote `X GiB total capacity`). Only the H200 still
+has no such figure: nvidia-smi's `memory.total` stands in and its source says so; it is the larger of the two
+(an H100 shows 81,559 MiB = 79.65 GiB in nvidia-smi but 79.11-79.22 GiB in vLLM's logs), so that entry
+overstates the total by about half a GiB. The same card can print a slightly different total under another
+driver or board (SXM or PCIe); a source names the other figure where one was seen. A GB10 (DGX Spark) shares
+one memory between CPU and GPU, and CUDA's total is that whole memory. A GPU that is not here is refused by
+name; `--gpu-memory-gib` takes any other figure.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-
-NVIDIA_SMI_TOTALS = "https://github.com/modal-labs/modal-client/pull/2797"
 
 
 class GpuMemory(BaseModel, frozen=True):
@@ -29,12 +29,29 @@ GPUS = {
     for gpu in (
         GpuMemory(name="H100-80GB", total_gib=79.22,
                   source="`total_gpu_memory 79.22GiB`, https://github.com/vllm-project/vllm/pull/10511"),
+        GpuMemory(name="H100-96GB", total_gib=94.50,
+                  source="torch's `a total capacity of 94.50 GiB` in a thread titled \"OOM error on 96GB H100\", "
+                         "https://github.com/vllm-project/vllm/issues/9630"),
+        GpuMemory(name="GH200", total_gib=94.88,
+                  source="torch's `a total capacity of 94.88 GiB` on a GH200 whose nvidia-smi shows 97,871 MiB "
+                         "(the 96 GB HBM3 part), https://github.com/Lightning-AI/litgpt/issues/1892"),
+        GpuMemory(name="RTX-PRO-6000-Blackwell", total_gib=94.97,
+                  source="ds4's CUDA backend `total=94.97 GiB` (a CUDA program's own free/total line, not torch's) "
+                         "on a 96GB RTX Pro 6000 Blackwell, https://github.com/antirez/ds4/issues/431"),
         GpuMemory(name="L40S", total_gib=44.42,
                   source="`total_gpu_memory (44.42GiB)`, https://github.com/vllm-project/vllm/issues/15815"),
+        GpuMemory(name="L40", total_gib=44.40,
+                  source="torch's `a total capacity of 44.40 GiB` on a single L40, "
+                         "https://github.com/QwenLM/Qwen3-VL/issues/2097"),
         GpuMemory(name="RTX-3090", total_gib=23.58,
                   source="`total_gpu_memory=23.58GiB`, https://github.com/vllm-project/vllm/issues/10517"),
         GpuMemory(name="A10-24GB", total_gib=22.18,
                   source="`a total capacity of 22.18 GiB`, https://github.com/OpenBMB/MiniCPM-V/issues/640"),
+        GpuMemory(name="A10G", total_gib=22.49,
+                  source="torch's `22.49 GiB total capacity` on an A10G (2022), "
+                         "https://github.com/AUTOMATIC1111/stable-diffusion-webui/issues/1259; a 2023 nvidia-smi "
+                         "on driver 470 shows 22,731 MiB (22.20 GiB), "
+                         "https://github.com/huggingface/text-generation-inference/issues/563"),
         GpuMemory(name="RTX-4090", total_gib=23.64,
                   source="torch's `a total capacity of 23.64 GiB`, https://github.com/ali-vilab/VGen/issues/104"),
         GpuMemory(name="RTX-5090", total_gib=31.36,
@@ -43,12 +60,29 @@ GPUS = {
         GpuMemory(name="T4", total_gib=14.58,
                   source="torch's `a total capacty of 14.58 GiB` on a Tesla T4, "
                          "https://github.com/datawhalechina/self-llm/issues/162"),
-        GpuMemory(name="A100-80GB", total_gib=80.0,
-                  source=f"nvidia-smi `81920MiB`, {NVIDIA_SMI_TOTALS} (nvidia-smi's total, above CUDA's)"),
-        GpuMemory(name="A100-40GB", total_gib=40.0,
-                  source=f"nvidia-smi `40960MiB`, {NVIDIA_SMI_TOTALS} (nvidia-smi's total, above CUDA's)"),
-        GpuMemory(name="L4", total_gib=22.49,
-                  source=f"nvidia-smi `23034MiB`, {NVIDIA_SMI_TOTALS} (nvidia-smi's total, above CUDA's)"),
+        GpuMemory(name="V100-32GB", total_gib=31.74,
+                  source="torch's `31.74 GiB total capacity` on a V100 32GB, "
+                         "https://github.com/liucongg/ChatGLM-Finetuning/issues/73"),
+        GpuMemory(name="A100-80GB", total_gib=79.25,
+                  source="vLLM's `Free memory on device (78.84/79.25 GiB)` on an A100-SXM4-80GB, "
+                         "https://github.com/LukeJYK/AutoScientists/blob/39724139ee326cd2f2c47215958fbdc22764ba49"
+                         "/vllm.log; torch prints the same 79.25 GiB on an A100 in "
+                         "https://github.com/HiDream-ai/VAREdit/issues/6 and 79.14 GiB on another 80GB A100 in "
+                         "https://github.com/lianqi1008/Control-GIC/issues/6"),
+        GpuMemory(name="A100-40GB", total_gib=39.38,
+                  source="vLLM's `total_gpu_memory (39.38GiB)` on four A100s, "
+                         "https://github.com/vllm-project/vllm/issues/16570; deviceQuery gives an A100-SXM4-40GB "
+                         "42,298,834,944 bytes (39.39 GiB), https://github.com/bottlerocket-os/bottlerocket/pull/3873, "
+                         "and torch 39.50 GiB on another A100, https://github.com/TianheWu/CoSeR/issues/10"),
+        GpuMemory(name="L4", total_gib=22.03,
+                  source="torch's `a total capacity of 22.03 GiB` on an L4, "
+                         "https://github.com/ArcInstitute/evo2/issues/190"),
+        GpuMemory(name="MI300X", total_gib=191.98,
+                  source="torch's `a total capacity of 191.98 GiB` (HIP) on eight MI300X, "
+                         "https://github.com/vllm-project/vllm/issues/7951"),
+        GpuMemory(name="GB10", total_gib=121.69,
+                  source="vLLM's `Free memory on device (110.37/121.69 GiB)` on a DGX Spark (GB10), "
+                         "https://github.com/MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks/issues/47"),
         GpuMemory(name="H200", total_gib=140.4,
                   source="nvidia-smi `~143,771 MiB per GPU`, https://github.com/vllm-project/recipes/issues/381 "
                          "(nvidia-smi's total, above CUDA's)"),

@@ -334,10 +334,10 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=38.33,
-    non_torch_gib=0.04,
-    cuda_context_gib=0.31,
+    non_torch_gib=0.032,
+    cuda_context_gib=0.318,
     cuda_graph_gib=0.63,
-    nccl_gib=0.43,
+    nccl_gib=0.103,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
         "v0100-qwen3-30b-a3b-awq-rtx3090-len2048",
@@ -350,6 +350,8 @@ FITTED_CONSTANTS = MemoryConstants(
         "v0102-llava15-7b-awq-16gib",
         "v0110-llama31-8b-len32000-util092",
         "v0112-qwen25-coder-14b-l40s-len16384",
+        "v0120-qwen3-30b-a3b-rtx-pro-6000-len4096",
+        "v013-gpt-oss-20b-gb10-util025",
         "v0140-r1-distill-qwen-14b-awq-rx9070xt-util075",
         "v0192-gemma4-e4b-len16384-util085",
         "v0220-qwen3-embedding-8b-util035",

@@ -245,11 +245,13 @@ def test_mxfp4_prices_only_the_experts_at_four_bits_in_marlins_padded_layout() -
     assert weights_term(model_size(config), 2, "mxfp4", 4).bytes == 18_432_663_552
 
 
-def test_gpus_without_a_logged_total_say_their_figure_is_nvidia_smis() -> None:
-    # 81,920 MiB / 1,024 = 80.0 GiB; 23,034 MiB / 1,024 = 22.49 GiB.
-    assert gpu_memory("a100-80gb").total_gib == 80.0 and "nvidia-smi" in gpu_memory("A100-80GB").source
-    assert gpu_memory("L4").total_gib == 22.49 and "modal-client/pull/2797" in gpu_memory("L4").source
-    assert "nvidia-smi" not in gpu_memory("H100-80GB").source
+def test_only_the_h200_still_stands_in_with_nvidia_smis_total() -> None:
+    # 143,771 MiB / 1,024 = 140.40 GiB, nvidia-smi's figure; every other entry quotes vLLM or torch.
+    assert gpu_memory("h200").total_gib == 140.4 and "nvidia-smi" in gpu_memory("H200").source
+    assert [gpu.name for gpu in GPUS.values() if "nvidia-smi `" in gpu.source] == ["H200"]
+    # The A100's 79.25 GiB is vLLM's own "Free memory on device (78.84/79.25 GiB)": 0.75 GiB under the
+    # 81,920 MiB = 80.0 GiB nvidia-smi states, which the catalogue used to hold.
+    assert gpu_memory("A100-80GB").total_gib == 79.25 and "(78.84/79.25 GiB)" in gpu_memory("A100-80GB").source
 
 
 
@@ -262,12 +264,13 @@ def test_every_gpu_total_quotes_the_line_that_printed_it_and_where() -> None:
 
 
 def test_a_log_without_a_profile_implies_its_overhead_from_total_weights_and_kv() -> None:
-    # Two A100s (80.0 GiB as nvidia-smi states it) at 0.25: 20 GiB usable per GPU; the log states 7.1217 GiB of
-    # weights and 12.02 GiB of KV per GPU, so activation and non-torch memory together took 0.8583 GiB.
+    # Two A100s (79.25 GiB, as vLLM states an A100-80GB's total) at 0.25: 19.8125 GiB usable per GPU; the log
+    # states 7.1217 GiB of weights and 12.02 GiB of KV per GPU, so activation and non-torch memory together took
+    # 19.8125 − 7.1217 − 12.02 = 0.6708 GiB.
     cases, _ = load_corpus(CORPUS)
     case = next(c for c in cases if c.id == "v0101-qwen2-7b-a100-tp2-util025")
-    overhead = implied_overhead_bytes(case, 80 * GiB)
-    assert overhead is not None and abs(overhead / GiB - 0.8583) < 1e-6
+    overhead = implied_overhead_bytes(case, int(79.25 * GiB))
+    assert overhead is not None and abs(overhead / GiB - 0.6708) < 1e-6
     # A profile split over pipeline stages gives no single rank's remainder.
     staged = next(c for c in cases if c.id == "v09-deepseek-v2-lite-l4-pp2-tp2")
     assert implied_overhead_bytes(staged, 24 * GiB) is None

@@ -106,7 +106,7 @@ def test_every_figure_a_run_record_gives_is_a_declared_output_of_its_type(tmp_pa
     produced = figures.outputs()
     for log in ("kv4m-len1024.log", "crash-kv64k-len1024.log"):
         produced |= CapacityFigures.of(build_capacity_report(parse_startup_log((LOGS / log).read_text()))).outputs()
-    # A drift check as a run records it, from a field log that states every term, graphs too, and drifts (-2.8%).
+    # A drift check as a run records it, from a field log that states every term, graphs too, and drifts (-9.9%).
     drift = field_drift("v072-qwen25-14b-tp2-fp16")
     assert isinstance(drift, DriftCheck) and drift.term_off is not None
     drifted = build_capacity_report(parse_startup_log((LOGS / "kv4m-len1024.log").read_text()))
