@@ -206,9 +206,10 @@ def drafter_weights_term(config: dict[str, Any], size: ModelSize, speculative: S
     no drafter or one of another method (see `drafter_note`).
 
     The target model skips the checkpoint's MTP tensors (Qwen3NextForCausalLM maps `mtp.` to None, "MTP weights
-    are loaded by the draft model", qwen3_next.py at 002d6073; DeepSeek and GLM skip the layers past
-    num_hidden_layers, `get_spec_layer_idx_from_weight_name`), so the weights term holds none of them and the
-    drafter adds, per MTP layer, one full-attention decoder layer of the target's layout. Qwen's predictor
+    are loaded by the draft model", and Glm4MoeModel drops them with `skip_spec_layers`, qwen3_next.py and
+    glm4_moe.py at 002d6073; DeepSeek-V2's loader skips every layer `get_spec_layer_idx_from_weight_name`
+    places past num_hidden_layers), so the weights term holds none of them and the drafter adds, per MTP
+    layer, one full-attention decoder layer of the target's layout. Qwen's predictor
     adds one `fc` (2 × hidden → hidden, a ColumnParallelLinear split over TP) for all its layers
     (qwen3_5_mtp.py at 01d99805, qwen3_next_mtp.py at 055e47c2); DeepSeek's and GLM's layers one `eh_proj`
     each, an nn.Linear whole on every rank (deepseek_mtp.py at 03356f8c, glm4_moe_mtp.py at 028aedf6). The
