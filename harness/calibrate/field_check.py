@@ -218,6 +218,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
             tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
             max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
             engine_generation=facts.engine, gpu_name=facts.gpu, sampler=_known_sampler(case),
+            speculative=facts.speculative,
         )
     except HarnessError as error:
         return LaunchCheck(status=f"not modelled: {error}", held_back=held_back)

@@ -72,7 +72,7 @@ def answer_fit(
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=model_len, engine_version=engine_version,
         dtype_bytes=dtype_bytes, quantization=quantization, tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size, max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs, checkpoint=checkpoint, gpu_name=gpu,
+        max_num_seqs=max_num_seqs, checkpoint=checkpoint, gpu_name=gpu, speculative=speculative,
     )
     stage_kv_bytes = [max(0, stage) for stage in waterfall.stage_kv_bytes]
     predict = partial(predict_pipeline_capacity, shape, stage_kv_bytes, block_size=block_size,

@@ -21,8 +21,10 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.architectures import language_config
+from harness.predict.model_shape import mtp_layers
 from harness.predict.non_torch import communicator_bytes, communicators_counted
-from harness.predict.parameter_count import ModelSize, model_size
+from harness.predict.parameter_count import ModelSize, full_attention_layer_params, model_size
 from harness.predict.pipeline import layer_shares
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import (
@@ -30,6 +32,7 @@ from harness.predict.sampler_peak import (
     SamplerPath,
     sampler_path,
 )
+from harness.predict.speculative import EAGLE_METHODS, SpeculativeDecoding
 from harness.predict.weight_formats import (
     EXPERTS_ONLY_FORMATS,
     MODELOPT_FORMATS,
@@ -58,6 +61,7 @@ SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, 
 # install vllm` takes the native path. Unstated, the native path is assumed: it is the pip default and the
 # larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
+OWN_CHECKPOINT_DRAFTERS = EAGLE_METHODS | {"medusa"}  # drafters loaded from a checkpoint of their own
 
 
 class MemoryConstants(BaseModel, frozen=True):
@@ -195,6 +199,59 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+def drafter_weights_term(config: dict[str, Any], size: ModelSize, speculative: SpeculativeDecoding | None,
+                         dtype_bytes: int, tensor_parallel_size: int, pipeline_parallel_size: int,
+                         in_checkpoint: bool) -> Term | None:
+    """An MTP drafter's own weights, which the target leaves to it, on the last pipeline stage only; None for
+    no drafter or one of another method (see `drafter_note`).
+
+    The target model skips the checkpoint's MTP tensors (Qwen3NextForCausalLM maps `mtp.` to None, "MTP weights
+    are loaded by the draft model", and Glm4MoeModel drops them with `skip_spec_layers`, qwen3_next.py and
+    glm4_moe.py at 002d6073; DeepSeek-V2's loader skips every layer `get_spec_layer_idx_from_weight_name`
+    places past num_hidden_layers), so the weights term holds none of them and the drafter adds, per MTP
+    layer, one full-attention decoder layer of the target's layout. Qwen's predictor
+    adds one `fc` (2 × hidden → hidden, a ColumnParallelLinear split over TP) for all its layers
+    (qwen3_5_mtp.py at 01d99805, qwen3_next_mtp.py at 055e47c2); DeepSeek's and GLM's layers one `eh_proj`
+    each, an nn.Linear whole on every rank (deepseek_mtp.py at 03356f8c, glm4_moe_mtp.py at 028aedf6). The
+    proposer hands the drafter the target's lm_head, and its input embedding when there is one pipeline stage;
+    with more, the last stage loads the drafter an embedding of its own (`_maybe_share_embeddings` and
+    `_maybe_share_lm_head`, vllm/v1/spec_decode/llm_base_proposer.py at 00c4f22d). Norms, a few hidden-wide
+    vectors, are left out as for the target's layers. A release whose DeepSeek or GLM MTP layer still holds
+    its own `shared_head.head` holds one more vocab × hidden per layer, not counted here.
+    """
+    if speculative is None or speculative.method != "mtp":
+        return None
+    language = language_config(config)
+    layers = mtp_layers(language, "config")
+    if not layers:
+        raise HarnessError("config: MTP drafting asked for, but the config has no mtp_num_hidden_layers or "
+                           "num_nextn_predict_layers")
+    tp = tensor_parallel_size
+    qwen = str(language.get("model_type") or "").startswith("qwen")
+    block = full_attention_layer_params(config)
+    fc_params = 2 * size.hidden * size.hidden
+    embedding = size.vocab * size.hidden if pipeline_parallel_size > 1 else 0
+    per_gpu = layers * block / tp + (fc_params / tp if qwen else layers * fc_params) + embedding / tp
+    fc = "one fc split over TP" if qwen else "an eh_proj each, whole on every rank"
+    source = (f"MTP drafter: {layers} layer(s) of {block:,} parameters (a full-attention decoder layer of the "
+              f"target's) and {fc} ({fc_params:,} parameters)"
+              + (f", and its own input embedding ({embedding:,}) with pipeline stages" if embedding else "")
+              + f", in {dtype_bytes} B each whatever the checkpoint's format (quantized checkpoints commonly leave "
+              "mtp.* unquantized), on the last pipeline stage")
+    if in_checkpoint:
+        source += "; already in the checkpoint's own size, which holds the checkpoint's MTP tensors"
+    return Term(name="drafter_weights", bytes=int(per_gpu * dtype_bytes), subtracted=not in_checkpoint,
+                source=source)
+
+
+def drafter_note(speculative: SpeculativeDecoding | None) -> list[str]:
+    """What the waterfall leaves out of a drafter held in a checkpoint of its own."""
+    if speculative is None or speculative.method not in OWN_CHECKPOINT_DRAFTERS:
+        return []
+    return [f"{speculative.method} drafter: a checkpoint of its own, whose size the target's config does not "
+            "give; its weights are not counted"]
+
+
 def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len: int,
                     max_num_batched_tokens: int | None, max_num_seqs: int | None,
                     gpu_name: str | None = None) -> tuple[int, int, str]:
@@ -238,13 +295,14 @@ def plan_waterfall(
     checkpoint: tuple[int, str] | None = None,
     gpu_name: str | None = None,
     sampler: str | None = None,
+    speculative: SpeculativeDecoding | None = None,
 ) -> Waterfall:
     """Every term between the GPU's total and the KV cache, with the source of each.
 
     `checkpoint` is the checkpoint's own byte count and its source, when known; it replaces the
     parameter-count estimate of the weights. `sampler` is "flashinfer" or "pytorch", V1's top-k/top-p
     implementation (FlashInfer when the install has it, as vLLM's image does; unstated, PyTorch's, see
-    DEFAULT_V1_SAMPLER); V0 always uses PyTorch's.
+    DEFAULT_V1_SAMPLER); V0 always uses PyTorch's. `speculative` adds an MTP drafter's weights.
     """
     if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
@@ -271,8 +329,11 @@ def plan_waterfall(
     if checkpoint is not None:
         weights = Term(name="weights", bytes=checkpoint[0] // parallel, subtracted=True,
                        source=f"{checkpoint[1]}, split over {parallel} GPU(s)")
+    drafter = drafter_weights_term(config, size, speculative, dtype_bytes, tensor_parallel_size,
+                                   pipeline_parallel_size, in_checkpoint=checkpoint is not None)
     terms = [
         weights,
+        *([] if drafter is None else [drafter]),
         Term(name="activation_peak", bytes=int(activation), subtracted=True,
              source=f"profiling run of {tokens:,} tokens ({batch_source}): the larger of the forward pass "
                     f"({forward / GiB:.2f} GiB) and the {path.path} sampler over {rows} rows × {size.vocab:,} "
@@ -286,7 +347,8 @@ def plan_waterfall(
     usable = int(total_bytes * gpu_memory_utilization)
     kv = usable - sum(term.bytes for term in terms if term.subtracted)
     stage_kv = stage_kv_bytes(size, kv, weights.bytes, int(activation) - forward, dtype_bytes, tensor_parallel_size,
-                              pipeline_parallel_size)
+                              pipeline_parallel_size,
+                              drafter_bytes=drafter.bytes if drafter is not None and drafter.subtracted else 0)
     return Waterfall(
         total_bytes=total_bytes, total_source=total_source, gpu_memory_utilization=gpu_memory_utilization,
         usable_bytes=usable, terms=terms, kv_bytes=kv, stage_kv_bytes=stage_kv, profiling_tokens=tokens,
@@ -299,6 +361,7 @@ def plan_waterfall(
                          f"KV memory {', '.join(f'{b / GiB:.2f}' for b in stage_kv)} GiB"]),
                      "weights: the checkpoint's own size" if checkpoint is not None else
                      "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
+                     *drafter_note(speculative),
                      *([] if v0 or stated or path.path == "triton" or version >= FLASHINFER_OPT_IN_SINCE
                        else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
                               "image samples with FlashInfer, a smaller activation peak")])],
@@ -306,13 +369,14 @@ def plan_waterfall(
 
 
 def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_excess_bytes: int, dtype_bytes: int,
-                   tensor_parallel_size: int, pipeline_parallel_size: int) -> list[int]:
+                   tensor_parallel_size: int, pipeline_parallel_size: int, drafter_bytes: int = 0) -> list[int]:
     """Each pipeline stage's KV memory, from the even split `kv_bytes` assumes.
 
     Only the last stage computes logits and samples (its model has the lm_head, the others a PPMissingLayer,
     and the profiling and warm-up runs sample `if get_pp_group().is_last_rank`), so the stages before it keep
     the sampler's excess over the forward pass. Layers go by vLLM's split; the input embedding sits on the
     first stage and the output layer on the last (its own copy even when tied); a vision tower on every stage.
+    `kv_bytes` has the drafter's weights (`drafter_bytes`) taken off, which only the last stage holds.
     """
     if pipeline_parallel_size == 1:
         return [kv_bytes]
@@ -325,8 +389,9 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
     for index, share in enumerate(shares):
         ends = embedding * ((index == 0) + (index == pipeline_parallel_size - 1))
         stage_weights = layers_bytes * share // size.layers + ends + tower
-        sampler = 0 if index == pipeline_parallel_size - 1 else max(0, sampler_excess_bytes)
-        stages.append(kv_bytes + weights_bytes - stage_weights + sampler)
+        last = index == pipeline_parallel_size - 1
+        sampler = 0 if last else max(0, sampler_excess_bytes)
+        stages.append(kv_bytes + weights_bytes - stage_weights + sampler + (0 if last else drafter_bytes))
     return stages
 
 

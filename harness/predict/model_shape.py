@@ -306,13 +306,13 @@ def _shape(
         weights_bytes=weights[0],
         weights_source=weights[1],
         notes=notes,
-        mtp_layers=_mtp_layers(language, source),
+        mtp_layers=mtp_layers(language, source),
         config=config,
     )
 
 
-def _mtp_layers(config: dict[str, Any], source: str) -> int:
-    """Multi-token-prediction layers, under Qwen's name or DeepSeek's and GLM's."""
+def mtp_layers(config: dict[str, Any], source: str) -> int:
+    """Multi-token-prediction layers of a language config, under Qwen's name or DeepSeek's and GLM's."""
     for field in ("mtp_num_hidden_layers", "num_nextn_predict_layers"):
         if config.get(field):
             return _positive_int(config[field], field, source) or 0

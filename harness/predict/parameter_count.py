@@ -114,3 +114,31 @@ def _shared_experts(config: dict[str, Any], expert_width: int, hidden: int) -> t
         return 1, config["shared_expert_intermediate_size"], hidden
     shared = config.get("n_shared_experts") or 0
     return shared, shared * expert_width, 0
+
+
+def full_attention_layer_params(config: dict[str, Any], source: str = "config") -> int:
+    """Linear parameters of one more decoder layer of the target's layout, with full attention: the block an MTP
+    layer runs (Qwen3-Next's and Qwen3.5's `layer_type="full_attention"` decoder layer; DeepSeek's and GLM's
+    decoder layer at index num_hidden_layers, past the dense `first_k_dense_replace` ones, so MoE where the
+    model is). Counted as the difference a layer appended to the config makes, so every layout counted above
+    (MLA, shared experts, the gated q_proj of a hybrid's full attention) is counted the same way here."""
+    extended = model_size(_with_full_attention_layer(config), source)
+    return extended.linear_params - model_size(config, source).linear_params
+
+
+def _with_full_attention_layer(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with one full-attention layer appended, in the dictionary that holds the layer count."""
+    nested = config.get("text_config")
+    in_nested = isinstance(nested, dict) and "num_hidden_layers" in nested
+    inner = dict(nested if in_nested and isinstance(nested, dict) else config)
+    layers = inner.get("num_hidden_layers")
+    if not isinstance(layers, int):
+        raise HarnessError("config: field 'num_hidden_layers' is needed to size the MTP layers")
+    kinds = inner.get("layer_types")
+    if not kinds and "linear_key_head_dim" in language_config(config):  # every interval-th layer full, as counted above
+        interval = language_config(config).get("full_attention_interval") or 4
+        kinds = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    inner["num_hidden_layers"] = layers + 1
+    if kinds:
+        inner["layer_types"] = [*kinds, "full_attention"]
+    return {**config, "text_config": inner} if in_nested else inner
