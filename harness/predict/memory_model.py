@@ -21,10 +21,8 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.predict.architectures import language_config
-from harness.predict.model_shape import mtp_layers
 from harness.predict.non_torch import communicator_bytes, communicators_counted
-from harness.predict.parameter_count import ModelSize, full_attention_layer_params, model_size
+from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import (
@@ -32,13 +30,14 @@ from harness.predict.sampler_peak import (
     SamplerPath,
     sampler_path,
 )
-from harness.predict.speculative import EAGLE_METHODS, SpeculativeDecoding
+from harness.predict.speculative import SpeculativeDecoding
+from harness.predict.term import Term
 from harness.predict.weight_formats import (
-    EXPERTS_ONLY_FORMATS,
     MODELOPT_FORMATS,
     check_modelopt_skips,
     format_bits,
 )
+from harness.predict.weights import drafter_note, drafter_weights_term, weights_term
 from harness.units import GiB
 
 GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
@@ -61,7 +60,6 @@ SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, 
 # install vllm` takes the native path. Unstated, the native path is assumed: it is the pip default and the
 # larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
-OWN_CHECKPOINT_DRAFTERS = EAGLE_METHODS | {"medusa"}  # drafters loaded from a checkpoint of their own
 
 
 class MemoryConstants(BaseModel, frozen=True):
@@ -73,13 +71,6 @@ class MemoryConstants(BaseModel, frozen=True):
     nccl_gib: float = 0.0  # NCCL's buffers per GPU, on top where the release counts them (non_torch.py)
     cuda_graph_gib: float
     fitted_on: list[str]
-
-
-class Term(BaseModel):
-    name: str
-    bytes: int
-    subtracted: bool
-    source: str
 
 
 class Waterfall(BaseModel):
@@ -153,103 +144,6 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
     elif tensor_parallel_size * pipeline_parallel_size > 1:
         source += f"; NCCL buffers are allocated before {version}'s memory snapshot: not counted"
     return Term(name="non_torch", bytes=total, subtracted=True, source=source)
-
-
-def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
-                 pipeline_parallel_size: int = 1) -> Term:
-    """Checkpoint bytes one GPU holds: linear layers (or only experts) in their stored format, the rest in the dtype.
-
-    A VL checkpoint's vision tower is held in the dtype, whatever the format. vLLM hands the tower its
-    quantization config, but AWQ leaves unquantized every module the checkpoint names in
-    `modules_to_not_convert` (awq.py and awq_marlin.py `get_quant_method`), where AWQ VL checkpoints name
-    the tower (`["visual"]`): the tower stays 16-bit, as ModelOpt keeps every `visual` or `vision_tower`
-    module (modelopt.py `get_quant_method`); a ModelOpt checkpoint that spares decoder layers is refused
-    (weight_formats.py). GPTQ's skip rules and an online `--quantization fp8` of a 16-bit checkpoint, which
-    would quantize the tower too, are not modelled.
-
-    MXFP4 experts are held as vLLM lays them out for its Marlin kernel, the MoE path on GPUs without
-    FP4 units (A100, H100; mxfp4.py `create_weights`, 0.10.1-0.11): each rank's expert width rounded
-    up to 128 and the hidden size to 256, 4 bits per weight and one scale byte per 32, and each expert's
-    gate-up and down biases in 16 bits over the same padded widths (`w13_bias`, `w2_bias`).
-    """
-    bits, key = dtype_bytes * 8.0, None
-    if quantization:
-        key, bits = format_bits(quantization)
-    tp = tensor_parallel_size
-    if key in EXPERTS_ONLY_FORMATS:
-        width, hidden = _round_up(math.ceil(size.expert_width / tp), 128), _round_up(size.hidden, 256)
-        padded = size.moe_layers * size.experts * 3 * width * hidden
-        biases = size.moe_layers * size.experts * (2 * width + hidden)  # w13_bias and w2_bias, 16-bit
-        linear = padded * bits / 8 + biases * dtype_bytes + (size.linear_params - size.expert_params) * dtype_bytes / tp
-    else:
-        linear = size.linear_params * bits / 8 / tp
-    total = (linear + size.embedding_params * dtype_bytes / tp) / pipeline_parallel_size
-    scope = "expert" if key in EXPERTS_ONLY_FORMATS else "linear"
-    fmt = f"{quantization} ({bits:g} bits per {scope} weight)" if quantization else f"{dtype_bytes} B per weight"
-    source = (f"{size.linear_params + size.embedding_params:,} parameters from config.json, {fmt}, "
-              f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
-    if size.vision is not None:
-        total += size.vision.bytes_per_gpu(dtype_bytes, tp)
-        source += (f"; plus the {size.vision.name}'s {size.vision.split_params + size.vision.whole_params:,} "
-                   f"parameters in {dtype_bytes} B each, on every pipeline stage, its linears split over TP")
-    return Term(name="weights", bytes=int(total), subtracted=True, source=source)
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
-def drafter_weights_term(config: dict[str, Any], size: ModelSize, speculative: SpeculativeDecoding | None,
-                         dtype_bytes: int, tensor_parallel_size: int, pipeline_parallel_size: int,
-                         in_checkpoint: bool) -> Term | None:
-    """An MTP drafter's own weights, which the target leaves to it, on the last pipeline stage only; None for
-    no drafter or one of another method (see `drafter_note`).
-
-    The target model skips the checkpoint's MTP tensors (Qwen3NextForCausalLM maps `mtp.` to None, "MTP weights
-    are loaded by the draft model", and Glm4MoeModel drops them with `skip_spec_layers`, qwen3_next.py and
-    glm4_moe.py at 002d6073; DeepSeek-V2's loader skips every layer `get_spec_layer_idx_from_weight_name`
-    places past num_hidden_layers), so the weights term holds none of them and the drafter adds, per MTP
-    layer, one full-attention decoder layer of the target's layout. Qwen's predictor
-    adds one `fc` (2 × hidden → hidden, a ColumnParallelLinear split over TP) for all its layers
-    (qwen3_5_mtp.py at 01d99805, qwen3_next_mtp.py at 055e47c2); DeepSeek's and GLM's layers one `eh_proj`
-    each, an nn.Linear whole on every rank (deepseek_mtp.py at 03356f8c, glm4_moe_mtp.py at 028aedf6). The
-    proposer hands the drafter the target's lm_head, and its input embedding when there is one pipeline stage;
-    with more, the last stage loads the drafter an embedding of its own (`_maybe_share_embeddings` and
-    `_maybe_share_lm_head`, vllm/v1/spec_decode/llm_base_proposer.py at 00c4f22d). Norms, a few hidden-wide
-    vectors, are left out as for the target's layers. A release whose DeepSeek or GLM MTP layer still holds
-    its own `shared_head.head` holds one more vocab × hidden per layer, not counted here.
-    """
-    if speculative is None or speculative.method != "mtp":
-        return None
-    language = language_config(config)
-    layers = mtp_layers(language, "config")
-    if not layers:
-        raise HarnessError("config: MTP drafting asked for, but the config has no mtp_num_hidden_layers or "
-                           "num_nextn_predict_layers")
-    tp = tensor_parallel_size
-    qwen = str(language.get("model_type") or "").startswith("qwen")
-    block = full_attention_layer_params(config)
-    fc_params = 2 * size.hidden * size.hidden
-    embedding = size.vocab * size.hidden if pipeline_parallel_size > 1 else 0
-    per_gpu = layers * block / tp + (fc_params / tp if qwen else layers * fc_params) + embedding / tp
-    fc = "one fc split over TP" if qwen else "an eh_proj each, whole on every rank"
-    source = (f"MTP drafter: {layers} layer(s) of {block:,} parameters (a full-attention decoder layer of the "
-              f"target's) and {fc} ({fc_params:,} parameters)"
-              + (f", and its own input embedding ({embedding:,}) with pipeline stages" if embedding else "")
-              + f", in {dtype_bytes} B each whatever the checkpoint's format (quantized checkpoints commonly leave "
-              "mtp.* unquantized), on the last pipeline stage")
-    if in_checkpoint:
-        source += "; already in the checkpoint's own size, which holds the checkpoint's MTP tensors"
-    return Term(name="drafter_weights", bytes=int(per_gpu * dtype_bytes), subtracted=not in_checkpoint,
-                source=source)
-
-
-def drafter_note(speculative: SpeculativeDecoding | None) -> list[str]:
-    """What the waterfall leaves out of a drafter held in a checkpoint of its own."""
-    if speculative is None or speculative.method not in OWN_CHECKPOINT_DRAFTERS:
-        return []
-    return [f"{speculative.method} drafter: a checkpoint of its own, whose size the target's config does not "
-            "give; its weights are not counted"]
 
 
 def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len: int,

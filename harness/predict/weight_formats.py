@@ -1,7 +1,7 @@
 """Bits per stored weight by checkpoint format, and whether a checkpoint's own skip list leaves that true.
 
 Linear layers take the format's bits; embeddings and vision towers stay in the model dtype (see
-`memory_model.weights_term`). A ModelOpt checkpoint names the modules it left 16-bit in its quantization
+`weights.weights_term`). A ModelOpt checkpoint names the modules it left 16-bit in its quantization
 config (`ignore` in config.json's `quantization_config`, `exclude_modules` in hf_quant_config.json); vLLM
 honours that list (modelopt.py `ModelOptQuantConfigBase.is_layer_excluded`), so its weights can be priced
 only when the list is known, and here only when it spares no decoder linear layer.

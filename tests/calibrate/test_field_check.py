@@ -27,9 +27,10 @@ from harness.errors import HarnessError
 from harness.observe.server_logs import parse_startup_log
 from harness.predict.budget import predict_capacity
 from harness.predict.gpu_catalog import GPUS, gpu_memory
-from harness.predict.memory_model import FITTED_CONSTANTS, weights_term
+from harness.predict.memory_model import FITTED_CONSTANTS
 from harness.predict.model_shape import load_model_shape
 from harness.predict.parameter_count import model_size
+from harness.predict.weights import weights_term
 from harness.units import GiB
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"

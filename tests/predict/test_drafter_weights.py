@@ -10,10 +10,11 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.predict.fit_answer import answer_fit
-from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, drafter_weights_term, plan_waterfall
+from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
 from harness.predict.model_shape import load_model_shape
 from harness.predict.parameter_count import full_attention_layer_params, model_size
 from harness.predict.speculative import SpeculativeDecoding
+from harness.predict.weights import drafter_weights_term
 from harness.units import GiB
 
 QWEN36_PATH = Path(__file__).parents[1] / "fixtures" / "field" / "configs" / "Qwen--Qwen3.6-35B-A3B.json"

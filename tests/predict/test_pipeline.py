@@ -8,11 +8,12 @@ import pytest
 from harness.errors import HarnessError
 from harness.predict.budget import predict_capacity
 from harness.predict.budget_plan import BudgetOptions, plan_budget
-from harness.predict.memory_model import stage_kv_bytes, weights_term
+from harness.predict.memory_model import stage_kv_bytes
 from harness.predict.model_shape import load_model_shape
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity, stage_memory
 from harness.predict.speculative import SpeculativeDecoding
+from harness.predict.weights import weights_term
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from harness.errors import HarnessError
-from harness.predict.memory_model import weights_term
 from harness.predict.parameter_count import model_size
 from harness.predict.weight_formats import check_modelopt_skips
+from harness.predict.weights import weights_term
 
 DENSE: dict[str, Any] = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
                          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,

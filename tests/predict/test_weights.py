@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from harness.errors import HarnessError
-from harness.predict.memory_model import weights_term
 from harness.predict.parameter_count import model_size
 from harness.predict.vision_tower import vision_tower
+from harness.predict.weights import weights_term
 from harness.units import GiB
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
