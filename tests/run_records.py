@@ -140,9 +140,9 @@ def _write_engine(run_dir: Path, limits: dict, log: str | None) -> None:
         (run_dir / "capacity.json").write_text(report.model_dump_json(indent=2))
 
 
-def field_drift(case_id: str) -> DriftCheck | str:
+def field_drift(case_id: str, **logged: object) -> DriftCheck | str:
     """The drift check for a field case's start (tests/fixtures/field) as a run would record it: its log, its
-    facts as the engine's limits and its GPU as device.json would give it."""
+    facts as the engine's limits and its GPU as device.json would give it; `logged` overrides what the log read."""
     cases, _ = load_corpus(FIELD)
     case: FieldCase = next(case for case in cases if case.id == case_id)
     facts = case.facts
@@ -156,5 +156,6 @@ def field_drift(case_id: str) -> DriftCheck | str:
     limits |= {name: getattr(facts, name) for name in ("max_num_batched_tokens", "max_num_seqs", "quantization")
                if getattr(facts, name) is not None}
     # A run's own log names its release and engine; these excerpts leave it to the thread, so the facts say it.
-    log = case.parsed().model_copy(update={"engine_version": facts.vllm_version, "engine_generation": facts.engine})
+    log = case.parsed().model_copy(update={"engine_version": facts.vllm_version, "engine_generation": facts.engine,
+                                           **logged})
     return check_drift(log, load_model_shape(str(FIELD / "configs" / facts.config)), limits, device)

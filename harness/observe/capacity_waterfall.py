@@ -16,6 +16,7 @@ from harness.predict.fit_answer import gpu_total
 from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.predict.model_shape import ModelShape
 from harness.predict.releases import PRODUCTION_ENGINE
+from harness.predict.speculative import speculative_from_log
 from harness.units import GiB
 
 
@@ -52,13 +53,15 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
         return None
     batched = args.get("max_num_batched_tokens")
     try:
+        speculative = None if log.speculative_method is None else \
+            speculative_from_log(log.speculative_method, log.speculative_tokens)
         waterfall = plan_waterfall(
             shape.config, FITTED_CONSTANTS, total_bytes=total, total_source=total_source,
             gpu_memory_utilization=float(utilization), max_model_len=max_model_len,
             engine_version=log.engine_version or PRODUCTION_ENGINE,
             tensor_parallel_size=log.tensor_parallel_size or 1,
             max_num_batched_tokens=batched if isinstance(batched, int) else None,
-            checkpoint=shape.checkpoint_weights,
+            checkpoint=shape.checkpoint_weights, speculative=speculative,
         )
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,

@@ -24,6 +24,7 @@ from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.pipeline import predict_pipeline_capacity
 from harness.predict.releases import PRODUCTION_ENGINE
+from harness.predict.speculative import SpeculativeDecoding, speculative_from_log
 from harness.units import GiB
 
 DRIFT_THRESHOLD_SHARE = 0.02
@@ -88,12 +89,15 @@ def check_drift(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any],
     logged = logged_term_bytes(log)
     block_size = _int(limits.get("block_size")) or (CUDA_BLOCK_SIZE if on_gpu else CPU_BLOCK_SIZE)
     try:
+        speculative = None if log.speculative_method is None else \
+            speculative_from_log(log.speculative_method, log.speculative_tokens)
         if given_kv is not None:
             terms = [DriftTerm(name=KV_MEMORY, predicted_bytes=given_kv, logged_bytes=_logged_kv(log))]
             basis, total, stages = "kv_cache_memory_bytes", None, [given_kv] * pp
         elif on_gpu and device is not None and device.gpu_memory_total_bytes:
             total = device.gpu_memory_total_bytes // (device.gpu_count or 1)
-            stages, terms = _gpu_waterfall(log, shape, limits, total, device.gpu_name, max_model_len, tp, pp, logged)
+            stages, terms = _gpu_waterfall(log, shape, limits, total, device.gpu_name, max_model_len, tp, pp, logged,
+                                           speculative)
             basis = "gpu waterfall"
         else:
             return "no drift check: no GPU memory total (device.json) and no kv_cache_memory_bytes limit"
@@ -102,7 +106,7 @@ def check_drift(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any],
             kv_cache_dtype=str(limits.get("kv_cache_dtype") or "auto"), tensor_parallel_size=tp,
             max_num_batched_tokens=_int(limits.get("max_num_batched_tokens")),
             engine_version=log.engine_version or PRODUCTION_ENGINE, engine_generation=log.engine_generation,
-            available_kv_source=basis)
+            available_kv_source=basis, speculative=speculative)
     except HarnessError as error:  # a layout the calculator does not model: the run stands, unchecked
         return f"no drift check: {error}"
     logged_tokens = log.kv_cache_tokens or (log.num_gpu_blocks or 0) * prediction.block_size  # V0 logs blocks
@@ -167,7 +171,8 @@ def _named(term: DriftTerm, kv: DriftTerm | None, missing: list[str]) -> str:
 
 
 def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any], total: int, gpu_name: str | None,
-                   max_model_len: int, tp: int, pp: int, logged: dict[str, int]) -> tuple[list[int], list[DriftTerm]]:
+                   max_model_len: int, tp: int, pp: int, logged: dict[str, int],
+                   speculative: SpeculativeDecoding | None) -> tuple[list[int], list[DriftTerm]]:
     """Each stage's KV bytes and the terms, as `harness budget --gpu` computes them, from the limits and device."""
     quantization = limits.get("quantization")
     waterfall = plan_waterfall(
@@ -177,7 +182,7 @@ def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, An
         quantization=quantization if isinstance(quantization, str) else None, tensor_parallel_size=tp,
         pipeline_parallel_size=pp, max_num_batched_tokens=_int(limits.get("max_num_batched_tokens")),
         max_num_seqs=_int(limits.get("max_num_seqs")), engine_generation=log.engine_generation,
-        checkpoint=None if quantization else shape.checkpoint_weights, gpu_name=gpu_name)
+        checkpoint=None if quantization else shape.checkpoint_weights, gpu_name=gpu_name, speculative=speculative)
     terms = [DriftTerm(name=term.name, predicted_bytes=term.bytes, logged_bytes=logged.get(term.name),
                        subtracted=term.subtracted) for term in waterfall.terms]
     # the log's headline is its smallest rank's figure: the stage with the least memory is the one to compare

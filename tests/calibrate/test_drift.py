@@ -119,3 +119,17 @@ def test_a_prediction_that_leaves_no_cache_is_qualified_without_a_share() -> Non
     assert check.qualification == ("the before-launch prediction leaves no KV cache, the engine logged 4,096 tokens: "
                                    "weights most likely off (10.00 GiB predicted, 8.00 GiB logged)")
     assert DriftCheck.model_validate_json(check.model_dump_json()) == check  # the record reads back
+
+
+def test_a_logged_mtp_drafter_is_priced_in_the_drift_check_too() -> None:
+    """Qwen3.6-35B-A3B on a GB10, as logged (no drafter) and as if its log named MTP with one speculative token.
+    The drafter's weights are one full-attention decoder layer of the target's, 836,241,408 parameters, and its
+    fc, 2 × 2,048 × 2,048 = 8,388,608, at 2 B: 1,689,260,032 B subtracted before the cache, which then also
+    holds the drafter's layer, so fewer tokens are predicted."""
+    plain = field_drift("v0192-qwen36-35b-a3b-bf16-gb10-len131072")
+    drafted = field_drift("v0192-qwen36-35b-a3b-bf16-gb10-len131072", speculative_method="mtp", speculative_tokens=1)
+    assert isinstance(plain, DriftCheck) and isinstance(drafted, DriftCheck), (plain, drafted)
+    assert "drafter_weights" not in {term.name for term in plain.terms}
+    drafter = next(term for term in drafted.terms if term.name == "drafter_weights")
+    assert drafter.predicted_bytes == 1_689_260_032 and drafter.logged_bytes is None
+    assert drafted.kv_cache_tokens_predicted < plain.kv_cache_tokens_predicted
