@@ -244,8 +244,7 @@ def _prediction_inputs(
     available, source, exact = budget
     tp, pp = log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1
     try:
-        speculative = None if log.speculative_method is None else \
-            speculative_from_log(log.speculative_method, log.speculative_tokens)
+        speculative = speculative_from_log(log.speculative_method, log.speculative_tokens)
     except HarnessError as error:
         return None, f"no prediction: {error}"
     return (

@@ -53,8 +53,7 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
         return None
     batched = args.get("max_num_batched_tokens")
     try:
-        speculative = None if log.speculative_method is None else \
-            speculative_from_log(log.speculative_method, log.speculative_tokens)
+        speculative = speculative_from_log(log.speculative_method, log.speculative_tokens)
         waterfall = plan_waterfall(
             shape.config, FITTED_CONSTANTS, total_bytes=total, total_source=total_source,
             gpu_memory_utilization=float(utilization), max_model_len=max_model_len,

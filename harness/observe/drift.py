@@ -89,8 +89,7 @@ def check_drift(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any],
     logged = logged_term_bytes(log)
     block_size = _int(limits.get("block_size")) or (CUDA_BLOCK_SIZE if on_gpu else CPU_BLOCK_SIZE)
     try:
-        speculative = None if log.speculative_method is None else \
-            speculative_from_log(log.speculative_method, log.speculative_tokens)
+        speculative = speculative_from_log(log.speculative_method, log.speculative_tokens)
         if given_kv is not None:
             terms = [DriftTerm(name=KV_MEMORY, predicted_bytes=given_kv, logged_bytes=_logged_kv(log))]
             basis, total, stages = "kv_cache_memory_bytes", None, [given_kv] * pp

@@ -51,8 +51,11 @@ def draft_layers(speculative: SpeculativeDecoding | None, shape: ModelShape, ass
     return [attention] * shape.mtp_layers
 
 
-def speculative_from_log(method: str, tokens: int | None) -> SpeculativeDecoding:
-    """The drafter a log names; releases before the unified "mtp" name the model's own ("deepseek_mtp", ...)."""
+def speculative_from_log(method: str | None, tokens: int | None) -> SpeculativeDecoding | None:
+    """The drafter a log names, None when it names none; releases before the unified "mtp" name the model's
+    own ("deepseek_mtp", ...)."""
+    if method is None:
+        return None
     name = sized_method(method)
     if name is None:
         raise HarnessError(f"speculative method '{method}': its drafter's cache is not sized here")

@@ -56,6 +56,7 @@ def test_a_separate_draft_model_is_refused_by_name() -> None:
 
 def test_a_models_own_mtp_under_its_older_name_is_mtp() -> None:
     assert speculative_from_log("deepseek_mtp", 1) == SpeculativeDecoding(method="mtp", num_speculative_tokens=1)
+    assert speculative_from_log(None, None) is None  # a log that names no drafter
 
 
 @pytest.mark.parametrize("tokens", [0, 65])
