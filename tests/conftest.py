@@ -70,14 +70,19 @@ def invalid_but_for_a_busy_machine(reasons: list[str]) -> list[str]:
     return [reason for reason in reasons if not reason.startswith(BUSY_MACHINE_REASONS)]
 
 
+def invalid_only_because_busy(run_dir: Path) -> bool:
+    """The run's summary calls it invalid, and only for reasons a busy machine explains."""
+    summary = run_dir / "summary.json"
+    if not summary.is_file():
+        return False
+    reasons = json.loads(summary.read_text())["invalid_reasons"]
+    return bool(reasons) and not invalid_but_for_a_busy_machine(reasons)
+
+
 def ran_but_for_a_busy_machine(returncode: int | None, run_dir: Path) -> bool:
     """`harness run` finished with a valid run, or with one its summary calls invalid only because this machine
     was busy (exit 3)."""
-    if returncode == 0:
-        return True
-    summary = run_dir / "summary.json"
-    return (returncode == EXIT_INVALID and summary.is_file()
-            and not invalid_but_for_a_busy_machine(json.loads(summary.read_text())["invalid_reasons"]))
+    return returncode == 0 or (returncode == EXIT_INVALID and invalid_only_because_busy(run_dir))
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects anything
