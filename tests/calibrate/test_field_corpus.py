@@ -65,7 +65,10 @@ def test_refused_v1_start_is_priced_from_its_own_request(report) -> None:
 
 
 def test_cases_without_a_config_are_listed_not_scored(report) -> None:
-    for case_id in ("v0201-qwen36-27b-autoround-rtx4090-tp2-dflash", "v0201-qwen36-27b-tp2-mtp-fp8e5m2"):
+    cases, _ = load_corpus(CORPUS)
+    without = [case.id for case in cases if case.facts.config is None]
+    assert without
+    for case_id in without:
         case = _case(report, case_id)
         assert case.logged.status == "no config for this model"
         assert case.launch.status == "no config for this model"
@@ -84,6 +87,17 @@ def test_qwen36_35b_hybrid_cases_are_exact_from_their_logged_memory(report) -> N
         assert (_figure(case, "kv_cache_tokens").logged, _figure(case, "max_concurrency").logged) == (tokens,
                                                                                                       concurrency)
 
+
+def test_qwen36_27b_hybrid_cases_are_exact_from_their_logged_memory(report) -> None:
+    # The dense hybrid (48 gated-delta-net and 16 attention layers, Qwen--Qwen3.6-27B.json) in 0.27.1's two
+    # committed logs: two ranks of 44.73 GiB at 65,536 tokens, and one GPU of 41.03 GiB at 4,096 tokens.
+    expected = {"v0271-qwen36-27b-hybrid-tp2-len65536": (1_407_894, 21.48),
+                "v0271-qwen36-27b-fp8-hybrid-len4096-util088": (292_522, 71.42)}
+    for case_id, (tokens, concurrency) in expected.items():
+        case = _case(report, case_id)
+        assert case.logged.status == "exact"
+        assert (_figure(case, "kv_cache_tokens").logged, _figure(case, "max_concurrency").logged) == (tokens,
+                                                                                                      concurrency)
 
 def test_speculative_facts_name_mtp_and_nothing_else() -> None:
     cases, _ = load_corpus(CORPUS)
