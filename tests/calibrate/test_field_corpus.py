@@ -88,11 +88,13 @@ def test_qwen36_35b_hybrid_cases_are_exact_from_their_logged_memory(report) -> N
                                                                                                       concurrency)
 
 
-def test_qwen36_27b_hybrid_cases_are_exact_from_their_logged_memory(report) -> None:
-    # The dense hybrid (48 gated-delta-net and 16 attention layers, Qwen--Qwen3.6-27B.json) in 0.27.1's two
-    # committed logs: two ranks of 44.73 GiB at 65,536 tokens, and one GPU of 41.03 GiB at 4,096 tokens.
+def test_qwen_27b_dense_hybrid_cases_are_exact_from_their_logged_memory(report) -> None:
+    # The dense hybrid of 48 gated-delta-net and 16 attention layers (Qwen3.6-27B's config, Qwen3.8-27B's the
+    # same): 0.27.1's two committed logs, two ranks of 44.73 GiB at 65,536 tokens and one GPU of 41.03 GiB at
+    # 4,096, and 0.25.1's 80.17 GiB with MTP drafting 3 tokens (one more attention layer) at 262,144.
     expected = {"v0271-qwen36-27b-hybrid-tp2-len65536": (1_407_894, 21.48),
-                "v0271-qwen36-27b-fp8-hybrid-len4096-util088": (292_522, 71.42)}
+                "v0271-qwen36-27b-fp8-hybrid-len4096-util088": (292_522, 71.42),
+                "v0251-qwen38-27b-int4-mtp-gb10-len262144": (1_191_213, 4.54)}
     for case_id, (tokens, concurrency) in expected.items():
         case = _case(report, case_id)
         assert case.logged.status == "exact"
