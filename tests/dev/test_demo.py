@@ -179,12 +179,14 @@ def test_offline_runs_are_listed_pushed_and_read_back_with_the_same_figures(demo
             assert remote[name] == pytest.approx(figures[name])
 
 
-def test_the_demo_ends_with_a_search_that_finds_the_kv_knee_in_at_most_five_probes(demo) -> None:
+def test_the_demo_ends_with_a_search_that_finds_the_kv_knee_in_at_most_seven_probes(demo) -> None:
     result, printed = demo
     # concurrency 1-6 at max_num_seqs 8: arrivals predicted to wait from 6 (5 requests part-way through their
     # outputs hold about 31.6 blocks, and an arrival's 600-token prompt needs 5 more, of 31 usable), probed
-    # first with 5
-    assert result.search_probes <= 5
+    # first with 5. That first step sits at the cache's edge: where the engine preempts there, its interval
+    # straddles the objective and the search measures it again, up to 3 runs (SearchPlan.max_repeats): five
+    # steps with that one measured three times are 5 + 2 probes.
+    assert result.search_probes <= 7
     # the limit is six of the sweep's quickest mean prefills (vLLM's histograms), in whole 50 ms
     assert re.match(r"max concurrency meeting p99 TTFT ≤ [\d,]*[05]0 ms: ", result.search_answer[0])
     assert result.search_answer[1].startswith("the knee: KV cache capacity: ")
