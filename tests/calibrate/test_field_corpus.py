@@ -27,6 +27,15 @@ def _figure(case: CaseResult, name: str) -> FigureCheck:
     return next(f for f in case.logged.figures if f.name == name)
 
 
+def _assert_exact_from_logged_memory(report: FieldReport, expected: dict[str, tuple[int, float]]) -> None:
+    """Each case is exact from its logged memory, with the KV tokens and concurrency its log prints."""
+    for case_id, (tokens, concurrency) in expected.items():
+        case = _case(report, case_id)
+        assert case.logged.status == "exact"
+        assert (_figure(case, "kv_cache_tokens").logged, _figure(case, "max_concurrency").logged) == (tokens,
+                                                                                                      concurrency)
+
+
 def test_the_corpus_holds_at_least_thirty_starts() -> None:
     cases, _ = load_corpus(CORPUS)
     assert len(cases) >= 30
@@ -81,11 +90,7 @@ def test_qwen36_35b_hybrid_cases_are_exact_from_their_logged_memory(report) -> N
     expected = {"v0192-qwen36-35b-a3b-bf16-gb10-len131072": (623_040, 18.44),
                 "v024-qwen36-35b-a3b-rtx5090-fp8kv": (569_878, 4.35),
                 "v0251-qwen36-35b-a3b-nvfp4-mtp-gb10-len262144": (3_366_051, 12.84)}
-    for case_id, (tokens, concurrency) in expected.items():
-        case = _case(report, case_id)
-        assert case.logged.status == "exact"
-        assert (_figure(case, "kv_cache_tokens").logged, _figure(case, "max_concurrency").logged) == (tokens,
-                                                                                                      concurrency)
+    _assert_exact_from_logged_memory(report, expected)
 
 
 def test_qwen_27b_dense_hybrid_cases_are_exact_from_their_logged_memory(report) -> None:
@@ -95,11 +100,8 @@ def test_qwen_27b_dense_hybrid_cases_are_exact_from_their_logged_memory(report) 
     expected = {"v0271-qwen36-27b-hybrid-tp2-len65536": (1_407_894, 21.48),
                 "v0271-qwen36-27b-fp8-hybrid-len4096-util088": (292_522, 71.42),
                 "v0251-qwen38-27b-int4-mtp-gb10-len262144": (1_191_213, 4.54)}
-    for case_id, (tokens, concurrency) in expected.items():
-        case = _case(report, case_id)
-        assert case.logged.status == "exact"
-        assert (_figure(case, "kv_cache_tokens").logged, _figure(case, "max_concurrency").logged) == (tokens,
-                                                                                                      concurrency)
+    _assert_exact_from_logged_memory(report, expected)
+
 
 def test_speculative_facts_name_mtp_and_nothing_else() -> None:
     cases, _ = load_corpus(CORPUS)
@@ -143,3 +145,4 @@ def test_a_case_that_states_no_tensor_parallel_size_takes_the_one_its_log_shows(
     assert stated.facts.tensor_parallel_size == 4
     one_gpu = "\n".join(line.split(") ", 1)[1] for line in ranks_only.splitlines())  # the process prefixes cut
     assert type(tp2)(id="one", log=one_gpu, facts=facts, **fields).facts.tensor_parallel_size == 1
+
