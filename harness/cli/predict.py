@@ -91,9 +91,14 @@ def budget(
             field_renderable(report))
         return
     if gpu is not None:
+        from harness.errors import HarnessError
         from harness.predict.fit_answer import answer_fit, answer_renderable
         from harness.predict.releases import PRODUCTION_ENGINE, engine_version_warnings
 
+        unread = options.unread_before_launch()
+        if unread:
+            raise HarnessError(f"{', '.join(unread)}: not read with --gpu, whose answer takes the KV memory from "
+                               "its own waterfall for requests of --tokens (or max_model_len); leave them out")
         for warning in engine_version_warnings(options.engine_version):
             print(f"warning: {warning}", file=sys.stderr)
         answer = answer_fit(

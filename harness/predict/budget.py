@@ -15,7 +15,12 @@ from collections import Counter
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.predict.kv_bytes import layer_bytes_per_token, layer_state_bytes, resolve_kv_dtype
+from harness.predict.kv_bytes import (
+    check_attention_heads,
+    layer_bytes_per_token,
+    layer_state_bytes,
+    resolve_kv_dtype,
+)
 from harness.predict.kv_groups import block_groups, state_block_size, state_blocks_per_request
 from harness.predict.model_shape import LayerKind, LayerSpec, ModelShape
 from harness.predict.releases import DERIVED_TOKENS_SINCE, engine_release, runs_v0
@@ -130,6 +135,7 @@ def estimate_budget(
     """KV bytes a live-token population holds on one rank, raw and padded to whole blocks."""
     population = population.validated()
     _check_positive(tensor_parallel_size=tensor_parallel_size, block_size=block_size)
+    check_attention_heads(shape.config, tensor_parallel_size)
     dtype, element = resolve_kv_dtype(kv_cache_dtype, shape.dtype)
     model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     layers = _effective_layers(shape.layers, hybrid_kv_manager)

@@ -11,9 +11,9 @@ import math
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, fields_rule
 from harness.predict.budget import (
     BLOCK_SIZES,
     MAX_MEMORY_GIB,
@@ -75,12 +75,33 @@ class BudgetOptions(BaseModel):
     speculative: SpeculativeDecoding | None = None  # --speculative-method and --num-speculative-tokens
     enable_prefix_caching: bool = False  # what it changes is a hybrid's state blocks per request
 
+    @model_validator(mode="after")
+    def one_population(self) -> BudgetOptions:
+        """One population, whole: --tokens and --lengths are two answers to one question, and a shared prefix
+        longer than a sequence cannot be shared by it."""
+        if self.tokens is not None and self.lengths is not None:
+            raise fields_rule("give {tokens} or {lengths}, not both", tokens="tokens", lengths="lengths")
+        shortest = min(sequence_lengths(self.lengths)) if self.lengths is not None else self.tokens
+        if shortest is not None and self.shared_prefix_tokens > shortest:
+            raise fields_rule(f"{{prefix}} {self.shared_prefix_tokens:,} is longer than the shortest sequence "
+                              f"({shortest:,} tokens)", prefix="shared_prefix_tokens")
+        return self
+
+    def unread_before_launch(self) -> list[str]:
+        """The options `--gpu`'s answer does not read: it takes the KV memory from its own waterfall and
+        answers for requests of --tokens (or max_model_len), so a KV figure or a population would be dropped."""
+        defaults = BudgetOptions.model_fields
+        unread = ("sequences", "lengths", "shared_prefix_tokens", "hybrid_kv_manager", "available_kv_gib",
+                  "kv_cache_memory_bytes", "gpu_memory_gib", "overhead_gib", "concurrency", "num_gpu_blocks",
+                  "kv_cache_tokens")
+        return [f"--{name.replace('_', '-')}" for name in unread if getattr(self, name) != defaults[name].default]
+
 
 def sequence_lengths(lengths: str) -> list[int]:
     """'600,900' → [600, 900]: ASCII digits only, so '１２' or '1_000' is not read as a number."""
     parts = lengths.split(",")
-    if not all(re.fullmatch(r"\s*-?[0-9]{1,15}\s*", part) for part in parts):
-        raise HarnessError(f"--lengths must be comma-separated integers, got '{lengths}'")
+    if not all(re.fullmatch(r"\s*[0-9]{1,15}\s*", part) and int(part) > 0 for part in parts):
+        raise HarnessError(f"--lengths must be comma-separated positive integers, got '{lengths}'")
     return [int(part) for part in parts]
 
 

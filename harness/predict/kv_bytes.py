@@ -7,8 +7,10 @@ capacity prediction divides an available-memory figure by it.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from harness.errors import HarnessError
+from harness.predict.architectures import language_config
 from harness.predict.model_shape import LayerKind, LayerSpec
 
 KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
@@ -23,6 +25,16 @@ def resolve_kv_dtype(kv_cache_dtype: str, model_dtype: str) -> tuple[str, int]:
         choices = ", ".join(["auto", *KV_DTYPE_ALIASES, *KV_DTYPE_BYTES])
         raise HarnessError(f"unknown kv cache dtype '{kv_cache_dtype}' (choose from {choices})")
     return name, KV_DTYPE_BYTES[name]
+
+
+def check_attention_heads(config: dict[str, Any], tensor_parallel_size: int) -> None:
+    """vLLM refuses a tensor-parallel size that does not divide the attention heads (ModelConfig
+    `verify_with_parallel_config`: "Total number of attention heads (H) must be divisible by tensor parallel
+    size (T)"), so no figure is given for one; a config naming no heads passes, as it does there."""
+    heads = language_config(config).get("num_attention_heads") if config else None
+    if isinstance(heads, int) and heads % tensor_parallel_size:
+        raise HarnessError(f"tensor_parallel_size {tensor_parallel_size} does not divide the model's {heads} "
+                           "attention heads: vLLM refuses it")
 
 
 def kv_heads_per_rank(kv_heads: int, tensor_parallel_size: int) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.predict.budget import CapacityPrediction, predict_capacity
+from harness.predict.kv_bytes import check_attention_heads
 from harness.predict.model_shape import ModelShape
 
 
@@ -50,6 +51,7 @@ def stage_memory(by_rank: dict[int, int], headline: int | None, *, tensor_parall
 def predict_pipeline_capacity(shape: ModelShape, stage_kv_bytes: Sequence[int], **capacity: Any) -> CapacityPrediction:
     """The release's arithmetic on each stage's memory and layers; the stage with fewest blocks sets the cache.
     `capacity` takes `predict_capacity`'s keyword arguments; one stage is the whole model."""
+    check_attention_heads(shape.config, capacity.get("tensor_parallel_size", 1))
     stages = pipeline_stages(shape, len(stage_kv_bytes))
     predictions = [predict_capacity(stage, available_kv_bytes=max(0, available), holds_drafter=stage is stages[-1],
                                     **capacity)

@@ -78,6 +78,25 @@ def write(path: Path, text: str | bytes) -> Path:
          "--num-speculative-tokens: 65, not 1 to 64"),
         ("NVFP4 without its skip list", ["--gpu", "H100-80GB", "--quantization", "modelopt_fp4"],
          "quantization 'modelopt_fp4': which layers stay 16-bit is the checkpoint's own list"),
+        ("lengths with a gap", ["--lengths", "600,,900"], "--lengths must be comma-separated positive integers"),
+        ("empty lengths", ["--lengths", ",,,"], "--lengths must be comma-separated positive integers, got ',,,'"),
+        ("negative length", ["--lengths", "600,-1"], "--lengths must be comma-separated positive integers"),
+        ("lengths under --gpu", ["--gpu", "H100-80GB", "--lengths", "1,x"], "--lengths must be comma-separated"),
+        ("tokens and lengths", ["--tokens", "4096", "--lengths", "600,900"], "give --tokens or --lengths, not both"),
+        # a prefix of 5,000 tokens cannot be shared by a sequence of 4,096
+        ("prefix past the sequence", ["--tokens", "4096", "--shared-prefix-tokens", "5000"],
+         "--shared-prefix-tokens 5,000 is longer than the shortest sequence (4,096 tokens)"),
+        ("prefix past the shortest", ["--lengths", "100,3000", "--shared-prefix-tokens", "500"],
+         "--shared-prefix-tokens 500 is longer than the shortest sequence (100 tokens)"),
+        # Qwen3-4B has 32 attention heads: TP 64 is a multiple of its 8 KV heads but divides no head count
+        ("TP past the heads", ["--tokens", "4096", "--tensor-parallel-size", "64"],
+         "tensor_parallel_size 64 does not divide the model's 32 attention heads"),
+        ("TP past the heads, before launch", ["--gpu", "H100-80GB", "--tensor-parallel-size", "64"],
+         "tensor_parallel_size 64 does not divide the model's 32 attention heads"),
+        ("a population under --gpu", ["--gpu", "H100-80GB", "--tokens", "4096", "--sequences", "3"],
+         "--sequences: not read with --gpu"),
+        ("a KV figure under --gpu", ["--gpu", "H100-80GB", "--available-kv-gib", "20", "--overhead-gib", "1"],
+         "--available-kv-gib, --overhead-gib: not read with --gpu"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
