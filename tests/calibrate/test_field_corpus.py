@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pydantic
@@ -39,6 +40,23 @@ def _assert_exact_from_logged_memory(report: FieldReport, expected: dict[str, tu
 def test_the_corpus_holds_at_least_thirty_starts() -> None:
     cases, _ = load_corpus(CORPUS)
     assert len(cases) >= 30
+
+
+def test_no_start_is_in_the_corpus_twice() -> None:
+    """A start kept as two cases would count twice: two cases of one source file (at any commit) that score the
+    same start may share no capacity line, timestamp and all."""
+    cases, _ = load_corpus(CORPUS)
+    capacity = re.compile(r"KV cache memory|KV cache size|blocks: |Maximum concurrency|reserved for KV Cache")
+    seen: dict[tuple[str, int | None], list[tuple[str, set[str]]]] = {}
+    compared = 0
+    for case in cases:
+        file = re.sub(r"/blob/[0-9a-f]{40}/", "/blob/", str(case.source))
+        lines = {line.strip() for line in case.log.splitlines() if capacity.search(line)}
+        for other, other_lines in seen.setdefault((file, case.start), []):
+            assert not lines & other_lines, f"{case.id} and {other} hold the same start of {file}"
+            compared += 1
+        seen[(file, case.start)].append((case.id, lines))
+    assert compared > 0  # files with several cases (llm-compressor's logs, a sweep's) were held against each other
 
 
 def test_awq_qwen25_14b_blocks_by_hand(report) -> None:
