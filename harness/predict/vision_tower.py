@@ -4,7 +4,8 @@ A VL config describes the decoder in `text_config` (or at its top level) and the
 `vision_config`; the decoder's count alone leaves the encoder out, which vLLM loads on every GPU (the
 models' `__init__` builds it on every pipeline stage). Each family is counted as vLLM builds it, read in
 vllm/model_executor/models (vllm-project/vllm): qwen2_5_vl.py and qwen2_vl.py at
-002d181a55a03803d7d69547846630069d2378b8, clip.py at 030ea52effcb05071543c8c42b8f0145e94cee43, llava.py,
+002d181a55a03803d7d69547846630069d2378b8, qwen3_vl.py at 002d7b939754b844a3832dd7fbf9e5fd0c0e9f1b,
+clip.py at 030ea52effcb05071543c8c42b8f0145e94cee43, llava.py,
 gemma3_mm.py and pixtral.py at 0004c540861d3e59a7c1b3860f594aa8b24293db, siglip.py at
 0531c2226a6a25cd96ccc856f3bda3f0bb4efb5f, mistral3.py at 02677fd9d49b6b4b3082967642a0d1ff45c36c0a.
 Their attention and MLP linears are vLLM's column- and row-parallel layers, so each rank holds 1/TP of
@@ -52,6 +53,8 @@ def vision_tower(config: dict[str, Any], source: str = "config") -> VisionTower 
         qwen25 = architecture.startswith("Qwen2_5")
         count = (_qwen2_5_vl if qwen25 else _qwen2_vl)(vision, source)
         return _tower(f"{'Qwen2.5-VL' if qwen25 else 'Qwen2-VL'} vision transformer", count)
+    if architecture in ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"):
+        return _tower("Qwen3-VL vision transformer", _qwen3_vl(vision, source))
     if architecture == "Gemma3ForConditionalGeneration":
         width = _field(vision, "hidden_size", source)
         projector = (0, width * _field(text, "hidden_size", source, "") + width)  # mm_input_projection_weight + norm
@@ -107,6 +110,24 @@ def _qwen2_vl(v: dict[str, Any], source: str) -> Count:
                  _row(inner, width, True), (0, 4 * width))
     merger = _add((0, 2 * width), _column(merged, merged, True), _row(merged, _field(v, "hidden_size", source), True))
     return _add(_patch_embedding(v, width, source), _times(block, _field(v, "depth", source)), merger)
+
+
+def _qwen3_vl(v: dict[str, Any], source: str) -> Count:
+    """Qwen3_VisionTransformer: a biased Conv3d patch embedding, learned position embeddings, LayerNorm blocks of
+    qkv/proj and an fc1/fc2 MLP, the patch merger, and one more merger per deepstack layer (its norm over the
+    merged width, `use_postshuffle_norm`)."""
+    width, inner = _field(v, "hidden_size", source), _field(v, "intermediate_size", source)
+    merged, out = width * _field(v, "spatial_merge_size", source) ** 2, _field(v, "out_hidden_size", source)
+    block = _add(_column(width, 3 * width, True), _row(width, width, True), _column(width, inner, True),
+                 _row(inner, width, True), (0, 4 * width))
+
+    def merger(norm_width: int) -> Count:
+        return _add((0, 2 * norm_width), _column(merged, merged, True), _row(merged, out, True))
+
+    embeddings = _add(_patch_embedding(v, width, source), (0, width),
+                      (0, _field(v, "num_position_embeddings", source) * width))
+    deepstack = len(v.get("deepstack_visual_indexes") or [])
+    return _add(embeddings, _times(block, _field(v, "depth", source)), merger(width), _times(merger(merged), deepstack))
 
 
 def _patch_embedding(v: dict[str, Any], width: int, source: str) -> Count:

@@ -14,7 +14,7 @@ defaults, documented as that checkpoint's (src/transformers/models/qwen2_moe/con
 (https://github.com/AI-Hypercomputer/maxtext/blob/02b47fd815659b2d3119206cb25c05b5a0a74dbc/src/MaxText/utils/ckpt_conversion/utils/hf_model_configs.py
 `gemma3_12b_config`); Qwen2.5-VL-72B's from torchtune's builder for it
 (https://github.com/pytorch/torchtune/blob/49698b248e5ac5fe4a5e46950a2bf9bb05caee9c/torchtune/models/qwen2_5_vision/_model_builders.py
-`qwen2_5_vl_72b`).
+`qwen2_5_vl_72b`); Qwen3-VL-30B-A3B's from tests/fixtures/field/configs (that folder's README names its copy).
 """
 
 from __future__ import annotations
@@ -109,6 +109,24 @@ def test_qwen25_vl_72b_tower_splits_over_tp_as_its_log_says() -> None:
     weights = weights_term(model_size(QWEN25_VL_72B), 2, None, 4)
     assert weights.bytes == 36_706_837_504
     assert abs(weights.bytes / GiB - 34.4340) / 34.4340 < 0.01
+
+
+def test_qwen3_vl_tower_by_hand_with_its_deepstack_mergers() -> None:
+    # Qwen3-VL-30B-A3B (tests/fixtures/field/configs): width 1,152, MLP 4,304, 27 blocks, merged 4 × 1,152 = 4,608.
+    # A block: qkv 1,152 × 3,456 + 3,456 = 3,984,768 and fc1 1,152 × 4,304 + 4,304 = 4,962,512 (column, bias
+    # split); proj 1,152 × 1,152 = 1,327,104 and fc2 4,304 × 1,152 = 4,958,208 (row) with their 1,152 biases
+    # whole; two LayerNorms 4 × 1,152. Split 15,232,592, whole 6,912; × 27: 411,279,984 and 186,624.
+    # Merger: fc1 4,608 × 4,608 + 4,608 = 21,238,272, fc2 4,608 × 2,048 = 9,437,184 (+ 2,048 whole), split
+    # 30,675,456; its LayerNorm over 1,152 (2,304 whole), the three deepstack mergers' over 4,608 (9,216 each).
+    # Embeddings whole: Conv3d 3 × 2 × 16 × 16 × 1,152 + 1,152 bias = 1,770,624, positions 2,304 × 1,152 =
+    # 2,654,208. Split 411,279,984 + 4 × 30,675,456 = 533,981,808; whole 186,624 + 4,352 + 3 × 11,264 +
+    # 4,424,832 = 4,649,600.
+    config = json.loads((CONFIGS / "Qwen--Qwen3-VL-30B-A3B-Instruct.json").read_text())
+    tower = vision_tower(config)
+    assert tower is not None and tower.name == "Qwen3-VL vision transformer"
+    assert (tower.split_params, tower.whole_params) == (533_981_808, 4_649_600)
+    # TP=2 in bf16: (533,981,808 / 2 + 4,649,600) × 2 B = 543,281,008 B a GPU.
+    assert tower.bytes_per_gpu(2, 2) == 543_281_008
 
 
 def test_llava_tower_stops_at_the_feature_layer_and_stays_16_bit_under_awq() -> None:
