@@ -46,7 +46,8 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 # here): 9.74 GiB gives 79,184 tokens to the target alone, the log 67,728. The dual-3090 PCIe excerpt names no
 # KV cache dtype: its float16 cache gives 357,539 … 358,315 tokens against 623,873, and even fp8_e5m2 with MTP
 # drafting 3 tokens (as that repository's 0.22 dual case states) gives 633,018 … 634,507. The fp8 KV pull
-# request names no drafter: 5.33 GiB gives 340,327 tokens against 300,220, and 305,338 with MTP drafting 3.
+# request names no drafter: 5.33 GiB gives 340,327 tokens against 300,220, and 305,338 with MTP drafting 3
+# (before launch, on the two RTX 3090s its description lists, it predicts 392,449: +31%, that gap included).
 # The dual-5090 Qwen3.8-27B "ultramax" excerpt names neither drafter nor KV cache dtype: 11.15 GiB gives 350,278 …
 # 351,031 tokens against 214,135, and 299,095 … 299,792 with MTP drafting 3 (its before-launch residual, +91%,
 # is the same gap).
