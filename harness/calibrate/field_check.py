@@ -16,9 +16,17 @@ from typing import Any
 
 import numpy as np
 from packaging.version import Version
-from pydantic import BaseModel
 
 from harness.calibrate.field_corpus import FieldCase, load_corpus
+from harness.calibrate.field_results import (
+    CaseResult,
+    FieldReport,
+    FigureCheck,
+    LaunchCheck,
+    LoggedCheck,
+    SamplerFact,
+    TermCheck,
+)
 from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
@@ -40,7 +48,7 @@ from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import SamplerPath, release_default_sampler, sampler_path
-from harness.predict.warmup import WarmupCheck, check_warmup
+from harness.predict.warmup import check_warmup
 from harness.units import GiB
 
 HALF_STEP = GiB // 200  # a GiB figure printed with two decimals stands for ± 0.005 GiB
@@ -48,89 +56,38 @@ KV_TOKENS_TOLERANCE = 0.05
 SAMPLER_GRID = np.arange(0.0, 100.0, 0.01)  # bytes per logit tried when fitting the PyTorch sampler's peak
 
 
-class FigureCheck(BaseModel):
-    name: str
-    logged: float
-    predicted_low: float
-    predicted_high: float
-    within: bool
-
-
-class LoggedCheck(BaseModel):
-    status: str  # "exact", "off", or why it is not scored
-    figures: list[FigureCheck] = []
-    fits: bool | None = None
-
-
-class TermCheck(BaseModel):
-    name: str
-    predicted_bytes: int
-    logged_bytes: int | None
-    subtracted: bool
-
-
-class LaunchCheck(BaseModel):
-    status: str  # "scored" or why not
-    held_back: bool
-    terms: list[TermCheck] = []
-    kv_bytes_predicted: int | None = None
-    kv_bytes_logged: int | None = None
-    kv_tokens_predicted: int | None = None
-    kv_tokens_logged: int | None = None
-    kv_tokens_residual: float | None = None  # (predicted − logged) / logged
-    concurrency_predicted: float | None = None  # max_model_len requests the predicted cache holds
-    concurrency_logged: float | None = None  # as the log prints it, else the release's arithmetic on its memory
-    fits_predicted: bool | None = None
-    sampler_path: SamplerPath | None = None  # the formula that priced the sampler's warm-up, and its origin
-    warmup: WarmupCheck | None = None  # the sampler's warm-up after the cache, with the log's graph figure
-
-
-class SamplerFact(BaseModel):
-    """V1's top-k/top-p sampler and where the figure came from: "log" (`evidence` is the line), "stated" (the
-    case's `sampler:` fact), "default" (the release's code decides, from 0.11.2), "assumed" (DEFAULT_V1_SAMPLER)
-    or "V0" (which always sorts)."""
-
-    name: str
-    source: str
-    evidence: str | None = None
-
-
-class CaseResult(BaseModel):
-    id: str
-    source: str
-    source_key: str  # the thread or repository the split keeps on one side (field_split.py)
-    release: str
-    family: str
-    sampler: SamplerFact
-    started: bool
-    cache_fit: bool  # whether a max_model_len request fitted the cache: what the fit / no-fit calls are scored on
-    logged: LoggedCheck
-    launch: LaunchCheck
-
-
-class FieldReport(BaseModel):
-    constants: MemoryConstants
-    cases: list[CaseResult]
-
-
 def run_field_check(directory: Path) -> FieldReport:
     cases, configs = load_corpus(directory)
-    shapes = {name: load_model_shape(str(directory / "configs" / name)) for name in configs}
+    shapes, refusals = model_shapes(directory, configs)
+    modelled = {name: config for name, config in configs.items() if name in shapes}
     fit_ids = fit_case_ids(cases)
-    constants = fit_constants([c for c in cases if c.id in fit_ids], configs)
+    constants = fit_constants([c for c in cases if c.id in fit_ids], modelled)
     results = []
     for case in cases:
-        config = configs.get(case.facts.config or "")
-        shape = shapes.get(case.facts.config or "")
+        config, shape = modelled.get(case.facts.config or ""), shapes.get(case.facts.config or "")
+        held_back, refusal = case.id not in fit_ids, refusals.get(case.facts.config or "")
         results.append(CaseResult(
             id=case.id, source=str(case.source), source_key=source_key(case), release=case.facts.vllm_version,
             family=case.family,
             sampler=sampler_fact(case), started=case.facts.started,
             cache_fit=case.facts.started or case.facts.failed_after_cache_sized,
-            logged=check_logged(case, shape),
-            launch=check_launch(case, shape, config, constants, held_back=case.id not in fit_ids),
+            logged=LoggedCheck(status=refusal) if refusal else check_logged(case, shape),
+            launch=LaunchCheck(status=refusal, held_back=held_back) if refusal else check_launch(
+                case, shape, config, constants, held_back=held_back),
         ))
     return FieldReport(constants=constants, cases=results)
+
+
+def model_shapes(directory: Path, configs: dict[str, dict[str, Any]]) -> tuple[dict[str, ModelShape], dict[str, str]]:
+    """Each config's shape, and for a config whose architecture the calculator refuses, why: its cases say so
+    ("not modelled: ..."), and the rest of the corpus is scored."""
+    shapes, refusals = {}, {}
+    for name in configs:
+        try:
+            shapes[name] = load_model_shape(str(directory / "configs" / name))
+        except HarnessError as error:
+            refusals[name] = f"not modelled: {error}"
+    return shapes, refusals
 
 
 def predict_from_memory(case: FieldCase, shape: ModelShape, stage_bytes: list[int]) -> CapacityPrediction:

@@ -11,7 +11,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness.calibrate.field_check import KV_TOKENS_TOLERANCE, CaseResult, FieldReport, LaunchCheck
+from harness.calibrate.field_check import KV_TOKENS_TOLERANCE
+from harness.calibrate.field_results import CaseResult, FieldReport, LaunchCheck
 from harness.units import GiB
 
 TERMS = ("weights", "activation_peak", "non_torch", "cuda_graphs")

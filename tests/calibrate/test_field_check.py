@@ -11,9 +11,6 @@ from pathlib import Path
 import pytest
 
 from harness.calibrate.field_check import (
-    FieldReport,
-    LaunchCheck,
-    SamplerFact,
     check_logged,
     fit_constants,
     implied_overhead_bytes,
@@ -22,6 +19,7 @@ from harness.calibrate.field_check import (
 )
 from harness.calibrate.field_corpus import load_corpus
 from harness.calibrate.field_report import concurrency_within, score, summary_lines
+from harness.calibrate.field_results import FieldReport, LaunchCheck, SamplerFact
 from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.server_logs import parse_startup_log

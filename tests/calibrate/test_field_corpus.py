@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 from pathlib import Path
 
 import pydantic
 import pytest
+import yaml
 
-from harness.calibrate.field_check import CaseResult, FieldReport, FigureCheck, check_logged, run_field_check
+from harness.calibrate.field_check import check_logged, run_field_check
 from harness.calibrate.field_corpus import load_corpus
+from harness.calibrate.field_results import CaseResult, FieldReport, FigureCheck
 from harness.predict.model_shape import load_model_shape
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
@@ -164,3 +168,20 @@ def test_a_case_that_states_no_tensor_parallel_size_takes_the_one_its_log_shows(
     one_gpu = "\n".join(line.split(") ", 1)[1] for line in ranks_only.splitlines())  # the process prefixes cut
     assert type(tp2)(id="one", log=one_gpu, facts=facts, **fields).facts.tensor_parallel_size == 1
 
+
+
+def test_a_config_whose_architecture_is_refused_is_named_on_its_case_and_the_rest_is_scored(tmp_path: Path) -> None:
+    copy = tmp_path / "field"
+    shutil.copytree(CORPUS, copy)
+    qwen2 = json.loads((copy / "configs" / "Qwen--Qwen2-7B-Instruct.json").read_text())
+    mllama = {**qwen2, "architectures": ["MllamaForConditionalGeneration"]}
+    (copy / "configs" / "meta-llama--Llama-3.2-11B-Vision-Instruct.json").write_text(json.dumps(mllama))
+    case_file = copy / "cases" / "v070-llama32-11b-vision-h100-len65536.yaml"
+    case = yaml.safe_load(case_file.read_text())
+    case["facts"]["config"] = "meta-llama--Llama-3.2-11B-Vision-Instruct.json"
+    case_file.write_text(yaml.safe_dump(case, allow_unicode=True))
+    report = run_field_check(copy)
+    refused = _case(report, "v070-llama32-11b-vision-h100-len65536")
+    for status in (refused.logged.status, refused.launch.status):
+        assert status.startswith("not modelled: ") and "MllamaForConditionalGeneration is refused" in status
+    assert _case(report, "v0101-qwen2-7b-a100-util05").logged.status == "exact"
