@@ -60,6 +60,12 @@ SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, 
 # install vllm` takes the native path. Unstated, the native path is assumed: it is the pip default and the
 # larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
+# What the waterfall leaves out for a vision-language model, seen in the field corpus (Qwen3-VL-30B-A3B TP2
+# +9.9% KV tokens; Qwen2.5-VL-72B TP4 on V0 predicted to fit, failed with 0.09 GiB left): the profile also runs
+# the vision encoder on its largest image or video and, in V1, keeps the outputs through the forward pass.
+ENCODER_PROFILE_NOTE = ("vision encoder: vLLM profiles it on its largest image or video before sizing the cache, "
+                        "which is not priced here (up to several GiB; the KV figure is optimistic); "
+                        "--limit-mm-per-prompt with zero images and videos, or --language-model-only, skips it")
 
 
 class MemoryConstants(BaseModel, frozen=True):
@@ -256,6 +262,7 @@ def plan_waterfall(
                      "weights: the checkpoint's own size" if checkpoint is not None else
                      "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
                      *drafter_note(speculative),
+                     *([] if size.vision is None else [ENCODER_PROFILE_NOTE]),
                      *([] if v0 or stated or path.path == "triton" or version >= FLASHINFER_OPT_IN_SINCE
                        else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
                               "image samples with FlashInfer, a smaller activation peak")])],

@@ -8,6 +8,7 @@ from typing import Any
 from packaging.version import Version
 
 from harness.predict.memory_model import (
+    ENCODER_PROFILE_NOTE,
     FITTED_CONSTANTS,
     forward_peak_bytes,
     plan_waterfall,
@@ -140,3 +141,14 @@ def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distrib
     assert non_torch("0.10.1.1", 4, "V0") == 822_083_584
     assert non_torch("0.7.3", 3) == 805_306_368
     assert non_torch("0.11.0", 2) == non_torch("0.19.0", 8) == non_torch("0.7.3", 1) == 268_435_456
+
+
+def test_a_vision_language_waterfall_says_the_encoder_profile_is_not_priced() -> None:
+    def assumptions(config_name: str) -> list[str]:
+        config = load_model_shape(str(CORPUS / "configs" / config_name)).config
+        return plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
+                              gpu_memory_utilization=0.9, max_model_len=4096, engine_version="0.12.0").assumptions
+
+    assert ENCODER_PROFILE_NOTE in assumptions("Qwen--Qwen3-VL-30B-A3B-Instruct.json")
+    assert ENCODER_PROFILE_NOTE in assumptions("Qwen--Qwen2.5-VL-7B-Instruct.json")
+    assert ENCODER_PROFILE_NOTE not in assumptions("Qwen--Qwen3-30B-A3B.json")
