@@ -22,7 +22,8 @@ from harness.measure.runner import run_load
 from harness.measure.stats import RunSummary
 from harness.measure.timeouts import READY_TIMEOUT_S
 from harness.model_identity import read_identity
-from harness.observe.capacity import CapacityReport, build_capacity_report
+from harness.observe.capacity import build_capacity_report
+from harness.observe.capacity_report import CapacityReport
 from harness.observe.device import DeviceFacts, DeviceRecord, MemoryMonitor, device_facts
 from harness.observe.drift import DriftCheck, drift_for_run
 from harness.observe.log_lines import fetch_polyaxon_run_log

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.observe.capacity import CapacityReport
+from harness.observe.capacity_report import CapacityReport
 from harness.observe.drift import DriftCheck
 from harness.observe.engine_failure import Stage
 

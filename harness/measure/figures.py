@@ -24,7 +24,7 @@ from harness.measure.client import ErrorClass
 from harness.measure.record import RunConfig, ServerSample, read_run_config, read_samples
 from harness.measure.reuse_models import PrefixCacheFigures
 from harness.measure.reuse_models import TurnFigures as TurnFigures  # re-exported: the analysis reads it here
-from harness.observe.capacity import CapacityReport
+from harness.observe.capacity_report import CapacityReport
 from harness.observe.device import DeviceFacts, DeviceRecord
 from harness.redact import secret_free
 from harness.schema import EngineRecord, RunFile, TrackedRun

@@ -12,92 +12,26 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-import pydantic
-
 from harness.errors import HarnessError
 from harness.observe.capacity_options import LogOverrides, check_given
+from harness.observe.capacity_report import CapacityReport, ComparedFigure, CrossCheck, PredictionInputs
 from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
-from harness.observe.drift import DriftCheck
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
 from harness.predict.budget import CapacityPrediction
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
-from harness.predict.speculative import SpeculativeDecoding, speculative_from_log
+from harness.predict.speculative import speculative_from_log
 from harness.redact import refuse_url_credentials
 from harness.server_url import checked_server_url
 from harness.units import GiB
 
-CAPACITY_SCHEMA_VERSION = 1
 # vLLM's default block size when nothing says otherwise: 16 tokens on CUDA, 128 on the CPU build.
 DEFAULT_BLOCK_SIZE = {"CPU": 128}
 CUDA_BLOCK_SIZE = 16
 # A GiB figure printed with two decimals is known to within half a hundredth of a GiB.
 GIB_PRINT_HALF_STEP_BYTES = GiB // 200
-LOG_FIGURES = (
-    "engine_version", "model", "kv_cache_device", "kv_cache_tokens", "max_concurrency", "max_concurrency_model_len",
-    "max_model_len", "num_gpu_blocks", "num_cpu_blocks", "available_kv_cache_bytes", "kv_cache_memory_bytes",
-    "model_weights_bytes", "model_loading_seconds", "cuda_graph_bytes", "init_seconds", "tensor_parallel_size",
-)
-
-
-class PredictionInputs(pydantic.BaseModel):
-    """What the calculator was given, and where each input came from."""
-
-    model: str
-    available_kv_bytes: int
-    available_kv_source: str
-    available_kv_exact: bool
-    block_size: int
-    block_size_source: str
-    max_model_len: int
-    kv_cache_dtype: str
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
-    stage_kv_bytes: list[int]  # each pipeline stage's KV memory; one stage holds the whole model
-    max_num_batched_tokens: int | None
-    engine_version: str | None
-    speculative: SpeculativeDecoding | None = None  # the drafter the log names, whose layers join the cache
-
-
-class ComparedFigure(pydantic.BaseModel):
-    """One capacity figure, predicted and logged; `residual` is logged minus predicted."""
-
-    name: str
-    source: str
-    predicted: int | float
-    logged: int | float
-    residual: int | float
-    exact: bool
-    within_log_rounding: bool | None = None
-
-
-class CrossCheck(pydantic.BaseModel):
-    """One figure as the log and /metrics state it."""
-
-    name: str
-    log_value: str
-    metrics_value: str
-    agree: bool
-
-
-class CapacityReport(pydantic.BaseModel):
-    """The engine's KV capacity from every source, side by side."""
-
-    schema_version: int = CAPACITY_SCHEMA_VERSION
-    log: StartupCapacity | None
-    metrics_cache_config: dict[str, str] | None
-    prediction_inputs: PredictionInputs | None
-    prediction: CapacityPrediction | None
-    prediction_note: str | None
-    comparison: list[ComparedFigure]
-    cross_checks: list[CrossCheck]
-    disagreements: list[str]
-    prediction_matches_log: bool | None
-    waterfall: WaterfallComparison | None = None
-    drift: DriftCheck | None = None  # a recorded run's before-launch prediction against its logged capacity
-    drift_note: str | None = None  # why a recorded run has no drift check
 
 
 def capacity_from_sources(
@@ -263,6 +197,7 @@ def _prediction_inputs(
             max_num_batched_tokens=batched if isinstance(batched, int) else None,
             engine_version=log.engine_version,
             speculative=speculative,
+            decode_context_parallel_size=log.decode_context_parallel_size or 1,
         ),
         None,
     )
@@ -316,6 +251,7 @@ def _predict(shape: ModelShape, inputs: PredictionInputs, offset_bytes: int = 0)
         engine_version=inputs.engine_version,
         available_kv_source=inputs.available_kv_source,
         speculative=inputs.speculative,
+        decode_context_parallel_size=inputs.decode_context_parallel_size,
     )
 
 

@@ -6,7 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from harness.observe.capacity import LOG_FIGURES, CapacityReport, PredictionInputs
+from harness.observe.capacity_report import LOG_FIGURES, CapacityReport, PredictionInputs
 from harness.observe.capacity_waterfall import WaterfallComparison, gib
 
 

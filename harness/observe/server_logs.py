@@ -67,6 +67,7 @@ class StartupCapacity(pydantic.BaseModel):
     tensor_parallel_size: int | None = None
     tensor_parallel_size_from_ranks: bool = False  # no config line: counted from the workers' `TP<n>` prefixes
     pipeline_parallel_size: int | None = None
+    decode_context_parallel_size: int | None = None  # ranks one sequence's cache is spread over (MLA, 0.11+)
     speculative_method: str | None = None  # the engine config line's SpeculativeConfig method, as printed
     speculative_tokens: int | None = None
     kv_cache_device: str | None = None
@@ -193,7 +194,7 @@ def _assemble(
         found["kv_cache_memory_bytes"] = exact_reservation
     elif reserved is not None:
         found["kv_cache_memory_bytes"] = reserved
-    for parallel in ("tensor_parallel_size", "pipeline_parallel_size"):
+    for parallel in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size"):
         if found.get(parallel) is None and isinstance(args.get(parallel), int):
             found[parallel] = args[parallel]
     speculative = args.get("speculative_config")  # {'method': 'mtp', 'num_speculative_tokens': 3}

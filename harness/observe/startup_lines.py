@@ -48,6 +48,8 @@ INIT_ENGINE = re.compile(
     r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) (?:s\b|seconds)"
 )
 MAX_MODEL_LEN = re.compile(r"^Using max model len (?P<length>\d+)")
+# 0.11+ with decode context parallelism: every rank keeps 1/dcp of each sequence, and the logged tokens are ×dcp.
+CONTEXT_PARALLEL = re.compile(r"^Multiplying the GPU KV cache size by the dcp_world_size (?P<size>\d+)")
 # 0.10 API server: `vllm cache_config_info with initialization after num_gpu_blocks is: 5867`
 BLOCKS_AFTER_INIT = re.compile(r"num_gpu_blocks is: (?P<blocks>\d+)")
 # Failed starts state the capacity they found too short: V0 in tokens, V1 as memory needed vs available.
@@ -174,6 +176,9 @@ class StartFacts:
     def max_model_len(self, match: re.Match[str], process: str | None) -> None:
         self.found["max_model_len"] = int(match.group("length"))
 
+    def context_parallel(self, match: re.Match[str], process: str | None) -> None:
+        self.found["decode_context_parallel_size"] = int(match.group("size"))
+
     def non_default_args(self, match: re.Match[str], process: str | None) -> None:
         self.found["non_default_args_text"] = match.group("args")
         self.found["non_default_args"] = _literal_dict(match.group("args"))
@@ -210,6 +215,7 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
     (TORCH_COMPILE, StartFacts.torch_compile),
     (INIT_ENGINE, StartFacts.init_engine),
     (MAX_MODEL_LEN, StartFacts.max_model_len),
+    (CONTEXT_PARALLEL, StartFacts.context_parallel),
     (NON_DEFAULT_ARGS, StartFacts.non_default_args),
     (ENGINE_CONFIG, StartFacts.engine_config),
     (SERVER_VERSION, StartFacts.server_version),

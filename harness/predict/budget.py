@@ -203,6 +203,7 @@ def predict_capacity(
     speculative: SpeculativeDecoding | None = None,
     prefix_caching: bool = False,
     holds_drafter: bool = True,
+    decode_context_parallel_size: int = 1,
 ) -> CapacityPrediction:
     """Blocks, tokens and maximum concurrency as vLLM computes and logs them at start-up.
 
@@ -210,9 +211,12 @@ def predict_capacity(
     count and a concurrency of blocks × block_size / max_model_len, with no whole-block rounding.
     A drafter (`speculative`) caches its layers too (`speculative.py`) on the GPU that `holds_drafter` (with
     pipeline parallelism only the last stage does) and widens a hybrid's state on every GPU; prefix caching
-    keeps a second state block per request in each state group.
+    keeps a second state block per request in each state group. Decode context parallelism spreads each
+    sequence over `decode_context_parallel_size` ranks: a request needs blocks for 1/dcp of max_model_len
+    (kv_cache_interface.py `max_memory_usage_bytes`) and the logged tokens are the blocks' × dcp.
     """
-    _check_positive(block_size=block_size, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size)
+    _check_positive(block_size=block_size, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
+                    decode_context_parallel_size=decode_context_parallel_size)
     if available_kv_bytes < 0:
         raise HarnessError(f"available KV memory must not be negative, got {available_kv_bytes} bytes")
     version = engine_release(engine_version)
@@ -243,7 +247,7 @@ def predict_capacity(
             return state_blocks
         if layer.kind is LayerKind.SLIDING_WINDOW:
             return math.ceil(min(layer.window - 1 + batched, max_model_len) / block_size) + 1
-        return math.ceil(max_model_len / block_size)
+        return math.ceil(math.ceil(max_model_len / decode_context_parallel_size) / block_size)
 
     groups, bytes_per_block, per_request = block_groups(
         shape.name, layers, version, page, blocks_per_request, assumptions
@@ -255,7 +259,8 @@ def predict_capacity(
         assumptions.append("V0 engine: concurrency = blocks × block_size / max_model_len")
         max_concurrency = num_blocks * block_size / max_model_len
     tokens = (int(max_concurrency * max_model_len) if version >= DERIVED_TOKENS_SINCE
-              else num_blocks // groups * block_size)
+              else num_blocks // groups * block_size * decode_context_parallel_size)
+    assumptions += context_parallel_notes(decode_context_parallel_size)
     return CapacityPrediction(
         available_kv_bytes=available_kv_bytes,
         available_kv_source=available_kv_source,
@@ -271,6 +276,13 @@ def predict_capacity(
         engine_version=str(version),
         assumptions=assumptions,
     )
+
+
+def context_parallel_notes(decode_context_parallel_size: int) -> list[str]:
+    if decode_context_parallel_size == 1:
+        return []
+    return [f"decode context parallelism over {decode_context_parallel_size} ranks: each keeps 1/dcp of every "
+            "sequence's cache, and the logged tokens are its blocks' × dcp"]
 
 
 def _effective_layers(layers: list[LayerSpec], hybrid_kv_manager: bool) -> list[LayerSpec]:

@@ -18,7 +18,7 @@ from harness.errors import HarnessError
 from harness.inventory.frozen import Inventory
 from harness.launch.engine_process import RunningEngine
 from harness.launch.experiment import engine_limits
-from harness.observe.capacity import CapacityReport
+from harness.observe.capacity_report import CapacityReport
 from harness.observe.device import device_facts
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.observe.server_metrics import fetch_metrics_text, parse_metrics

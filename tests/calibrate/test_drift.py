@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.measure.figures import read_run_figures
-from harness.observe.capacity import CapacityReport
+from harness.observe.capacity_report import CapacityReport
 from harness.observe.drift import DriftCheck, DriftTerm, judge
 from harness.schema import RunFile
 from harness.units import GiB

@@ -49,16 +49,12 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 # The dual-5090 Qwen3.8-27B "ultramax" excerpt names neither drafter nor KV cache dtype: 11.15 GiB gives 350,278 …
 # 351,031 tokens against 214,135, and 299,095 … 299,792 with MTP drafting 3 (its before-launch residual, +91%,
 # is the same gap).
-# The Kimi-K2-Thinking TP8+DCP8 block's cache is multiplied by the decode-context-parallel size ("Multiplying
-# the GPU KV cache size by the dcp_world_size 8"), which no fact states: 46.80 GiB gives 715,008 … 715,168
-# tokens, the log 5,721,088 (8 × 715,136).
 # The Qwen3-VL-30B-A3B TP2 log prints only rank 0's KV memory, and the engine sizes the cache by the smallest
 # rank's: 48 layers × (K, V) × 2 KV heads a rank × 128 × 2 B = 49,152 B a token, so "37.23 GiB" (37.225 …
 # 37.235) gives 813,184 … 813,408 tokens, while the logged 813,152 tokens are 37.223 GiB: rank 1 held less.
 KNOWN_OFF = {"v0120-qwen3-vl-30b-a3b-h100-tp2-len65536", "v09-qwen3-235b-a22b-fp8-tp4",
              "v0201-qwen36-27b-autoround-rtx4090-tp2-dflash", "v024-qwen36-27b-autoround-rtx3090-tp2-pcie",
-             "v024-qwen36-27b-fp8-tp2-fp8kv-len262144", "v0271-qwen38-27b-fp8-rtx5090-tp2-len65536",
-             "v0111-kimi-k2-thinking-mla-h200-tp8-dcp8"}
+             "v024-qwen36-27b-fp8-tp2-fp8kv-len262144", "v0271-qwen38-27b-fp8-rtx5090-tp2-len65536"}
 # Every before-launch fit / no-fit call is right; a case whose call goes wrong is named here with why.
 # Qwen2.5-VL-72B over four A100-40GB (V0) failed with 0.09 GiB left for its cache; before launch the calculator
 # leaves 2.66 GiB (34,800 tokens, a 4,096-token request fits): its activation peak is 0.42 GiB against the

@@ -18,12 +18,9 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.errors import HarnessError
-from harness.observe.capacity import (
-    CapacityReport,
-    build_capacity_report,
-    capacity_from_sources,
-)
+from harness.observe.capacity import build_capacity_report, capacity_from_sources
 from harness.observe.capacity_options import LogOverrides
+from harness.observe.capacity_report import CapacityReport
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import parse_metrics
@@ -414,3 +411,17 @@ def test_the_pipeline_size_a_config_line_states_is_read() -> None:
     line = ("INFO 07-09 09:40:00 [core.py:69] Initializing a V1 LLM engine (v0.9.2) with config: "
             "model='m', tensor_parallel_size=2, pipeline_parallel_size=4, max_seq_len=1024")
     assert parse_startup_log(line).pipeline_parallel_size == 4
+
+
+def test_a_decode_context_parallel_log_is_predicted_with_its_sequences_spread() -> None:
+    # The field corpus's Kimi-K2-Thinking TP8 + DCP8 block (its recipe's 262,144-token limit, which the three
+    # lines do not print, put first): 46.80 GiB over 61 MLA layers of 1,152 B a token is 44,688 … 44,698 blocks
+    # of 16, × 8 for the spread sequences: 5,720,064 … 5,721,344 tokens, the log 5,721,088.
+    field = Path(__file__).parents[1] / "fixtures" / "field"
+    case = yaml.safe_load((field / "cases" / "v0111-kimi-k2-thinking-mla-h200-tp8-dcp8.yaml").read_text())
+    limit = "(EngineCore_DP0 pid=1) INFO 11-06 15:30:00 [model.py:1] Using max model len 262144\n"
+    report = build_capacity_report(parse_startup_log(limit + case["log"]),
+                                   model=str(field / "configs" / "moonshotai--Kimi-K2-Thinking.json"))
+    assert report.prediction_inputs is not None and report.prediction_inputs.decode_context_parallel_size == 8
+    tokens = next(figure for figure in report.comparison if figure.name == "kv_cache_tokens")
+    assert (tokens.logged, tokens.within_log_rounding) == (5_721_088, True)

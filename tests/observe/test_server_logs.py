@@ -550,3 +550,16 @@ def test_a_log_as_a_collector_hands_it_on_reads_as_the_log_itself(collector: str
     assert any(capacity.available_kv_cache_bytes_by_rank for capacity in read.values())
     assert any(capacity.failure is not None and capacity.failure.stage == "after_kv_cache"
                for capacity in read.values())
+
+
+def test_decode_context_parallelism_is_read_from_its_line_or_the_arguments() -> None:
+    multiplied = (
+        "(EngineCore_DP0 pid=7) INFO 11-06 15:34:59 [kv_cache_utils.py:1224] Multiplying the GPU KV cache size by "
+        "the dcp_world_size 8.\n"
+        "(EngineCore_DP0 pid=7) INFO 11-06 15:34:59 [kv_cache_utils.py:1229] GPU KV cache size: 5,721,088 tokens\n")
+    argued = ("(APIServer pid=1) INFO 11-06 15:30:00 [api_server.py:1] non-default args: {'tensor_parallel_size': 8, "
+              "'decode_context_parallel_size': 4}\n"
+              "(EngineCore_DP0 pid=7) INFO 11-06 15:34:59 [kv_cache_utils.py:1229] GPU KV cache size: 1,000 tokens\n")
+    assert parse_startup_log(multiplied).decode_context_parallel_size == 8
+    assert parse_startup_log(argued).decode_context_parallel_size == 4
+    assert parse_startup_log(PER_RANK_LINES).decode_context_parallel_size is None

@@ -85,6 +85,26 @@ def test_mla_stores_one_latent_per_layer_not_split_by_tp(tmp_path) -> None:
     assert budget_for(deepseek_v3).kinds[0].kind is LayerKind.MLA
 
 
+def test_decode_context_parallelism_spreads_each_sequence_and_multiplies_the_logged_tokens(tmp_path) -> None:
+    # 61 MLA layers × (512 + 64) × 2 B = 70,272 B a token, 1,124,352 B a 16-token block; 46.80 GiB =
+    # 50,251,117,363 B holds 44,693 blocks either way. A 262,144-token request needs 16,384 blocks, or with DCP 8
+    # ceil(262,144 / 8 / 16) = 2,048; 0.11.1 logs 44,693 × 16 = 715,088 tokens, × 8 = 5,720,704 with DCP.
+    deepseek_v3 = load_model_shape(str(write_config(
+        tmp_path, model_type="deepseek_v3", num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
+        hidden_size=7168, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)))
+
+    def capacity(dcp: int) -> Any:
+        return predict_capacity(deepseek_v3, available_kv_bytes=50_251_117_363, block_size=16, max_model_len=262_144,
+                                tensor_parallel_size=8, engine_version="0.11.1", decode_context_parallel_size=dcp)
+
+    one, spread = capacity(1), capacity(8)
+    assert one.num_blocks == spread.num_blocks == 44_693
+    assert (one.blocks_per_request, spread.blocks_per_request) == (16_384, 2_048)
+    assert (one.kv_cache_tokens, spread.kv_cache_tokens) == (715_088, 5_720_704)
+    assert spread.max_concurrency == pytest.approx(44_693 / 2_048)
+    assert any("decode context parallelism over 8 ranks" in note for note in spread.assumptions)
+
+
 def test_gemma3_pattern_with_and_without_the_hybrid_manager(tmp_path) -> None:
     gemma3 = write_config(tmp_path, model_type="gemma3_text", num_hidden_layers=12, num_attention_heads=8,
                           num_key_value_heads=4, head_dim=256, hidden_size=2560, sliding_window=1024,
