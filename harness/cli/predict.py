@@ -26,6 +26,8 @@ def budget(
     lengths: str | None = typer.Option(None, help="comma-separated per-sequence lengths instead of --tokens"),
     kv_cache_dtype: str = typer.Option("auto", help="auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, ..."),
     tensor_parallel_size: int = typer.Option(1, help="GPUs each layer is split over"),
+    decode_context_parallel_size: int = typer.Option(1, help="vLLM's --decode-context-parallel-size: tensor-parallel "
+                                                     "ranks each sequence's cache is spread over (MLA)"),
     pipeline_parallel_size: int = typer.Option(1, help="pipeline stages, each holding its share of the layers "
                                                "on its own GPUs"),
     block_size: int = typer.Option(16, help="tokens per KV block (vLLM: 16 on CUDA, 128 on CPU)"),
@@ -69,7 +71,8 @@ def budget(
     options = validate_options(BudgetOptions, dict(
         tokens=tokens, sequences=sequences, lengths=lengths, kv_cache_dtype=kv_cache_dtype,
         tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-        block_size=block_size, shared_prefix_tokens=shared_prefix_tokens,
+        decode_context_parallel_size=decode_context_parallel_size, block_size=block_size,
+        shared_prefix_tokens=shared_prefix_tokens,
         hybrid_kv_manager=hybrid_kv_manager, available_kv_gib=available_kv_gib,
         kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_gib=gpu_memory_gib,
         gpu_memory_utilization=gpu_memory_utilization, overhead_gib=overhead_gib, max_model_len=max_model_len,
@@ -110,6 +113,7 @@ def budget(
             block_size=options.block_size, max_num_batched_tokens=options.max_num_batched_tokens,
             max_num_seqs=options.max_num_seqs, quantization=options.quantization,
             speculative=options.speculative, prefix_caching=options.enable_prefix_caching,
+            decode_context_parallel_size=options.decode_context_parallel_size,
         )
         print(answer.model_dump_json(indent=2)) if json_output else Console().print(answer_renderable(answer))
         return

@@ -55,6 +55,7 @@ class BudgetOptions(BaseModel):
     lengths: Named | None = None
     kv_cache_dtype: Named = "auto"
     tensor_parallel_size: int = Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
+    decode_context_parallel_size: int = Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)  # spreads each sequence (MLA)
     pipeline_parallel_size: int = Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     block_size: Annotated[int, AfterValidator(vllm_block_size)] = 16
     shared_prefix_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
@@ -85,6 +86,15 @@ class BudgetOptions(BaseModel):
         if shortest is not None and self.shared_prefix_tokens > shortest:
             raise fields_rule(f"{{prefix}} {self.shared_prefix_tokens:,} is longer than the shortest sequence "
                               f"({shortest:,} tokens)", prefix="shared_prefix_tokens")
+        return self
+
+    @model_validator(mode="after")
+    def context_within_tensor_parallel(self) -> BudgetOptions:
+        """Decode context parallelism reuses the tensor-parallel ranks: vLLM needs it to divide their count."""
+        if self.tensor_parallel_size % self.decode_context_parallel_size:
+            raise fields_rule(f"{{dcp}} {self.decode_context_parallel_size} must divide {{tp}} "
+                              f"{self.tensor_parallel_size}", dcp="decode_context_parallel_size",
+                              tp="tensor_parallel_size")
         return self
 
     def unread_before_launch(self) -> list[str]:
@@ -123,6 +133,9 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
         if capacity is None:
             warnings.append("--speculative-method: read only with a KV memory figure (the capacity prediction) "
                             "or with --gpu; ignored here")
+    if options.decode_context_parallel_size > 1 and capacity is None:
+        warnings.append("--decode-context-parallel-size: read only with a KV memory figure (the capacity "
+                        "prediction) or with --gpu; the per-rank bytes above hold whole sequences")
     return result.model_copy(update={"capacity": capacity, "warnings": warnings, "assumptions": assumptions})
 
 
@@ -150,7 +163,7 @@ def plan_capacity(shape: ModelShape, options: BudgetOptions, weights_bytes: int 
         kv_cache_dtype=options.kv_cache_dtype, tensor_parallel_size=options.tensor_parallel_size,
         max_num_batched_tokens=options.max_num_batched_tokens, engine_version=options.engine_version,
         hybrid_kv_manager=options.hybrid_kv_manager, available_kv_source=source, speculative=options.speculative,
-        prefix_caching=options.enable_prefix_caching)
+        prefix_caching=options.enable_prefix_caching, decode_context_parallel_size=options.decode_context_parallel_size)
 
 
 def first_stage(shape: ModelShape, pipeline_parallel_size: int) -> ModelShape:

@@ -59,6 +59,7 @@ def answer_fit(
     quantization: str | None = None,
     speculative: SpeculativeDecoding | None = None,
     prefix_caching: bool = False,
+    decode_context_parallel_size: int = 1,
 ) -> FitAnswer:
     """The waterfall for `gpu` (a catalogue name or a GiB figure) and what it means for the limits."""
     total, total_source = gpu_total(gpu)
@@ -79,7 +80,7 @@ def answer_fit(
                       kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                       max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
                       available_kv_source="before-launch waterfall", speculative=speculative,
-                      prefix_caching=prefix_caching)
+                      prefix_caching=prefix_caching, decode_context_parallel_size=decode_context_parallel_size)
     capacity = predict(max_model_len=model_len)
     asked = asked_tokens or model_len
     at_asked = predict(max_model_len=asked)

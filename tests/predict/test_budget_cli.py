@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 HARNESS = str(Path(sys.executable).parent / "harness")
+CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
 SNAPSHOT = Path(__file__).parents[2] / "harness/snapshots/Qwen/Qwen3-4B/1cfa9a7208912126459214e8b04321603b3df60c"
 # state-spaces/mamba-130m-hf config.json (the fields that matter: no attention heads at all)
 MAMBA_130M = {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 768,
@@ -93,6 +95,8 @@ def write(path: Path, text: str | bytes) -> Path:
          "tensor_parallel_size 64 does not divide the model's 32 attention heads"),
         ("TP past the heads, before launch", ["--gpu", "H100-80GB", "--tensor-parallel-size", "64"],
          "tensor_parallel_size 64 does not divide the model's 32 attention heads"),
+        ("DCP not dividing TP", ["--tokens", "10", "--tensor-parallel-size", "8", "--decode-context-parallel-size",
+                                 "3"], "--decode-context-parallel-size 3 must divide --tensor-parallel-size 8"),
         ("a population under --gpu", ["--gpu", "H100-80GB", "--tokens", "4096", "--sequences", "3"],
          "--sequences: not read with --gpu"),
         ("a KV figure under --gpu", ["--gpu", "H100-80GB", "--available-kv-gib", "20", "--overhead-gib", "1"],
@@ -180,6 +184,24 @@ def test_the_before_launch_answer_prices_the_drafter() -> None:
     answer = json.loads(result.stdout)
     assert answer["capacity"]["bytes_per_block"] == 2_424_832
     assert answer["capacity"]["num_blocks"] == answer["waterfall"]["kv_bytes"] // 2_424_832
+
+
+def test_decode_context_parallelism_spreads_each_sequence_before_launch() -> None:
+    # DeepSeek-V2-Lite on eight H100s: the same blocks either way (MLA's latent is whole on every rank), but
+    # with DCP 8 each rank keeps 1/8 of a sequence: a 163,840-token request needs 10,240 / 8 = 1,280 blocks, and
+    # the tokens logged are the blocks' × 8.
+    deepseek = str(CONFIGS / "deepseek-ai--DeepSeek-V2-Lite.json")
+
+    def answer(*dcp: str) -> dict[str, Any]:
+        result = harness("budget", "--model", deepseek, "--gpu", "H100-80GB", "--tensor-parallel-size", "8", *dcp,
+                         "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["capacity"]
+
+    whole, spread = answer(), answer("--decode-context-parallel-size", "8")
+    assert whole["num_blocks"] == spread["num_blocks"]
+    assert (whole["blocks_per_request"], spread["blocks_per_request"]) == (10_240, 1_280)
+    assert spread["kv_cache_tokens"] == 8 * whole["kv_cache_tokens"]
 
 
 def test_a_drafter_without_a_kv_memory_figure_is_warned_as_ignored() -> None:
