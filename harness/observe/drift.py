@@ -105,7 +105,8 @@ def check_drift(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any],
             kv_cache_dtype=str(limits.get("kv_cache_dtype") or "auto"), tensor_parallel_size=tp,
             max_num_batched_tokens=_int(limits.get("max_num_batched_tokens")),
             engine_version=log.engine_version or PRODUCTION_ENGINE, engine_generation=log.engine_generation,
-            available_kv_source=basis, speculative=speculative)
+            available_kv_source=basis, speculative=speculative,
+            decode_context_parallel_size=log.decode_context_parallel_size or 1)
     except HarnessError as error:  # a layout the calculator does not model: the run stands, unchecked
         return f"no drift check: {error}"
     logged_tokens = log.kv_cache_tokens or (log.num_gpu_blocks or 0) * prediction.block_size  # V0 logs blocks
