@@ -98,7 +98,7 @@ def predict_from_memory(case: FieldCase, shape: ModelShape, stage_bytes: list[in
         kv_cache_dtype=facts.kv_cache_dtype, tensor_parallel_size=facts.tensor_parallel_size,
         max_num_batched_tokens=facts.max_num_batched_tokens, engine_version=facts.vllm_version,
         engine_generation=facts.engine, prefix_caching=facts.enable_prefix_caching,
-        speculative=facts.speculative, decode_context_parallel_size=case.parsed().decode_context_parallel_size or 1)
+        speculative=facts.speculative, decode_context_parallel_size=facts.decode_context_parallel_size)
 
 
 def fits(prediction: CapacityPrediction) -> bool:

@@ -24,6 +24,8 @@ from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.speculative import SpeculativeDecoding
 
 MODEL_SIZE = re.compile(r"\d+(?:\.\d+)?[BbMm]")
+# Parallel sizes a case may leave to its log, which states them (StartupCapacity's fields of the same names).
+LOGGED_PARALLELISM = ("tensor_parallel_size", "decode_context_parallel_size")
 # What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using
 # FlashInfer for top-p & top-k sampling." or a fallback to the sort, "FlashInfer is not available. Falling back
 # to the PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install
@@ -67,6 +69,7 @@ class CaseFacts(pydantic.BaseModel, extra="forbid"):
     gpu_total_gib: float | None = pydantic.Field(None, gt=0, le=MAX_MEMORY_GIB, allow_inf_nan=False)
     tensor_parallel_size: int = pydantic.Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     pipeline_parallel_size: int = pydantic.Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
+    decode_context_parallel_size: int = pydantic.Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     gpu_memory_utilization: float = pydantic.Field(0.9, gt=0, le=1, allow_inf_nan=False)
     max_model_len: Count
     max_num_batched_tokens: Count | None = None
@@ -93,15 +96,20 @@ class FieldCase(pydantic.BaseModel, extra="forbid"):
     @classmethod
     def _parallelism_from_the_log(cls, case: Any) -> Any:
         """A thread that does not state its tensor-parallel size leaves it to the log: its engine config line,
-        else its workers' `TP<n>` prefixes, else one GPU."""
+        else its workers' `TP<n>` prefixes, else one GPU. Its decode-context-parallel size likewise: the
+        `dcp_world_size` line or the arguments, else none."""
         facts, log = (case.get("facts"), case.get("log")) if isinstance(case, dict) else (None, None)
-        if isinstance(facts, dict) and "tensor_parallel_size" not in facts and isinstance(log, str) and log.strip():
+        if not isinstance(facts, dict):
+            return case
+        unstated = [name for name in LOGGED_PARALLELISM if name not in facts]
+        if unstated and isinstance(log, str) and log.strip():
             start = case.get("start")
             try:
-                logged = parse_startup_log(log, start if isinstance(start, int) else None).tensor_parallel_size
+                parsed = parse_startup_log(log, start if isinstance(start, int) else None)
             except HarnessError:
-                logged = None  # the start named is not in the log: the check below says so
-            case = {**case, "facts": {**facts, "tensor_parallel_size": logged or 1}}
+                parsed = None  # the start named is not in the log: the check below says so
+            logged = {name: (getattr(parsed, name) if parsed else None) or 1 for name in unstated}
+            case = {**case, "facts": {**facts, **logged}}
         return case
 
     @pydantic.model_validator(mode="after")
