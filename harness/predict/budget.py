@@ -260,7 +260,7 @@ def predict_capacity(
         max_concurrency = num_blocks * block_size / max_model_len
     tokens = (int(max_concurrency * max_model_len) if version >= DERIVED_TOKENS_SINCE
               else num_blocks // groups * block_size * decode_context_parallel_size)
-    assumptions += context_parallel_notes(decode_context_parallel_size)
+    assumptions += _context_parallel_notes(decode_context_parallel_size)
     return CapacityPrediction(
         available_kv_bytes=available_kv_bytes,
         available_kv_source=available_kv_source,
@@ -278,7 +278,7 @@ def predict_capacity(
     )
 
 
-def context_parallel_notes(decode_context_parallel_size: int) -> list[str]:
+def _context_parallel_notes(decode_context_parallel_size: int) -> list[str]:
     if decode_context_parallel_size == 1:
         return []
     return [f"decode context parallelism over {decode_context_parallel_size} ranks: each keeps 1/dcp of every "

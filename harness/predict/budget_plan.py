@@ -11,9 +11,9 @@ import math
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from harness.errors import HarnessError, fields_rule
+from harness.errors import HarnessError, fields_rule, flag_of
 from harness.predict.budget import (
     BLOCK_SIZES,
     MAX_MEMORY_GIB,
@@ -39,6 +39,16 @@ def vllm_block_size(size: int) -> int:
     return size
 
 
+def sequence_lengths(lengths: object) -> object:
+    """'600,900' → [600, 900]: ASCII digits only, so '１２' or '1_000' is not read as a number."""
+    if not isinstance(lengths, str):
+        return lengths
+    parts = lengths.split(",")
+    if not all(re.fullmatch(r"\s*[0-9]{1,15}\s*", part) and int(part) > 0 for part in parts):
+        raise ValueError("must be comma-separated positive integers")
+    return [int(part) for part in parts]
+
+
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Gib = Annotated[float, Field(gt=0, le=MAX_MEMORY_GIB, allow_inf_nan=False)]
 Named = Annotated[str, Field(min_length=1)]
@@ -52,7 +62,7 @@ class BudgetOptions(BaseModel):
 
     tokens: Tokens | None = None
     sequences: int = Field(1, ge=1, le=MAX_SEQUENCES)
-    lengths: Named | None = None
+    lengths: Annotated[list[int], BeforeValidator(sequence_lengths)] | None = None  # '600,900' on the line
     kv_cache_dtype: Named = "auto"
     tensor_parallel_size: int = Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     decode_context_parallel_size: int = Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)  # spreads each sequence (MLA)
@@ -82,7 +92,7 @@ class BudgetOptions(BaseModel):
         longer than a sequence cannot be shared by it."""
         if self.tokens is not None and self.lengths is not None:
             raise fields_rule("give {tokens} or {lengths}, not both", tokens="tokens", lengths="lengths")
-        shortest = min(sequence_lengths(self.lengths)) if self.lengths is not None else self.tokens
+        shortest = min(self.lengths) if self.lengths is not None else self.tokens
         if shortest is not None and self.shared_prefix_tokens > shortest:
             raise fields_rule(f"{{prefix}} {self.shared_prefix_tokens:,} is longer than the shortest sequence "
                               f"({shortest:,} tokens)", prefix="shared_prefix_tokens")
@@ -104,21 +114,13 @@ class BudgetOptions(BaseModel):
         unread = ("sequences", "lengths", "shared_prefix_tokens", "hybrid_kv_manager", "available_kv_gib",
                   "kv_cache_memory_bytes", "gpu_memory_gib", "overhead_gib", "concurrency", "num_gpu_blocks",
                   "kv_cache_tokens")
-        return [f"--{name.replace('_', '-')}" for name in unread if getattr(self, name) != defaults[name].default]
-
-
-def sequence_lengths(lengths: str) -> list[int]:
-    """'600,900' → [600, 900]: ASCII digits only, so '１２' or '1_000' is not read as a number."""
-    parts = lengths.split(",")
-    if not all(re.fullmatch(r"\s*[0-9]{1,15}\s*", part) and int(part) > 0 for part in parts):
-        raise HarnessError(f"--lengths must be comma-separated positive integers, got '{lengths}'")
-    return [int(part) for part in parts]
+        return [flag_of(name) for name in unread if getattr(self, name) != defaults[name].default]
 
 
 def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     """The forward budget, plus the capacity prediction when a KV memory figure is given one way or another."""
     warnings = engine_version_warnings(options.engine_version)
-    unread = [f"--{name.replace('_', '-')}" for name in ("max_num_seqs", "quantization") if getattr(options, name)]
+    unread = [flag_of(name) for name in ("max_num_seqs", "quantization") if getattr(options, name)]
     if unread:
         warnings.append(f"{' and '.join(unread)}: read only with --gpu (the before-launch answer); ignored here")
     result = estimate_budget(first_stage(shape, options.pipeline_parallel_size), _population(options),
@@ -177,7 +179,7 @@ def first_stage(shape: ModelShape, pipeline_parallel_size: int) -> ModelShape:
 def _population(options: BudgetOptions) -> Population:
     """The live sequences the budget is for: listed lengths, or N sequences of T tokens."""
     if options.lengths is not None:
-        return Population(sequence_tokens=sequence_lengths(options.lengths),
+        return Population(sequence_tokens=options.lengths,
                           shared_prefix_tokens=options.shared_prefix_tokens)
     if options.tokens is not None:
         return Population.uniform(options.sequences, options.tokens, options.shared_prefix_tokens)
