@@ -140,7 +140,7 @@ def build_capacity_report(
     ] + [
         f"{figure.name}: predicted {figure.predicted:g}, logged {figure.logged:g} (residual {figure.residual:+g})"
         for figure in comparison
-        if not figure.exact and not figure.within_log_rounding
+        if not _agrees(figure)
     ]
     return CapacityReport(
         log=log,
@@ -151,9 +151,14 @@ def build_capacity_report(
         comparison=comparison,
         cross_checks=cross_checks,
         disagreements=disagreements,
-        prediction_matches_log=all(figure.exact for figure in comparison) if comparison else None,
+        prediction_matches_log=all(_agrees(figure) for figure in comparison) if comparison else None,
         waterfall=waterfall,
     )
+
+
+def _agrees(figure: ComparedFigure) -> bool:
+    """A figure the log prints rounded agrees when the prediction falls inside that rounding."""
+    return figure.exact or bool(figure.within_log_rounding)
 
 
 def _prediction_inputs(

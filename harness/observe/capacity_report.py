@@ -74,7 +74,7 @@ class CapacityReport(pydantic.BaseModel):
     comparison: list[ComparedFigure]
     cross_checks: list[CrossCheck]
     disagreements: list[str]
-    prediction_matches_log: bool | None
+    prediction_matches_log: bool | None  # every figure exact, or inside the rounding the log prints it with
     waterfall: WaterfallComparison | None = None
     drift: DriftCheck | None = None  # a recorded run's before-launch prediction against its logged capacity
     drift_note: str | None = None  # why a recorded run has no drift check

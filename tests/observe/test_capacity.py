@@ -78,7 +78,7 @@ def test_auto_sized_cpu_log_is_predicted_within_the_logs_rounding(tiny_model_dir
     assert by_name["num_blocks"].logged == 3325  # /metrics' num_gpu_blocks
     assert by_name["kv_cache_tokens"].residual == 425_600 - round(0.41 * 2**30) // 1024 // 128 * 128
     assert all(not figure.exact and figure.within_log_rounding for figure in report.comparison)
-    assert report.prediction_matches_log is False
+    assert report.prediction_matches_log is True  # no figure is outside what "0.41 GiB" can mean
     assert report.disagreements == []
 
 
