@@ -28,6 +28,9 @@ MODELLED_ARCHITECTURES = frozenset({
     "Glm4ForCausalLM", "GraniteForCausalLM", "Olmo2ForCausalLM", "Starcoder2ForCausalLM",
     "Mistral3ForConditionalGeneration", "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
     "OPTForCausalLM", "GPT2LMHeadModel", "PhiForCausalLM", "InternLM2ForCausalLM", "Glm4MoeForCausalLM",
+    # Llama-shaped, full attention on every layer as their layer_types say; SmolLM3's NoPE layers (no_rope_layers)
+    # skip only the rotary embedding and keep their KV cache, Exaone4's extra norms are not counted
+    "SmolLM3ForCausalLM", "Exaone4ForCausalLM",
 })
 # Architectures vLLM serves whose memory this calculator would misstate, and why: refused by name, with the reason.
 REFUSED_ARCHITECTURES = {

@@ -62,3 +62,52 @@ def test_a_known_family_the_calculator_would_misstate_is_refused_with_its_reason
               "num_attention_heads": 32, "vocab_size": 32000}
     with pytest.raises(HarnessError, match=f"{architecture} is refused: .*{reason}"):
         parse_config(config, source="config.json")
+
+
+# HuggingFaceTB/SmolLM3-3B's config.json as copied in the fetchwiki/HuggingFaceTB-SmolLM3-3B repository (config.json),
+# the fields read: every layer full attention in layer_types (no_rope_layers only drops the rotary embedding on
+# every fourth layer), no sliding window, and no tie_word_embeddings field, so SmolLM3Config's default (tied).
+SMOLLM3 = {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "hidden_size": 2048,
+           "intermediate_size": 11008, "layer_types": ["full_attention"] * 36, "max_position_embeddings": 65536,
+           "max_window_layers": 28, "no_rope_layer_interval": 4, "no_rope_layers": [1, 1, 1, 0] * 9,
+           "num_attention_heads": 16, "num_hidden_layers": 36, "num_key_value_heads": 4, "sliding_window": None,
+           "use_sliding_window": False, "vocab_size": 128256}
+
+
+def test_smollm3_keeps_full_attention_on_every_layer_and_ties_its_embeddings() -> None:
+    layers, _ = parse_config(SMOLLM3, source="smollm3")
+    # 4 KV heads of 2,048 / 16 = 128 on all 36 layers, the NoPE ones included (vLLM serves it through its
+    # Transformers backend, which gives every layer an attention KV cache)
+    assert [(layer.kind.value, layer.kv_heads, layer.head_dim) for layer in layers] == [("full_attention", 4, 128)] * 36
+    size = model_size(SMOLLM3)
+    # per layer: attention 2,048 × 128 × (2 × 16 + 2 × 4) = 10,485,760, gated MLP 3 × 2,048 × 11,008 = 67,633,152;
+    # 36 layers: 2,812,280,832; the tied embedding 128,256 × 2,048 = 262,668,288 once: 3,074,949,120. Its norms
+    # (two of 2,048 per layer and a final one: 36 × 4,096 + 2,048 = 149,504) make the 3,075,098,624 parameters
+    # that the hub's two bf16 shards hold: 4,966,315,264 + 1,183,919,744 = 6,150,235,008 bytes, which is
+    # 2 × 3,075,098,624 = 6,150,197,248 bytes of tensors and 37,760 bytes of the two safetensors headers.
+    assert size.embedding_params == 262_668_288
+    assert size.linear_params + size.embedding_params == 3_075_098_624 - 149_504
+    assert 0 < 4_966_315_264 + 1_183_919_744 - 2 * 3_075_098_624 < 64 * 1024
+
+
+# LGAI-EXAONE/EXAONE-4.0-1.2B's config.json fields, as copied with a quantized derivative in the
+# his0si/EXAONE-4.0-1.2B repository (model/config.json; its quantization_config changes no shape read here):
+# 30 layers, all full attention in layer_types (vLLM's exaone4.py gives a layer the sliding window where
+# layer_types says sliding_attention, as parse_config reads it), explicit head_dim 64, tied embeddings.
+EXAONE4 = {"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", "head_dim": 64, "hidden_size": 2048,
+           "intermediate_size": 4096, "layer_types": ["full_attention"] * 30, "max_position_embeddings": 65536,
+           "num_attention_heads": 32, "num_hidden_layers": 30, "num_key_value_heads": 8, "sliding_window": None,
+           "sliding_window_pattern": None, "tie_word_embeddings": True, "vocab_size": 102400}
+
+
+def test_exaone4_reads_its_layer_types_and_its_count_without_embeddings_is_the_published_one() -> None:
+    layers, _ = parse_config(EXAONE4, source="exaone4")
+    assert [(layer.kind.value, layer.kv_heads, layer.head_dim) for layer in layers] == [("full_attention", 8, 64)] * 30
+    size = model_size(EXAONE4)
+    # per layer: attention 2,048 × 64 × (2 × 32 + 2 × 8) = 10,485,760, gated MLP 3 × 2,048 × 4,096 = 25,165,824;
+    # 30 layers: 1,069,547,520, the model card's "Number of Parameters (without embeddings): 1.07B" (its q/k norms
+    # and post-norms, 30 × (2 × 2,048 + 2 × 64) + 2,048 = 128,768, do not move the rounding); the tied embedding
+    # 102,400 × 2,048 = 209,715,200 once
+    assert size.linear_params == 1_069_547_520
+    assert round(size.linear_params / 1e9, 2) == 1.07
+    assert size.embedding_params == 209_715_200
