@@ -154,23 +154,23 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
         return [names[t] for t in types]
     if "attn_layer_period" in config:  # Jamba: one attention layer every `period`, Mamba elsewhere
         period = _required_int(config, "attn_layer_period", source)
-        offset = int(config.get("attn_layer_offset", 0))
+        offset = _layer_index(config, "attn_layer_offset", source)
         notes.append(f"Jamba layout: attention at layer i where i % {period} == {offset}, Mamba elsewhere")
         return [LayerKind.FULL_ATTENTION if i % period == offset else LayerKind.STATE for i in range(num_layers)]
     if config.get("model_type") == "gemma2" and config.get("sliding_window"):
         notes.append("Gemma 2 layout: even layers use the sliding window, odd layers full attention")
         return [LayerKind.SLIDING_WINDOW if i % 2 == 0 else LayerKind.FULL_ATTENTION for i in range(num_layers)]
-    pattern = config.get("sliding_window_pattern")
-    if pattern and config.get("sliding_window"):
+    if config.get("sliding_window_pattern") and config.get("sliding_window"):
+        pattern = _required_int(config, "sliding_window_pattern", source)
         notes.append(f"sliding_window_pattern {pattern}: every {pattern}th layer is full attention")
         return [
-            LayerKind.FULL_ATTENTION if (i + 1) % int(pattern) == 0 else LayerKind.SLIDING_WINDOW
+            LayerKind.FULL_ATTENTION if (i + 1) % pattern == 0 else LayerKind.SLIDING_WINDOW
             for i in range(num_layers)
         ]
     attention = LayerKind.MLA if config.get("kv_lora_rank") else LayerKind.FULL_ATTENTION
     if "use_sliding_window" in config:  # Qwen2/Qwen3: the window applies from max_window_layers on
         if config["use_sliding_window"] and config.get("sliding_window"):
-            first = int(config.get("max_window_layers", 0))
+            first = _layer_index(config, "max_window_layers", source)
             notes.append(f"use_sliding_window: layers from {first} on use the sliding window")
             return [LayerKind.SLIDING_WINDOW if i >= first else attention for i in range(num_layers)]
         notes.append("use_sliding_window is false: every layer uses full attention")
@@ -217,9 +217,11 @@ def _state_spec(config: dict[str, Any], source: str, notes: list[str]) -> LayerS
         return LayerSpec(kind=LayerKind.STATE, conv_channels=2 * key_dim + value_heads * value_head_dim,
                          conv_width=kernel - 1, ssm_elements=recurrent, ssm_dtype=ssm_dtype)
     if "mamba_d_state" in config:  # Jamba's Mamba-1 layers
-        inner = int(config.get("mamba_expand", 2)) * _required_int(config, "hidden_size", source)
+        expand = _positive_int(config.get("mamba_expand", 2), "mamba_expand", source) or 2
+        conv = _positive_int(config.get("mamba_d_conv", 4), "mamba_d_conv", source) or 4
+        inner = expand * _required_int(config, "hidden_size", source)
         notes.append("Mamba-1: conv state + SSM state per sequence")
-        return LayerSpec(kind=LayerKind.STATE, conv_channels=inner, conv_width=int(config.get("mamba_d_conv", 4)) - 1,
+        return LayerSpec(kind=LayerKind.STATE, conv_channels=inner, conv_width=conv - 1,
                          ssm_elements=inner * _required_int(config, "mamba_d_state", source))
     raise HarnessError(f"{source}: state layers but no Mamba or linear-attention fields to size them")
 
@@ -375,6 +377,14 @@ def _required_int(config: dict[str, Any], field: str, source: str) -> int:
     value = _positive_int(config.get(field), field, source)
     if value is None:
         raise HarnessError(f"{source}: field '{field}' is missing")
+    return value
+
+
+def _layer_index(config: dict[str, Any], field: str, source: str) -> int:
+    """A layer number a layout counts from (0 when absent): a whole number, never negative."""
+    value = config.get(field, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HarnessError(f"{source}: field '{field}' must be a non-negative integer, got {value!r}")
     return value
 
 
