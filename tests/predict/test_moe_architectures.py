@@ -17,5 +17,5 @@ from harness.predict.model_shape import parse_config
 def test_hunyuan_moe_is_refused_for_its_cross_layer_kv_sharing() -> None:
     config = {"architectures": ["HunYuanMoEV1ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
               "num_attention_heads": 32, "vocab_size": 128000}
-    with pytest.raises(HarnessError, match="HunYuanMoEV1ForCausalLM is refused: .*cross-layer attention"):
+    with pytest.raises(HarnessError, match=r"HunYuanMoEV1ForCausalLM is refused: .*cross-layer attention"):
         parse_config(config, source="config.json")
