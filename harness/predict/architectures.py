@@ -43,6 +43,9 @@ REFUSED_ARCHITECTURES = {
     "Phi3VForCausalLM": "the weights of its CLIP image processor are not counted here",
     "MambaForCausalLM": "a pure state-space model: it keeps a fixed state per sequence, no KV cache to size",
     "Mamba2ForCausalLM": "a pure state-space model: it keeps a fixed state per sequence, no KV cache to size",
+    "HunYuanMoEV1ForCausalLM": "with use_cla, layers past every cla_share_factor-th reuse an earlier layer's K/V "
+                               "(cross-layer attention), and its shared expert is intermediate_size × "
+                               "num_shared_expert wide: neither is sized here",
 }
 # Families whose MLP is one up and one down projection (fc1/fc2, c_fc/c_proj), not a gated gate/up/down triple.
 UNGATED_MLP_ARCHITECTURES = frozenset({"OPTForCausalLM", "GPT2LMHeadModel", "PhiForCausalLM", "Starcoder2ForCausalLM"})
