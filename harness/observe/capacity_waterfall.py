@@ -55,7 +55,7 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
     try:
         speculative = speculative_from_log(log.speculative_method, log.speculative_tokens)
         waterfall = plan_waterfall(
-            shape.config, FITTED_CONSTANTS, total_bytes=total, total_source=total_source,
+            shape.config, FITTED_CONSTANTS, config_source=shape.source, total_bytes=total, total_source=total_source,
             gpu_memory_utilization=float(utilization), max_model_len=max_model_len,
             engine_version=log.engine_version or PRODUCTION_ENGINE,
             tensor_parallel_size=log.tensor_parallel_size or 1,

@@ -176,7 +176,7 @@ def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, An
     """Each stage's KV bytes and the terms, as `harness budget --gpu` computes them, from the limits and device."""
     quantization = limits.get("quantization")
     waterfall = plan_waterfall(
-        shape.config, FITTED_CONSTANTS, total_bytes=total, total_source="device.json",
+        shape.config, FITTED_CONSTANTS, config_source=shape.source, total_bytes=total, total_source="device.json",
         gpu_memory_utilization=float(limits.get("gpu_memory_utilization") or 0.9), max_model_len=max_model_len,
         engine_version=log.engine_version or PRODUCTION_ENGINE, dtype_bytes=resolve_kv_dtype("auto", shape.dtype)[1],
         quantization=quantization if isinstance(quantization, str) else None, tensor_parallel_size=tp,

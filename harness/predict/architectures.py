@@ -53,6 +53,29 @@ UNGATED_MLP_ARCHITECTURES = frozenset({"OPTForCausalLM", "GPT2LMHeadModel", "Phi
 WIDTH_ALIASES = {"ffn_dim": "intermediate_size", "n_inner": "intermediate_size"}  # OPT's and GPT-2's MLP width
 
 
+# The counts a config's weights and cache are sized from: whole numbers wherever a config states them (null is
+# "not stated"); another type would surface later as a failed sum instead of the field's name.
+COUNT_FIELDS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+    "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size", "num_experts",
+    "n_routed_experts", "num_local_experts", "n_shared_experts", "num_experts_per_tok", "experts_per_token",
+    "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "max_position_embeddings", "sliding_window",
+)
+MAX_LAYERS = 4096  # served decoders hold at most a few hundred; more is a malformed config, not a model
+
+
+def check_counts(config: dict[str, Any], source: str) -> None:
+    """Refuse, by field, a count that is not a whole number, or more layers than any model holds."""
+    for field in COUNT_FIELDS:
+        value = config.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise HarnessError(f"{source}: field '{field}' must be a whole number, got {value!r}")
+    if (config.get("num_hidden_layers") or 0) > MAX_LAYERS:
+        raise HarnessError(f"{source}: field 'num_hidden_layers' is {config['num_hidden_layers']}, more layers "
+                           f"than a model holds (at most {MAX_LAYERS:,} are read)")
+
+
 def check_architectures(config: dict[str, Any], source: str, notes: list[str]) -> None:
     """Refuse a config whose declared architecture the calculator does not model; note a missing one."""
     declared = config.get("architectures")

@@ -74,6 +74,7 @@ def answer_fit(
         dtype_bytes=dtype_bytes, quantization=quantization, tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, checkpoint=checkpoint, gpu_name=gpu, speculative=speculative,
+        config_source=shape.source,
     )
     stage_kv_bytes = [max(0, stage) for stage in waterfall.stage_kv_bytes]
     predict = partial(predict_pipeline_capacity, shape, stage_kv_bytes, block_size=block_size,
@@ -85,7 +86,7 @@ def answer_fit(
     asked = asked_tokens or model_len
     at_asked = predict(max_model_len=asked)
     cache_fits = capacity.num_blocks > 0 and capacity.num_blocks >= capacity.blocks_per_request
-    warmup = check_warmup(waterfall, model_size(shape.config), v0=runs_v0(engine_release(engine_version)))
+    warmup = check_warmup(waterfall, model_size(shape.config, shape.source), v0=runs_v0(engine_release(engine_version)))
     fits = cache_fits and (warmup is None or warmup.verdict != "does not fit")
     sequences = at_asked.whole_sequences_at_max_model_len
     answer = _words(waterfall, capacity, cache_fits, asked, sequences, max_num_seqs)

@@ -196,19 +196,21 @@ def plan_waterfall(
     gpu_name: str | None = None,
     sampler: str | None = None,
     speculative: SpeculativeDecoding | None = None,
+    config_source: str = "config",
 ) -> Waterfall:
     """Every term between the GPU's total and the KV cache, with the source of each.
 
     `checkpoint` is the checkpoint's own byte count and its source, when known; it replaces the
     parameter-count estimate of the weights. `sampler` is "flashinfer" or "pytorch", V1's top-k/top-p
     implementation (FlashInfer when the install has it, as vLLM's image does; unstated, PyTorch's, see
-    DEFAULT_V1_SAMPLER); V0 always uses PyTorch's. `speculative` adds an MTP drafter's weights.
+    DEFAULT_V1_SAMPLER); V0 always uses PyTorch's. `speculative` adds an MTP drafter's weights. `config_source`
+    names the config in an error about its fields.
     """
     if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     version = Version(engine_version)
     v0 = runs_v0(version, engine_generation)
-    size = model_size(config)
+    size = model_size(config, config_source)
     parallel = tensor_parallel_size * pipeline_parallel_size
     tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, max_model_len,
                                                  max_num_batched_tokens, max_num_seqs, gpu_name)

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness.errors import HarnessError
-from harness.predict.architectures import check_architectures, language_config
+from harness.predict.architectures import check_architectures, check_counts, language_config
 
 SNAPSHOTS_DIR = Path(__file__).resolve().parents[1] / "snapshots"  # data of the package, beside its stages
 PINNED_MODEL = "Qwen/Qwen3-4B"
@@ -113,6 +113,7 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
     if isinstance(config.get("text_config"), dict):
         notes.append("multimodal config: the text_config describes the language model's layers")
     config = language_config(config)
+    check_counts(config, source)
     num_layers = _required_int(config, "num_hidden_layers", source)
     kinds = _layer_kinds(config, num_layers, source, notes)
     present = set(kinds)

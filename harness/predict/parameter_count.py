@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.predict.architectures import language_config, mlp_projections
+from harness.predict.architectures import check_counts, language_config, mlp_projections
 from harness.predict.vision_tower import VisionTower, vision_tower
 
 
@@ -39,15 +39,13 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
     vision = vision_tower(config, source)
     projections = mlp_projections(config)
     config = language_config(config)
-    try:
-        hidden, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
-        heads = config["num_attention_heads"]
-    except KeyError as missing:
-        raise HarnessError(f"{source}: field {missing} is needed to size the weights") from None
+    check_counts(config, source)
+    hidden, layers, vocab, heads = _needed(config, ("hidden_size", "num_hidden_layers", "vocab_size",
+                                                    "num_attention_heads"), source)
     head_dim = config.get("head_dim") or hidden // heads
     kv_heads = config.get("num_key_value_heads") or heads
     if config.get("kv_lora_rank"):
-        nope, rope, v_dim = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+        nope, rope, v_dim = _needed(config, ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"), source)
         q_lora = config.get("q_lora_rank")
         q = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
         attention = q + hidden * (config["kv_lora_rank"] + rope) + config["kv_lora_rank"] * heads * (nope + v_dim)
@@ -99,6 +97,15 @@ def _gated_delta_net(config: dict[str, Any], hidden: int, layers: int) -> tuple[
     if config.get("layer_types"):
         return sum(kind == "linear_attention" for kind in config["layer_types"]), per_layer
     return layers - layers // (config.get("full_attention_interval") or 4), per_layer
+
+
+def _needed(config: dict[str, Any], fields: tuple[str, ...], source: str) -> list[int]:
+    """The widths the weights cannot be sized without: each stated, and more than zero."""
+    for field in fields:
+        if not config.get(field):
+            stated = "" if config.get(field) is None else f", got {config[field]!r}"
+            raise HarnessError(f"{source}: field '{field}' is needed to size the weights{stated}")
+    return [config[field] for field in fields]
 
 
 def _shared_experts(config: dict[str, Any], expert_width: int, hidden: int) -> tuple[int, int, int]:

@@ -254,3 +254,28 @@ def test_unknown_quantization_is_named_in_one_line() -> None:
     assert result.returncode == 2
     assert "quantization 'int3-magic' is not priced here" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("config", "edit", "named"),
+    [
+        ("qwen3", {"vocab_size": "x"}, "field 'vocab_size' must be a whole number, got 'x'"),
+        ("qwen3", {"intermediate_size": 1.5}, "field 'intermediate_size' must be a whole number, got 1.5"),
+        ("qwen3", {"num_hidden_layers": 10**30}, "more layers than a model holds"),
+        ("qwen3", {"sliding_window": 4096, "sliding_window_pattern": "LLLG"},
+         "field 'sliding_window_pattern' must be a positive integer, got 'LLLG'"),
+        ("qwen3", {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": -1},
+         "field 'max_window_layers' must be a non-negative integer, got -1"),
+        ("deepseek", {"v_head_dim": None}, "field 'v_head_dim' is needed to size the weights"),
+        ("deepseek", {"num_attention_heads": 0}, "field 'num_attention_heads'"),
+    ],
+)
+def test_a_malformed_config_field_is_named_before_launch(tmp_path, config, edit, named) -> None:
+    """Fields the weights and layer layout are sized from, each wrong in a way that once surfaced as a traceback."""
+    source = SNAPSHOT / "config.json" if config == "qwen3" else CONFIGS / "deepseek-ai--DeepSeek-V2-Lite.json"
+    path = tmp_path / "config.json"
+    write(path, json.dumps({**json.loads(source.read_text()), **edit}))
+    result = harness("budget", "--model", str(path), "--gpu", "H100-80GB", "--max-model-len", "4096")
+    assert result.returncode == 2, result.stderr
+    assert f"{path}: " in result.stderr and named in result.stderr  # the file, then the field
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
