@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 MIB = 1024 * 1024
 GPU_QUERY = ("name", "driver_version", "memory.total", "memory.used")
-CUDA_VERSION = re.compile(r"CUDA Version:\s*([\d.]+)")
+CUDA_VERSION = re.compile(r"CUDA Version:\s*(\d+(?:\.\d+)?)")
 
 
 class DeviceFacts(BaseModel):

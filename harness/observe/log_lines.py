@@ -17,7 +17,7 @@ from harness.polyaxon_project import parse_project
 from harness.schema import RunFile
 
 MAX_LOG_PAGES = 500
-LOGGED_NUMBER = r"-?[\d.]+"  # how a log line prints a figure: 0.41, 12, -1.5
+LOGGED_NUMBER = r"-?\d+(?:\.\d+)?"  # how a log line prints a figure: 0.41, 12, -1.5
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # An issue tracker renders `[worker.py:267]` as a link and a copy of the page keeps it:
 # `[[worker.py:267](http://worker.py:267/)]`; the link's text is what vLLM printed.

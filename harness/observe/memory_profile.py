@@ -12,12 +12,12 @@ from harness.observe.log_lines import LOGGED_NUMBER
 from harness.units import gib_to_bytes
 
 # DEBUG breakdown, 0.11+: `Memory profiling takes 1.2 seconds. Total non KV cache memory: 9.1GiB; …`
-PROFILE_V1 = re.compile(r"^Memory profiling takes (?P<seconds>[\d.]+) seconds\. (?P<parts>.*)$")
+PROFILE_V1 = re.compile(r"^Memory profiling takes (?P<seconds>\d+(?:\.\d+)?) seconds\. (?P<parts>.*)$")
 # 0.7-0.8 V0 (INFO, three lines): `Memory profiling takes 2.7 seconds`, `the current vLLM instance …`,
 # `model weights take 0.52GiB; …; the rest of the memory reserved for KV Cache is 16.09GiB.`
-PROFILE_V0_START = re.compile(r"^Memory profiling takes (?P<seconds>[\d.]+) seconds$")
+PROFILE_V0_START = re.compile(r"^Memory profiling takes (?P<seconds>\d+(?:\.\d+)?) seconds$")
 PROFILE_V0_BUDGET = re.compile(
-    rf"total_gpu_memory \((?P<total>{LOGGED_NUMBER})GiB\) x gpu_memory_utilization \((?P<util>[\d.]+)\)"
+    rf"total_gpu_memory \((?P<total>{LOGGED_NUMBER})GiB\) x gpu_memory_utilization \((?P<util>\d+(?:\.\d+)?)\)"
 )
 PROFILE_V0_PARTS = re.compile(r"^model weights take .*GiB")
 V0_KV_REST = re.compile(rf"reserved for KV Cache is (?P<gib>{LOGGED_NUMBER})\s*GiB")

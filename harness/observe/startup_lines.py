@@ -24,7 +24,7 @@ PROCESS_RANK = re.compile(r"(?:_TP| TP| rank=)(?P<rank>\d+)$")
 
 KV_CACHE_SIZE = re.compile(r"^(?P<device>[\w +]+?) KV cache size: (?P<tokens>[\d,]+) tokens")
 MAX_CONCURRENCY = re.compile(
-    r"Maximum concurrency for (?P<length>[\d,]+) tokens per request: (?P<times>[\d.]+)x"
+    r"Maximum concurrency for (?P<length>[\d,]+) tokens per request: (?P<times>\d+(?:\.\d+)?)x"
 )
 AVAILABLE_KV = re.compile(rf"^Available KV cache memory: (?P<gib>{LOGGED_NUMBER}) GiB")
 RESERVED_KV = re.compile(
@@ -36,16 +36,16 @@ CPU_KV_SPACE = re.compile(
 )
 BLOCKS = re.compile(r"^# (?P<device>\w+) blocks: (?P<device_blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?")
 MODEL_LOADING = re.compile(
-    rf"^Model loading took (?P<amount>{LOGGED_NUMBER}) (?:GiB|GB)(?: memory)? and (?P<seconds>[\d.]+) seconds"
+    rf"^Model loading took (?P<amount>{LOGGED_NUMBER}) (?:GiB|GB)(?: memory)? and (?P<seconds>\d+(?:\.\d+)?) seconds"
 )
 # Releases that print "GB" (0.6, early 0.8 V0) compute it with 2**30: GiB in all but name.
 WEIGHTS_MEMORY_V06 = re.compile(rf"^Loading model weights took (?P<amount>{LOGGED_NUMBER}) GB")
-WEIGHTS_TIME = re.compile(r"^Loading weights took (?P<seconds>[\d.]+) seconds")
+WEIGHTS_TIME = re.compile(r"^Loading weights took (?P<seconds>\d+(?:\.\d+)?) seconds")
 GRAPH_CAPTURE = re.compile(
     rf"Graph capturing finished in (?P<seconds>\d+) secs(?:, took (?P<gib>{LOGGED_NUMBER}) GiB)?")
-TORCH_COMPILE = re.compile(r"torch\.compile takes (?P<seconds>[\d.]+) s in total")
+TORCH_COMPILE = re.compile(r"torch\.compile takes (?P<seconds>\d+(?:\.\d+)?) s in total")
 INIT_ENGINE = re.compile(
-    r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) (?:s\b|seconds)"
+    r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>\d+(?:\.\d+)?) (?:s\b|seconds)"
 )
 MAX_MODEL_LEN = re.compile(r"^Using max model len (?P<length>\d+)")
 # 0.11+ with decode context parallelism: every rank keeps 1/dcp of each sequence, and the logged tokens are ×dcp.

@@ -41,8 +41,9 @@ def pipeline_stages(shape: ModelShape, pipeline_parallel_size: int) -> list[Mode
 def stage_memory(by_rank: dict[int, int], headline: int | None, *, tensor_parallel_size: int,
                  pipeline_parallel_size: int) -> list[int] | None:
     """Each stage's KV memory: the smallest of its ranks' (ranks counted stage by stage), or, when the log
-    does not give every rank's figure, its one figure for every stage."""
-    if by_rank and len(by_rank) == pipeline_parallel_size * tensor_parallel_size:
+    does not give exactly ranks 0 … PP×TP−1 a figure each (a rank missing, or one of another layout), its one
+    figure for every stage."""
+    if set(by_rank) == set(range(pipeline_parallel_size * tensor_parallel_size)):
         return [min(by_rank[stage * tensor_parallel_size + rank] for rank in range(tensor_parallel_size))
                 for stage in range(pipeline_parallel_size)]
     return None if headline is None else [headline] * pipeline_parallel_size

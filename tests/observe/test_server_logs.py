@@ -563,3 +563,16 @@ def test_decode_context_parallelism_is_read_from_its_line_or_the_arguments() -> 
     assert parse_startup_log(multiplied).decode_context_parallel_size == 8
     assert parse_startup_log(argued).decode_context_parallel_size == 4
     assert parse_startup_log(PER_RANK_LINES).decode_context_parallel_size is None
+
+
+@pytest.mark.parametrize(("line", "unread"), [
+    ("Model loading took 1.2.3 GiB memory and 7.4 seconds", "model_weights_bytes"),
+    ("Available KV cache memory: 13.06.1 GiB", "available_kv_cache_bytes"),
+    ("Maximum concurrency for 4,096 tokens per request: 8.6.7x", "max_concurrency"),
+])
+def test_a_mangled_figure_is_left_unread_not_misread(line: str, unread: str) -> None:
+    """A figure with two decimal points (a bad paste, an edit) is no number vLLM printed: its line is not read."""
+    header = "(EngineCore_DP0 pid=7) INFO 04-28 11:13:56 [gpu_worker.py:436] "
+    capacity = parse_startup_log(header + line + "\n" + header + "GPU KV cache size: 35,648 tokens\n")
+    assert getattr(capacity, unread) is None
+    assert capacity.kv_cache_tokens == 35_648  # the rest of the log is read as before

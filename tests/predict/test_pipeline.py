@@ -38,6 +38,9 @@ def test_each_stage_takes_the_smallest_of_its_ranks() -> None:
     assert stage_memory(by_rank, 100, tensor_parallel_size=2, pipeline_parallel_size=2) == [120, 100]
     # three of four ranks printed: the one headline figure stands for every stage
     assert stage_memory({0: 130, 1: 120, 2: 100}, 100, tensor_parallel_size=2, pipeline_parallel_size=2) == [100, 100]
+    # four figures, but rank 3 is missing and a rank 5 is not of this layout: the headline again
+    assert stage_memory({0: 130, 1: 120, 2: 100, 5: 90}, 100, tensor_parallel_size=2,
+                        pipeline_parallel_size=2) == [100, 100]
 
 
 def test_the_stage_with_fewest_blocks_sets_the_cache() -> None:
