@@ -76,10 +76,11 @@ def input_directory(path: Path | str, option: str) -> Path:
 
 
 def read_text(path: Path | str, option: str) -> str:
-    """The UTF-8 text of an input file; a binary or unreadable one is refused in one line naming it."""
+    """The UTF-8 text of an input file, less the byte-order mark an editor may save before it; a binary or
+    unreadable one is refused in one line naming it."""
     source = input_file(path, option)
     try:
-        return source.read_text(encoding="utf-8")
+        return source.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as error:
         raise HarnessError(f"{option} {source}: not UTF-8 text (byte {error.start}); is it a binary file?") from None
     except OSError as error:

@@ -108,6 +108,16 @@ def test_csv_counts_become_token_id_prompts_of_those_lengths(tmp_path: Path) -> 
     assert harness("prompts", "verify", str(out), "--rebuild").returncode == 0
 
 
+def test_a_file_saved_with_a_byte_order_mark_imports_as_without_it(tmp_path: Path) -> None:
+    marked = tmp_path / "counts.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + (FIXTURES / "counts.csv").read_bytes())  # as Windows editors save it
+    for source, out in ((FIXTURES / "counts.csv", tmp_path / "plain"), (marked, tmp_path / "marked")):
+        imported = harness("prompts", "import", str(source), str(out), "--vocab-high", "2045")
+        assert imported.returncode == 0, imported.stderr
+    assert [(p.prompt_tokens, p.output_cap_tokens) for p in load_inventory(tmp_path / "marked").prompts] == \
+        [(p.prompt_tokens, p.output_cap_tokens) for p in load_inventory(tmp_path / "plain").prompts]
+
+
 def test_lengths_only_keeps_the_lengths_and_none_of_the_text(tiny_model_dir: Path, tmp_path: Path) -> None:
     text, lengths_only = tmp_path / "text", tmp_path / "lengths"
     for out, extra in ((text, []), (lengths_only, ["--lengths-only", "--vocab-high", "2045"])):
