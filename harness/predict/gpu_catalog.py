@@ -8,7 +8,7 @@ has no such figure: nvidia-smi's `memory.total` stands in and its source says so
 overstates the total by about half a GiB. The same card can print a slightly different total under another
 driver or board (SXM or PCIe); a source names the other figure where one was seen. A GB10 (DGX Spark) shares
 one memory between CPU and GPU, and CUDA's total is that whole memory. A GPU that is not here is refused by
-name; `--gpu-memory-gib` takes any other figure.
+name; `--gpu` also takes the total itself in GiB.
 """
 
 from __future__ import annotations
@@ -91,11 +91,19 @@ GPUS = {
 
 
 def gpu_memory(name: str) -> GpuMemory:
-    """The catalogue entry for a GPU name, matched without regard to case."""
+    """The catalogue entry for a GPU name, matched without regard to case, spaces, hyphens or underscores
+    ("rtx 4090" is RTX-4090); a name that only begins one or more entries ("H100") is refused with them."""
+    asked = _spelling(name)
     for known, gpu in GPUS.items():
-        if known.lower() == name.lower():
+        if _spelling(known) == asked:
             return gpu
+    meant = [known for known in GPUS if asked and _spelling(known).startswith(asked)]
+    hint = f"did you mean {' or '.join(meant)}?" if meant else f"known: {', '.join(GPUS)}"
     raise HarnessError(
-        f"GPU '{name}' has no sourced memory figure here (known: {', '.join(GPUS)}); "
-        "give its total as vLLM logs it with --gpu-memory-gib"
+        f"GPU '{name}' has no sourced memory figure here ({hint}); or give its total in GiB as vLLM logs it, "
+        "e.g. --gpu 79.19"
     )
+
+
+def _spelling(name: str) -> str:
+    return "".join(character for character in name.lower() if character.isalnum())

@@ -36,6 +36,18 @@ def test_a_name_is_matched_without_regard_to_case(asked, total_gib) -> None:
     assert gpu_memory(asked).total_gib == total_gib
 
 
+@pytest.mark.parametrize(("asked", "name"), [("RTX 4090", "RTX-4090"), ("rtx4090", "RTX-4090"),
+                                             ("H100 80GB", "H100-80GB"), ("a100_40gb", "A100-40GB")])
+def test_a_name_is_matched_as_people_write_it(asked, name) -> None:
+    assert gpu_memory(asked).name == name
+
+
+@pytest.mark.parametrize(("asked", "meant"), [("H100", "H100-80GB or H100-96GB"), ("a100", "A100-80GB or A100-40GB")])
+def test_a_name_that_begins_several_entries_is_refused_with_them(asked, meant) -> None:
+    with pytest.raises(HarnessError, match=f"GPU '{asked}' has no sourced memory figure here \\(did you mean {meant}\\?"):
+        gpu_memory(asked)
+
+
 def test_the_gb10_total_is_the_one_vllm_multiplies() -> None:
     # The same start-up check prints "Desired GPU memory utilization is (0.87, 105.87 GiB)":
     # 0.87 × 121.69 = 105.87 GiB, so 121.69 GiB is the total vLLM scales, the whole unified memory.
