@@ -44,7 +44,8 @@ def test_a_name_is_matched_as_people_write_it(asked, name) -> None:
 
 @pytest.mark.parametrize(("asked", "meant"), [("H100", "H100-80GB or H100-96GB"), ("a100", "A100-80GB or A100-40GB")])
 def test_a_name_that_begins_several_entries_is_refused_with_them(asked, meant) -> None:
-    with pytest.raises(HarnessError, match=f"GPU '{asked}' has no sourced memory figure here \\(did you mean {meant}\\?"):
+    refused = rf"GPU '{asked}' has no sourced memory figure here \(did you mean {meant}\?"
+    with pytest.raises(HarnessError, match=refused):
         gpu_memory(asked)
 
 
