@@ -24,7 +24,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.inventory.fields import ChatMessage
+from harness.inventory.fields import MAX_PROMPT_TOKENS, ChatMessage
 
 # Column names for the input and output token counts of a CSV (lower case): ours, OpenAI's usage fields, and
 # those of the public traces (Azure LLM inference: ContextTokens/GeneratedTokens; BurstGPT: Request/Response
@@ -265,4 +265,7 @@ def _count(file: Path, number: int, header: list[str], row: list[str], column: i
     if not cell.isdigit() or not cell.isascii():
         raise HarnessError(f"{file} line {number}: field '{header[column]}': {cell!r} is not a whole number of "
                            "tokens")
+    if int(cell) > MAX_PROMPT_TOKENS:
+        raise HarnessError(f"{file} line {number}: field '{header[column]}': {int(cell):,} tokens, more than the "
+                           f"{MAX_PROMPT_TOKENS:,} a request may hold")
     return int(cell)
