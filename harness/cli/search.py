@@ -26,6 +26,7 @@ from harness.errors import EXIT_CODES_HELP, EXIT_INVALID, HarnessError
 from harness.measure.run_options import RunOptions
 from harness.schema import SERVICE_LOG_ENV
 
+MAX_KNOB_VALUES = 100_000  # a grid this fine is already past what a bisection's few probes can tell apart
 PERCENTILE_FIGURE = re.compile(r"^(ttft|tpot|e2e)_ms_p(\d+(?:\.\d+)?)=(.+)$")
 
 
@@ -47,17 +48,24 @@ def percentile_objectives(ttft_p99: float | None, tpot_p99: float | None, e2e_p9
             given.append((matched[1], float(matched[2]), float(matched[3])))
         except ValueError:
             raise HarnessError(f"--slo: {matched[3]!r} in {text!r} is not a number of ms") from None
-    try:
-        return [PercentileObjective(latency=latency, percentile=percentile, limit_ms=limit)
-                for latency, percentile, limit in given]
-    except ValidationError as error:
-        raise HarnessError(f"--slo: {error.errors()[0]['msg']} ({error.errors()[0]['input']})") from None
+    objectives = []
+    for latency, percentile, limit in given:
+        try:
+            objectives.append(PercentileObjective(latency=latency, percentile=percentile, limit_ms=limit))
+        except ValidationError as error:
+            flag = f"--slo-{latency}-ms-p99" if percentile == 99.0 else f"--slo {latency}_ms_p{percentile:g}"
+            raise HarnessError(f"{flag}: {error.errors()[0]['msg']} ({error.errors()[0]['input']})") from None
+    return objectives
 
 
 def knob_values(low: float, high: float, step: float, over: str) -> list[float]:
+    """Every load the search may probe, from --low to --high by --step (it bisects them, probing few)."""
     if not 0 < low <= high or step <= 0:
         raise HarnessError(f"--low {low:g}, --high {high:g}, --step {step:g}: need 0 < low ≤ high and a positive step")
     count = int((high - low) / step + 1e-9) + 1
+    if count > MAX_KNOB_VALUES:
+        raise HarnessError(f"--low {low:g}, --high {high:g}, --step {step:g}: {count:,} loads to search, more than "
+                           f"{MAX_KNOB_VALUES:,}; take a larger --step or a lower --high")
     values = [low + index * step for index in range(count)]
     if over == "concurrency" and any(not float(value).is_integer() for value in values):
         raise HarnessError("--low/--step: concurrency is a whole number of requests")
