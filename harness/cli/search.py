@@ -24,6 +24,7 @@ from harness.cli.polyaxon_options import (
 )
 from harness.errors import EXIT_CODES_HELP, EXIT_INVALID, HarnessError
 from harness.measure.run_options import RunOptions
+from harness.measure.schedule import MAX_IN_FLIGHT
 from harness.schema import SERVICE_LOG_ENV
 
 MAX_KNOB_VALUES = 100_000  # a grid this fine is already past what a bisection's few probes can tell apart
@@ -69,6 +70,9 @@ def knob_values(low: float, high: float, step: float, over: str) -> list[float]:
     values = [low + index * step for index in range(count)]
     if over == "concurrency" and any(not float(value).is_integer() for value in values):
         raise HarnessError("--low/--step: concurrency is a whole number of requests")
+    if over == "concurrency" and high > MAX_IN_FLIGHT:
+        raise HarnessError(f"--high {high:g}: more requests in flight than the client keeps "
+                           f"(at most {MAX_IN_FLIGHT:,})")
     return values
 
 

@@ -15,14 +15,17 @@ from pydantic import BaseModel, Field, model_validator
 
 from harness.errors import fields_rule
 
+MAX_IN_FLIGHT = 100_000  # one client process holding more open requests than this is not a load it can keep
+
 
 class LoadShape(BaseModel):
     """The offered load: how many requests, how fast, in which order."""
 
-    concurrency: int | None = Field(None, ge=1, description="closed loop: requests kept in flight")
+    concurrency: int | None = Field(None, ge=1, le=MAX_IN_FLIGHT, description="closed loop: requests kept in flight")
     rate_per_s: float | None = Field(None, gt=0, description="open loop: mean arrivals per second")
     burstiness: float = Field(1.0, gt=0, description="gamma shape of inter-arrival times (1 = Poisson)")
-    max_concurrency: int | None = Field(None, ge=1, description="cap on in-flight requests under a rate")
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_IN_FLIGHT,
+                                        description="cap on in-flight requests under a rate")
     requests: int | None = Field(None, ge=1, description="measured requests (default: one pass over the inventory)")
     duration_s: float | None = Field(None, gt=0, description="stop scheduling after this many seconds")
     warmup_requests: int = Field(0, ge=0, description="requests sent first and left out of the results")

@@ -93,6 +93,11 @@ def test_contradictory_or_impossible_loads_are_refused(fields: dict) -> None:
     ("options", "message"),
     [
         (["--concurrency", "0"], "error: --concurrency: Input should be greater than or equal to 1, not 0"),
+        # 10**20 requests in flight were accepted: the client would have opened that many at once
+        (["--concurrency", str(10**20)],
+         "error: --concurrency: Input should be less than or equal to 100000, not 100000000000000000000"),
+        (["--rate", "3", "--max-concurrency", "100001"],
+         "error: --max-concurrency: Input should be less than or equal to 100000, not 100001"),
         (["--concurrency", "2", "--rate", "3"],
          "error: set exactly one of --concurrency (closed loop) or --rate (open loop)"),
         (["--concurrency", "2", "--max-concurrency", "1"],

@@ -31,6 +31,8 @@ def test_an_open_loop_needs_its_cap_and_a_closed_loop_refuses_one(tmp_path: Path
     # (1e9 − 1) / 1 + 1 = 1,000,000,000 concurrencies: the list alone took minutes and gigabytes before
     (["--high", "1e9", "--local"],
      "error: --low 1, --high 1e+09, --step 1: 1,000,000,000 loads to search, more than 100,000"),
+    (["--high", "200000", "--step", "2", "--local"],
+     "error: --high 200000: more requests in flight than the client keeps (at most 100,000)"),
     (["--high", "4", "--slo-ttft-ms-p99", "-1"], "error: --slo-ttft-ms-p99: Input should be greater than 0 (-1.0)"),
     (["--high", "4", "--slo", "tpot_ms_p90=0"], "error: --slo tpot_ms_p90: Input should be greater than 0 (0.0)"),
 ])
