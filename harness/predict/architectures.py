@@ -60,7 +60,8 @@ COUNT_FIELDS = (
     "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size", "num_experts",
     "n_routed_experts", "num_local_experts", "n_shared_experts", "num_experts_per_tok", "experts_per_token",
     "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-    "max_position_embeddings", "sliding_window",
+    "max_position_embeddings", "sliding_window", "max_window_layers", "attn_layer_offset", "mamba_expand",
+    "mamba_d_conv",
 )
 MAX_LAYERS = 4096  # served decoders hold at most a few hundred; more is a malformed config, not a model
 

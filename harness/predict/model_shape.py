@@ -113,7 +113,7 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
     if isinstance(config.get("text_config"), dict):
         notes.append("multimodal config: the text_config describes the language model's layers")
     config = language_config(config)
-    check_counts(config, source)
+    check_counts(config, source)  # every count read below is a whole number from here on
     num_layers = _required_int(config, "num_hidden_layers", source)
     kinds = _layer_kinds(config, num_layers, source, notes)
     present = set(kinds)
@@ -155,7 +155,7 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
         return [names[t] for t in types]
     if "attn_layer_period" in config:  # Jamba: one attention layer every `period`, Mamba elsewhere
         period = _required_int(config, "attn_layer_period", source)
-        offset = _layer_index(config, "attn_layer_offset", source)
+        offset = config.get("attn_layer_offset") or 0
         notes.append(f"Jamba layout: attention at layer i where i % {period} == {offset}, Mamba elsewhere")
         return [LayerKind.FULL_ATTENTION if i % period == offset else LayerKind.STATE for i in range(num_layers)]
     if config.get("model_type") == "gemma2" and config.get("sliding_window"):
@@ -171,7 +171,7 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
     attention = LayerKind.MLA if config.get("kv_lora_rank") else LayerKind.FULL_ATTENTION
     if "use_sliding_window" in config:  # Qwen2/Qwen3: the window applies from max_window_layers on
         if config["use_sliding_window"] and config.get("sliding_window"):
-            first = _layer_index(config, "max_window_layers", source)
+            first = config.get("max_window_layers") or 0
             notes.append(f"use_sliding_window: layers from {first} on use the sliding window")
             return [LayerKind.SLIDING_WINDOW if i >= first else attention for i in range(num_layers)]
         notes.append("use_sliding_window is false: every layer uses full attention")
@@ -218,11 +218,9 @@ def _state_spec(config: dict[str, Any], source: str, notes: list[str]) -> LayerS
         return LayerSpec(kind=LayerKind.STATE, conv_channels=2 * key_dim + value_heads * value_head_dim,
                          conv_width=kernel - 1, ssm_elements=recurrent, ssm_dtype=ssm_dtype)
     if "mamba_d_state" in config:  # Jamba's Mamba-1 layers
-        expand = _positive_int(config.get("mamba_expand", 2), "mamba_expand", source) or 2
-        conv = _positive_int(config.get("mamba_d_conv", 4), "mamba_d_conv", source) or 4
-        inner = expand * _required_int(config, "hidden_size", source)
+        inner = (config.get("mamba_expand") or 2) * _required_int(config, "hidden_size", source)
         notes.append("Mamba-1: conv state + SSM state per sequence")
-        return LayerSpec(kind=LayerKind.STATE, conv_channels=inner, conv_width=conv - 1,
+        return LayerSpec(kind=LayerKind.STATE, conv_channels=inner, conv_width=(config.get("mamba_d_conv") or 4) - 1,
                          ssm_elements=inner * _required_int(config, "mamba_d_state", source))
     raise HarnessError(f"{source}: state layers but no Mamba or linear-attention fields to size them")
 
@@ -378,14 +376,6 @@ def _required_int(config: dict[str, Any], field: str, source: str) -> int:
     value = _positive_int(config.get(field), field, source)
     if value is None:
         raise HarnessError(f"{source}: field '{field}' is missing")
-    return value
-
-
-def _layer_index(config: dict[str, Any], field: str, source: str) -> int:
-    """A layer number a layout counts from (0 when absent): a whole number, never negative."""
-    value = config.get(field, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise HarnessError(f"{source}: field '{field}' must be a non-negative integer, got {value!r}")
     return value
 
 

@@ -340,7 +340,7 @@ def test_weights_from_local_safetensors_headers_and_index(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("bad", [{"num_hidden_layers": None}, {"num_key_value_heads": 0}, {"head_dim": "x"},
-                                 {"mtp_num_hidden_layers": -1}])
+                                 {"mtp_num_hidden_layers": -1}, {"mamba_expand": "2"}, {"attn_layer_offset": -1}])
 def test_bad_config_fields_are_named(tmp_path, bad) -> None:
     fields = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64)
     fields.update(bad)

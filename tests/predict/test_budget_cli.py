@@ -265,7 +265,7 @@ def test_unknown_quantization_is_named_in_one_line() -> None:
         ("qwen3", {"sliding_window": 4096, "sliding_window_pattern": "LLLG"},
          "field 'sliding_window_pattern' must be a positive integer, got 'LLLG'"),
         ("qwen3", {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": -1},
-         "field 'max_window_layers' must be a non-negative integer, got -1"),
+         "field 'max_window_layers' must be a whole number, got -1"),
         ("deepseek", {"v_head_dim": None}, "field 'v_head_dim' is needed to size the weights"),
         ("deepseek", {"num_attention_heads": 0}, "field 'num_attention_heads'"),
     ],
