@@ -32,7 +32,8 @@ FILES = ["-f", str(ROOT / "polyaxonfiles" / "vllm-service.yaml"),
          "--harness", str(ROOT / "polyaxonfiles" / "harness-job.yaml"), "-P", "model=models/tiny"]
 INVENTORY = str(ROOT / "prompts" / "tiny-qwen3-600x8")
 SEARCH = ["--inventory", INVENTORY, "--high", "6", "--slo-ttft-ms-p99", "400"]
-DEADLINES = ["--running-deadline-s", "60", "--harness-deadline-s", "60"]
+# generous: on a busy machine the played cluster has taken a probe only after 60 s in the queue
+DEADLINES = ["--running-deadline-s", "180", "--harness-deadline-s", "180"]
 WAITING = {"created", "compiled", "queued", "scheduled"}  # a run no agent has taken: the sandbox's are all
 CAPACITY = 4  # the played engine's requests take 50 ms to a first token up to 4 in flight, 900 ms beyond
 
