@@ -67,12 +67,12 @@ def knob_values(low: float, high: float, step: float, over: str) -> list[float]:
     if count > MAX_KNOB_VALUES:
         raise HarnessError(f"--low {low:g}, --high {high:g}, --step {step:g}: {count:,} loads to search, more than "
                            f"{MAX_KNOB_VALUES:,}; take a larger --step or a lower --high")
-    values = [low + index * step for index in range(count)]
-    if over == "concurrency" and any(not float(value).is_integer() for value in values):
-        raise HarnessError("--low/--step: concurrency is a whole number of requests")
     if over == "concurrency" and high > MAX_IN_FLIGHT:
         raise HarnessError(f"--high {high:g}: more requests in flight than the client keeps "
                            f"(at most {MAX_IN_FLIGHT:,})")
+    values = [low + index * step for index in range(count)]
+    if over == "concurrency" and any(not float(value).is_integer() for value in values):
+        raise HarnessError("--low/--step: concurrency is a whole number of requests")
     return values
 
 
