@@ -24,7 +24,7 @@ from harness.dev.tiny_model import ensure_tiny_model
 from harness.errors import EXIT_INVALID
 from harness.loopback import free_port
 from harness.measure.ready import wait_until_healthy
-from harness.polyaxon_client import QUIET_POLYAXON_ENV, quiet_polyaxon
+from harness.polyaxon_client import BUSY_STATUS, QUIET_POLYAXON_ENV, quiet_polyaxon
 
 if TYPE_CHECKING:  # importing the launcher loads polyaxon: seconds that tests without an engine need not pay
     from harness.launch.engine_process import RunningEngine
@@ -188,6 +188,24 @@ def polyaxon_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
         log.close()
+
+
+def create_project(name: str, deadline_s: float = 60) -> str:
+    """A project on the sandbox, as `default/<name>`. The sandbox answers HTTP 405 to any write while it is
+    still expanding runs a test just submitted (a sweep's six services), for longer under a full test run than
+    the harness's own calls wait: ask again for up to a minute."""
+    from polyaxon.client import ProjectClient
+    from polyaxon.exceptions import ApiException
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            ProjectClient(owner="default").create({"name": name})
+            return f"default/{name}"
+        except ApiException as refused:
+            if refused.status != BUSY_STATUS or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
 
 
 @contextmanager

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from polyaxon.client import ProjectClient, RunClient
+from polyaxon.client import RunClient
 
 from harness.track.tracking import track_run
 
-from conftest import bash_commands
+from conftest import bash_commands, create_project
 from run_records import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,7 +118,7 @@ def submit(words: list[str], deadline_s: float = 60) -> subprocess.CompletedProc
 def test_polyaxon_run_as_written(polyaxon_api: str) -> None:
     """Each `polyaxon run`, with `$HARNESS_IMAGE` as each of its README values, is accepted by the API. `-u`
     (uploading the tree) is left out: the sandbox has no artifacts store; the upload preset is kept."""
-    ProjectClient(owner="default").create({"name": "readme-run"})
+    create_project("readme-run")
     commands = [words for words in commands_of("polyaxon run") if BUILD_IMAGE not in words]
     assert len(commands) == 3 and len(harness_image_choices()) == 2
     sweep_uuid = "SWEEP_UUID"  # the report's placeholder: the sweep the commands before it created
@@ -153,7 +153,7 @@ def test_the_image_build_as_written_names_the_dockerfile_and_the_registry() -> N
 def test_harness_sweep_as_written_reaches_the_services(polyaxon_api: str, tmp_path: Path) -> None:
     """The sandbox never runs a service, so each point ends 'service_late' after its deadline; what matters
     is that the command's -P values pass every check and each point's service is created."""
-    ProjectClient(owner="default").create({"name": "readme-sweep"})
+    create_project("readme-sweep")
     [words] = commands_of("harness sweep")
     swept = run([*in_project(words, "default/readme-sweep"), "--running-deadline-s", "0.5",
                  "--out", str(tmp_path / "sweep")])
@@ -167,7 +167,7 @@ def test_harness_sweep_as_written_reaches_the_services(polyaxon_api: str, tmp_pa
 
 @pytest.mark.sandbox
 def test_harness_report_as_written(polyaxon_api: str, tmp_path: Path) -> None:
-    ProjectClient(owner="default").create({"name": "readme-report"})
+    create_project("readme-report")
     tracked = [track_run(write_run(tmp_path / "runs", limits={"max_num_seqs": seqs}), project="default/readme-report")
                for seqs in (2, 4)]
     [words] = commands_of("harness report")

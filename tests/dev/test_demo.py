@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from polyaxon.client import ProjectClient, RunClient
+from polyaxon.client import RunClient
 from rich.console import Console
 
 from harness.dev.demo import CONCURRENCY, INVENTORY, DemoResult, run_demo
@@ -24,6 +24,8 @@ from harness.inventory.frozen import load_inventory
 from harness.measure.record import read_requests, read_samples
 from harness.model_identity import read_identity
 from harness.predict.model_shape import PINNED_REVISION
+
+from conftest import create_project
 
 pytestmark = pytest.mark.engine
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
@@ -167,7 +169,7 @@ def test_offline_runs_are_listed_pushed_and_read_back_with_the_same_figures(demo
                             capture_output=True, text=True, timeout=60)
     uuids = {outputs(run_dir)[0]: outputs(run_dir)[1] for run_dir in records.values()}
     assert all(uuid in listed.stdout for uuid in uuids)
-    ProjectClient(owner="default").create({"name": "vllm-harness-demo"})
+    create_project("vllm-harness-demo")
     pushed = subprocess.run([POLYAXON, "ops", "push", "-p", "vllm-harness-demo", "--path", result.offline_root,
                              "-a"], capture_output=True, text=True, timeout=300)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr

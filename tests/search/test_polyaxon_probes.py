@@ -26,6 +26,7 @@ from harness.schema import RunFile
 from harness.search.polyaxon_probes import PolyaxonProbeRunner, probe_name, probe_params
 from harness.search.probe import Knob, Probe
 
+from conftest import create_project
 from run_records import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,13 +52,6 @@ def project_runs(project: str, expected: int, deadline_s: float = 60) -> list:
         time.sleep(0.5)
 
 
-def new_project(name: str) -> str:
-    from polyaxon.client import ProjectClient
-
-    ProjectClient(owner="default").create({"name": name})
-    return f"default/{name}"
-
-
 def test_a_probe_sends_its_load_and_its_size_as_values_of_the_experiments_inputs() -> None:
     assert probe_params(probe(1, 6)) == {"concurrency": 6}
     assert probe_params(probe(2, 6, requests=24, warmup_requests=6)) == {"concurrency": 6, "requests": 24, "warmup": 6}
@@ -73,7 +67,7 @@ def test_a_searchs_probes_are_runs_created_in_order_tagged_and_differing_only_in
         polyaxon_api: str, tmp_path: Path) -> None:
     from polyaxon.client import RunClient
 
-    project = new_project("search-probes")
+    project = create_project("search-probes")
     runner = PolyaxonProbeRunner(project, EXPERIMENT, SEARCH_PARAMS, out=tmp_path, deadline_s=60, poll_s=0.2)
     probes = [probe(1, 4), probe(2, 8), probe(3, 6)]  # the order a bisection over 1..8 bracketed at 4 measures
     submitted = [runner.submit(each) for each in probes]
@@ -122,7 +116,7 @@ def play_the_job(project: str, name: str, record: Path) -> None:
 
 @pytest.mark.sandbox
 def test_a_probes_record_is_read_back_through_the_api_into_a_run_directory(polyaxon_api: str, tmp_path: Path) -> None:
-    project = new_project("search-read-back")
+    project = create_project("search-read-back")
     # the job's record: 8 requests at concurrency 6, each TTFT 50 ms (run_records.write_run)
     record = write_run(tmp_path / "job", concurrency=6, ttft_ms=50.0)
     sized = probe(1, 6, requests=8, warmup_requests=6)
@@ -162,7 +156,7 @@ def test_the_sandbox_expands_the_grid_in_order_and_stops_it_at_the_first_point_m
         polyaxon_api: str) -> None:
     from polyaxon.client import RunClient
 
-    new_project("search-grid")
+    create_project("search-grid")
     operation = load_operation([SEARCH_GRID], {"slo_ttft_ms": 2000, "slo_target_share": 0.99})
     values = [point["concurrency"] for point in check_files([SEARCH_GRID], {"slo_ttft_ms": 2000,
                                                                             "slo_target_share": 0.99})]
