@@ -57,8 +57,36 @@ def compare_one_limit(table: RunTable, limit: str) -> Comparison:
         raise HarnessError(f"runs differ in more than '{limit}': {'; '.join(differences)}")
     held = {column: frame[column].iloc[0] for column in table.input_columns
             if column != limit and column not in IDENTITY_INPUTS and not _absent(frame[column].iloc[0])}
-    runs = frame.sort_values(limit, kind="stable")
+    runs = frame.assign(**{limit: _ordered_values(frame[limit])}).sort_values(limit, kind="stable")
     return Comparison(limit=limit, runs=runs, points=_aggregate(runs, limit), held_fixed=held)
+
+
+def _ordered_values(values: pd.Series) -> pd.Series:
+    """The limit's values, which the runs are ordered by: numbers (a run not yet compiled by Polyaxon holds a
+    -P value as the text it was given, "8"), or all text, or all true/false; a mix cannot be ordered."""
+    kinds: dict[str, list[str]] = {}
+    ordered = values.map(_as_number)
+    for uuid, value in ordered.items():
+        kind = "true/false" if isinstance(value, bool) else "a number" if isinstance(value, int | float) \
+            else "text" if isinstance(value, str) else "not a single value"
+        kinds.setdefault(kind, []).append(f"{shown_value(value)} in run {uuid}")
+    if len(kinds) > 1 or "not a single value" in kinds:
+        shown = "; ".join(f"{kind}: {', '.join(runs[:UUIDS_SHOWN_PER_VALUE])}" for kind, runs in sorted(kinds.items()))
+        raise HarnessError(f"limit '{values.name}' holds values that cannot be ordered ({shown})")
+    return ordered
+
+
+def _as_number(value: Any) -> Any:
+    """A number written as text ("8", "0.9") as the number; anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    for kind in (int, float):
+        try:
+            number = kind(value)
+        except ValueError:
+            continue
+        return number if math.isfinite(number) else value
+    return value
 
 
 def _difference(values: pd.Series) -> str | None:

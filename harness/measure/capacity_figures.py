@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from harness.observe.capacity_report import CapacityReport
 from harness.observe.drift import DriftCheck
 from harness.observe.engine_failure import Stage
+from harness.observe.server_metrics import label_count
 
 
 class _Figures(BaseModel):
@@ -95,7 +96,7 @@ class CapacityFigures(_Figures):
         if log is not None:
             blocks = log.num_gpu_blocks  # V0 logs also print CPU blocks: swap space, not KV capacity
             if blocks is None and report.metrics_cache_config:
-                blocks = int(report.metrics_cache_config.get("num_gpu_blocks") or 0) or None
+                blocks = label_count(report.metrics_cache_config.get("num_gpu_blocks")) or None
             logged = LoggedCapacity(
                 engine_started=log.capacity_found, kv_cache_tokens_logged=log.kv_cache_tokens,
                 max_concurrency_logged=log.max_concurrency, num_blocks_logged=blocks,

@@ -14,6 +14,7 @@ from harness.measure.client import RequestRecord
 from harness.measure.record import ServerSample
 from harness.measure.reuse_models import PrefixCacheFigures, TurnFigures
 from harness.measure.stats import ttft_ms
+from harness.observe.server_metrics import label_count
 from harness.predict.prefix_cache import predict_prefix_hits
 
 
@@ -72,13 +73,9 @@ def turn_figures(records: Sequence[RequestRecord], predicted_hits: dict[int, int
 
 def cache_geometry(config: dict[str, str]) -> tuple[int | None, int | None]:
     """Block size and usable blocks from vllm:cache_config_info's labels (block 0 is vLLM's null block)."""
-    block_size = _whole(config.get("block_size"))
-    blocks = _whole(config.get("num_gpu_blocks"))
+    block_size = label_count(config.get("block_size"))
+    blocks = label_count(config.get("num_gpu_blocks"))
     return block_size, None if blocks is None else blocks - 1
-
-
-def _whole(label: str | None) -> int | None:
-    return int(label) if label is not None and label.isdigit() else None
 
 
 def _growth(values: list[int | None]) -> int | None:

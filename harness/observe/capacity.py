@@ -18,7 +18,7 @@ from harness.observe.capacity_report import CapacityReport, ComparedFigure, Cros
 from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
-from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, parse_metrics
+from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, label_count, parse_metrics
 from harness.predict.budget import CapacityPrediction
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
@@ -213,8 +213,8 @@ def _kv_budget(log: StartupCapacity, cache_config: dict[str, str] | None) -> tup
     args = log.non_default_args or {}
     if isinstance(args.get("kv_cache_memory_bytes"), int):
         return args["kv_cache_memory_bytes"], "kv_cache_memory_bytes argument (exact)", True
-    if cache_config and _ascii_count(cache_config.get("kv_cache_memory_bytes")):
-        return int(cache_config["kv_cache_memory_bytes"]), "/metrics cache_config_info kv_cache_memory_bytes", True
+    if cache_config and (reserved := label_count(cache_config.get("kv_cache_memory_bytes"))) is not None:
+        return reserved, "/metrics cache_config_info kv_cache_memory_bytes", True
     if log.kv_cache_memory_bytes is not None:
         return log.kv_cache_memory_bytes, "logged kv_cache_memory_bytes reservation (GiB, 2 decimals)", False
     if log.available_kv_cache_bytes is not None:
@@ -233,8 +233,8 @@ def _stage_kv_bytes(log: StartupCapacity, available: int, tp: int, pp: int) -> l
 
 
 def _block_size(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int, str]:
-    if cache_config and _ascii_count(cache_config.get("block_size")):
-        return int(cache_config["block_size"]), "/metrics cache_config_info"
+    if cache_config and (block_size := label_count(cache_config.get("block_size"))) is not None:
+        return block_size, "/metrics cache_config_info"
     args = log.non_default_args or {}
     if isinstance(args.get("block_size"), int):
         return args["block_size"], "block_size argument"
@@ -302,16 +302,11 @@ def _compare(
     return figures
 
 
-def _ascii_count(label: str | None) -> bool:
-    """A label that is a count: ASCII digits only ('１２'.isdigit() is true, but vLLM never writes it)."""
-    return label is not None and label.isascii() and label.isdigit()
-
-
 def _logged_blocks(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int | None, str]:
     if log.num_gpu_blocks is not None:
         return log.num_gpu_blocks, "start-up log"
-    if cache_config and _ascii_count(cache_config.get("num_gpu_blocks")):
-        return int(cache_config["num_gpu_blocks"]), "/metrics cache_config_info"
+    if cache_config and (blocks := label_count(cache_config.get("num_gpu_blocks"))) is not None:
+        return blocks, "/metrics cache_config_info"
     return None, ""
 
 

@@ -181,6 +181,12 @@ def _bucket_bound(name: str, le: str) -> float:
     return bound
 
 
+def label_count(label: str | None) -> int | None:
+    """A cache_config_info label that is a count, else None: vLLM writes 'None' for a cache not yet sized, and
+    only ASCII digits for a count ('１２'.isdigit() is true, int('x') is an error)."""
+    return int(label) if label is not None and label.isascii() and label.isdigit() else None
+
+
 def _cache_config(samples: list[Sample]) -> dict[str, str] | None:
     """The first engine's labels: vLLM already sums num_gpu_blocks over data-parallel engines."""
     if not samples:

@@ -21,7 +21,7 @@ from harness.launch.experiment import engine_limits
 from harness.observe.capacity_report import CapacityReport
 from harness.observe.device import device_facts
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
-from harness.observe.server_metrics import fetch_metrics_text, parse_metrics
+from harness.observe.server_metrics import fetch_metrics_text, label_count, parse_metrics
 from harness.predict.population import KneePrediction, predict_knee
 from harness.schema import EngineRecord, RunFile
 from harness.search.answer import EngineFacts
@@ -83,14 +83,13 @@ def kv_bytes(log: StartupCapacity | None, cache_config: dict[str, str]) -> int |
 
 
 def _whole(value: Any) -> int | None:
-    """A positive whole number from a limit or a label ('128', '128.0'), else None."""
-    if value is None:
-        return None
-    try:
-        number = int(float(value))
-    except ValueError:
-        return None
-    return number if number > 0 else None
+    """A positive whole number from a limit (128, or 128.0 as the Polyaxon API may hand a number back) or a
+    label ('128'), else None."""
+    if isinstance(value, str):
+        value = label_count(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _max_num_seqs(limits: dict[str, Any], given: int | None, where: str) -> int | None:

