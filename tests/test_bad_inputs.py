@@ -411,6 +411,12 @@ def set_run_id(run_dir: Path, run_id: str) -> None:
         (run_dir / name).write_text(json.dumps({**record, "run_id": run_id}))
 
 
+def stamp_first_sample(run_dir: Path, t_s: float) -> None:
+    lines = (run_dir / "samples.jsonl").read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "t_s": t_s})
+    (run_dir / "samples.jsonl").write_text("\n".join(lines) + "\n")
+
+
 RECORD_DAMAGE = {  # damage → the file and words the refusal names
     "a request line cut short": (cut_a_middle_line, "requests.jsonl: line 3"),
     "the last request line cut short": (lambda run: (run / "requests.jsonl").write_text(
@@ -423,6 +429,8 @@ RECORD_DAMAGE = {  # damage → the file and words the refusal names
     "config.json not JSON": (lambda run: (run / "config.json").write_text('{"run_id": 5'), "config.json"),
     "a samples line not JSON": (lambda run: (run / "samples.jsonl").write_text(
         (run / "samples.jsonl").read_text() + "{garbage\n"), "samples.jsonl: line 2"),
+    "a sample stamped 1e308 s into the run": (lambda run: stamp_first_sample(run, 1e308), "samples.jsonl: line 1"),
+    "a sample stamped before the run": (lambda run: stamp_first_sample(run, -1), "samples.jsonl: line 1"),
     "samples.jsonl binary": (lambda run: (run / "samples.jsonl").write_bytes(b"\xff\xfe\n"), "samples.jsonl: line 1"),
     "requests.parquet garbage": (lambda run: (run / "requests.parquet").write_bytes(b"PAR1 not a table"),
                                  "requests.parquet: not a readable Parquet table"),

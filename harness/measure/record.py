@@ -69,13 +69,18 @@ class Environment(BaseModel):
     model_revision: str | None
 
 
+# No load run lasts a year: a sample stamped later than this on the run's clock is a damaged line.
+LONGEST_RUN_S = 366 * 24 * 3600
+
+
 class ServerSample(BaseModel):
     """One /metrics scrape at `t_s` on the run's clock; a failed scrape keeps its error, not a snapshot."""
 
-    t_s: float
+    t_s: float = Field(ge=0, le=LONGEST_RUN_S)
     snapshot: MetricsSnapshot | None = None
     error: str | None = None
-    duration_s: float | None = None  # sent to body read: the longest the scrape can have held the server
+    # sent to body read: the longest the scrape can have held the server
+    duration_s: float | None = Field(None, ge=0, le=LONGEST_RUN_S)
 
 
 def run_dir_plan(run_dir: Path, *, force: bool = False) -> Path | None:
