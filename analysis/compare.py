@@ -90,10 +90,11 @@ def _as_number(value: Any) -> Any:
 
 
 def _difference(values: pd.Series) -> str | None:
-    """`name: 4 in run a, b; 8 in run c` when the runs disagree on an input, else None."""
+    """`name: 4 in run a, b; 8 in run c` when the runs disagree on an input, else None; 8 given as the
+    text "8" (a run Polyaxon has not compiled) is the same 8."""
     groups: dict[str, list[str]] = {}
     for uuid, value in values.items():
-        groups.setdefault("missing" if _absent(value) else shown_value(value), []).append(str(uuid))
+        groups.setdefault("missing" if _absent(value) else shown_value(_as_number(value)), []).append(str(uuid))
     if len(groups) < 2:
         return None
     shown = []

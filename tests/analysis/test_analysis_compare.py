@@ -46,6 +46,16 @@ def test_a_limit_held_as_the_text_it_was_given_orders_as_its_number(tmp_path: Pa
     assert list(comparison.points.index) == [4, 16]
 
 
+def test_an_input_held_as_the_text_it_was_given_is_the_same_input(tmp_path: Path) -> None:
+    """Of two points, one not yet compiled by the Polyaxon API: its max_num_batched_tokens "2048" is 2048."""
+    write_run(tmp_path, limits={"max_num_seqs": 2, "max_num_batched_tokens": "2048"})
+    write_run(tmp_path, limits={"max_num_seqs": 4, "max_num_batched_tokens": 2048})
+    assert list(compare_one_limit(table_of(tmp_path), "max_num_seqs").points.index) == [2, 4]
+    write_run(tmp_path, limits={"max_num_seqs": 8, "max_num_batched_tokens": "4096"})
+    with pytest.raises(HarnessError, match=r"max_num_batched_tokens: 2048 in run .*; 4096 in run"):
+        compare_one_limit(table_of(tmp_path), "max_num_seqs")
+
+
 @pytest.mark.parametrize("damaged", ["x", [2], {"value": 2}], ids=["a word", "a list", "a mapping"])
 def test_a_limit_that_is_not_one_kind_of_value_is_refused_naming_each_run(tmp_path: Path, damaged: object) -> None:
     odd = write_run(tmp_path, limits={"max_num_seqs": damaged})
