@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from packaging.version import Version
 
-from harness.calibrate.field_corpus import FieldCase, load_corpus
+from harness.calibrate.field_corpus import FieldCase, architecture, load_corpus
 from harness.calibrate.field_results import (
     CaseResult,
     FieldReport,
@@ -68,7 +68,8 @@ def run_field_check(directory: Path) -> FieldReport:
         held_back, refusal = case.id not in fit_ids, refusals.get(case.facts.config or "")
         results.append(CaseResult(
             id=case.id, source=str(case.source), source_key=source_key(case), release=case.facts.vllm_version,
-            family=case.family,
+            family=case.family, gpu_family=case.gpu_family,
+            architecture=architecture(configs.get(case.facts.config or "")),
             sampler=sampler_fact(case), started=case.facts.started,
             cache_fit=case.facts.started or case.facts.failed_after_cache_sized,
             logged=LoggedCheck(status=refusal) if refusal else check_logged(case, shape),

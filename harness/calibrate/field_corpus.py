@@ -24,6 +24,7 @@ from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.speculative import SpeculativeDecoding
 
 MODEL_SIZE = re.compile(r"\d+(?:\.\d+)?[BbMm]")
+GPU_MEMORY_SIZE = re.compile(r"-\d+GB$")
 # Parallel sizes a case may leave to its log, which states them (StartupCapacity's fields of the same names).
 LOGGED_PARALLELISM = ("tensor_parallel_size", "decode_context_parallel_size")
 # What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using
@@ -143,6 +144,22 @@ class FieldCase(pydantic.BaseModel, extra="forbid"):
         parts = self.facts.model.split("/")[-1].split("-")
         sizes = [i for i, part in enumerate(parts) if i and MODEL_SIZE.fullmatch(part)]
         return "-".join(parts[: sizes[0]] if sizes else parts)
+
+
+    @property
+    def gpu_family(self) -> str:
+        """`H100-80GB` → `H100`: the GPU named without its memory size; a case that states only a total says so."""
+        if self.facts.gpu is not None:
+            return GPU_MEMORY_SIZE.sub("", self.facts.gpu)
+        return "a total only" if self.facts.gpu_total_gib is not None else "not stated"
+
+
+def architecture(config: dict[str, Any] | None) -> str:
+    """The model class vLLM loads, as the config's `architectures` names it first."""
+    named = config.get("architectures") if config else None
+    if isinstance(named, list) and named and isinstance(named[0], str):
+        return named[0]
+    return "no config" if config is None else "not named in the config"
 
 
 def load_corpus(directory: Path) -> tuple[list[FieldCase], dict[str, dict[str, Any]]]:

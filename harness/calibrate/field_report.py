@@ -93,6 +93,8 @@ def summary_lines(report: FieldReport) -> list[str]:
 def field_renderable(report: FieldReport) -> Group:
     return Group(_logged_table(report), _launch_table(report), _terms_table(report),
                  _group_table(report, "release", lambda c: c.release),
+                 _group_table(report, "GPU family", lambda c: c.gpu_family),
+                 _group_table(report, "architecture", lambda c: c.architecture),
                  _group_table(report, "model family", lambda c: c.family),
                  _constants_text(report), *[Text(line) for line in summary_lines(report)])
 

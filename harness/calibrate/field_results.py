@@ -63,6 +63,8 @@ class CaseResult(BaseModel):
     source_key: str  # the thread or repository the split keeps on one side (field_split.py)
     release: str
     family: str
+    gpu_family: str
+    architecture: str
     sampler: SamplerFact
     started: bool
     cache_fit: bool  # whether a max_model_len request fitted the cache: what the fit / no-fit calls are scored on

@@ -17,7 +17,7 @@ from harness.calibrate.field_check import (
     run_field_check,
     sampler_fact,
 )
-from harness.calibrate.field_corpus import load_corpus
+from harness.calibrate.field_corpus import architecture, load_corpus
 from harness.calibrate.field_report import concurrency_within, score, summary_lines
 from harness.calibrate.field_results import FieldReport, LaunchCheck, SamplerFact
 from harness.calibrate.field_split import fit_case_ids, source_key
@@ -292,6 +292,16 @@ def test_a_log_without_a_profile_implies_its_overhead_from_total_weights_and_kv(
     assert implied_overhead_bytes(staged, 24 * GiB) is None
 
 
+def test_cases_are_grouped_by_gpu_family_and_by_the_architecture_their_config_names() -> None:
+    cases, configs = load_corpus(CORPUS)
+    by_id = {case.id: case for case in cases}
+    h100 = by_id["v0102-qwen3-30b-a3b-2507-h100-len6144"]  # gpu: H100-80GB
+    assert h100.gpu_family == "H100"
+    assert by_id["v0102-llava15-7b-awq-16gib"].gpu_family == "a total only"  # gpu_total_gib, no name
+    assert architecture(configs[h100.facts.config or ""]) == "Qwen3MoeForCausalLM"
+    assert architecture(None) == "no config" and architecture({"architectures": []}) == "not named in the config"
+
+
 def test_a_case_without_a_config_is_reported_not_scored() -> None:
     cases, _ = load_corpus(CORPUS)
     assert check_logged(cases[0], None).status == "no config for this model"
@@ -304,6 +314,7 @@ def test_field_check_command_prints_the_residual_table() -> None:
     out = " ".join(result.stdout.split())
     assert "From the logged KV memory" in out and "Before launch" in out and "Error of each term" in out
     assert "Summary per release" in out and "Summary per model family" in out
+    assert "Summary per GPU family" in out and "Summary per architecture" in out
     assert "from logged KV memory:" in out and "fit / no-fit before launch:" in out
     assert "flashinfer (log)" in out
     # the 235B case logs 1,590,736 KV tokens; a pipe gets whole rows and the number as a person writes it
