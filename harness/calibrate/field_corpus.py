@@ -145,7 +145,6 @@ class FieldCase(pydantic.BaseModel, extra="forbid"):
         sizes = [i for i, part in enumerate(parts) if i and MODEL_SIZE.fullmatch(part)]
         return "-".join(parts[: sizes[0]] if sizes else parts)
 
-
     @property
     def gpu_family(self) -> str:
         """`H100-80GB` → `H100`: the GPU named without its memory size; a case that states only a total says so."""
