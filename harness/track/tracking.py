@@ -178,9 +178,26 @@ def new_run(project: ProjectName, run_uuid: str, offline_root: Path | None, name
     # an API syncs through a sidecar thread that 2.18 closes twice at the end: the second close blocks
     # forever once that thread has died, which a run with resource collection on did here.
     offline_path = None if offline_root is None else str(offline_root.resolve() / "runs" / run_uuid)
-    return polyaxon_call(
+    run = polyaxon_call(
         f"cannot create a Polyaxon run in project '{project}'",
         lambda: tracking.init(owner=project.owner, project=project.name, run_uuid=run_uuid, is_new=True, name=name,
                               is_offline=offline_root is not None, artifacts_path=offline_path,
                               collect_resources=False, track_code=False, track_env=False, track_logs=False),
     )
+    unblock_sync_thread_close(run)
+    return run
+
+
+def unblock_sync_thread_close(run: Any) -> None:
+    """Let the run's end return although its artifact-sync thread has died.
+
+    Polyaxon's `SidecarThread` takes its shutdown signal through a queue of one; once the thread has died
+    (an API error while syncing: a busy sandbox answered 405), a second signal waits forever for room, and
+    the run's end hung a test run for good. An unbounded queue takes every signal; the thread reads the
+    attribute on each pass, so a live one still gets its signal and syncs one last time.
+    """
+    import queue
+
+    sidecar = getattr(run, "_sidecar", None)
+    if sidecar is not None and hasattr(sidecar, "_queue"):
+        sidecar._queue = queue.Queue()

@@ -246,3 +246,34 @@ def test_a_record_under_the_runs_outputs_is_referenced_in_place_and_one_elsewher
     copied = tmp_path / "offline-copied" / "runs" / elsewhere.run_uuid
     lineage = {entry["name"]: entry["path"] for entry in json.loads((copied / "lineages.plx.json").read_text())}
     assert lineage["summary-json"] == "outputs/summary.json" and (copied / "outputs" / "summary.json").exists()
+
+
+class _RefusingApi:
+    """A run client whose every artifact sync is refused, as a busy sandbox refused them (HTTP 405)."""
+
+    run_uuid = "0" * 32
+
+    def sync_artifacts_and_summaries(self) -> None:
+        raise RuntimeError("405 Method Not Allowed")
+
+
+def test_a_run_whose_sync_thread_died_still_ends(tmp_path: Path) -> None:
+    """Polyaxon's own sync thread dies on the refusal; closing it twice (the first signal is never taken)
+    must return rather than wait for room in its queue of one."""
+    from polyaxon._sidecar.processor import SidecarThread
+
+    from harness.track.tracking import unblock_sync_thread_close
+
+    class Run:
+        _sidecar = SidecarThread(client=_RefusingApi(), run_path=str(tmp_path))
+
+    with pytest.MonkeyPatch.context() as quiet:  # the dying thread's traceback is Polyaxon's, not the test's
+        quiet.setattr(threading, "excepthook", lambda args: None)
+        Run._sidecar.start()
+        Run._sidecar.join(timeout=30)
+    assert not Run._sidecar.is_alive()
+    unblock_sync_thread_close(Run)
+    closing = threading.Thread(target=lambda: (Run._sidecar.close(), Run._sidecar.close()), daemon=True)
+    closing.start()
+    closing.join(timeout=10)
+    assert not closing.is_alive()
