@@ -15,6 +15,7 @@ and a last scrape (usually 0 waiting, 0 running once the load is over) must not 
 from __future__ import annotations
 
 import datetime
+import queue
 import threading
 from pathlib import Path
 from typing import Any
@@ -174,9 +175,8 @@ def new_run(project: ProjectName, run_uuid: str, offline_root: Path | None, name
     """A new run in `project`: offline under `offline_root/runs/<uuid>`, or on the API when it is None."""
     from polyaxon import tracking
 
-    # Outside the cluster the resources would be this machine's, not the engine's pod's. And a new run on
-    # an API syncs through a sidecar thread that 2.18 closes twice at the end: the second close blocks
-    # forever once that thread has died, which a run with resource collection on did here.
+    # Outside the cluster the resources would be this machine's, not the engine's pod's; collecting them
+    # also killed the API run's sync thread, whose end then hung (see unblock_sync_thread_close).
     offline_path = None if offline_root is None else str(offline_root.resolve() / "runs" / run_uuid)
     run = polyaxon_call(
         f"cannot create a Polyaxon run in project '{project}'",
@@ -196,8 +196,6 @@ def unblock_sync_thread_close(run: Any) -> None:
     the run's end hung a test run for good. An unbounded queue takes every signal; the thread reads the
     attribute on each pass, so a live one still gets its signal and syncs one last time.
     """
-    import queue
-
     sidecar = getattr(run, "_sidecar", None)
     if sidecar is not None and hasattr(sidecar, "_queue"):
         sidecar._queue = queue.Queue()
