@@ -47,14 +47,15 @@ class MemoryProfile(pydantic.BaseModel):
     profiling_seconds: float | None = None
     gpu_memory_utilization: float | None = None
     components_bytes: dict[str, int] = {}
+    kv_cache_bytes: int | None = None  # what this rank's profile left for the cache, where the format states it
 
 
-def memory_profile_line(message: str, profile: MemoryProfile | None, found: dict[str, Any]) -> MemoryProfile | None:
-    """Fold one of the three memory-profiling formats into the running breakdown."""
-    return _fold_summary_line(message, profile, found) or _fold_table_line(message, profile, found) or profile
+def memory_profile_line(message: str, profile: MemoryProfile | None) -> MemoryProfile | None:
+    """Fold one of the three memory-profiling formats into the running breakdown of the process that printed it."""
+    return _fold_summary_line(message, profile) or _fold_table_line(message, profile) or profile
 
 
-def _fold_summary_line(message: str, profile: MemoryProfile | None, found: dict[str, Any]) -> MemoryProfile | None:
+def _fold_summary_line(message: str, profile: MemoryProfile | None) -> MemoryProfile | None:
     """V1's one-line summary or V0's budget-and-parts lines; None when the line is neither."""
     if match := PROFILE_V1.search(message):
         profile = profile or MemoryProfile()
@@ -71,20 +72,20 @@ def _fold_summary_line(message: str, profile: MemoryProfile | None, found: dict[
         profile = profile or MemoryProfile()
         profile.components_bytes.update(_gib_parts(message))
         if rest := V0_KV_REST.search(message):
-            found["profiled_kv_bytes"] = gib_to_bytes(rest.group("gib"))
+            profile.kv_cache_bytes = gib_to_bytes(rest.group("gib"))
     else:
         return None
     return profile
 
 
-def _fold_table_line(message: str, profile: MemoryProfile | None, found: dict[str, Any]) -> MemoryProfile | None:
+def _fold_table_line(message: str, profile: MemoryProfile | None) -> MemoryProfile | None:
     """A row of the profiling table, or 0.6's key=value line; None when the line is neither."""
     if match := PROFILE_TABLE_ROW.search(message):
         profile = profile or MemoryProfile()
         key = TABLE_KEYS[match.group("label")]
         profile.components_bytes[key] = gib_to_bytes(match.group("gib"))
         if key == "kv_cache_size_bytes":
-            found["profiled_kv_bytes"] = profile.components_bytes[key]
+            profile.kv_cache_bytes = profile.components_bytes[key]
         return profile
     if match := PROFILE_V06.search(message):
         profile = profile or MemoryProfile()
@@ -93,8 +94,7 @@ def _fold_table_line(message: str, profile: MemoryProfile | None, found: dict[st
                 profile.components_bytes[f"{pair.group('key')}_bytes"] = gib_to_bytes(pair.group("value"))
             elif pair.group("key") == "gpu_memory_utilization":
                 profile.gpu_memory_utilization = float(pair.group("value"))
-        if "kv_cache_size_bytes" in profile.components_bytes:
-            found["profiled_kv_bytes"] = profile.components_bytes["kv_cache_size_bytes"]
+        profile.kv_cache_bytes = profile.components_bytes.get("kv_cache_size_bytes", profile.kv_cache_bytes)
         return profile
     return None
 

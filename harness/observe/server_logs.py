@@ -158,11 +158,23 @@ def _parse_start(lines: list[LogLine]) -> StartupCapacity:
     facts = StartFacts()
     for line in lines:
         facts.read(line)
-    # Every rank profiles its own memory; the first to print (rank 0) stands for the engine.
-    first_profile = next(iter(facts.profiles.values()), None)
+    profiles = list(facts.profiles.values())
+    if not facts.available:  # the profiles' own KV figures, where no "Available KV cache memory" line states them
+        facts.available.extend(profile.kv_cache_bytes for profile in profiles if profile.kv_cache_bytes is not None)
     if facts.by_rank:
         facts.found["available_kv_cache_bytes_by_rank"] = dict(sorted(facts.by_rank.items()))
-    return _assemble(facts.found, facts.tokens, facts.concurrency, facts.available, first_profile, facts.stage, lines)
+    return _assemble(facts.found, facts.tokens, facts.concurrency, facts.available, binding_profile(profiles),
+                     facts.stage, lines)
+
+
+def binding_profile(profiles: list[MemoryProfile]) -> MemoryProfile | None:
+    """The profile whose terms set the cache. Every rank profiles its own memory and vLLM sizes all caches by the
+    smallest: V0's driver rank also samples, so its activation peak is the larger and its cache the smaller,
+    whichever rank printed first. A format that states no KV figure per rank leaves the first to print."""
+    stated = [profile for profile in profiles if profile.kv_cache_bytes is not None]
+    if stated:
+        return min(stated, key=lambda profile: profile.kv_cache_bytes or 0)
+    return next(iter(profiles), None)
 
 
 def tensor_parallel_ranks(lines: list[LogLine]) -> set[int]:
@@ -185,9 +197,6 @@ def _assemble(
     config_max_seq_len = found.pop("config_max_seq_len", None)
     if found.get("max_model_len") is None and config_max_seq_len is not None:
         found["max_model_len"] = config_max_seq_len  # releases before 0.9 only print it in the config
-    profiled_kv = found.pop("profiled_kv_bytes", None)
-    if profiled_kv is not None and not available:
-        available.append(profiled_kv)
     args = found.get("non_default_args") or {}
     exact_reservation = args.get("kv_cache_memory_bytes")
     if isinstance(exact_reservation, int) and not isinstance(exact_reservation, bool):

@@ -100,7 +100,7 @@ class StartFacts:
             if match := pattern.search(line.message):
                 read_fact(self, match, line.process)
                 return
-        if profile := memory_profile_line(line.message, self.profiles.get(line.process), self.found):
+        if profile := memory_profile_line(line.message, self.profiles.get(line.process)):
             self.profiles[line.process] = profile
 
     def starting_to_load(self, match: re.Match[str], process: str | None) -> None:

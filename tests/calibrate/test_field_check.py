@@ -56,9 +56,10 @@ KNOWN_OFF = {"v0120-qwen3-vl-30b-a3b-h100-tp2-len65536", "v09-qwen3-235b-a22b-fp
              "v0201-qwen36-27b-autoround-rtx4090-tp2-dflash", "v024-qwen36-27b-autoround-rtx3090-tp2-pcie",
              "v024-qwen36-27b-fp8-tp2-fp8kv-len262144", "v0271-qwen38-27b-fp8-rtx5090-tp2-len65536"}
 # Every before-launch fit / no-fit call is right; a case whose call goes wrong is named here with why.
-# Qwen2.5-VL-72B over four A100-40GB (V0) failed with 0.09 GiB left for its cache; before launch the calculator
-# leaves 2.66 GiB (34,800 tokens, a 4,096-token request fits): its activation peak is 0.42 GiB against the
-# profile's 2.51, its weights 34.19 against 34.43 and its non-torch memory 0.15 against 0.38 GiB.
+# Qwen2.5-VL-72B over four A100-40GB (V0) failed with 0.04 GiB left for its cache (the driver's, the smallest of
+# the three ranks posted); before launch the calculator leaves 2.66 GiB (34,800 tokens, a 4,096-token request fits):
+# its activation peak is 0.42 GiB against the profile's 2.51, its weights 34.19 against 34.43 and its non-torch
+# memory 0.15 against 0.43 GiB.
 KNOWN_WRONG_CALLS: set[str] = {"v083-qwen25-vl-72b-a100-40gb-tp4-v0-fails"}
 
 

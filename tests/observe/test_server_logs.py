@@ -245,6 +245,27 @@ def test_vllm_0_6_memory_profiling_results_line() -> None:
     assert result.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(3.12 * GiB)
 
 
+def test_the_terms_are_the_rank_whose_cache_is_the_smallest_whichever_printed_first() -> None:
+    # A TP=2 V0 start (0.6.4): the worker printed first, the driver, which also samples, second. vLLM sizes both
+    # caches by the smaller, the driver's 30.55 GiB, so its peak (8.70 GiB, not the worker's 7.57) is the one
+    # that set the cache; the worker's 31.68 GiB stays in the per-rank list.
+    log = (
+        "\x1b[1;36m(VllmWorkerProcess pid=1825469)\x1b[0;0m INFO 11-18 17:11:01 worker.py:232] Memory profiling "
+        "results: total_gpu_memory=44.42GiB initial_memory_usage=8.19GiB peak_torch_memory=7.57GiB "
+        "memory_usage_post_profile=8.26GiB non_torch_memory=0.73GiB kv_cache_size=31.68GiB "
+        "gpu_memory_utilization=0.90\n"
+        "INFO 11-18 17:11:01 worker.py:232] Memory profiling results: total_gpu_memory=44.42GiB "
+        "initial_memory_usage=8.19GiB peak_torch_memory=8.70GiB memory_usage_post_profile=8.26GiB "
+        "non_torch_memory=0.73GiB kv_cache_size=30.55GiB gpu_memory_utilization=0.90\n"
+        "INFO 11-18 17:11:01 distributed_gpu_executor.py:57] # GPU blocks: 31284, # CPU blocks: 4096\n"
+    )
+    result = parse_startup_log(log)
+    assert result.available_kv_cache_bytes == round(30.55 * GiB)
+    assert result.available_kv_cache_bytes_per_rank == [round(31.68 * GiB), round(30.55 * GiB)]
+    assert result.memory_profile is not None
+    assert result.memory_profile.components_bytes["peak_torch_memory_bytes"] == round(8.70 * GiB)
+
+
 def test_unknown_lines_change_nothing() -> None:
     clean = (CPU / "kv4m-len1024.log").read_text()
     noisy = "\n".join(
