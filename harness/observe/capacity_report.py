@@ -18,6 +18,7 @@ LOG_FIGURES = (
     "engine_version", "model", "kv_cache_device", "kv_cache_tokens", "max_concurrency", "max_concurrency_model_len",
     "max_model_len", "num_gpu_blocks", "num_cpu_blocks", "available_kv_cache_bytes", "kv_cache_memory_bytes",
     "model_weights_bytes", "model_loading_seconds", "cuda_graph_bytes", "init_seconds", "tensor_parallel_size",
+    "pipeline_parallel_size", "decode_context_parallel_size", "speculative_method", "speculative_tokens",
 )
 
 

@@ -52,17 +52,24 @@ def _predicted_parts(report: CapacityReport) -> list[RenderableType]:
             f"block_size {inputs.block_size} ({inputs.block_size_source}), max_model_len {inputs.max_model_len}"
         ))
     if report.comparison:
-        table = Table("figure", "predicted", "logged", "residual", "exact", "source", title="predicted vs logged")
+        table = Table("figure", "predicted", "logged", "logged − predicted", "exact", "source",
+                      title="predicted vs logged")
         for figure in report.comparison:
             exact = "yes" if figure.exact else ("within log rounding" if figure.within_log_rounding else "NO")
-            table.add_row(figure.name, f"{figure.predicted:g}", f"{figure.logged:g}", f"{figure.residual:+g}", exact,
-                          figure.source)
+            table.add_row(figure.name, _figure(figure.predicted), _figure(figure.logged), _figure(figure.residual, "+"),
+                          exact, figure.source)
         parts.append(table)
     if report.waterfall is not None:
         parts.append(_waterfall_table(report.waterfall))
     if report.prediction_note:
         parts.append(Text(report.prediction_note))
     return parts
+
+
+def _figure(value: float, sign: str = "") -> str:
+    """Whole numbers in full, with thousands separators (a 64-token difference in two million must show), others to
+    six significant digits."""
+    return f"{value:{sign},.0f}" if float(value).is_integer() else f"{value:{sign}.6g}"
 
 
 def _waterfall_table(waterfall: WaterfallComparison) -> Table:

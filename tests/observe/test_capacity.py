@@ -255,7 +255,7 @@ def test_cli_json_report_and_exit_codes(tiny_model_dir: Path, tmp_path: Path) ->
     piped = runner.invoke(app, ["capacity", "--log", "-", "--model", "Qwen/Qwen3-4B"],
                           input=(LOGS / "vllm-0.33.0" / "single-line-qwen3-4b.log").read_text())
     assert piped.exit_code == 0, piped.output
-    assert "54608" in piped.output
+    assert "54,608" in piped.output
 
 
 def test_metrics_read_from_a_live_url_and_an_unreachable_one(tiny_model_dir: Path) -> None:
