@@ -85,7 +85,7 @@ def summary_lines(report: FieldReport) -> list[str]:
         f"(held-back: {held.fit_calls_right} of {held.fit_calls})",
         f"fit / no-fit from logged memory: {sum(c.logged.fits == c.cache_fit for c in logged_calls)} of "
         f"{len(logged_calls)} right",
-        f"split by source: {len(per_source)} sources, alternately fit and held back; the largest source holds "
+        f"split by source: {len(per_source)} sources, each on the side its key's hash gives; the largest source holds "
         f"{largest_cases} of {len(report.cases)} cases ({_share(largest_cases, len(report.cases))}): {largest}",
     ]
 

@@ -42,13 +42,14 @@ def test_flashinfer_path_before_0_22_is_fourteen_bytes_per_logit() -> None:
 
 
 def test_sort_path_before_0_17_is_the_fitted_figure() -> None:
-    # 0.16's native path sorts: 58,720,256 + 1,024 × 152,064 × 38.33 B (fitted) = 58,720,256 + 5,968,499,834.88
-    # = 6,027,220,090 B, 2.7 times the Triton path's peak a release later.
-    assert FITTED_CONSTANTS.sampler_bytes_per_logit == 38.33
-    assert _activation("0.16.0") == ("sort", 6_027_220_090)
+    # 0.16's native path sorts: 58,720,256 + 1,024 × 152,064 × 36.11 B (fitted) = 58,720,256 + 5,622,815,784.96
+    # = 5,681,536,040 B, 2.5 times the Triton path's peak a release later.
+    assert FITTED_CONSTANTS.sampler_bytes_per_logit == 36.11
+    assert _activation("0.16.0") == ("sort", 5_681_536_040)
     # From 0.11.2 FlashInfer is opt-in, so an unstated sampler is the native sort by the code itself; on an
-    # A100 (2,048 tokens, 256 rows): 2,048 × 3,584 × 2 = 14,680,064 + 256 × 152,064 × 38.33 = 1,492,124,958.72.
-    assert _activation("0.11.2", gpu="A100-80GB") == ("sort", 1_506_805_022)
+    # A100 (2,048 tokens, 256 rows): 2,048 × 3,584 × 2 = 14,680,064 + 256 × 152,064 × 36.11 = 1,405,703,946.24,
+    # 1,420,384,010 B in all.
+    assert _activation("0.11.2", gpu="A100-80GB") == ("sort", 1_420_384_010)
 
 
 def test_each_release_and_sampler_takes_its_path() -> None:
