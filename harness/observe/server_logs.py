@@ -184,6 +184,22 @@ def tensor_parallel_ranks(lines: list[LogLine]) -> set[int]:
             if line.process and (match := TP_PREFIX.search(line.process))}
 
 
+def _engine_facts_from_arguments(found: dict[str, Any], args: dict[str, Any]) -> None:
+    """What the engine config line states, from the non-default arguments where the excerpt lacks that line."""
+    for parallel in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size"):
+        if found.get(parallel) is None and isinstance(args.get(parallel), int):
+            found[parallel] = args[parallel]
+    for named in ("model", "kv_cache_dtype"):
+        if found.get(named) is None and isinstance(args.get(named), str):
+            found[named] = args[named]
+    speculative = args.get("speculative_config")  # {'method': 'mtp', 'num_speculative_tokens': 3}
+    if found.get("speculative_method") is None and isinstance(speculative, dict) \
+            and isinstance(speculative.get("method"), str):
+        drafted = speculative.get("num_speculative_tokens")
+        found.update(speculative_method=speculative["method"], speculative_tokens=drafted
+                     if isinstance(drafted, int) and not isinstance(drafted, bool) else None)
+
+
 def _assemble(
     found: dict[str, Any],
     tokens: list[int],
@@ -203,15 +219,7 @@ def _assemble(
         found["kv_cache_memory_bytes"] = exact_reservation
     elif reserved is not None:
         found["kv_cache_memory_bytes"] = reserved
-    for parallel in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size"):
-        if found.get(parallel) is None and isinstance(args.get(parallel), int):
-            found[parallel] = args[parallel]
-    speculative = args.get("speculative_config")  # {'method': 'mtp', 'num_speculative_tokens': 3}
-    if found.get("speculative_method") is None and isinstance(speculative, dict) \
-            and isinstance(speculative.get("method"), str):
-        drafted = speculative.get("num_speculative_tokens")
-        found.update(speculative_method=speculative["method"], speculative_tokens=drafted
-                     if isinstance(drafted, int) and not isinstance(drafted, bool) else None)
+    _engine_facts_from_arguments(found, args)
     if found.get("tensor_parallel_size") is None and (ranks := tensor_parallel_ranks(lines)):
         found.update(tensor_parallel_size=max(ranks) + 1, tensor_parallel_size_from_ranks=True)
 

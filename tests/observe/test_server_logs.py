@@ -586,6 +586,18 @@ def test_decode_context_parallelism_is_read_from_its_line_or_the_arguments() -> 
     assert parse_startup_log(PER_RANK_LINES).decode_context_parallel_size is None
 
 
+
+def test_the_model_and_kv_dtype_come_from_the_arguments_where_the_engine_config_line_is_cut() -> None:
+    args = ("(APIServer pid=3089) INFO 03-04 22:33:06 [utils.py:223] non-default args: {'model': "
+            "'unsloth/Qwen2.5-7B-Instruct-bnb-4bit', 'quantization': 'bitsandbytes', 'kv_cache_dtype': 'fp8'}\n")
+    sized = "(EngineCore_DP0 pid=3421) INFO 03-04 22:34:58 [kv_cache_utils.py:1307] GPU KV cache size: 536,368 tokens\n"
+    excerpt = parse_startup_log(args + sized)
+    assert (excerpt.model, excerpt.kv_cache_dtype) == ("unsloth/Qwen2.5-7B-Instruct-bnb-4bit", "fp8")
+    configured = parse_startup_log(args + "(EngineCore_DP0 pid=3421) INFO 03-04 22:33:40 [core.py:97] Initializing a "
+                                   "V1 LLM engine (v0.16.0) with config: model='/models/qwen', kv_cache_dtype=auto\n"
+                                   + sized)
+    assert (configured.model, configured.kv_cache_dtype) == ("/models/qwen", "auto")  # the engine's own line wins
+
 @pytest.mark.parametrize(("line", "unread"), [
     ("Model loading took 1.2.3 GiB memory and 7.4 seconds", "model_weights_bytes"),
     ("Available KV cache memory: 13.06.1 GiB", "available_kv_cache_bytes"),
