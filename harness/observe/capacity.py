@@ -179,7 +179,6 @@ def _prediction_inputs(
         return None, "no prediction: the log does not state max_model_len"
     block_size, block_source = _block_size(log, cache_config)
     args = log.non_default_args or {}
-    batched = args.get("max_num_batched_tokens")
     available, source, exact = budget
     tp, pp = log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1
     try:
@@ -199,7 +198,7 @@ def _prediction_inputs(
             tensor_parallel_size=tp,
             pipeline_parallel_size=pp,
             stage_kv_bytes=_stage_kv_bytes(log, available, tp, pp),
-            max_num_batched_tokens=batched if isinstance(batched, int) else None,
+            max_num_batched_tokens=log.max_num_batched_tokens,
             engine_version=log.engine_version,
             speculative=speculative,
             decode_context_parallel_size=log.decode_context_parallel_size or 1,

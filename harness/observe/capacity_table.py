@@ -47,9 +47,13 @@ def _predicted_parts(report: CapacityReport) -> list[RenderableType]:
     parts: list[RenderableType] = []
     if report.prediction_inputs is not None:
         inputs = report.prediction_inputs
+        block = f"block_size {inputs.block_size} ({inputs.block_size_source})"
+        if report.prediction is not None and report.prediction.block_size != inputs.block_size:
+            block = (f"block_size {report.prediction.block_size} (vLLM raises the attention block from "
+                     f"{inputs.block_size}, {inputs.block_size_source}, until one page holds a hybrid layer's state)")
         parts.append(Text(
-            f"prediction from {_kv_memory(inputs)} KV bytes ({inputs.available_kv_source}), "
-            f"block_size {inputs.block_size} ({inputs.block_size_source}), max_model_len {inputs.max_model_len}"
+            f"prediction from {_kv_memory(inputs)} KV bytes ({inputs.available_kv_source}), {block}, "
+            f"max_model_len {inputs.max_model_len}"
         ))
     if report.comparison:
         table = Table("figure", "predicted", "logged", "logged − predicted", "exact", "source",

@@ -13,6 +13,7 @@ from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity
 from harness.predict.fit_answer import gpu_total
+from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.predict.model_shape import ModelShape
 from harness.predict.releases import PRODUCTION_ENGINE
@@ -51,16 +52,16 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
     max_model_len = log.max_model_len or log.max_concurrency_model_len or shape.max_position_embeddings
     if max_model_len is None:
         return None
-    batched = args.get("max_num_batched_tokens")
     try:
         speculative = speculative_from_log(log.speculative_method, log.speculative_tokens)
         waterfall = plan_waterfall(
             shape.config, FITTED_CONSTANTS, config_source=shape.source, total_bytes=total, total_source=total_source,
             gpu_memory_utilization=float(utilization), max_model_len=max_model_len,
-            engine_version=log.engine_version or PRODUCTION_ENGINE,
-            tensor_parallel_size=log.tensor_parallel_size or 1,
-            max_num_batched_tokens=batched if isinstance(batched, int) else None,
-            checkpoint=shape.checkpoint_weights, speculative=speculative,
+            engine_version=log.engine_version or PRODUCTION_ENGINE, engine_generation=log.engine_generation,
+            dtype_bytes=resolve_kv_dtype("auto", log.dtype or shape.dtype)[1], quantization=log.quantization,
+            tensor_parallel_size=log.tensor_parallel_size or 1, pipeline_parallel_size=log.pipeline_parallel_size or 1,
+            max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs,
+            checkpoint=None if log.quantization else shape.checkpoint_weights, speculative=speculative,
         )
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,

@@ -64,6 +64,7 @@ class StartupCapacity(pydantic.BaseModel):
     model_revision: str | None = None
     dtype: str | None = None
     kv_cache_dtype: str | None = None
+    quantization: str | None = None  # the engine config's, else the arguments' (a checkpoint's format, or online)
     tensor_parallel_size: int | None = None
     tensor_parallel_size_from_ranks: bool = False  # no config line: counted from the workers' `TP<n>` prefixes
     pipeline_parallel_size: int | None = None
@@ -77,6 +78,8 @@ class StartupCapacity(pydantic.BaseModel):
     max_concurrency_per_print: list[float] = []
     max_concurrency_model_len: int | None = None
     max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None  # the scheduler's batch, which the profiling run fills
+    max_num_seqs: int | None = None  # from the arguments: vLLM prints no line of its own for it
     kv_cache_bytes_needed: int | None = None  # a refused start: memory one max_model_len request needs
     kv_cache_tokens_at_failure: int | None = None  # a refused V0 start: the tokens its cache would have held
     available_kv_cache_bytes: int | None = None
@@ -189,9 +192,12 @@ def _engine_facts_from_arguments(found: dict[str, Any], args: dict[str, Any]) ->
     for parallel in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size"):
         if found.get(parallel) is None and isinstance(args.get(parallel), int):
             found[parallel] = args[parallel]
-    for named in ("model", "kv_cache_dtype"):
+    for named in ("model", "kv_cache_dtype", "quantization"):
         if found.get(named) is None and isinstance(args.get(named), str):
             found[named] = args[named]
+    for counted in ("max_num_batched_tokens", "max_num_seqs"):
+        if found.get(counted) is None and isinstance(args.get(counted), int) and not isinstance(args[counted], bool):
+            found[counted] = args[counted]
     speculative = args.get("speculative_config")  # {'method': 'mtp', 'num_speculative_tokens': 3}
     if found.get("speculative_method") is None and isinstance(speculative, dict) \
             and isinstance(speculative.get("method"), str):

@@ -48,6 +48,8 @@ INIT_ENGINE = re.compile(
     r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>\d+(?:\.\d+)?) (?:s\b|seconds)"
 )
 MAX_MODEL_LEN = re.compile(r"^Using max model len (?P<length>\d+)")
+# The scheduler's batch, which the profiling run fills (V0 config.py and V1 scheduler config print it).
+BATCHED_TOKENS = re.compile(r"^Chunked prefill is enabled with max_num_batched_tokens=(?P<tokens>\d+)")
 # 0.11+ with decode context parallelism: every rank keeps 1/dcp of each sequence, and the logged tokens are ×dcp.
 CONTEXT_PARALLEL = re.compile(r"^Multiplying the GPU KV cache size by the dcp_world_size (?P<size>\d+)")
 # 0.10 API server: `vllm cache_config_info with initialization after num_gpu_blocks is: 5867`
@@ -176,6 +178,9 @@ class StartFacts:
     def max_model_len(self, match: re.Match[str], process: str | None) -> None:
         self.found["max_model_len"] = int(match.group("length"))
 
+    def batched_tokens(self, match: re.Match[str], process: str | None) -> None:
+        self.found["max_num_batched_tokens"] = int(match.group("tokens"))
+
     def context_parallel(self, match: re.Match[str], process: str | None) -> None:
         self.found["decode_context_parallel_size"] = int(match.group("size"))
 
@@ -215,6 +220,7 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
     (TORCH_COMPILE, StartFacts.torch_compile),
     (INIT_ENGINE, StartFacts.init_engine),
     (MAX_MODEL_LEN, StartFacts.max_model_len),
+    (BATCHED_TOKENS, StartFacts.batched_tokens),
     (CONTEXT_PARALLEL, StartFacts.context_parallel),
     (NON_DEFAULT_ARGS, StartFacts.non_default_args),
     (ENGINE_CONFIG, StartFacts.engine_config),
@@ -236,6 +242,8 @@ def _engine_config_fields(config: str) -> dict[str, Any]:
         fields["dtype"] = match.group("value")
     if match := re.search(r"(?:^|, )kv_cache_dtype=(?P<value>\w+)", config):
         fields["kv_cache_dtype"] = match.group("value")
+    if match := re.search(r"(?:^|, )quantization=(?P<value>[\w-]+)", config):
+        fields["quantization"] = None if match.group("value") == "None" else match.group("value")
     for parallel in ("tensor_parallel_size", "pipeline_parallel_size"):
         if match := re.search(rf"(?:^|, ){parallel}=(?P<value>\d+)", config):
             fields[parallel] = int(match.group("value"))

@@ -225,6 +225,7 @@ def plan_waterfall(
     activation = max(forward, sampling)
     non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
+    graph_bytes = int(constants.cuda_graph_gib * GiB)  # the source shows this figure, rounded as the table rounds it
     if checkpoint is None and quantization and format_bits(quantization)[0] in MODELOPT_FORMATS:
         check_modelopt_skips(config, size, quantization)
     weights = weights_term(size, dtype_bytes, quantization, tensor_parallel_size, pipeline_parallel_size)
@@ -241,8 +242,8 @@ def plan_waterfall(
                     f"({forward / GiB:.2f} GiB) and the {path.path} sampler over {rows} rows × {size.vocab:,} "
                     f"logits at {per_logit:.4g} B each ({sampling / GiB:.2f} GiB; {path.origin})"),
         non_torch,
-        Term(name="cuda_graphs", bytes=int(constants.cuda_graph_gib * GiB), subtracted=graphs_reserved,
-             source=f"fitted {constants.cuda_graph_gib:.2f} GiB; "
+        Term(name="cuda_graphs", bytes=graph_bytes, subtracted=graphs_reserved,
+             source=f"fitted {graph_bytes / GiB:.2f} GiB; "
                     + ("reserved before the cache from 0.21 on" if graphs_reserved
                        else f"captured after the cache is sized in {version}: not subtracted")),
     ]

@@ -30,6 +30,9 @@ NVFP4_BITS = 4 + 8 / 16
 QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": GROUPED_4BIT, "gptq": GROUPED_4BIT,
                   "bitsandbytes": 4.25, "4-bit": 4.25, "modelopt": 8.0, "modelopt_fp4": NVFP4_BITS}
 MODELOPT_FORMATS = frozenset({"modelopt", "modelopt_fp4"})
+# The Marlin kernels vLLM swaps in for AWQ and GPTQ checkpoints hold the same weights; an engine config line
+# names the kernel (`quantization=awq_marlin`).
+KERNEL_ALIASES = {"awq_marlin": "awq", "gptq_marlin": "gptq"}
 # One module of each kind of decoder linear layer, as vLLM names them under the checkpoint's prefixes; a skip
 # pattern that reaches any of them keeps some of the decoder 16-bit. Routers (`mlp.gate`) are too small to matter.
 MIXER_LINEARS = ("self_attn.qkv_proj", "self_attn.q_proj", "self_attn.o_proj", "linear_attn.in_proj_qkvz",
@@ -42,6 +45,7 @@ DECODER_PREFIXES = ("model.layers", "model.language_model.layers", "language_mod
 def format_bits(quantization: str) -> tuple[str, float]:
     """(vLLM's method name, bits per stored linear weight) for a --quantization value."""
     key = quantization.lower().split()[0]
+    key = KERNEL_ALIASES.get(key, key)
     if key not in QUANTIZED_BITS:
         raise HarnessError(f"quantization '{quantization}' is not priced here (known: {', '.join(QUANTIZED_BITS)})")
     return key, QUANTIZED_BITS[key]

