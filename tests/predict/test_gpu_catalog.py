@@ -37,7 +37,8 @@ def test_a_name_is_matched_without_regard_to_case(asked, total_gib) -> None:
 
 
 @pytest.mark.parametrize(("asked", "name"), [("RTX 4090", "RTX-4090"), ("rtx4090", "RTX-4090"),
-                                             ("H100 80GB", "H100-80GB"), ("a100_40gb", "A100-40GB")])
+                                             ("H100 80GB", "H100-80GB"), ("a100_40gb", "A100-40GB"),
+                                             ("DGX Spark", "GB10"), ("dgx-spark", "GB10")])
 def test_a_name_is_matched_as_people_write_it(asked, name) -> None:
     assert gpu_memory(asked).name == name
 
