@@ -76,7 +76,10 @@ def _figure(value: float, sign: str = "") -> str:
     return f"{value:{sign},.0f}" if float(value).is_integer() else f"{value:{sign}.6g}"
 
 
-def _waterfall_table(waterfall: WaterfallComparison) -> Table:
+def _waterfall_table(waterfall: WaterfallComparison) -> RenderableType:
+    """The terms beside the logged ones; only why, where the waterfall could not be planned."""
+    if not waterfall.rows:
+        return Text(f"no memory waterfall before launch: {waterfall.note}")
     table = Table("term", "predicted_gib", "logged_gib", "source",
                   title=f"Memory waterfall before launch beside the log: {gib(waterfall.total_bytes)} GiB "
                         f"({waterfall.total_source}) × {waterfall.gpu_memory_utilization}")

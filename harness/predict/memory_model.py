@@ -24,7 +24,7 @@ from harness.errors import HarnessError
 from harness.predict.non_torch import communicator_bytes, communicators_counted
 from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
-from harness.predict.releases import runs_v0
+from harness.predict.releases import release_version, runs_v0
 from harness.predict.sampler_peak import (
     FLASHINFER_OPT_IN_SINCE,
     SamplerPath,
@@ -208,7 +208,7 @@ def plan_waterfall(
     """
     if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    version = Version(engine_version)
+    version = release_version(engine_version)
     v0 = runs_v0(version, engine_generation)
     size = model_size(config, config_source)
     parallel = tensor_parallel_size * pipeline_parallel_size

@@ -20,12 +20,18 @@ WIDE_GROUP_PADDING_SINCE = Version("0.32")  # hybrid groups pad up to the most l
 V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on
 
 
+def release_version(engine_version: str) -> Version:
+    """A version string as a release; a log can name its release `dev` (vLLM run from an unbuilt checkout)."""
+    try:
+        return Version(engine_version)
+    except InvalidVersion:
+        raise HarnessError(f"engine version '{engine_version}' is not a version number; state the release with "
+                           "--engine-version") from None
+
+
 def engine_release(engine_version: str | None) -> Version:
     """The release whose rules apply; the pinned image's when none is given."""
-    try:
-        version = Version(engine_version or PRODUCTION_ENGINE)
-    except InvalidVersion:
-        raise HarnessError(f"engine version '{engine_version}' is not a version number") from None
+    version = release_version(engine_version or PRODUCTION_ENGINE)
     if version < OLDEST_RULES:
         raise HarnessError(
             f"engine version {engine_version}: the calculator has no rules for vLLM releases before {OLDEST_RULES}"

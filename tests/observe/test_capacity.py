@@ -469,3 +469,24 @@ def test_a_hybrid_s_raised_block_size_is_the_one_the_report_names() -> None:
                                       str(FIELD_CONFIGS / "Qwen--Qwen3.6-27B.json")], input=case["log"])
     assert result.exit_code == 0, result.output
     assert "block_size 784 (vLLM raises the attention block from 16" in " ".join(result.output.split())
+
+
+def test_a_log_that_names_its_release_dev_asks_for_the_release_instead_of_failing() -> None:
+    """vLLM run from a checkout it was not built from prints `version dev`: no rule applies to that, so the report
+    says what to state, and with --engine-version it is priced."""
+    log = ("(APIServer pid=1) INFO 11-20 10:00:00 [api_server.py:1] vLLM API server version dev\n"
+           "(EngineCore_DP0 pid=2) INFO 11-20 10:01:00 [gpu_worker.py:298] Available KV cache memory: 20.00 GiB\n"
+           "(EngineCore_DP0 pid=2) INFO 11-20 10:01:00 [kv_cache_utils.py:1087] GPU KV cache size: 145,632 tokens\n"
+           "(EngineCore_DP0 pid=2) INFO 11-20 10:01:00 [kv_cache_utils.py:1091] Maximum concurrency for 4,096 tokens "
+           "per request: 35.55x\n")
+    runner = CliRunner()
+    refused = runner.invoke(app, ["capacity", "--log", "-", "--model", "Qwen/Qwen3-4B", "--gpu", "H100-80GB"],
+                            input=log)
+    assert refused.exit_code == 0 and refused.exception is None, refused.output
+    said = " ".join(refused.output.split())
+    assert "no memory waterfall before launch: engine version 'dev' is not a version number; state the release " \
+           "with --engine-version" in said
+    stated = runner.invoke(app, ["capacity", "--log", "-", "--model", "Qwen/Qwen3-4B", "--gpu", "H100-80GB",
+                                 "--engine-version", "0.11.2"], input=log)
+    assert stated.exit_code == 0, stated.output
+    assert "│ kv_memory " in stated.output and "│ 20.00 " in stated.output
