@@ -178,7 +178,6 @@ def _prediction_inputs(
     if max_model_len is None:
         return None, "no prediction: the log does not state max_model_len"
     block_size, block_source = _block_size(log, cache_config)
-    args = log.non_default_args or {}
     available, source, exact = budget
     tp, pp = log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1
     try:
@@ -194,7 +193,7 @@ def _prediction_inputs(
             block_size=block_size,
             block_size_source=block_source,
             max_model_len=max_model_len,
-            kv_cache_dtype=log.kv_cache_dtype or str(args.get("kv_cache_dtype", "auto")),
+            kv_cache_dtype=log.kv_cache_dtype or "auto",
             tensor_parallel_size=tp,
             pipeline_parallel_size=pp,
             stage_kv_bytes=_stage_kv_bytes(log, available, tp, pp),
