@@ -61,7 +61,7 @@ SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, 
 # larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
 # What the waterfall leaves out for a vision-language model, seen in the field corpus (Qwen3-VL-30B-A3B TP2
-# +9.9% KV tokens; Qwen2.5-VL-72B TP4 on V0 predicted to fit, failed with 0.04 GiB left): the profile also runs
+# +10% KV tokens; Qwen2.5-VL-72B TP4 on V0 predicted to fit, failed with 0.04 GiB left): the profile also runs
 # the vision encoder on its largest image or video and, in V1, keeps the outputs through the forward pass.
 ENCODER_PROFILE_NOTE = ("vision encoder: vLLM profiles it on its largest image or video before sizing the cache, "
                         "which is not priced here (up to several GiB; the KV figure is optimistic); "
