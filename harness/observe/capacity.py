@@ -14,7 +14,13 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.observe.capacity_options import LogOverrides, check_given
-from harness.observe.capacity_report import CapacityReport, ComparedFigure, CrossCheck, PredictionInputs
+from harness.observe.capacity_report import (
+    CapacityReport,
+    ComparedFigure,
+    CrossCheck,
+    PredictionInputs,
+    shown_figure,
+)
 from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
@@ -138,7 +144,8 @@ def build_capacity_report(
         for check in cross_checks
         if not check.agree
     ] + [
-        f"{figure.name}: predicted {figure.predicted:g}, logged {figure.logged:g} (residual {figure.residual:+g})"
+        f"{figure.name}: predicted {shown_figure(figure.predicted)}, logged {shown_figure(figure.logged)} "
+        f"(residual {shown_figure(figure.residual, '+')})"
         for figure in comparison
         if not _agrees(figure)
     ]

@@ -79,3 +79,9 @@ class CapacityReport(pydantic.BaseModel):
     waterfall: WaterfallComparison | None = None
     drift: DriftCheck | None = None  # a recorded run's before-launch prediction against its logged capacity
     drift_note: str | None = None  # why a recorded run has no drift check
+
+
+def shown_figure(value: float, sign: str = "") -> str:
+    """A compared figure as the report writes it: whole numbers in full, with thousands separators (a 64-token
+    difference in two million must show), others to six significant digits."""
+    return f"{value:{sign},.0f}" if float(value).is_integer() else f"{value:{sign}.6g}"

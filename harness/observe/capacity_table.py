@@ -6,7 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from harness.observe.capacity_report import LOG_FIGURES, CapacityReport, PredictionInputs
+from harness.observe.capacity_report import LOG_FIGURES, CapacityReport, PredictionInputs, shown_figure
 from harness.observe.capacity_waterfall import WaterfallComparison, gib
 
 
@@ -60,20 +60,14 @@ def _predicted_parts(report: CapacityReport) -> list[RenderableType]:
                       title="predicted vs logged")
         for figure in report.comparison:
             exact = "yes" if figure.exact else ("within log rounding" if figure.within_log_rounding else "NO")
-            table.add_row(figure.name, _figure(figure.predicted), _figure(figure.logged), _figure(figure.residual, "+"),
-                          exact, figure.source)
+            table.add_row(figure.name, shown_figure(figure.predicted), shown_figure(figure.logged),
+                          shown_figure(figure.residual, "+"), exact, figure.source)
         parts.append(table)
     if report.waterfall is not None:
         parts.append(_waterfall_table(report.waterfall))
     if report.prediction_note:
         parts.append(Text(report.prediction_note))
     return parts
-
-
-def _figure(value: float, sign: str = "") -> str:
-    """Whole numbers in full, with thousands separators (a 64-token difference in two million must show), others to
-    six significant digits."""
-    return f"{value:{sign},.0f}" if float(value).is_integer() else f"{value:{sign}.6g}"
 
 
 def _waterfall_table(waterfall: WaterfallComparison) -> RenderableType:

@@ -98,7 +98,8 @@ def gpu_memory(name: str) -> GpuMemory:
     """The catalogue entry for a GPU name, matched without regard to case, spaces, hyphens or underscores
     ("rtx 4090" is RTX-4090), or for a system named by its GPU ("DGX Spark" is GB10); a name that only begins one
     or more entries ("H100") is refused with them."""
-    asked = SYSTEM_GPUS.get(_spelling(name), _spelling(name))
+    spelt = _spelling(name)
+    asked = SYSTEM_GPUS.get(spelt, spelt)
     for known, gpu in GPUS.items():
         if _spelling(known) == asked:
             return gpu

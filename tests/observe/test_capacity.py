@@ -137,7 +137,7 @@ def test_a_log_that_disagrees_with_metrics_and_prediction_is_reported(tiny_model
     assert report.prediction_matches_log is False
     assert report.disagreements == [
         "kv_cache_tokens: log says 5000, /metrics says 4096",
-        "kv_cache_tokens: predicted 4096, logged 5000 (residual +904)",
+        "kv_cache_tokens: predicted 4,096, logged 5,000 (residual +904)",
     ]
 
 
