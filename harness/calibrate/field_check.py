@@ -107,9 +107,14 @@ def fits(prediction: CapacityPrediction) -> bool:
     return prediction.num_blocks >= prediction.blocks_per_request and prediction.num_blocks > 0
 
 
+UNSTATED_CACHE = "not scored: the excerpt leaves out what the cache holds (its KV dtype or a drafter)"
+
+
 def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
     if shape is None:
         return LoggedCheck(status="no config for this model")
+    if not case.facts.cache_contents_stated:
+        return LoggedCheck(status=UNSTATED_CACHE)
     log = case.parsed()
     stage_bytes = _stage_memory(case, log.available_kv_cache_bytes_by_rank, log.available_kv_cache_bytes)
     if stage_bytes is None:
@@ -164,6 +169,8 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
     total = _total_bytes(case)
     if shape is None or config is None:
         return LaunchCheck(status="no config for this model", held_back=held_back)
+    if not case.facts.cache_contents_stated:
+        return LaunchCheck(status=UNSTATED_CACHE, held_back=held_back)
     if total is None:
         return LaunchCheck(status=f"GPU memory not established ({case.facts.gpu or 'GPU not named'})",
                            held_back=held_back)

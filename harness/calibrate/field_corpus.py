@@ -82,6 +82,9 @@ class CaseFacts(pydantic.BaseModel, extra="forbid"):
     speculative: SpeculativeDecoding | None = None
     started: bool = True
     failed_after_cache_sized: bool = False  # the cache held a full-length request; the start failed later
+    # False where the excerpt leaves out what shares the cache (its KV dtype, a drafter's layers): its figures
+    # cannot be scored against any prediction, so the case says why and is left out of the scores
+    cache_contents_stated: bool = True
 
 
 class FieldCase(pydantic.BaseModel, extra="forbid"):

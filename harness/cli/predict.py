@@ -43,8 +43,8 @@ def budget(
     engine_version: str | None = typer.Option(None, help="vLLM version whose rules to follow (default 0.11.2)"),
     gpu: str | None = typer.Option(None, help="before launch: a GPU name (H100-80GB, L40S, ...) or its total GiB"),
     max_num_seqs: int | None = typer.Option(None, help="vLLM's --max-num-seqs (with --gpu)"),
-    quantization: str | None = typer.Option(None, help="checkpoint format with --gpu: fp8, awq, gptq, mxfp4, "
-                                            "modelopt_fp4, ..."),
+    quantization: str | None = typer.Option(None, help="checkpoint format with --gpu (fp8, awq, gptq, mxfp4, "
+                                            "modelopt_fp4, ...); a quantized checkpoint's config.json states its own"),
     speculative_method: str | None = typer.Option(None, help="the drafter of vLLM's --speculative-config: mtp, "
                                                   "eagle, eagle3, ngram, suffix or medusa (its cache joins the KV)"),
     num_speculative_tokens: int | None = typer.Option(None, help="speculative tokens per step, 1 to 64 "

@@ -32,11 +32,7 @@ from harness.predict.sampler_peak import (
 )
 from harness.predict.speculative import SpeculativeDecoding
 from harness.predict.term import Term
-from harness.predict.weight_formats import (
-    MODELOPT_FORMATS,
-    check_modelopt_skips,
-    format_bits,
-)
+from harness.predict.weight_formats import weight_format
 from harness.predict.weights import drafter_note, drafter_weights_term, weights_term
 from harness.units import GiB
 
@@ -226,12 +222,12 @@ def plan_waterfall(
     non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
     graph_bytes = int(constants.cuda_graph_gib * GiB)  # the source shows this figure, rounded as the table rounds it
-    if checkpoint is None and quantization and format_bits(quantization)[0] in MODELOPT_FORMATS:
-        check_modelopt_skips(config, size, quantization)
-    weights = weights_term(size, dtype_bytes, quantization, tensor_parallel_size, pipeline_parallel_size)
     if checkpoint is not None:
         weights = Term(name="weights", bytes=checkpoint[0] // parallel, subtracted=True,
                        source=f"{checkpoint[1]}, split over {parallel} GPU(s)")
+    else:
+        weights = weights_term(size, dtype_bytes, weight_format(quantization, config, size), tensor_parallel_size,
+                               pipeline_parallel_size)
     drafter = drafter_weights_term(config, size, speculative, dtype_bytes, tensor_parallel_size,
                                    pipeline_parallel_size, in_checkpoint=checkpoint is not None)
     terms = [

@@ -1,22 +1,26 @@
-"""Bits per stored weight by checkpoint format, and whether a checkpoint's own skip list leaves that true.
+"""Bits per stored weight by checkpoint format, read from the checkpoint's own quantization config where it has one.
 
-Linear layers take the format's bits; embeddings and vision towers stay in the model dtype (see
-`weights.weights_term`). A ModelOpt checkpoint names the modules it left 16-bit in its quantization
-config (`ignore` in config.json's `quantization_config`, `exclude_modules` in hf_quant_config.json); vLLM
-honours that list (modelopt.py `ModelOptQuantConfigBase.is_layer_excluded`), so its weights can be priced
-only when the list is known, and here only when it spares no decoder linear layer.
+vLLM takes a checkpoint's format from config.json's `quantization_config` (`--quantization` may only name the
+same method or its Marlin kernel), so the layout (bits, group size, zero points) and the modules left 16-bit
+come from there; a flag without a config gets the format's usual layout below. Linear layers take the format's
+bits; embeddings and vision towers stay in the model dtype (see `weights.weights_term`). A checkpoint whose
+skip list spares some decoder linears but not others is refused, except the one split vLLM's MoE checkpoints
+use: every routed expert quantized and the rest (attention, dense and shared MLPs) left 16-bit.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from fnmatch import fnmatch
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.architectures import language_config
 from harness.predict.parameter_count import ModelSize
 
-# Formats vLLM applies to the MoE experts alone: attention, router and embeddings stay in the model dtype.
-EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
 # AWQ and GPTQ at their usual group of 128 (awq.py and gptq.py `create_weights`): 4-bit weights packed eight to an
 # int32, one 4-bit zero point and one 16-bit scale per group of 128 inputs, 4 + 20 / 128 bits a weight (GPTQ's
 # g_idx adds 32 bits per input row, under 0.01 bit a weight); MXFP4 one 8-bit scale per 32 weights. Bitsandbytes'
@@ -24,60 +28,221 @@ EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
 # ModelOpt: `modelopt` is its FP8 (ModelOptFp8Config: 8-bit weights, per-tensor scales); `modelopt_fp4` its NVFP4,
 # two 4-bit weights a byte and one FP8 scale per 16 inputs (modelopt.py ModelOptNvFp4LinearMethod
 # `create_weights`), 4 + 8 / 16 bits a weight. vLLM resolves the flag `modelopt` to `modelopt_fp4` when the
-# checkpoint's quant_algo is NVFP4, so a case names the format its checkpoint holds.
+# checkpoint's quant_algo is NVFP4. AutoRound's defaults are 4 bits, groups of 128, packed as GPTQ packs them.
 GROUPED_4BIT = 4 + (4 + 16) / 128
 NVFP4_BITS = 4 + 8 / 16
-QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": 4.25, "awq": GROUPED_4BIT, "gptq": GROUPED_4BIT,
-                  "bitsandbytes": 4.25, "4-bit": 4.25, "modelopt": 8.0, "modelopt_fp4": NVFP4_BITS}
+MXFP4_BITS = 4 + 8 / 32
+QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": MXFP4_BITS, "awq": GROUPED_4BIT,
+                  "gptq": GROUPED_4BIT, "auto-round": GROUPED_4BIT, "bitsandbytes": 4.25, "4-bit": 4.25,
+                  "modelopt": 8.0, "modelopt_fp4": NVFP4_BITS}
+CONFIG_ONLY_FORMATS = frozenset({"compressed-tensors"})  # no usual layout: its config_groups say what it stores
 MODELOPT_FORMATS = frozenset({"modelopt", "modelopt_fp4"})
-# The Marlin kernels vLLM swaps in for AWQ and GPTQ checkpoints hold the same weights; an engine config line
-# names the kernel (`quantization=awq_marlin`).
-KERNEL_ALIASES = {"awq_marlin": "awq", "gptq_marlin": "gptq"}
-# One module of each kind of decoder linear layer, as vLLM names them under the checkpoint's prefixes; a skip
-# pattern that reaches any of them keeps some of the decoder 16-bit. Routers (`mlp.gate`) are too small to matter.
+EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})  # formats vLLM applies to the MoE experts alone
+# Other spellings of a method: the Marlin kernels vLLM swaps in for AWQ and GPTQ checkpoints hold the same
+# weights (an engine config line names the kernel, `quantization=awq_marlin`); AutoRound's configs write
+# `intel/auto-round` or `auto-round`.
+ALIASES = {"awq_marlin": "awq", "gptq_marlin": "gptq", "auto_round": "auto-round", "intel/auto-round": "auto-round",
+           "compressed_tensors": "compressed-tensors"}
+# One module of each kind of decoder linear layer, as vLLM names them under the checkpoint's prefixes.
 MIXER_LINEARS = ("self_attn.qkv_proj", "self_attn.q_proj", "self_attn.o_proj", "linear_attn.in_proj_qkvz",
                  "linear_attn.out_proj")
 DENSE_LINEARS = ("mlp.gate_up_proj", "mlp.down_proj")
-MOE_LINEARS = ("mlp.experts", "mlp.shared_expert.gate_up_proj", "mlp.shared_experts.gate_up_proj")
+SHARED_LINEARS = ("mlp.shared_expert.gate_up_proj", "mlp.shared_experts.gate_up_proj")
+ROUTED_LINEARS = ("mlp.experts",)
 DECODER_PREFIXES = ("model.layers", "model.language_model.layers", "language_model.model.layers")
 
-
-def format_bits(quantization: str) -> tuple[str, float]:
-    """(vLLM's method name, bits per stored linear weight) for a --quantization value."""
-    key = quantization.lower().split()[0]
-    key = KERNEL_ALIASES.get(key, key)
-    if key not in QUANTIZED_BITS:
-        raise HarnessError(f"quantization '{quantization}' is not priced here (known: {', '.join(QUANTIZED_BITS)})")
-    return key, QUANTIZED_BITS[key]
+Scope = Literal["linear", "expert"]
 
 
-def check_modelopt_skips(config: dict[str, Any], size: ModelSize, method: str) -> None:
-    """Refuse a ModelOpt checkpoint whose skip list is unknown or keeps decoder linears 16-bit."""
-    skips = _modelopt_skip_list(config)
-    if skips is None:
-        raise HarnessError(f"quantization '{method}': which layers stay 16-bit is the checkpoint's own list; give "
-                           "the quantized checkpoint's config.json (its quantization_config names them)")
-    modules = MIXER_LINEARS + (MOE_LINEARS if size.moe_layers else ()) \
-        + (DENSE_LINEARS if size.moe_layers < size.layers else ())
-    probes = [f"{prefix}.{layer}.{module}" for prefix in DECODER_PREFIXES for layer in range(size.layers)
-              for module in modules]
-    sparing = [pattern for pattern in skips if any(_skipped(probe, pattern) for probe in probes)]
-    if sparing:
-        raise HarnessError(f"quantization '{method}': the checkpoint keeps decoder layers 16-bit "
-                           f"({', '.join(sparing[:3])}{' …' if len(sparing) > 3 else ''}); not priced here")
+class WeightFormat(BaseModel, frozen=True):
+    """How a checkpoint stores its quantized weights: vLLM's method, bits per weight, and which weights."""
+
+    method: str
+    bits: float
+    scope: Scope  # every decoder linear, or the routed experts alone
+    source: str  # where the layout comes from
 
 
-def _modelopt_skip_list(config: dict[str, Any]) -> list[str] | None:
-    quantization = config.get("quantization_config")
-    if not isinstance(quantization, dict):
-        return None
-    nested = quantization.get("quantization")  # hf_quant_config.json's form
-    skips = nested.get("exclude_modules") if isinstance(nested, dict) else quantization.get("ignore")
-    if skips is None:
-        skips = quantization.get("exclude_modules")
-    return [str(pattern) for pattern in skips] if isinstance(skips, list) else None
+def weight_format(quantization: str | None, config: dict[str, Any], size: ModelSize) -> WeightFormat | None:
+    """The format a start stores its weights in: the checkpoint's quantization_config, else the flag's usual one."""
+    stated = _quantization_config(config)
+    flag = _method(quantization) if quantization else None
+    if stated is None:
+        return None if flag is None else _flag_format(flag, quantization or flag)
+    method = _stated_method(stated)
+    if flag is not None and flag != method and not (flag in MODELOPT_FORMATS and method == "modelopt"):
+        raise HarnessError(f"--quantization {quantization}: the checkpoint's config.json says quant_method "
+                           f"'{stated.get('quant_method')}', and vLLM refuses a start whose two differ")
+    reader = LAYOUT_READERS.get(method)
+    if reader is None:
+        raise HarnessError(f"config.json quantization_config: quant_method '{stated.get('quant_method')}' is not "
+                           f"priced here (known: {', '.join(LAYOUT_READERS)})")
+    method, bits, detail, skips, matches = reader(stated)
+    scope = _scope(size, method, skips, matches)
+    return WeightFormat(method=method, bits=bits, scope=scope, source=f"config.json quantization_config: {detail}")
 
 
-def _skipped(module: str, pattern: str) -> bool:
-    """vLLM's test: the pattern is the module, inside its name, or a wildcard matching it."""
+def _flag_format(method: str, quantization: str) -> WeightFormat:
+    if method in MODELOPT_FORMATS:
+        raise HarnessError(f"quantization '{quantization}': which layers stay 16-bit is the checkpoint's own list; "
+                           "give the quantized checkpoint's config.json (its quantization_config names them)")
+    if method in CONFIG_ONLY_FORMATS:
+        raise HarnessError(f"quantization '{quantization}': its bits and groups are the checkpoint's own; give the "
+                           "quantized checkpoint's config.json (its quantization_config states them)")
+    if method not in QUANTIZED_BITS:
+        raise HarnessError(f"quantization '{quantization}' is not priced here (known: "
+                           f"{', '.join([*QUANTIZED_BITS, *CONFIG_ONLY_FORMATS])})")
+    scope: Scope = "expert" if method in EXPERTS_ONLY_FORMATS else "linear"
+    return WeightFormat(method=method, bits=QUANTIZED_BITS[method], scope=scope,
+                        source=f"--quantization {quantization}, the format's usual layout")
+
+
+def _method(name: str) -> str:
+    key = name.strip().lower().split()[0] if name.strip() else ""
+    return ALIASES.get(key, key)
+
+
+def _stated_method(stated: dict[str, Any]) -> str:
+    """The config's quant_method; ModelOpt's hf_quant_config.json form names none, only its nested quant_algo."""
+    if not stated.get("quant_method") and isinstance(stated.get("quantization"), dict):
+        return "modelopt"
+    return _method(str(stated.get("quant_method") or ""))
+
+
+def _quantization_config(config: dict[str, Any]) -> dict[str, Any] | None:
+    for holder in (config, language_config(config)):
+        stated = holder.get("quantization_config")
+        if isinstance(stated, dict):
+            return stated
+    return None
+
+
+Matcher = Callable[[str, str], bool]
+Layout = tuple[str, float, str, list[str], Matcher]
+
+
+def _substring(module: str, pattern: str) -> bool:
+    """AWQ's, FP8's and AutoRound's test: the listed name is part of the module's (awq.py `is_layer_skipped_awq`)."""
+    return pattern in module
+
+
+def _modelopt_match(module: str, pattern: str) -> bool:
+    """ModelOpt's test: the pattern is the module, inside its name, or a wildcard matching it."""
     return pattern in module or fnmatch(module, pattern)
+
+
+def _compressed_tensors_match(module: str, pattern: str) -> bool:
+    """compressed-tensors' test: `re:` patterns match from the name's start, other targets are whole names."""
+    return re.match(pattern[3:], module) is not None if pattern.startswith("re:") else module == pattern
+
+
+def _grouped_bits(bits: float, group: int, zero_points: bool) -> float:
+    """Packed integer weights, a 16-bit scale per group and, when asymmetric, a packed zero point per group."""
+    if group <= 0:  # one group per output channel: a scale per row, under 0.01 bit a weight
+        return bits
+    return bits + (16 + (bits if zero_points else 0)) / group
+
+
+def _gptq_layout(stated: dict[str, Any]) -> Layout:
+    bits, group = float(stated.get("bits") or 4), int(stated.get("group_size") or 128)
+    # gptq.py `create_weights` keeps qzeros whether or not the checkpoint is symmetric
+    return "gptq", _grouped_bits(bits, group, True), f"gptq, {bits:g} bits, groups of {group}", [], _substring
+
+
+def _awq_layout(stated: dict[str, Any]) -> Layout:
+    bits = float(stated.get("bits") or stated.get("w_bit") or 4)
+    group = int(stated.get("group_size") or stated.get("q_group_size") or 128)
+    skips = [str(name) for name in stated.get("modules_to_not_convert") or []]
+    return "awq", _grouped_bits(bits, group, True), f"awq, {bits:g} bits, groups of {group}", skips, _substring
+
+
+def _auto_round_layout(stated: dict[str, Any]) -> Layout:
+    bits, group = float(stated.get("bits") or 4), int(stated.get("group_size") or 128)
+    extra = stated.get("extra_config") if isinstance(stated.get("extra_config"), dict) else {}
+    skips = [name for name, layer in extra.items() if isinstance(layer, dict) and (layer.get("bits") or 0) >= 16]
+    return ("auto-round", _grouped_bits(bits, group, True), f"auto-round, {bits:g} bits, groups of {group}", skips,
+            _substring)
+
+
+def _fp8_layout(stated: dict[str, Any]) -> Layout:
+    skips = [str(name) for name in stated.get("ignored_layers") or stated.get("modules_to_not_convert") or []]
+    return "fp8", 8.0, "fp8, 8 bits", skips, _substring
+
+
+def _mxfp4_layout(stated: dict[str, Any]) -> Layout:
+    return "mxfp4", MXFP4_BITS, "mxfp4 experts, 4 bits and a scale byte per 32", [], _substring
+
+
+def _bitsandbytes_layout(stated: dict[str, Any]) -> Layout:
+    bits = 8.0 if stated.get("load_in_8bit") else QUANTIZED_BITS["bitsandbytes"]
+    skips = [str(name) for name in stated.get("llm_int8_skip_modules") or []]
+    return "bitsandbytes", bits, f"bitsandbytes, {bits:g} bits", skips, _substring
+
+
+def _modelopt_layout(stated: dict[str, Any]) -> Layout:
+    nested = stated.get("quantization")  # hf_quant_config.json's form
+    holder = nested if isinstance(nested, dict) else stated
+    algo = str(holder.get("quant_algo") or "FP8").upper()
+    method = "modelopt_fp4" if "FP4" in algo else "modelopt"
+    skips = holder.get("exclude_modules") if isinstance(nested, dict) else stated.get("ignore")
+    if skips is None:
+        skips = stated.get("exclude_modules") or []
+    return method, QUANTIZED_BITS[method], f"modelopt {algo}", [str(name) for name in skips], _modelopt_match
+
+
+def _compressed_tensors_layout(stated: dict[str, Any]) -> Layout:
+    """compressed-tensors' one weight scheme (compressed_tensors_wNa16.py, _w8a8 and _w4a4_nvfp4 `create_weights`)."""
+    groups = stated.get("config_groups")
+    schemes = {str(group.get("format") or stated.get("format")): group.get("weights") or {}
+               for group in (groups.values() if isinstance(groups, dict) else []) if isinstance(group, dict)}
+    if len(schemes) != 1:
+        raise HarnessError("config.json quantization_config: compressed-tensors with "
+                           f"{len(schemes) or 'no'} weight schemes; only one is priced here")
+    fmt, weights = next(iter(schemes.items()))
+    bits = float(weights.get("num_bits") or 8)
+    if fmt.startswith("nvfp4"):
+        bits, detail = NVFP4_BITS, "nvfp4, 4 bits and an FP8 scale per 16"
+    elif fmt.startswith("mxfp4"):
+        bits, detail = MXFP4_BITS, "mxfp4, 4 bits and a scale byte per 32"
+    elif weights.get("strategy") == "group":
+        group = int(weights.get("group_size") or 128)
+        symmetric = weights.get("symmetric", True) is not False
+        detail = f"{fmt}, {bits:g} bits, groups of {group}, {'symmetric' if symmetric else 'zero points'}"
+        bits = _grouped_bits(bits, group, not symmetric)
+    else:
+        detail = f"{fmt}, {bits:g} bits per {weights.get('strategy') or 'tensor'}"
+    skips = [str(name) for name in stated.get("ignore") or []]
+    return "compressed-tensors", bits, detail, skips, _compressed_tensors_match
+
+
+LAYOUT_READERS: dict[str, Callable[[dict[str, Any]], Layout]] = {
+    "gptq": _gptq_layout, "awq": _awq_layout, "auto-round": _auto_round_layout, "fp8": _fp8_layout,
+    "mxfp4": _mxfp4_layout, "bitsandbytes": _bitsandbytes_layout, "modelopt": _modelopt_layout,
+    "compressed-tensors": _compressed_tensors_layout,
+}
+
+
+def _scope(size: ModelSize, method: str, skips: list[str], matches: Matcher) -> Scope:
+    """Every decoder linear quantized, or the routed experts alone; any other split is refused by pattern."""
+    classes = {"mixer": MIXER_LINEARS}
+    if size.moe_layers < size.layers:
+        classes["dense"] = DENSE_LINEARS
+    if size.moe_layers:
+        classes["routed"] = ROUTED_LINEARS
+        if size.shared_experts:
+            classes["shared"] = SHARED_LINEARS
+    sparing = {kind: _sparing(skips, modules, size.layers, matches) for kind, modules in classes.items()}
+    spared = {kind for kind, patterns in sparing.items() if patterns}
+    if not spared:
+        return "expert" if method in EXPERTS_ONLY_FORMATS else "linear"
+    if "routed" in classes and spared == set(classes) - {"routed"}:
+        return "expert"
+    named = sorted({pattern for patterns in sparing.values() for pattern in patterns})
+    raise HarnessError(f"quantization '{method}': the checkpoint keeps some decoder layers 16-bit "
+                       f"({', '.join(named[:3])}{' …' if len(named) > 3 else ''}); not priced here")
+
+
+def _sparing(skips: list[str], modules: tuple[str, ...], layers: int, matches: Matcher) -> list[str]:
+    probes = [f"{prefix}.{layer}.{module}" for prefix in DECODER_PREFIXES for layer in range(layers)
+              for module in modules]
+    return [pattern for pattern in skips if any(matches(probe, pattern) for probe in probes)]

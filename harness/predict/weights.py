@@ -15,12 +15,12 @@ from harness.predict.model_shape import mtp_layers
 from harness.predict.parameter_count import ModelSize, full_attention_layer_params
 from harness.predict.speculative import EAGLE_METHODS, SpeculativeDecoding
 from harness.predict.term import Term
-from harness.predict.weight_formats import EXPERTS_ONLY_FORMATS, format_bits
+from harness.predict.weight_formats import EXPERTS_ONLY_FORMATS, WeightFormat
 
 OWN_CHECKPOINT_DRAFTERS = EAGLE_METHODS | {"medusa"}  # drafters loaded from a checkpoint of their own
 
 
-def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, tensor_parallel_size: int,
+def weights_term(size: ModelSize, dtype_bytes: int, fmt: WeightFormat | None, tensor_parallel_size: int,
                  pipeline_parallel_size: int = 1) -> Term:
     """Checkpoint bytes one GPU holds: linear layers (or only experts) in their stored format, the rest in the dtype.
 
@@ -28,30 +28,32 @@ def weights_term(size: ModelSize, dtype_bytes: int, quantization: str | None, te
     quantization config, but AWQ leaves unquantized every module the checkpoint names in
     `modules_to_not_convert` (awq.py and awq_marlin.py `get_quant_method`), where AWQ VL checkpoints name
     the tower (`["visual"]`): the tower stays 16-bit, as ModelOpt keeps every `visual` or `vision_tower`
-    module (modelopt.py `get_quant_method`); a ModelOpt checkpoint that spares decoder layers is refused
-    (weight_formats.py). GPTQ's skip rules and an online `--quantization fp8` of a 16-bit checkpoint, which
-    would quantize the tower too, are not modelled.
+    module (modelopt.py `get_quant_method`); a checkpoint that spares some decoder layers is refused
+    (weight_formats.py). An online `--quantization fp8` of a 16-bit checkpoint, which would quantize the
+    tower too, is not modelled.
 
     MXFP4 experts are held as vLLM lays them out for its Marlin kernel, the MoE path on GPUs without
     FP4 units (A100, H100; mxfp4.py `create_weights`, 0.10.1-0.11): each rank's expert width rounded
     up to 128 and the hidden size to 256, 4 bits per weight and one scale byte per 32, and each expert's
-    gate-up and down biases in 16 bits over the same padded widths (`w13_bias`, `w2_bias`).
+    gate-up and down biases in 16 bits over the same padded widths (`w13_bias`, `w2_bias`). Other formats
+    that quantize the experts alone (Kimi-K2-Thinking's int4) hold them at their own widths.
     """
-    bits, key = dtype_bytes * 8.0, None
-    if quantization:
-        key, bits = format_bits(quantization)
+    bits = fmt.bits if fmt else dtype_bytes * 8.0
     tp = tensor_parallel_size
-    if key in EXPERTS_ONLY_FORMATS:
+    rest = (size.linear_params - size.expert_params) * dtype_bytes / tp  # what an experts-only format leaves 16-bit
+    if fmt and fmt.method in EXPERTS_ONLY_FORMATS:
         width, hidden = _round_up(math.ceil(size.expert_width / tp), 128), _round_up(size.hidden, 256)
         padded = size.moe_layers * size.experts * 3 * width * hidden
         biases = size.moe_layers * size.experts * (2 * width + hidden)  # w13_bias and w2_bias, 16-bit
-        linear = padded * bits / 8 + biases * dtype_bytes + (size.linear_params - size.expert_params) * dtype_bytes / tp
+        linear = padded * bits / 8 + biases * dtype_bytes + rest
+    elif fmt and fmt.scope == "expert":
+        linear = size.expert_params * bits / 8 / tp + rest
     else:
         linear = size.linear_params * bits / 8 / tp
     total = (linear + size.embedding_params * dtype_bytes / tp) / pipeline_parallel_size
-    scope = "expert" if key in EXPERTS_ONLY_FORMATS else "linear"
-    fmt = f"{quantization} ({bits:g} bits per {scope} weight)" if quantization else f"{dtype_bytes} B per weight"
-    source = (f"{size.linear_params + size.embedding_params:,} parameters from config.json, {fmt}, "
+    described = (f"{fmt.method} ({bits:.4g} bits per {fmt.scope} weight; {fmt.source})" if fmt
+                 else f"{dtype_bytes} B per weight")
+    source = (f"{size.linear_params + size.embedding_params:,} parameters from config.json, {described}, "
               f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
     if size.vision is not None:
         total += size.vision.bytes_per_gpu(dtype_bytes, tp)

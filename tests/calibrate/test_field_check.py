@@ -28,6 +28,7 @@ from harness.predict.gpu_catalog import GPUS, gpu_memory
 from harness.predict.memory_model import FITTED_CONSTANTS
 from harness.predict.model_shape import load_model_shape
 from harness.predict.parameter_count import model_size
+from harness.predict.weight_formats import weight_format
 from harness.predict.weights import weights_term
 from harness.units import GiB
 
@@ -39,22 +40,23 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 # "8.02"), while the quoted "8.11 GiB" gives 180,816 … 181,040 tokens. Not an fp8 cache (361,856 tokens) nor a
 # total over four ranks (45,232): the two lines come from two ranks, so the quoted pair cannot agree
 # (test_qwen3_235b_quotes_two_ranks_by_hand).
-# Three Qwen3.6-27B excerpts leave out what their cache held. The dual-4090 DFlash container's cache holds its
-# draft model's layers beside the target's, which the case cannot name (a separate draft model is not sized
-# here): 9.74 GiB gives 79,184 tokens to the target alone, the log 67,728. The dual-3090 PCIe excerpt names no
-# KV cache dtype: its float16 cache gives 357,539 … 358,315 tokens against 623,873, and even fp8_e5m2 with MTP
-# drafting 3 tokens (as that repository's 0.22 dual case states) gives 633,018 … 634,507. The fp8 KV pull
-# request names no drafter: 5.33 GiB gives 340,327 tokens against 300,220, and 305,338 with MTP drafting 3
-# (before launch, on the two RTX 3090s its description lists, it predicts 392,449: +31%, that gap included).
-# The dual-5090 Qwen3.8-27B "ultramax" excerpt names neither drafter nor KV cache dtype: 11.15 GiB gives 350,278 …
-# 351,031 tokens against 214,135, and 299,095 … 299,792 with MTP drafting 3 (its before-launch residual, +91%,
-# is the same gap).
+# Four Qwen3.6/3.8-27B excerpts leave out what their cache held, and say so (`cache_contents_stated: false`):
+# no prediction can be scored against them, so they are named here with what each would have scored.
+# The dual-4090 DFlash container's cache holds its draft model's layers beside the target's, which the case
+# cannot name (a separate draft model is not sized here): 9.74 GiB gives 79,184 tokens to the target alone,
+# the log 67,728. The dual-3090 PCIe excerpt names no KV cache dtype: its float16 cache gives 357,539 … 358,315
+# tokens against 623,873, and even fp8_e5m2 with MTP drafting 3 tokens (as that repository's 0.22 dual case
+# states) gives 633,018 … 634,507. The fp8 KV pull request names no drafter: 5.33 GiB gives 340,327 tokens
+# against 300,220, and 305,338 with MTP drafting 3 (before launch, on the two RTX 3090s its description lists,
+# it predicts 392,449: +31%, that gap included). The dual-5090 Qwen3.8-27B "ultramax" excerpt names neither
+# drafter nor KV cache dtype: 11.15 GiB gives 350,278 … 351,031 tokens against 214,135, and 299,095 … 299,792
+# with MTP drafting 3 (its before-launch residual, +91%, is the same gap).
+UNSTATED_CACHE_CASES = {"v0201-qwen36-27b-autoround-rtx4090-tp2-dflash", "v024-qwen36-27b-autoround-rtx3090-tp2-pcie",
+                        "v024-qwen36-27b-fp8-tp2-fp8kv-len262144", "v0271-qwen38-27b-fp8-rtx5090-tp2-len65536"}
 # The Qwen3-VL-30B-A3B TP2 log prints only rank 0's KV memory, and the engine sizes the cache by the smallest
 # rank's: 48 layers × (K, V) × 2 KV heads a rank × 128 × 2 B = 49,152 B a token, so "37.23 GiB" (37.225 …
 # 37.235) gives 813,184 … 813,408 tokens, while the logged 813,152 tokens are 37.223 GiB: rank 1 held less.
-KNOWN_OFF = {"v0120-qwen3-vl-30b-a3b-h100-tp2-len65536", "v09-qwen3-235b-a22b-fp8-tp4",
-             "v0201-qwen36-27b-autoround-rtx4090-tp2-dflash", "v024-qwen36-27b-autoround-rtx3090-tp2-pcie",
-             "v024-qwen36-27b-fp8-tp2-fp8kv-len262144", "v0271-qwen38-27b-fp8-rtx5090-tp2-len65536"}
+KNOWN_OFF = {"v0120-qwen3-vl-30b-a3b-h100-tp2-len65536", "v09-qwen3-235b-a22b-fp8-tp4"}
 # Every before-launch fit / no-fit call is right; a case whose call goes wrong is named here with why.
 # Qwen2.5-VL-72B over four A100-40GB (V0) failed with 0.04 GiB left for its cache (the driver's, the smallest of
 # the three ranks posted); before launch the calculator leaves 2.66 GiB (34,800 tokens, a 4,096-token request fits):
@@ -81,6 +83,14 @@ def test_from_logged_memory_every_modelled_case_is_exact_within_the_logs_roundin
     scored = {c.id: c.logged.status for c in report.cases if c.logged.status in ("exact", "off")}
     assert len(scored) >= 12
     assert {case for case, status in scored.items() if status == "off"} == KNOWN_OFF
+
+
+def test_a_case_that_leaves_out_what_its_cache_holds_is_named_and_left_out_of_every_score(report) -> None:
+    unstated = {c.id: c for c in report.cases if c.id in UNSTATED_CACHE_CASES}
+    assert set(unstated) == UNSTATED_CACHE_CASES
+    for case in unstated.values():
+        assert case.logged.status.startswith("not scored: the excerpt leaves out what the cache holds"), case.id
+        assert case.launch.status == case.logged.status and case.launch.kv_tokens_residual is None, case.id
 
 
 def test_qwen2_7b_blocks_by_hand(report) -> None:
@@ -254,12 +264,14 @@ def test_mxfp4_prices_only_the_experts_at_four_bits_in_marlins_padded_layout() -
     # 13,271,040 in bf16 = 1,937,571,840 B; embeddings 2 × 201,088 × 2,880 × 2 B = 2,316,533,760.
     # Sum 70,755,581,952 B = 65.90 GiB ("Model loading took 65.9651 GiB" on an H100).
     config = load_model_shape(str(CORPUS / "configs" / "openai--gpt-oss-120b.json")).config
-    assert weights_term(model_size(config), 2, "mxfp4", 1).bytes == 70_755_581_952
+    size = model_size(config)
+    mxfp4 = weight_format("mxfp4", config, size)
+    assert weights_term(size, 2, mxfp4, 1).bytes == 70_755_581_952
     # TP=4: each rank's expert width 720 pads to 768: 36 × 128 × 3 × 768 × 3,072 = 32,614,907,904 weights,
     # 17,326,669,824 B; biases 36 × 128 × (2 × 768 + 3,072) × 2 B = 42,467,328; plus a quarter of the bf16
     # rest, (1,937,571,840 + 2,316,533,760) / 4 = 1,063,526,400. 18,432,663,552 B = 17.17 GiB a GPU
     # ("Model loading took 17.2217 GiB" on each of four A100s).
-    assert weights_term(model_size(config), 2, "mxfp4", 4).bytes == 18_432_663_552
+    assert weights_term(size, 2, mxfp4, 4).bytes == 18_432_663_552
 
 
 def test_only_the_h200_still_stands_in_with_nvidia_smis_total() -> None:

@@ -1,48 +1,115 @@
-"""ModelOpt checkpoints: NVFP4's stored bytes, and the skip lists that can and cannot be priced.
+"""Checkpoint formats: bits per stored weight from the checkpoint's quantization_config, and the skip lists that can
+and cannot be priced.
 
-The configs are small ones built for these rules (not model cards). The skip lists are the forms ModelOpt
-writes: `["lm_head"]` for a dense model, and for a Qwen3.5-style MoE `["mtp*", "*mlp.gate",
-"*shared_expert_gate"]`, which spares only the multi-token-prediction head and the routers.
+The small configs are built for these rules (not model cards). The skip lists are the forms the tools write:
+ModelOpt's `["lm_head"]` for a dense model and `["mtp*", "*mlp.gate", "*shared_expert_gate"]` for a
+Qwen3.5-style MoE (sparing only the multi-token-prediction head and the routers); compressed-tensors' regexes
+for Kimi-K2-Thinking, whose int4 covers the routed experts alone.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.errors import HarnessError
+from harness.predict.model_shape import load_model_shape
 from harness.predict.parameter_count import model_size
-from harness.predict.weight_formats import check_modelopt_skips
+from harness.predict.weight_formats import weight_format
 from harness.predict.weights import weights_term
+from harness.units import GiB
 
+CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
 DENSE: dict[str, Any] = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
                          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
                          "vocab_size": 1000, "tie_word_embeddings": False}
 MOE: dict[str, Any] = {**DENSE, "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 8,
                        "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+# DENSE: head_dim 64 / 4 = 16; attention 64 × 16 × (2 × 4 + 2 × 4) = 16,384 and MLP 3 × 64 × 128 = 24,576 a
+# layer, × 2 layers = 81,920 linear weights; embedding and LM head 2 × 1,000 × 64 = 128,000 at 2 B = 256,000 B.
+DENSE_LINEAR, DENSE_EMBEDDING_BYTES = 81_920, 256_000
+
+
+def _priced(config: dict[str, Any], quantization: str | None = None, tp: int = 1) -> int:
+    size = model_size(config)
+    return weights_term(size, 2, weight_format(quantization, config, size), tp).bytes
+
+
+def _with(config: dict[str, Any], quantization_config: dict[str, Any]) -> dict[str, Any]:
+    return {**config, "quantization_config": quantization_config}
 
 
 def _nvfp4(config: dict[str, Any], ignore: list[str]) -> dict[str, Any]:
-    return {**config, "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ignore}}
+    return _with(config, {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ignore})
 
 
 def test_nvfp4_stores_four_and_a_half_bits_a_linear_weight_and_keeps_embeddings_16_bit() -> None:
-    # head_dim 64 / 4 = 16; attention 64 × 16 × (2 × 4 + 2 × 4) = 16,384 and MLP 3 × 64 × 128 = 24,576 a layer,
-    # × 2 layers = 81,920 linear weights at 4 + 8 / 16 = 4.5 bits: 46,080 B. Embedding and LM head
-    # 2 × 1,000 × 64 = 128,000 parameters at 2 B: 256,000 B. Together 302,080 B.
-    assert weights_term(model_size(DENSE), 2, "modelopt_fp4", 1).bytes == 302_080
+    # 81,920 linear weights at 4 + 8 / 16 = 4.5 bits: 46,080 B, + 256,000 B of embeddings = 302,080 B.
+    assert _priced(_nvfp4(DENSE, ["lm_head"]), "modelopt_fp4") == 302_080
 
 
 def test_modelopt_fp8_stores_one_byte_a_linear_weight() -> None:
     # 81,920 linear weights at 1 B + 256,000 B of embeddings = 337,920 B.
-    assert weights_term(model_size(DENSE), 2, "modelopt", 1).bytes == 337_920
+    config = _with(DENSE, {"quant_method": "modelopt", "quant_algo": "FP8", "ignore": []})
+    assert _priced(config, "modelopt") == 337_920
+
+
+def test_the_checkpoints_own_config_sets_the_format_when_no_flag_names_one() -> None:
+    # vLLM reads quant_method from config.json; a 4-bit GPTQ checkpoint at groups of 64 stores
+    # 4 + (4 + 16) / 64 = 4.3125 bits a weight: 81,920 × 4.3125 / 8 = 44,160 B, + 256,000 = 300,160 B.
+    config = _with(DENSE, {"quant_method": "gptq", "bits": 4, "group_size": 64, "sym": True})
+    assert _priced(config) == 300_160
+    assert _priced(config, "gptq_marlin") == 300_160  # the Marlin kernel holds the same weights
+    # without the config the flag gets GPTQ's usual groups of 128: 4.15625 bits, 42,560 B + 256,000
+    assert _priced(DENSE, "gptq") == 298_560
+
+
+def test_an_eight_bit_awq_checkpoint_is_priced_at_its_own_bits() -> None:
+    # w_bit 8, q_group_size 128 (AutoAWQ's spelling): 8 + (8 + 16) / 128 = 8.1875 bits; 81,920 × 8.1875 / 8 =
+    # 83,840 B, + 256,000 = 339,840 B.
+    assert _priced(_with(DENSE, {"quant_method": "awq", "w_bit": 8, "q_group_size": 128})) == 339_840
+
+
+def test_compressed_tensors_group_int4_stores_scales_and_zero_points_only_where_asymmetric() -> None:
+    def scheme(symmetric: bool) -> dict[str, Any]:
+        weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32, "symmetric": symmetric}
+        return {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}}, "ignore": ["lm_head"]}
+    # symmetric: 4 + 16 / 32 = 4.5 bits, 46,080 B; asymmetric adds a packed 4-bit zero point a group:
+    # 4 + 20 / 32 = 4.625 bits, 47,360 B. Each + 256,000 B of embeddings.
+    assert _priced(_with(DENSE, scheme(True))) == 302_080
+    assert _priced(_with(DENSE, scheme(False))) == 303_360
+
+
+def test_kimi_k2_thinking_holds_its_routed_experts_in_int4_and_the_rest_in_bf16() -> None:
+    # Per layer: MLA attention 7,168 × 1,536 + 1,536 × 64 × 192 + 7,168 × 576 + 512 × 64 × 256 + 64 × 128 ×
+    # 7,168 = 101,122,048; × 61 = 6,168,444,928. One dense layer 3 × 7,168 × 18,432 = 396,361,728. 60 MoE
+    # layers of 384 routed experts, 3 × 7,168 × 2,048 × 384 × 60 = 1,014,686,023,680, a shared expert
+    # 3 × 7,168 × 2,048 × 60 = 2,642,411,520 and routers 7,168 × 384 × 60 = 165,150,720.
+    # The routed experts at 4 + 16 / 32 = 4.5 bits: 570,760,888,320 B; the other 9,372,368,896 linear weights
+    # and 2 × 163,840 × 7,168 = 2,348,810,240 embedding weights in bf16: 23,442,358,272 B. Together
+    # 594,203,246,592 B, the 594.2 GB model listings record for the hub checkpoint; over TP 8, 74,275,405,824 B.
+    config = load_model_shape(str(CONFIGS / "moonshotai--Kimi-K2-Thinking.json")).config
+    size = model_size(config)
+    fmt = weight_format("compressed-tensors", config, size)
+    assert fmt is not None and (fmt.scope, fmt.bits) == ("expert", 4.5)
+    assert weights_term(size, 2, fmt, 8).bytes == 74_275_405_824
+    assert round(74_275_405_824 / GiB, 2) == 69.17
+
+
+def test_mxfp4_applies_to_the_experts_alone_whatever_the_flag_says() -> None:
+    config = _with(MOE, {"quant_method": "mxfp4"})
+    fmt = weight_format(None, config, model_size(config))
+    assert fmt is not None and (fmt.method, fmt.scope) == ("mxfp4", "expert")
 
 
 @pytest.mark.parametrize(("config", "ignore"), [(DENSE, ["lm_head"]),
                                                 (MOE, ["mtp*", "*mlp.gate", "*shared_expert_gate"])])
-def test_a_skip_list_that_spares_no_decoder_linear_is_priced(config: dict[str, Any], ignore: list[str]) -> None:
-    check_modelopt_skips(_nvfp4(config, ignore), model_size(config), "modelopt_fp4")  # raises if refused
+def test_a_skip_list_that_spares_no_decoder_linear_is_priced_whole(config: dict[str, Any], ignore: list[str]) -> None:
+    fmt = weight_format("modelopt_fp4", _nvfp4(config, ignore), model_size(config))
+    assert fmt is not None and fmt.scope == "linear"
 
 
 @pytest.mark.parametrize(("config", "ignore", "named"), [
@@ -50,21 +117,37 @@ def test_a_skip_list_that_spares_no_decoder_linear_is_priced(config: dict[str, A
     (DENSE, ["model.layers.1.mlp"], "model.layers.1.mlp"),
     (MOE, ["*mlp.gate", "model.layers.0.mlp.experts*"], "model.layers.0.mlp.experts*"),
 ])
-def test_a_skip_list_that_keeps_decoder_layers_16_bit_is_refused_by_pattern(
+def test_a_skip_list_that_keeps_some_decoder_layers_16_bit_is_refused_by_pattern(
         config: dict[str, Any], ignore: list[str], named: str) -> None:
-    with pytest.raises(HarnessError, match="keeps decoder layers 16-bit") as refusal:
-        check_modelopt_skips(_nvfp4(config, ignore), model_size(config), "modelopt_fp4")
+    with pytest.raises(HarnessError, match="keeps some decoder layers 16-bit") as refusal:
+        weight_format("modelopt_fp4", _nvfp4(config, ignore), model_size(config))
     assert named in str(refusal.value)
     assert "*mlp.gate" not in str(refusal.value) and "lm_head" not in str(refusal.value)
 
 
-def test_a_checkpoint_without_its_quantization_config_is_refused_not_guessed() -> None:
-    with pytest.raises(HarnessError, match="quantization_config"):
-        check_modelopt_skips(DENSE, model_size(DENSE), "modelopt_fp4")
+@pytest.mark.parametrize(("flag", "refusal"), [
+    ("modelopt_fp4", "quantization_config names them"),
+    ("compressed-tensors", "quantization_config states them"),
+    ("int4", r"'int4' is not priced here \(known: fp8"),
+])
+def test_a_format_whose_layout_is_the_checkpoints_own_is_refused_without_its_config(flag: str, refusal: str) -> None:
+    with pytest.raises(HarnessError, match=refusal):
+        weight_format(flag, DENSE, model_size(DENSE))
+
+
+def test_a_flag_that_contradicts_the_checkpoints_config_is_refused_as_vllm_refuses_it() -> None:
+    config = _with(DENSE, {"quant_method": "awq", "bits": 4, "group_size": 128})
+    with pytest.raises(HarnessError, match=r"--quantization gptq: .* says quant_method 'awq'"):
+        weight_format("gptq", config, model_size(DENSE))
+
+
+def test_an_unpriced_method_in_the_config_is_named() -> None:
+    config = _with(DENSE, {"quant_method": "hqq"})
+    with pytest.raises(HarnessError, match="quant_method 'hqq' is not priced here"):
+        weight_format(None, config, model_size(DENSE))
 
 
 def test_the_legacy_hf_quant_config_form_is_read() -> None:
-    legacy = {**DENSE, "quantization_config": {"quantization": {"quant_algo": "NVFP4",
-                                                                "exclude_modules": ["model.layers.0.self_attn"]}}}
+    legacy = _with(DENSE, {"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["model.layers.0.self_attn"]}})
     with pytest.raises(HarnessError, match=r"model\.layers\.0\.self_attn"):
-        check_modelopt_skips(legacy, model_size(DENSE), "modelopt_fp4")
+        weight_format("modelopt_fp4", legacy, model_size(DENSE))

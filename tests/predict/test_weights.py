@@ -28,6 +28,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.predict.parameter_count import model_size
 from harness.predict.vision_tower import vision_tower
+from harness.predict.weight_formats import weight_format
 from harness.predict.weights import weights_term
 from harness.units import GiB
 
@@ -145,7 +146,7 @@ def test_llava_tower_stops_at_the_feature_layer_and_stays_16_bit_under_awq() -> 
     # 4.15625 bits = 3,364,487,168 B; embeddings 2 × 32,064 × 4,096 × 2 B = 525,336,576; tower 311,888,896 × 2 B =
     # 623,777,792. Sum 4,513,601,536 B = 4.204 GiB, 1.2% under the 4.2530 GiB v0102-llava15-7b-awq-16gib
     # logs; a 4-bit tower (3.774 GiB) would put it 11% under.
-    weights = weights_term(size, 2, "awq", 1)
+    weights = weights_term(size, 2, weight_format("awq", LLAVA_15_7B, size), 1)
     assert weights.bytes == 4_513_601_536
     assert "CLIP vision tower" in weights.source
 
