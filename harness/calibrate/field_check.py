@@ -43,7 +43,7 @@ from harness.predict.memory_model import (
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import ModelShape, load_model_shape
-from harness.predict.non_torch import communicator_bytes, communicators_counted
+from harness.predict.non_torch import communicator_bytes, communicators_counted, nvls_bytes
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.releases import runs_v0
@@ -270,12 +270,14 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
 
 def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> tuple[float, float, float]:
     """(base, NCCL, CUDA context) GiB: medians of the figures that hold only the base, then of what the
-    communicators add where the release counts them (less the custom all-reduce's buffers, which the code
-    sizes), then of what the context adds."""
+    communicators add where the release counts them (less the custom all-reduce's and the NVLS buffers, which
+    the code and NCCL's log size), then of what the context adds."""
     def communicators(case: FieldCase) -> bool:
         return communicators_counted(Version(case.facts.vllm_version), _v0(case),
                                      case.facts.tensor_parallel_size, case.facts.pipeline_parallel_size)
 
+    samples = [(case, gib - nvls_bytes(case.facts.gpu, case.facts.tensor_parallel_size) / GiB)
+               for case, gib in samples]  # NCCL prints its NVLS size; nothing of it is fitted
     plain = [gib for case, gib in samples if not _context_counted(case) and not communicators(case)]
     base = round(statistics.median(plain), 3) if plain else 0.0
     nccl = [gib - base - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB

@@ -111,5 +111,19 @@ def gpu_memory(name: str) -> GpuMemory:
     )
 
 
+# Data-centre parts of Hopper and later sold on NVSwitch boards (HGX, DGX, NVL72), spelt as `_spelling` leaves
+# them; the PCIe cards and NVL pairs of the same chips (`H100 PCIe`, `H100 NVL`, the 94 GiB `H100-96GB`,
+# `H200 NVL`) bridge two GPUs at most, and a GH200 stands alone.
+NVSWITCH_CHIPS = ("h100", "h200", "h800", "h20", "b200", "b300")
+NVSWITCH_EXCEPTIONS = ("pcie", "nvl", "96gb", "gh200")
+
+
+def on_nvswitch(name: str | None) -> bool:
+    """Whether a GPU of this name (the catalogue's, or nvidia-smi's) sits on an NVSwitch with its peers; an H100
+    named without its form factor is taken as the SXM part, the one multi-GPU servers hold."""
+    spelt = _spelling(name or "")
+    return any(chip in spelt for chip in NVSWITCH_CHIPS) and not any(part in spelt for part in NVSWITCH_EXCEPTIONS)
+
+
 def _spelling(name: str) -> str:
     return "".join(character for character in name.lower() if character.isalnum())

@@ -21,7 +21,7 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.predict.non_torch import communicator_bytes, communicators_counted
+from harness.predict.non_torch import communicator_bytes, communicators_counted, nvls_bytes
 from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
 from harness.predict.releases import release_version, runs_v0
@@ -130,13 +130,16 @@ def sampler_bytes(path: SamplerPath, constants: MemoryConstants) -> float:
 
 
 def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tensor_parallel_size: int,
-                   pipeline_parallel_size: int) -> Term:
+                   pipeline_parallel_size: int, gpu_name: str | None = None) -> Term:
     """What the release's profile counts outside torch: the fitted base (cuBLAS workspace and the like), the
-    CUDA context where the release counts it, and the communicators' buffers where its snapshot precedes them."""
+    CUDA context where the release counts it, the communicators' buffers where its snapshot precedes them, and
+    NCCL's NVLS buffers on an NVSwitch board (non_torch.py)."""
     context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
     counted = communicators_counted(version, v0, tensor_parallel_size, pipeline_parallel_size)
     communicators = communicator_bytes(constants.nccl_gib, tensor_parallel_size) if counted else 0
-    total = int((constants.non_torch_gib + (constants.cuda_context_gib if context else 0.0)) * GiB) + communicators
+    nvls = nvls_bytes(gpu_name, tensor_parallel_size)
+    total = int((constants.non_torch_gib + (constants.cuda_context_gib if context else 0.0)) * GiB) + communicators \
+        + nvls
     source = f"fitted {constants.non_torch_gib:.2f} GiB (cuBLAS workspace and the like)"
     if context:
         source += f" + {constants.cuda_context_gib:.2f} GiB of CUDA context, which {version} counts"
@@ -145,6 +148,9 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
                    " counts (its memory snapshot precedes the distributed set-up)")
     elif tensor_parallel_size * pipeline_parallel_size > 1:
         source += f"; NCCL buffers are allocated before {version}'s memory snapshot: not counted"
+    if nvls:
+        source += (f" + {nvls / GiB:.2f} GiB of NCCL NVLS buffers (288 MiB per rank × {tensor_parallel_size} ranks "
+                   f"on an NVSwitch {gpu_name}), connected in the profile's all-reduce")
     return Term(name="non_torch", bytes=total, subtracted=True, source=source)
 
 
@@ -219,7 +225,7 @@ def plan_waterfall(
     forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
     sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
     activation = max(forward, sampling)
-    non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size)
+    non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size, gpu_name)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
     graph_bytes = int(constants.cuda_graph_gib * GiB)  # the source shows this figure, rounded as the table rounds it
     if checkpoint is not None:

@@ -19,18 +19,28 @@ torch (custom_all_reduce.py `CustomAllreduce.__init__`: `meta_size() + max_size`
 max_size = 8,192 × 1,024 B; its 8 MiB `rank_data` is a torch tensor), for world sizes 2, 4, 6 and 8;
 and NCCL's own buffers, which NCCL sizes (channels × peers × protocol buffers) and vLLM's code does
 not state: fitted per GPU (`MemoryConstants.nccl_gib`).
+
+On an NVSwitch board of Hopper or later NCCL adds NVLink SHARP (NVLS) buffers once a communicator spans more
+than two GPUs (vllm#9699, measured on H100 and H200). NCCL prints their size: "NVLS comm … nHeads 8 buffSize
+4194304 memSize 2097152 nvlsPerRankSize 301989888 nvlsTotalSize 2415919104" on eight H200s, that is 24 channels
+× 2 × (4 MiB + 2 MiB) = 288 MiB per rank, times the ranks, on every GPU. NCCL connects them at the first
+collective that runs NVLS (its connections are made at run time from NCCL 2.22 on), the profile's large
+all-reduce, so every release's profile holds them, wherever its snapshot sits.
 """
 
 from __future__ import annotations
 
 from packaging.version import Version
 
+from harness.predict.gpu_catalog import on_nvswitch
 from harness.units import GiB
 
 V1_COMMUNICATORS_BEFORE_SNAPSHOT_SINCE = Version("0.11.0")
 CUSTOM_ALL_REDUCE_MAX_BYTES = 8192 * 1024
 CUSTOM_ALL_REDUCE_WORLD_SIZES = frozenset({2, 4, 6, 8})
 CUSTOM_ALL_REDUCE_BYTES = 2 * CUSTOM_ALL_REDUCE_MAX_BYTES  # meta (a few KiB, left out) + max_size, and max_size
+NVLS_BYTES_PER_RANK = 24 * 2 * (4 * 1024 * 1024 + 2 * 1024 * 1024)  # nvlsPerRankSize 301989888
+NVLS_MIN_RANKS = 3
 
 
 def communicators_counted(version: Version, v0: bool, tensor_parallel_size: int, pipeline_parallel_size: int) -> bool:
@@ -43,3 +53,10 @@ def communicator_bytes(nccl_gib: float, tensor_parallel_size: int) -> int:
     """NCCL's fitted buffers plus the custom all-reduce's two IPC buffers where its world size allows one."""
     custom = CUSTOM_ALL_REDUCE_BYTES if tensor_parallel_size in CUSTOM_ALL_REDUCE_WORLD_SIZES else 0
     return int(nccl_gib * GiB) + custom
+
+
+def nvls_bytes(gpu_name: str | None, tensor_parallel_size: int) -> int:
+    """NCCL's NVLS buffers on each GPU: 288 MiB per rank of the tensor-parallel group, on NVSwitch parts past two."""
+    if tensor_parallel_size < NVLS_MIN_RANKS or not on_nvswitch(gpu_name):
+        return 0
+    return NVLS_BYTES_PER_RANK * tensor_parallel_size

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.predict.gpu_catalog import GPUS, gpu_memory
+from harness.predict.gpu_catalog import GPUS, gpu_memory, on_nvswitch
 
 CASES = Path(__file__).parents[1] / "fixtures" / "field" / "cases"
 # Named by a field case without a total the catalogue can give: "A100" is a case whose comment gives no memory
@@ -67,3 +67,12 @@ def test_the_a100_40gb_total_agrees_with_cudas_byte_count() -> None:
 
 def test_catalogue_names_are_unique_without_regard_to_case() -> None:
     assert len({name.lower() for name in GPUS}) == len(GPUS)
+
+
+@pytest.mark.parametrize(("name", "switched"), [
+    ("H100-80GB", True), ("NVIDIA H100 80GB HBM3", True), ("H200", True), ("NVIDIA B200", True), ("H20", True),
+    ("NVIDIA H100 PCIe", False), ("NVIDIA H100 NVL", False), ("H100-96GB", False), ("NVIDIA H200 NVL", False),
+    ("GH200", False), ("A100-80GB", False), ("L40S", False), (None, False),
+])
+def test_only_hopper_and_later_sxm_parts_sit_on_an_nvswitch(name: str | None, switched: bool) -> None:
+    assert on_nvswitch(name) is switched

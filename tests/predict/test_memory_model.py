@@ -143,6 +143,26 @@ def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distrib
     assert non_torch("0.11.0", 2) == non_torch("0.19.0", 8) == non_torch("0.7.3", 1) == 268_435_456
 
 
+def test_nvls_buffers_join_the_non_torch_memory_on_an_nvswitch_board_past_two_gpus() -> None:
+    # NCCL's "nvlsPerRankSize 301989888" (24 channels × 2 × (4 MiB + 2 MiB)) times the ranks: TP=4 on H100s
+    # holds 4 × 301,989,888 = 1,207,959,552 B more, in 0.9.2 (communicators counted) and in 0.11.0 (not) alike,
+    # since NCCL connects NVLS in the profile's all-reduce. TP=2, a PCIe H100 or an A100 add nothing.
+    config = _config("Qwen--Qwen2-7B-Instruct.json")
+
+    def non_torch(version: str, tp: int, gpu: str | None) -> int:
+        waterfall = plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
+                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
+                                   tensor_parallel_size=tp, gpu_name=gpu)
+        return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
+
+    for version in ("0.9.2", "0.11.0"):
+        assert non_torch(version, 4, "H100-80GB") - non_torch(version, 4, "A100-80GB") == 1_207_959_552
+        assert non_torch(version, 4, "NVIDIA H100 80GB HBM3") == non_torch(version, 4, "H100-80GB")
+        assert non_torch(version, 4, "NVIDIA H100 PCIe") == non_torch(version, 4, "A100-80GB")
+        assert non_torch(version, 2, "H200") == non_torch(version, 2, "A100-80GB")
+    assert non_torch("0.11.0", 8, "H200") - non_torch("0.11.0", 8, None) == 2_415_919_104  # nvlsTotalSize
+
+
 def test_a_vision_language_waterfall_says_the_encoder_profile_is_not_priced() -> None:
     def assumptions(config_name: str) -> list[str]:
         config = load_model_shape(str(CORPUS / "configs" / config_name)).config
