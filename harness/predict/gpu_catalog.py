@@ -2,13 +2,12 @@
 
 vLLM multiplies this total (not the marketing size) by `gpu_memory_utilization`, so each figure here is one a
 real start-up log, CUDA error or CUDA program printed (torch's out-of-memory message prints the same device
-total vLLM reads, `a total capacity of X GiB`; older torch wrote `X GiB total capacity`). Only the H200 still
-has no such figure: nvidia-smi's `memory.total` stands in and its source says so; it is the larger of the two
-(an H100 shows 81,559 MiB = 79.65 GiB in nvidia-smi but 79.11-79.22 GiB in vLLM's logs), so that entry
-overstates the total by about half a GiB. The same card can print a slightly different total under another
-driver or board (SXM or PCIe); a source names the other figure where one was seen. A GB10 (DGX Spark) shares
-one memory between CPU and GPU, and CUDA's total is that whole memory. A GPU that is not here is refused by
-name; `--gpu` also takes the total itself in GiB.
+total vLLM reads, `a total capacity of X GiB`; older torch wrote `X GiB total capacity`), never nvidia-smi's
+`memory.total`, which is larger (an H100 shows 81,559 MiB = 79.65 GiB in nvidia-smi but 79.11-79.22 GiB in
+vLLM's logs; an H200 143,771 MiB = 140.40 GiB against vLLM's 139.81). The same card can print a slightly
+different total under another driver or board (SXM or PCIe); a source names the other figure where one was seen.
+A GB10 (DGX Spark) shares one memory between CPU and GPU, and CUDA's total is that whole memory. A GPU that is
+not here is refused by name; `--gpu` also takes the total itself in GiB.
 """
 
 from __future__ import annotations
@@ -83,9 +82,16 @@ GPUS = {
         GpuMemory(name="GB10", total_gib=121.69,
                   source="vLLM's `Free memory on device (110.37/121.69 GiB)` on a DGX Spark (GB10), "
                          "https://github.com/MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks/issues/47"),
-        GpuMemory(name="H200", total_gib=140.4,
-                  source="nvidia-smi `~143,771 MiB per GPU`, https://github.com/vllm-project/recipes/issues/381 "
-                         "(nvidia-smi's total, above CUDA's)"),
+        GpuMemory(name="H200", total_gib=139.81,
+                  source="vLLM's `Free memory on device (139.21/139.81 GiB) on startup` on a GPU whose MoE config "
+                         "vLLM loads as `device_name=NVIDIA_H200`, https://github.com/sungwon-chae/arxiv_confi/blob/"
+                         "bd1defe41b7e441c8f90d3ef6f3bd2636cad3f6a/tmp_memo.md; torch prints 139.80 GiB on 8xH200 in "
+                         "https://github.com/Jackmin801/prime-rl-hardfork/blob/4efbae458d8cd2094b7fc1ba61155462f2cb6b3c"
+                         "/benchmarks/results/BENCHMARKS.md, and nvidia-smi shows 143,771 MiB"),
+        GpuMemory(name="B200", total_gib=178.36,
+                  source="torch's `a total capacity of 178.36 GiB` on 8xB200, https://github.com/PrimeIntellect-ai/"
+                         "prime-rl/blob/d8f290ef0358a804f1912bd29ea1b37cc56894b4/benchmarks/results/BENCHMARKS.md; a "
+                         "CUDA device query prints 178.35, https://github.com/pytorch/ao/pull/4002"),
     )
 }
 
