@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from packaging.version import Version
+from pydantic import BaseModel
 
 from harness.calibrate.field_corpus import FieldCase, architecture, load_corpus
 from harness.calibrate.field_results import (
@@ -31,7 +32,7 @@ from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.predict.budget import CapacityPrediction
-from harness.predict.gpu_catalog import gpu_memory
+from harness.predict.gpu_catalog import gpu_memory, is_hopper
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
     DEFAULT_V1_SAMPLER,
@@ -217,6 +218,15 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
     )
 
 
+class NonTorchFit(BaseModel, frozen=True):
+    """The fitted non-torch figures, GiB per GPU (see `MemoryConstants`)."""
+
+    base_gib: float
+    hopper_gib: float
+    nccl_gib: float
+    context_gib: float
+
+
 def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) -> MemoryConstants:
     """Least squares for the sorting sampler's bytes per logit; medians for non-torch and graph memory.
 
@@ -260,33 +270,42 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         if rest is not None:
             non_torch.append((case, (rest - _activation(case, config, total_bytes, per_logit)) / GiB))
             used.add(case.id)
-    base_gib, nccl_gib, context_gib = _fit_non_torch(non_torch)
+    fit = _fit_non_torch(non_torch)
     return MemoryConstants(
-        sampler_bytes_per_logit=per_logit, non_torch_gib=base_gib, cuda_context_gib=context_gib, nccl_gib=nccl_gib,
+        sampler_bytes_per_logit=per_logit, non_torch_gib=fit.base_gib, hopper_non_torch_gib=fit.hopper_gib,
+        cuda_context_gib=fit.context_gib, nccl_gib=fit.nccl_gib,
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),
     )
 
 
-def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> tuple[float, float, float]:
-    """(base, NCCL, CUDA context) GiB: medians of the figures that hold only the base, then of what the
-    communicators add where the release counts them (less the custom all-reduce's and the NVLS buffers, which
-    the code and NCCL's log size), then of what the context adds."""
+def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> NonTorchFit:
+    """The base (apart for Hopper parts), NCCL and CUDA context GiB: medians of the figures that hold only the
+    base, then of what the communicators add where the release counts them (less the custom all-reduce's and the
+    NVLS buffers, which the code and NCCL's log size), then of what the context adds."""
     def communicators(case: FieldCase) -> bool:
         return communicators_counted(Version(case.facts.vllm_version), _v0(case),
                                      case.facts.tensor_parallel_size, case.facts.pipeline_parallel_size)
 
     samples = [(case, gib - nvls_bytes(case.facts.gpu, case.facts.tensor_parallel_size) / GiB)
                for case, gib in samples]  # NCCL prints its NVLS size; nothing of it is fitted
-    plain = [gib for case, gib in samples if not _context_counted(case) and not communicators(case)]
-    base = round(statistics.median(plain), 3) if plain else 0.0
-    nccl = [gib - base - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB
-            for case, gib in samples if not _context_counted(case) and communicators(case)]
-    nccl_gib = round(max(0.0, statistics.median(nccl)), 3) if nccl else 0.0
-    context = [gib - base - (communicator_bytes(nccl_gib, case.facts.tensor_parallel_size) / GiB
-                             if communicators(case) else 0.0)
+    plain = [(case, gib) for case, gib in samples if not _context_counted(case) and not communicators(case)]
+    base = _median([gib for case, gib in plain if not is_hopper(case.facts.gpu)])
+    hopper = _median([gib for case, gib in plain if is_hopper(case.facts.gpu)])
+
+    def base_of(case: FieldCase) -> float:
+        return hopper if is_hopper(case.facts.gpu) else base
+
+    nccl_gib = max(0.0, _median([gib - base_of(case) - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB
+                                 for case, gib in samples if not _context_counted(case) and communicators(case)]))
+    context = [gib - base_of(case) - (communicator_bytes(nccl_gib, case.facts.tensor_parallel_size) / GiB
+                                      if communicators(case) else 0.0)
                for case, gib in samples if _context_counted(case)]
-    return base, nccl_gib, round(max(0.0, statistics.median(context)), 3) if context else 0.0
+    return NonTorchFit(base_gib=base, hopper_gib=hopper, nccl_gib=nccl_gib, context_gib=max(0.0, _median(context)))
+
+
+def _median(figures: list[float]) -> float:
+    return round(statistics.median(figures), 3) if figures else 0.0
 
 
 def _context_counted(case: FieldCase) -> bool:

@@ -62,6 +62,7 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
             tensor_parallel_size=log.tensor_parallel_size or 1, pipeline_parallel_size=log.pipeline_parallel_size or 1,
             max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs,
             checkpoint=None if log.quantization else shape.checkpoint_weights, speculative=speculative,
+            gpu_name=gpu,
         )
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,

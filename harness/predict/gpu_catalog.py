@@ -124,6 +124,15 @@ NVSWITCH_CHIPS = ("h100", "h200", "h800", "h20", "b200", "b300")
 NVSWITCH_EXCEPTIONS = ("pcie", "nvl", "96gb", "gh200")
 
 
+HOPPER_CHIPS = ("h100", "h200", "h800", "h20")  # compute capability 9.0, GH200's GPU included
+
+
+def is_hopper(name: str | None) -> bool:
+    """Whether a GPU of this name (the catalogue's, or nvidia-smi's) is a Hopper part (sm90)."""
+    spelt = _spelling(name or "")
+    return any(chip in spelt for chip in HOPPER_CHIPS)
+
+
 def on_nvswitch(name: str | None) -> bool:
     """Whether a GPU of this name (the catalogue's, or nvidia-smi's) sits on an NVSwitch with its peers; an H100
     named without its form factor is taken as the SXM part, the one multi-GPU servers hold."""

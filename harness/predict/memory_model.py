@@ -21,6 +21,7 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.gpu_catalog import is_hopper
 from harness.predict.non_torch import communicator_bytes, communicators_counted, nvls_bytes
 from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
@@ -69,6 +70,8 @@ class MemoryConstants(BaseModel, frozen=True):
 
     sampler_bytes_per_logit: float  # peak of the sorting top-k/top-p sampler per (row × vocabulary entry)
     non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot, NCCL aside
+    # the same on Hopper parts, fitted apart: the fit half's H200 starts hold 0.4-1.0 GiB where others hold 0.25 or less
+    hopper_non_torch_gib: float = 0.0
     cuda_context_gib: float  # on top where the release counts the CUDA context (V0 before 0.6.5, V1 before 0.9.1)
     nccl_gib: float = 0.0  # NCCL's buffers per GPU, on top where the release counts them (non_torch.py)
     cuda_graph_gib: float
@@ -131,16 +134,17 @@ def sampler_bytes(path: SamplerPath, constants: MemoryConstants) -> float:
 
 def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tensor_parallel_size: int,
                    pipeline_parallel_size: int, gpu_name: str | None = None) -> Term:
-    """What the release's profile counts outside torch: the fitted base (cuBLAS workspace and the like), the
-    CUDA context where the release counts it, the communicators' buffers where its snapshot precedes them, and
-    NCCL's NVLS buffers on an NVSwitch board (non_torch.py)."""
+    """What the release's profile counts outside torch: the fitted base (cuBLAS workspace and the like; its own
+    figure on Hopper parts), the CUDA context where the release counts it, the communicators' buffers where its
+    snapshot precedes them, and NCCL's NVLS buffers on an NVSwitch board (non_torch.py)."""
     context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
     counted = communicators_counted(version, v0, tensor_parallel_size, pipeline_parallel_size)
     communicators = communicator_bytes(constants.nccl_gib, tensor_parallel_size) if counted else 0
     nvls = nvls_bytes(gpu_name, tensor_parallel_size)
-    total = int((constants.non_torch_gib + (constants.cuda_context_gib if context else 0.0)) * GiB) + communicators \
-        + nvls
-    source = f"fitted {constants.non_torch_gib:.2f} GiB (cuBLAS workspace and the like)"
+    hopper = is_hopper(gpu_name)
+    base_gib = constants.hopper_non_torch_gib if hopper else constants.non_torch_gib
+    total = int((base_gib + (constants.cuda_context_gib if context else 0.0)) * GiB) + communicators + nvls
+    source = f"fitted {base_gib:.2f} GiB (cuBLAS workspace and the like{', on a Hopper part' if hopper else ''})"
     if context:
         source += f" + {constants.cuda_context_gib:.2f} GiB of CUDA context, which {version} counts"
     if counted:
@@ -305,10 +309,11 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=36.11,
-    non_torch_gib=0.036,
+    non_torch_gib=0.029,
+    hopper_non_torch_gib=0.69,
     cuda_context_gib=0.537,
     cuda_graph_gib=0.505,
-    nccl_gib=0.141,
+    nccl_gib=0.148,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
         "v0101-gpt-oss-120b-a100-tp4-util08",

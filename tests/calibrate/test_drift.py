@@ -16,7 +16,7 @@ from run_records import field_drift, write_run
 
 def test_a_start_off_by_more_than_two_percent_names_the_term_its_log_shows_off() -> None:
     """Qwen2.5-14B, TP=2 on two GPUs of 39.50 GiB (0.7.2, V0, fp16): the log states every term. Before launch,
-    non-torch is 0.036 fitted + 0.141 NCCL + 16 MiB custom all-reduce = 0.19 GiB against 1.54 logged, the
+    non-torch is 0.029 fitted + 0.148 NCCL + 16 MiB custom all-reduce = 0.19 GiB against 1.54 logged, the
     largest miss that leaves too much KV memory (the activation peak, 2.52 predicted vs 2.84 logged, and the
     weights, 13.75 vs 13.93, lean the same way by less). KV: 39.50 × 0.9 = 35.55 − 13.75 − 2.52 − 0.19 =
     19.09 GiB; at 48 layers × 2 × 4 heads per rank × 128 × 2 B = 96 KiB per token, 1.5 MiB per block of 16:
@@ -37,13 +37,13 @@ def test_a_start_off_by_more_than_two_percent_names_the_term_its_log_shows_off()
 
 def test_a_start_within_two_percent_is_not_qualified() -> None:
     """Qwen3-0.6B on one H100 (79.19 GiB logged, 0.9.2 V0, util 0.8, 8 sequences): 63.35 − 1.11 weights − 0.19
-    activation − 0.04 non-torch = 62.02 GiB predicted against 61.84 logged; at 28 layers × 2 × 8 heads × 128 ×
-    2 B = 112 KiB per token, 36,289 blocks of 16 = 580,624 tokens predicted against 36,184 blocks × 16 =
-    578,944 logged: −0.29%."""
+    activation − 0.029 non-torch (the base: the log gives a total, not the GPU's name) = 62.03 GiB predicted
+    against 61.84 logged; at 28 layers × 2 × 8 heads × 128 × 2 B = 112 KiB per token, 36,293 blocks of 16 =
+    580,688 tokens predicted against 36,184 blocks × 16 = 578,944 logged: −0.30%."""
     check = field_drift("v09-qwen3-06b-v0-util08")
     assert isinstance(check, DriftCheck), check
-    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (580_624, 578_944)
-    assert check.kv_cache_tokens_drift_share == -0.002893  # 578,944 / 580,624 − 1, rounded to 6 places
+    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (580_688, 578_944)
+    assert check.kv_cache_tokens_drift_share == -0.003003  # 578,944 / 580,688 − 1, rounded to 6 places
     assert check.qualification is None and check.term_off is None
 
 
@@ -94,18 +94,19 @@ def test_a_term_the_log_does_not_state_has_no_output_not_a_zero(tmp_path: Path) 
 
 
 def test_a_term_that_explains_part_of_the_gap_leaves_the_rest_to_the_unstated_ones() -> None:
-    """Qwen3-30B-A3B AWQ on an RTX 3090 (0.10.0): the weights are logged at 15.61 GiB against 15.63 predicted,
-    0.02 GiB that leans the right way, but the KV memory is 1.92 GiB logged against 1.88 predicted, a 0.04 GiB
-    gap: 0.02 < 0.8 × 0.04, so the rest is put to the activation peak and non-torch memory, which the log does
-    not state. Tokens: 2,019,879,617 B predicted over 48 layers × 2 × 4 heads × 128 × 2 B = 96 KiB a token are
-    20,547.6, 1,284 whole blocks of 16 = 20,544, against 20,960 logged: +2.0%, just over the threshold."""
-    check = field_drift("v0100-qwen3-30b-a3b-awq-rtx3090-len2048")
+    """Qwen3-30B-A3B on an RTX PRO 6000 Blackwell (94.97 GiB, 0.12.0, util 0.85, eager): 80.72 GiB usable −
+    56.87 weights − 5.26 activation − 0.029 non-torch = 18.56 GiB (19,930,672,792 B) predicted, 18.15 logged, a
+    0.41 GiB gap; the weights are logged at 56.93 GiB, 0.06 GiB above the prediction, which leans the right way
+    but 0.06 < 0.8 × 0.41, so the rest is put to the activation peak and non-torch memory, which the log does not
+    state. Tokens: 19,930,672,792 B over 48 layers × 2 × 4 heads × 128 × 2 B = 96 KiB a token are 202,745.3,
+    12,671 whole blocks of 16 = 202,736, against 198,288 logged: −2.2%, over the threshold."""
+    check = field_drift("v0120-qwen3-30b-a3b-rtx-pro-6000-len4096")
     assert isinstance(check, DriftCheck), check
-    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (20_544, 20_960)
+    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (202_736, 198_288)
     assert check.term_off == "weights" and check.qualification is not None
     assert check.qualification.endswith(
-        "weights most likely off (15.63 GiB predicted, 15.61 GiB logged), which accounts for 0.02 GiB of the "
-        "0.04 GiB KV memory gap; the rest lies in what the log does not state (activation_peak, non_torch)")
+        "weights most likely off (56.87 GiB predicted, 56.93 GiB logged), which accounts for 0.06 GiB of the "
+        "0.41 GiB KV memory gap; the rest lies in what the log does not state (activation_peak, non_torch)")
 
 
 def test_a_prediction_that_leaves_no_cache_is_qualified_without_a_share() -> None:

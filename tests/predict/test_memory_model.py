@@ -146,11 +146,13 @@ def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distrib
 def test_nvls_buffers_join_the_non_torch_memory_on_an_nvswitch_board_past_two_gpus() -> None:
     # NCCL's "nvlsPerRankSize 301989888" (24 channels × 2 × (4 MiB + 2 MiB)) times the ranks: TP=4 on H100s
     # holds 4 × 301,989,888 = 1,207,959,552 B more, in 0.9.2 (communicators counted) and in 0.11.0 (not) alike,
-    # since NCCL connects NVLS in the profile's all-reduce. TP=2, a PCIe H100 or an A100 add nothing.
+    # since NCCL connects NVLS in the profile's all-reduce. TP=2, a PCIe H100 or an A100 add nothing. (One base
+    # for every GPU here, so that only the NVLS buffers differ.)
     config = _config("Qwen--Qwen2-7B-Instruct.json")
+    constants = FITTED_CONSTANTS.model_copy(update={"hopper_non_torch_gib": FITTED_CONSTANTS.non_torch_gib})
 
     def non_torch(version: str, tp: int, gpu: str | None) -> int:
-        waterfall = plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
+        waterfall = plan_waterfall(config, constants, total_bytes=80 * GiB, total_source="test",
                                    gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
                                    tensor_parallel_size=tp, gpu_name=gpu)
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
@@ -161,6 +163,22 @@ def test_nvls_buffers_join_the_non_torch_memory_on_an_nvswitch_board_past_two_gp
         assert non_torch(version, 4, "NVIDIA H100 PCIe") == non_torch(version, 4, "A100-80GB")
         assert non_torch(version, 2, "H200") == non_torch(version, 2, "A100-80GB")
     assert non_torch("0.11.0", 8, "H200") - non_torch("0.11.0", 8, None) == 2_415_919_104  # nvlsTotalSize
+
+
+def test_a_hopper_part_gets_the_base_fitted_on_hopper_starts() -> None:
+    # One GPU, 0.11.0 (no context, no communicators): the base alone, 0.69 GiB on an H100 or H200 (the fit half's
+    # H200 starts imply 0.42 and 0.96), 0.029 GiB elsewhere: int(0.69 × 2³⁰) = 740,881,858 B and
+    # int(0.029 × 2³⁰) = 31,138,512 B.
+    config = _config("Qwen--Qwen2-7B-Instruct.json")
+
+    def non_torch(gpu: str | None) -> int:
+        waterfall = plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
+                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version="0.11.0",
+                                   gpu_name=gpu)
+        return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
+
+    assert non_torch("H100-80GB") == non_torch("NVIDIA H200") == non_torch("GH200") == 740_881_858
+    assert non_torch("A100-80GB") == non_torch("RTX-PRO-6000-Blackwell") == non_torch(None) == 31_138_512
 
 
 def test_a_vision_language_waterfall_says_the_encoder_profile_is_not_priced() -> None:
