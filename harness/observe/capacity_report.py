@@ -15,7 +15,8 @@ from harness.predict.speculative import SpeculativeDecoding
 CAPACITY_SCHEMA_VERSION = 1
 # The log's figures the report's table shows, in this order.
 LOG_FIGURES = (
-    "engine_version", "model", "kv_cache_device", "kv_cache_tokens", "max_concurrency", "max_concurrency_model_len",
+    "engine_version", "model", "quantization", "kv_cache_dtype", "kv_cache_device", "kv_cache_tokens",
+    "max_concurrency", "max_concurrency_model_len",
     "max_model_len", "num_gpu_blocks", "num_cpu_blocks", "available_kv_cache_bytes", "kv_cache_memory_bytes",
     "model_weights_bytes", "model_loading_seconds", "cuda_graph_bytes", "init_seconds", "tensor_parallel_size",
     "pipeline_parallel_size", "decode_context_parallel_size", "speculative_method", "speculative_tokens",

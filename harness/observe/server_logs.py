@@ -226,6 +226,9 @@ def _assemble(
     elif reserved is not None:
         found["kv_cache_memory_bytes"] = reserved
     _engine_facts_from_arguments(found, args)
+    resolved = found.pop("resolved_kv_cache_dtype", None)
+    if resolved is not None and found.get("kv_cache_dtype") in (None, "auto"):
+        found["kv_cache_dtype"] = resolved  # what `auto` became: the checkpoint's own cache format
     if found.get("tensor_parallel_size") is None and (ranks := tensor_parallel_ranks(lines)):
         found.update(tensor_parallel_size=max(ranks) + 1, tensor_parallel_size_from_ranks=True)
 

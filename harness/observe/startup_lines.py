@@ -62,6 +62,12 @@ V1_TOO_LITTLE_MEMORY = re.compile(
     rf"\((?P<needed>{LOGGED_NUMBER}) GiB KV cache is needed, which is larger than the available KV cache memory "
     rf"\((?P<available>{LOGGED_NUMBER}) GiB\)"
 )
+# The attention backend's own account of the cache's element type, which the engine config's `kv_cache_dtype=auto`
+# leaves to the checkpoint (a compressed-tensors `kv_cache_scheme` stores it in FP8): "FlashInfer resolved query
+# dtypes: prefill=torch.bfloat16, ..., kv_cache_dtype=torch.float8_e4m3fn, arch=sm121".
+RESOLVED_KV_DTYPE = re.compile(r"^FlashInfer resolved .*\bkv_cache_dtype=torch\.(?P<dtype>\w+)")
+TORCH_KV_DTYPES = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16",
+                   "float16": "float16", "float32": "float32"}
 NON_DEFAULT_ARGS = re.compile(r"^non-default args: (?P<args>\{.*\})\s*$")
 ENGINE_CONFIG = re.compile(
     r"^Initializing an? (?:(?P<generation>V\d) )?LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)")
@@ -184,6 +190,10 @@ class StartFacts:
     def context_parallel(self, match: re.Match[str], process: str | None) -> None:
         self.found["decode_context_parallel_size"] = int(match.group("size"))
 
+    def resolved_kv_dtype(self, match: re.Match[str], process: str | None) -> None:
+        if dtype := TORCH_KV_DTYPES.get(match.group("dtype")):
+            self.found["resolved_kv_cache_dtype"] = dtype
+
     def non_default_args(self, match: re.Match[str], process: str | None) -> None:
         self.found["non_default_args_text"] = match.group("args")
         self.found["non_default_args"] = _literal_dict(match.group("args"))
@@ -222,6 +232,7 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
     (MAX_MODEL_LEN, StartFacts.max_model_len),
     (BATCHED_TOKENS, StartFacts.batched_tokens),
     (CONTEXT_PARALLEL, StartFacts.context_parallel),
+    (RESOLVED_KV_DTYPE, StartFacts.resolved_kv_dtype),
     (NON_DEFAULT_ARGS, StartFacts.non_default_args),
     (ENGINE_CONFIG, StartFacts.engine_config),
     (SERVER_VERSION, StartFacts.server_version),

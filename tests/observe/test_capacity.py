@@ -111,6 +111,17 @@ def test_the_model_and_revision_the_log_names_are_used_when_none_is_given() -> N
     assert report.prediction.kv_cache_tokens == 417_232
 
 
+def test_a_cache_the_checkpoint_keeps_in_fp8_is_priced_in_fp8_though_the_config_says_auto() -> None:
+    # Qwen3.8-27B NVFP4 on a GB10 (0.25.1): the engine config says kv_cache_dtype=auto, the checkpoint's own
+    # scheme stores the cache in FP8, as FlashInfer's "resolved ... kv_cache_dtype=torch.float8_e4m3fn" says.
+    # Priced at 2 B an element the logged 76.4 GiB hold about half the 2,192,477 tokens the engine logged.
+    log = parse_startup_log(read_log_text(LOGS / "vllm-0.25.1" / "gb10-qwen38-nvfp4-checkpoint-fp8-cache.log"))
+    assert log.kv_cache_dtype == "fp8_e4m3"
+    report = build_capacity_report(log, None, model=str(FIELD_CONFIGS / "Qwen--Qwen3.8-27B.json"))
+    assert report.prediction_matches_log is True and report.disagreements == []
+    assert report.prediction is not None and report.prediction.kv_cache_tokens == log.kv_cache_tokens == 2_192_477
+
+
 def test_vllm_0_11_2_exact_reservation_matches_exactly() -> None:
     log = parse_startup_log(read_log_text(LOGS / "vllm-0.11.2" / "kv-cache-memory-bytes-qwen3-4b.log"))
     report = build_capacity_report(log, None, model="Qwen/Qwen3-4B")
