@@ -143,6 +143,7 @@ class StartFacts:
 
     def available_kv(self, match: re.Match[str], process: str | None) -> None:
         self.available.append(gib_to_bytes(match.group("gib")))
+        self.stage = later_stage(self.stage, "sizing_kv_cache")  # the profile ran: the weights are loaded
         if process and (rank := PROCESS_RANK.search(process)):
             self.by_rank[int(rank.group("rank"))] = self.available[-1]
 

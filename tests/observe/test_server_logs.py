@@ -91,6 +91,18 @@ def test_real_crashed_start_says_where_it_failed_and_quotes_the_engine() -> None
     assert result.kv_cache_memory_bytes == 65536
 
 
+def test_a_start_whose_profile_left_no_cache_failed_while_sizing_it() -> None:
+    # Two lines as posted in dennislee22/vLLM-benchmarking's README ("Performance Criteria"): the profile ran,
+    # so the weights were loaded, and left less than nothing for the cache.
+    text = ("(EngineCore_0 pid=1321) INFO 09-06 03:10:08 [gpu_worker.py:276] Available KV cache memory: -0.53 GiB\n"
+            "(EngineCore_0 pid=1321) ERROR 09-06 03:10:08 [core.py:700] EngineCore failed to start.\n")
+    result = parse_startup_log(text)
+    assert not result.capacity_found and result.failure is not None
+    assert result.failure.stage == "sizing_kv_cache"
+    assert result.available_kv_cache_bytes == -round(0.53 * GiB)
+    assert "(after loading the weights, while sizing the KV cache)" in result.diagnosis
+
+
 def test_real_start_refused_for_a_cache_smaller_than_one_request() -> None:
     result = parse(CPU / "crash-kv256k-len1024.log")
 
