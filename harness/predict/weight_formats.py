@@ -74,6 +74,8 @@ def weight_format(quantization: str | None, config: dict[str, Any], size: ModelS
         raise HarnessError(f"--quantization {quantization}: the checkpoint's config.json says quant_method "
                            f"'{stated.get('quant_method')}', and vLLM refuses a start whose two differ")
     reader = LAYOUT_READERS.get(method)
+    if not method:
+        raise HarnessError("config.json quantization_config names no quant_method")
     if reader is None:
         raise HarnessError(f"config.json quantization_config: quant_method '{stated.get('quant_method')}' is not "
                            f"priced here (known: {', '.join(LAYOUT_READERS)})")
@@ -143,29 +145,57 @@ def _grouped_bits(bits: float, group: int, zero_points: bool) -> float:
     return bits + (16 + (bits if zero_points else 0)) / group
 
 
+def _whole(holder: dict[str, Any], keys: tuple[str, ...], default: int, lowest: int, highest: int) -> int:
+    """The first of the fields present, a whole number in [lowest, highest]; the field is named if it is not."""
+    key = next((key for key in keys if holder.get(key) is not None), None)
+    if key is None:
+        return default
+    value = holder[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
+        raise HarnessError(f"config.json quantization_config: field '{key}' must be a whole number from {lowest} "
+                           f"to {highest}, got {value!r}")
+    return value
+
+
+def _bits(holder: dict[str, Any], *keys: str) -> int:
+    return _whole(holder, keys, 4, 1, 16)
+
+
+def _group(holder: dict[str, Any], *keys: str) -> int:
+    return _whole(holder, keys, 128, -1, 1 << 20)  # -1 (GPTQ) or 0: one group per output channel
+
+
+def _names(holder: dict[str, Any], key: str) -> list[str]:
+    """A list of module names or patterns; a lone string is one name."""
+    value = holder.get(key)
+    if isinstance(value, str):
+        return [value]
+    return [str(name) for name in value] if isinstance(value, list) else []
+
+
 def _gptq_layout(stated: dict[str, Any]) -> Layout:
-    bits, group = float(stated.get("bits") or 4), int(stated.get("group_size") or 128)
+    bits, group = _bits(stated, "bits"), _group(stated, "group_size")
     # gptq.py `create_weights` keeps qzeros whether or not the checkpoint is symmetric
-    return "gptq", _grouped_bits(bits, group, True), f"gptq, {bits:g} bits, groups of {group}", [], _substring
+    return "gptq", _grouped_bits(bits, group, True), f"gptq, {bits} bits, groups of {group}", [], _substring
 
 
 def _awq_layout(stated: dict[str, Any]) -> Layout:
-    bits = float(stated.get("bits") or stated.get("w_bit") or 4)
-    group = int(stated.get("group_size") or stated.get("q_group_size") or 128)
-    skips = [str(name) for name in stated.get("modules_to_not_convert") or []]
-    return "awq", _grouped_bits(bits, group, True), f"awq, {bits:g} bits, groups of {group}", skips, _substring
+    bits, group = _bits(stated, "bits", "w_bit"), _group(stated, "group_size", "q_group_size")
+    return ("awq", _grouped_bits(bits, group, True), f"awq, {bits} bits, groups of {group}",
+            _names(stated, "modules_to_not_convert"), _substring)
 
 
 def _auto_round_layout(stated: dict[str, Any]) -> Layout:
-    bits, group = float(stated.get("bits") or 4), int(stated.get("group_size") or 128)
+    bits, group = _bits(stated, "bits"), _group(stated, "group_size")
     extra = stated.get("extra_config") if isinstance(stated.get("extra_config"), dict) else {}
-    skips = [name for name, layer in extra.items() if isinstance(layer, dict) and (layer.get("bits") or 0) >= 16]
-    return ("auto-round", _grouped_bits(bits, group, True), f"auto-round, {bits:g} bits, groups of {group}", skips,
+    skips = [name for name, layer in extra.items()
+             if isinstance(layer, dict) and isinstance(layer.get("bits"), int | float) and layer["bits"] >= 16]
+    return ("auto-round", _grouped_bits(bits, group, True), f"auto-round, {bits} bits, groups of {group}", skips,
             _substring)
 
 
 def _fp8_layout(stated: dict[str, Any]) -> Layout:
-    skips = [str(name) for name in stated.get("ignored_layers") or stated.get("modules_to_not_convert") or []]
+    skips = _names(stated, "ignored_layers") or _names(stated, "modules_to_not_convert")
     return "fp8", 8.0, "fp8, 8 bits", skips, _substring
 
 
@@ -174,9 +204,8 @@ def _mxfp4_layout(stated: dict[str, Any]) -> Layout:
 
 
 def _bitsandbytes_layout(stated: dict[str, Any]) -> Layout:
-    bits = 8.0 if stated.get("load_in_8bit") else QUANTIZED_BITS["bitsandbytes"]
-    skips = [str(name) for name in stated.get("llm_int8_skip_modules") or []]
-    return "bitsandbytes", bits, f"bitsandbytes, {bits:g} bits", skips, _substring
+    bits = 8.0 if stated.get("load_in_8bit") is True else QUANTIZED_BITS["bitsandbytes"]
+    return "bitsandbytes", bits, f"bitsandbytes, {bits:g} bits", _names(stated, "llm_int8_skip_modules"), _substring
 
 
 def _modelopt_layout(stated: dict[str, Any]) -> Layout:
@@ -184,34 +213,41 @@ def _modelopt_layout(stated: dict[str, Any]) -> Layout:
     holder = nested if isinstance(nested, dict) else stated
     algo = str(holder.get("quant_algo") or "FP8").upper()
     method = "modelopt_fp4" if "FP4" in algo else "modelopt"
-    skips = holder.get("exclude_modules") if isinstance(nested, dict) else stated.get("ignore")
-    if skips is None:
-        skips = stated.get("exclude_modules") or []
-    return method, QUANTIZED_BITS[method], f"modelopt {algo}", [str(name) for name in skips], _modelopt_match
+    skips = _names(holder, "exclude_modules") if isinstance(nested, dict) else _names(stated, "ignore")
+    return method, QUANTIZED_BITS[method], f"modelopt {algo}", skips or _names(stated, "exclude_modules"), \
+        _modelopt_match
 
 
 def _compressed_tensors_layout(stated: dict[str, Any]) -> Layout:
     """compressed-tensors' one weight scheme (compressed_tensors_wNa16.py, _w8a8 and _w4a4_nvfp4 `create_weights`)."""
     groups = stated.get("config_groups")
-    schemes = {str(group.get("format") or stated.get("format")): group.get("weights") or {}
+    schemes = {str(group.get("format") or stated.get("format")): group.get("weights")
                for group in (groups.values() if isinstance(groups, dict) else []) if isinstance(group, dict)}
     if len(schemes) != 1:
         raise HarnessError("config.json quantization_config: compressed-tensors with "
                            f"{len(schemes) or 'no'} weight schemes; only one is priced here")
     fmt, weights = next(iter(schemes.items()))
-    bits = float(weights.get("num_bits") or 8)
+    weights = weights if isinstance(weights, dict) else {}
+    bits: float = _whole(weights, ("num_bits",), 8, 1, 16)
     if fmt.startswith("nvfp4"):
         bits, detail = NVFP4_BITS, "nvfp4, 4 bits and an FP8 scale per 16"
     elif fmt.startswith("mxfp4"):
         bits, detail = MXFP4_BITS, "mxfp4, 4 bits and a scale byte per 32"
     elif weights.get("strategy") == "group":
-        group = int(weights.get("group_size") or 128)
+        group = _group(weights, "group_size")
         symmetric = weights.get("symmetric", True) is not False
         detail = f"{fmt}, {bits:g} bits, groups of {group}, {'symmetric' if symmetric else 'zero points'}"
         bits = _grouped_bits(bits, group, not symmetric)
     else:
         detail = f"{fmt}, {bits:g} bits per {weights.get('strategy') or 'tensor'}"
-    skips = [str(name) for name in stated.get("ignore") or []]
+    skips = _names(stated, "ignore")
+    for pattern in skips:
+        if pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as error:
+                raise HarnessError(f"config.json quantization_config: ignore pattern '{pattern}' is not a regular "
+                                   f"expression ({error})") from None
     return "compressed-tensors", bits, detail, skips, _compressed_tensors_match
 
 

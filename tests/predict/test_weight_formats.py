@@ -151,3 +151,32 @@ def test_the_legacy_hf_quant_config_form_is_read() -> None:
     legacy = _with(DENSE, {"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["model.layers.0.self_attn"]}})
     with pytest.raises(HarnessError, match=r"model\.layers\.0\.self_attn"):
         weight_format("modelopt_fp4", legacy, model_size(DENSE))
+
+
+@pytest.mark.parametrize(("stated", "named"), [
+    ({"quant_method": "gptq", "bits": "4"}, "field 'bits' must be a whole number from 1 to 16, got '4'"),
+    ({"quant_method": "awq", "w_bit": 0}, "field 'w_bit'"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 12.5}, "field 'group_size'"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": True}}}},
+     "field 'num_bits'"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4}}},
+      "ignore": ["re:model.layers.(.self_attn"]}, "ignore pattern 're:model.layers.(.self_attn' is not a regular"),
+    ({"quant_method": "compressed-tensors", "config_groups": "group_0"}, "no weight schemes"),
+    ({"bits": 4}, "names no quant_method"),
+    ({"quant_method": 7}, "quant_method '7' is not priced here"),
+])
+def test_a_malformed_quantization_config_is_refused_by_field_not_by_traceback(stated: dict[str, Any],
+                                                                              named: str) -> None:
+    with pytest.raises(HarnessError) as refusal:
+        weight_format(None, _with(DENSE, stated), model_size(DENSE))
+    assert named in str(refusal.value)
+
+
+def test_odd_but_harmless_fields_are_read_as_vllm_reads_them() -> None:
+    # A lone module name is a one-name list; an extra_config entry without bits leaves its module quantized.
+    lone = _with(DENSE, {"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": "visual"})
+    rounded = _with(DENSE, {"quant_method": "auto-round", "bits": 4, "group_size": 128,
+                            "extra_config": {"model.layers.0.self_attn.q_proj": {"data_type": "int"}}})
+    for config in (lone, rounded):
+        fmt = weight_format(None, config, model_size(DENSE))
+        assert fmt is not None and (fmt.scope, fmt.bits) == ("linear", 4 + 20 / 128)
