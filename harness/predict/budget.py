@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.predict.kv_bytes import (
+    auto_kv_dtype,
     check_attention_heads,
     layer_bytes_per_token,
     layer_state_bytes,
@@ -136,7 +137,7 @@ def estimate_budget(
     population = population.validated()
     _check_positive(tensor_parallel_size=tensor_parallel_size, block_size=block_size)
     check_attention_heads(shape.config, tensor_parallel_size)
-    dtype, element = resolve_kv_dtype(kv_cache_dtype, shape.dtype)
+    dtype, element = resolve_kv_dtype(kv_cache_dtype, auto_kv_dtype(shape.config, shape.dtype))
     model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     layers = _effective_layers(shape.layers, hybrid_kv_manager)
     token_bytes = [layer_bytes_per_token(layer, element, tensor_parallel_size) for layer in layers]
@@ -220,9 +221,9 @@ def predict_capacity(
     if available_kv_bytes < 0:
         raise HarnessError(f"available KV memory must not be negative, got {available_kv_bytes} bytes")
     version = engine_release(engine_version)
-    _, element = resolve_kv_dtype(kv_cache_dtype, shape.dtype)
-    model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     assumptions = [f"grouping and log rules of vLLM {version}"]
+    element = _cache_element(shape, kv_cache_dtype, assumptions)
+    model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     drafter = draft_layers(speculative, shape, assumptions) if holds_drafter else []
     layers = _effective_layers(shape.layers, hybrid_kv_manager) + drafter
     speculative_tokens = speculative.num_speculative_tokens if speculative else 0
@@ -335,11 +336,21 @@ def _kinds(layers: list[LayerSpec], token_bytes: list[int], state_bytes: list[in
     return list(kinds.values())
 
 
+def _cache_element(shape: ModelShape, kv_cache_dtype: str, assumptions: list[str]) -> int:
+    """Bytes per cached element; `auto` follows the checkpoint's own KV scheme where it states one."""
+    cached, element = resolve_kv_dtype(kv_cache_dtype, auto_kv_dtype(shape.config, shape.dtype))
+    if kv_cache_dtype.lower() == "auto" and cached != resolve_kv_dtype("auto", shape.dtype)[0]:
+        assumptions.append(f"KV cache {cached}: auto follows the checkpoint's kv_cache_scheme")
+    return element
+
+
 def _budget_assumptions(
     shape: ModelShape, dtype: str, requested: str, tensor_parallel_size: int, hybrid: bool, population: Population
 ) -> list[str]:
     kinds = shape.layer_counts()
-    notes = [f"KV cache dtype {dtype}" + (" (auto: the model's dtype)" if requested.lower() == "auto" else "")]
+    auto_source = "the checkpoint's kv_cache_scheme" if dtype != resolve_kv_dtype("auto", shape.dtype)[0] \
+        else "the model's dtype"
+    notes = [f"KV cache dtype {dtype}" + (f" (auto: {auto_source})" if requested.lower() == "auto" else "")]
     notes.append("figures are per GPU: one tensor-parallel rank" + (
         f"; weights split evenly over {tensor_parallel_size} ranks" if tensor_parallel_size > 1 else ""
     ))

@@ -56,6 +56,25 @@ def test_the_articles_model(tmp_path) -> None:
     assert budget_for(config, sequences=16).population_kv_bytes_raw == 8 * GiB
 
 
+def test_a_checkpoint_that_states_a_kv_cache_scheme_caches_in_fp8_under_auto(tmp_path) -> None:
+    # The article's model (32 layers × (K, V) × 8 KV heads × 128 = 65,536 elements a token) saved by
+    # llm-compressor with an FP8 kv_cache_scheme: vLLM caches it in FP8 though --kv-cache-dtype is auto, 65,536 B
+    # a token, half of bf16's 131,072; 1 GiB holds 1,024 blocks of 16 = 16,384 tokens against 512 blocks.
+    scheme = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
+    quantized = write_config(tmp_path, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                             head_dim=128, hidden_size=4096,
+                             quantization_config={"quant_method": "compressed-tensors", "kv_cache_scheme": scheme})
+    shape = load_model_shape(str(quantized))
+    assert budget_for(quantized).kv_bytes_per_token == 65_536
+    assert any("kv_cache_scheme" in note for note in budget_for(quantized).assumptions)
+    fp8 = predict_capacity(shape, available_kv_bytes=GiB, block_size=16, max_model_len=4096)
+    assert (fp8.num_blocks, fp8.kv_cache_tokens) == (1_024, 16_384)
+    assert any("kv_cache_scheme" in note for note in fp8.assumptions)
+    # an explicit --kv-cache-dtype is priced as given
+    assert predict_capacity(shape, available_kv_bytes=GiB, block_size=16, max_model_len=4096,
+                            kv_cache_dtype="bfloat16").num_blocks == 512
+
+
 def test_vllm_arithmetic_for_100_gib(qwen3_4b) -> None:
     capacity = predict_capacity(qwen3_4b, available_kv_bytes=100 * GiB, block_size=16, max_model_len=40_960)
     assert capacity.bytes_per_block == 16 * QWEN3_4B_PER_TOKEN == 2_359_296
