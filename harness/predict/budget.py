@@ -16,7 +16,6 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.predict.kv_bytes import (
-    auto_kv_dtype,
     check_attention_heads,
     layer_bytes_per_token,
     layer_state_bytes,
@@ -26,6 +25,7 @@ from harness.predict.kv_groups import block_groups, state_block_size, state_bloc
 from harness.predict.model_shape import LayerKind, LayerSpec, ModelShape
 from harness.predict.releases import DERIVED_TOKENS_SINCE, engine_release, runs_v0
 from harness.predict.speculative import SpeculativeDecoding, draft_layers
+from harness.predict.weight_formats import checkpoint_kv_dtype
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs; sizes sliding windows
@@ -137,7 +137,7 @@ def estimate_budget(
     population = population.validated()
     _check_positive(tensor_parallel_size=tensor_parallel_size, block_size=block_size)
     check_attention_heads(shape.config, tensor_parallel_size)
-    dtype, element = resolve_kv_dtype(kv_cache_dtype, auto_kv_dtype(shape.config, shape.dtype))
+    dtype, element = resolve_kv_dtype(kv_cache_dtype, checkpoint_kv_dtype(shape.config) or shape.dtype)
     model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     layers = _effective_layers(shape.layers, hybrid_kv_manager)
     token_bytes = [layer_bytes_per_token(layer, element, tensor_parallel_size) for layer in layers]
@@ -338,8 +338,9 @@ def _kinds(layers: list[LayerSpec], token_bytes: list[int], state_bytes: list[in
 
 def _cache_element(shape: ModelShape, kv_cache_dtype: str, assumptions: list[str]) -> int:
     """Bytes per cached element; `auto` follows the checkpoint's own KV scheme where it states one."""
-    cached, element = resolve_kv_dtype(kv_cache_dtype, auto_kv_dtype(shape.config, shape.dtype))
-    if kv_cache_dtype.lower() == "auto" and cached != resolve_kv_dtype("auto", shape.dtype)[0]:
+    checkpoint = checkpoint_kv_dtype(shape.config)
+    cached, element = resolve_kv_dtype(kv_cache_dtype, checkpoint or shape.dtype)
+    if kv_cache_dtype.lower() == "auto" and checkpoint:
         assumptions.append(f"KV cache {cached}: auto follows the checkpoint's kv_cache_scheme")
     return element
 
@@ -348,8 +349,7 @@ def _budget_assumptions(
     shape: ModelShape, dtype: str, requested: str, tensor_parallel_size: int, hybrid: bool, population: Population
 ) -> list[str]:
     kinds = shape.layer_counts()
-    auto_source = "the checkpoint's kv_cache_scheme" if dtype != resolve_kv_dtype("auto", shape.dtype)[0] \
-        else "the model's dtype"
+    auto_source = "the checkpoint's kv_cache_scheme" if checkpoint_kv_dtype(shape.config) else "the model's dtype"
     notes = [f"KV cache dtype {dtype}" + (f" (auto: {auto_source})" if requested.lower() == "auto" else "")]
     notes.append("figures are per GPU: one tensor-parallel rank" + (
         f"; weights split evenly over {tensor_parallel_size} ranks" if tensor_parallel_size > 1 else ""

@@ -122,8 +122,6 @@ def gpu_memory(name: str) -> GpuMemory:
 # `H200 NVL`) bridge two GPUs at most, and a GH200 stands alone.
 NVSWITCH_CHIPS = ("h100", "h200", "h800", "h20", "b200", "b300")
 NVSWITCH_EXCEPTIONS = ("pcie", "nvl", "96gb", "gh200")
-
-
 HOPPER_CHIPS = ("h100", "h200", "h800", "h20")  # compute capability 9.0, GH200's GPU included
 
 

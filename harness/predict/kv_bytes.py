@@ -17,17 +17,6 @@ KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3
 KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32", "fp32": "float32"}
 
 
-def auto_kv_dtype(config: dict[str, Any], model_dtype: str) -> str:
-    """What `--kv-cache-dtype auto` stores: the model's dtype, or FP8 where a compressed-tensors checkpoint states
-    a kv_cache_scheme, which vLLM's Attention layer turns into cache_dtype "fp8" ("llm-compressor mdls need to set
-    cache_dtype to "fp8" manually", attention/layer.py; FlashInfer then logs `kv_cache_dtype=torch.float8_e4m3fn`)."""
-    stated = language_config(config).get("quantization_config") or config.get("quantization_config")
-    if isinstance(stated, dict) and str(stated.get("quant_method")) == "compressed-tensors" \
-            and isinstance(stated.get("kv_cache_scheme"), dict):
-        return "fp8"
-    return model_dtype
-
-
 def resolve_kv_dtype(kv_cache_dtype: str, model_dtype: str) -> tuple[str, int]:
     """vLLM's --kv-cache-dtype name → (dtype, bytes per element); 'auto' follows the model."""
     name = model_dtype if kv_cache_dtype.lower() == "auto" else kv_cache_dtype.lower()

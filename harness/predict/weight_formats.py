@@ -68,20 +68,32 @@ def weight_format(quantization: str | None, config: dict[str, Any], size: ModelS
     stated = _quantization_config(config)
     flag = _method(quantization) if quantization else None
     if stated is None:
-        return None if flag is None else _flag_format(flag, quantization or flag)
+        return _flag_format(flag, quantization) if flag and quantization else None
     method = _stated_method(stated)
     if flag is not None and flag != method and not (flag in MODELOPT_FORMATS and method == "modelopt"):
         raise HarnessError(f"--quantization {quantization}: the checkpoint's config.json says quant_method "
                            f"'{stated.get('quant_method')}', and vLLM refuses a start whose two differ")
-    reader = LAYOUT_READERS.get(method)
     if not method:
         raise HarnessError("config.json quantization_config names no quant_method")
+    reader = LAYOUT_READERS.get(method)
     if reader is None:
         raise HarnessError(f"config.json quantization_config: quant_method '{stated.get('quant_method')}' is not "
                            f"priced here (known: {', '.join(LAYOUT_READERS)})")
     method, bits, detail, skips, matches = reader(stated)
     scope = _scope(size, method, skips, matches)
     return WeightFormat(method=method, bits=bits, scope=scope, source=f"config.json quantization_config: {detail}")
+
+
+def checkpoint_kv_dtype(config: dict[str, Any]) -> str | None:
+    """The cache's dtype under `--kv-cache-dtype auto` where the checkpoint sets it: FP8 for a compressed-tensors
+    checkpoint that states a kv_cache_scheme, which vLLM's Attention layer turns into cache_dtype "fp8"
+    ("llm-compressor mdls need to set cache_dtype to "fp8" manually", attention/layer.py; FlashInfer then logs
+    `kv_cache_dtype=torch.float8_e4m3fn`); None where the model's dtype holds."""
+    stated = _quantization_config(config)
+    if stated is not None and _stated_method(stated) == "compressed-tensors" \
+            and isinstance(stated.get("kv_cache_scheme"), dict):
+        return "fp8"
+    return None
 
 
 def _flag_format(method: str, quantization: str) -> WeightFormat:
