@@ -199,7 +199,8 @@ def _awq_layout(stated: dict[str, Any]) -> Layout:
 
 def _auto_round_layout(stated: dict[str, Any]) -> Layout:
     bits, group = _bits(stated, "bits"), _group(stated, "group_size")
-    extra = stated.get("extra_config") if isinstance(stated.get("extra_config"), dict) else {}
+    extra = stated.get("extra_config")
+    extra = extra if isinstance(extra, dict) else {}
     skips = [name for name, layer in extra.items()
              if isinstance(layer, dict) and isinstance(layer.get("bits"), int | float) and layer["bits"] >= 16]
     return ("auto-round", _grouped_bits(bits, group, True), f"auto-round, {bits} bits, groups of {group}", skips,
@@ -272,7 +273,7 @@ LAYOUT_READERS: dict[str, Callable[[dict[str, Any]], Layout]] = {
 
 def _scope(size: ModelSize, method: str, skips: list[str], matches: Matcher) -> Scope:
     """Every decoder linear quantized, or the routed experts alone; any other split is refused by pattern."""
-    classes = {"mixer": MIXER_LINEARS}
+    classes: dict[str, tuple[str, ...]] = {"mixer": MIXER_LINEARS}
     if size.moe_layers < size.layers:
         classes["dense"] = DENSE_LINEARS
     if size.moe_layers:
