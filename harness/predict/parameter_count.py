@@ -21,7 +21,10 @@ class ModelSize(BaseModel):
     hidden: int
     vocab: int
     linear_params: int
-    expert_params: int = 0  # the routed experts' share of linear_params
+    mixer_params: int = 0  # attention (or MLA, or linear attention) projections: linear_params' first share
+    dense_params: int = 0  # the dense MLP layers' share
+    shared_params: int = 0  # the shared experts' share
+    expert_params: int = 0  # the routed experts' share; routers and gates are the rest
     embedding_params: int
     layers: int
     dense_width: int = 0  # intermediate_size of the dense MLP layers
@@ -66,11 +69,14 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         mlp = dense_layers * projections * hidden * dense_width + (layers - dense_layers) * moe_mlp
         routed = config.get("num_experts_per_tok") or config.get("experts_per_token") or 1
         expert_params = (layers - dense_layers) * 3 * hidden * expert_width * experts
+        dense_params = dense_layers * projections * hidden * dense_width
+        shared_params = (layers - dense_layers) * 3 * hidden * shared_width
     else:
-        mlp = layers * projections * hidden * dense_width
-        expert_width = expert_params = shared = shared_width = routed = dense_layers = 0
+        mlp = dense_params = layers * projections * hidden * dense_width
+        expert_width = expert_params = shared = shared_width = shared_params = routed = dense_layers = 0
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return ModelSize(hidden=hidden, vocab=vocab, linear_params=mixers + mlp, expert_params=expert_params,
+    return ModelSize(hidden=hidden, vocab=vocab, linear_params=mixers + mlp, mixer_params=mixers,
+                     dense_params=dense_params, shared_params=shared_params, expert_params=expert_params,
                      embedding_params=embeddings, layers=layers,
                      dense_width=dense_width if dense_layers or not experts else 0,
                      moe_layers=layers - dense_layers if experts else 0, experts=experts or 0,

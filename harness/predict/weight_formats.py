@@ -4,8 +4,9 @@ vLLM takes a checkpoint's format from config.json's `quantization_config` (`--qu
 same method or its Marlin kernel), so the layout (bits, group size, zero points) and the modules left 16-bit
 come from there; a flag without a config gets the format's usual layout below. Linear layers take the format's
 bits; embeddings and vision towers stay in the model dtype (see `weights.weights_term`). A checkpoint whose
-skip list spares some decoder linears but not others is refused, except the one split vLLM's MoE checkpoints
-use: every routed expert quantized and the rest (attention, dense and shared MLPs) left 16-bit.
+skip list spares a kind of decoder linear (attention, dense MLP, shared experts, routed experts) in every layer
+leaves that kind 16-bit, as an MoE checkpoint that quantizes its routed experts alone does; one that spares a
+kind in some layers and not others is refused.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from fnmatch import fnmatch
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -49,9 +50,9 @@ MIXER_LINEARS = ("self_attn.qkv_proj", "self_attn.q_proj", "self_attn.o_proj", "
 DENSE_LINEARS = ("mlp.gate_up_proj", "mlp.down_proj")
 SHARED_LINEARS = ("mlp.shared_expert.gate_up_proj", "mlp.shared_experts.gate_up_proj")
 ROUTED_LINEARS = ("mlp.experts",)
+CLASS_LINEARS = {"mixer": MIXER_LINEARS, "dense": DENSE_LINEARS, "shared": SHARED_LINEARS, "routed": ROUTED_LINEARS}
+CLASSES = tuple(CLASS_LINEARS)
 DECODER_PREFIXES = ("model.layers", "model.language_model.layers", "language_model.model.layers")
-
-Scope = Literal["linear", "expert"]
 
 
 class WeightFormat(BaseModel, frozen=True):
@@ -59,7 +60,7 @@ class WeightFormat(BaseModel, frozen=True):
 
     method: str
     bits: float
-    scope: Scope  # every decoder linear, or the routed experts alone
+    quantized: tuple[str, ...]  # the kinds of decoder linear stored at `bits` (CLASSES); the rest stay 16-bit
     source: str  # where the layout comes from
 
 
@@ -68,7 +69,7 @@ def weight_format(quantization: str | None, config: dict[str, Any], size: ModelS
     stated = _quantization_config(config)
     flag = _method(quantization) if quantization else None
     if stated is None:
-        return _flag_format(flag, quantization) if flag and quantization else None
+        return _flag_format(flag, quantization, size) if flag and quantization else None
     method = _stated_method(stated)
     if flag is not None and flag != method and not (flag in MODELOPT_FORMATS and method == "modelopt"):
         raise HarnessError(f"--quantization {quantization}: the checkpoint's config.json says quant_method "
@@ -80,8 +81,8 @@ def weight_format(quantization: str | None, config: dict[str, Any], size: ModelS
         raise HarnessError(f"config.json quantization_config: quant_method '{stated.get('quant_method')}' is not "
                            f"priced here (known: {', '.join(LAYOUT_READERS)})")
     method, bits, detail, skips, matches = reader(stated)
-    scope = _scope(size, method, skips, matches)
-    return WeightFormat(method=method, bits=bits, scope=scope, source=f"config.json quantization_config: {detail}")
+    return WeightFormat(method=method, bits=bits, quantized=_quantized_classes(size, method, skips, matches),
+                        source=f"config.json quantization_config: {detail}")
 
 
 def checkpoint_kv_dtype(config: dict[str, Any]) -> str | None:
@@ -96,7 +97,7 @@ def checkpoint_kv_dtype(config: dict[str, Any]) -> str | None:
     return None
 
 
-def _flag_format(method: str, quantization: str) -> WeightFormat:
+def _flag_format(method: str, quantization: str, size: ModelSize) -> WeightFormat:
     if method in MODELOPT_FORMATS:
         raise HarnessError(f"quantization '{quantization}': which layers stay 16-bit is the checkpoint's own list; "
                            "give the quantized checkpoint's config.json (its quantization_config names them)")
@@ -106,8 +107,8 @@ def _flag_format(method: str, quantization: str) -> WeightFormat:
     if method not in QUANTIZED_BITS:
         raise HarnessError(f"quantization '{quantization}' is not priced here (known: "
                            f"{', '.join([*QUANTIZED_BITS, *CONFIG_ONLY_FORMATS])})")
-    scope: Scope = "expert" if method in EXPERTS_ONLY_FORMATS else "linear"
-    return WeightFormat(method=method, bits=QUANTIZED_BITS[method], scope=scope,
+    return WeightFormat(method=method, bits=QUANTIZED_BITS[method],
+                        quantized=_quantized_classes(size, method, [], _substring),
                         source=f"--quantization {quantization}, the format's usual layout")
 
 
@@ -271,27 +272,34 @@ LAYOUT_READERS: dict[str, Callable[[dict[str, Any]], Layout]] = {
 }
 
 
-def _scope(size: ModelSize, method: str, skips: list[str], matches: Matcher) -> Scope:
-    """Every decoder linear quantized, or the routed experts alone; any other split is refused by pattern."""
-    classes: dict[str, tuple[str, ...]] = {"mixer": MIXER_LINEARS}
-    if size.moe_layers < size.layers:
-        classes["dense"] = DENSE_LINEARS
+def _quantized_classes(size: ModelSize, method: str, skips: list[str], matches: Matcher) -> tuple[str, ...]:
+    """The kinds of decoder linear the format quantizes: those whose every layer the skip list leaves alone. A kind
+    spared in some of its layers but not in others is refused by pattern."""
+    dense_layers = size.layers - size.moe_layers
+    spans = {"mixer": range(size.layers), "dense": range(dense_layers)}
     if size.moe_layers:
-        classes["routed"] = ROUTED_LINEARS
+        spans["routed"] = range(dense_layers, size.layers)
         if size.shared_experts:
-            classes["shared"] = SHARED_LINEARS
-    sparing = {kind: _sparing(skips, modules, size.layers, matches) for kind, modules in classes.items()}
-    spared = {kind for kind, patterns in sparing.items() if patterns}
-    if not spared:
-        return "expert" if method in EXPERTS_ONLY_FORMATS else "linear"
-    if "routed" in classes and spared == set(classes) - {"routed"}:
-        return "expert"
-    named = sorted({pattern for patterns in sparing.values() for pattern in patterns})
-    raise HarnessError(f"quantization '{method}': the checkpoint keeps some decoder layers 16-bit "
-                       f"({', '.join(named[:3])}{' …' if len(named) > 3 else ''}); not priced here")
+            spans["shared"] = spans["routed"]
+    spans = {kind: layers for kind, layers in spans.items() if layers}
+    if method in EXPERTS_ONLY_FORMATS:
+        return ("routed",) if "routed" in spans else ()
+    spared = {kind: [layer for layer in layers if _spared(skips, CLASS_LINEARS[kind], layer, matches)]
+              for kind, layers in spans.items()}
+    partial = [kind for kind, layers in spared.items() if 0 < len(layers) < len(spans[kind])]
+    if partial:
+        named = sorted({pattern for kind in partial for layer in spared[kind]
+                        for pattern in _patterns(skips, CLASS_LINEARS[kind], layer, matches)})
+        raise HarnessError(f"quantization '{method}': the checkpoint keeps some decoder layers 16-bit "
+                           f"({', '.join(named[:3])}{' …' if len(named) > 3 else ''}); not priced here")
+    return tuple(kind for kind in CLASSES if kind in spans and not spared[kind])
 
 
-def _sparing(skips: list[str], modules: tuple[str, ...], layers: int, matches: Matcher) -> list[str]:
-    probes = [f"{prefix}.{layer}.{module}" for prefix in DECODER_PREFIXES for layer in range(layers)
-              for module in modules]
+def _spared(skips: list[str], modules: tuple[str, ...], layer: int, matches: Matcher) -> bool:
+    return bool(_patterns(skips, modules, layer, matches))
+
+
+def _patterns(skips: list[str], modules: tuple[str, ...], layer: int, matches: Matcher) -> list[str]:
+    """The skip patterns that reach one of these modules of this layer, under any of the checkpoint's prefixes."""
+    probes = [f"{prefix}.{layer}.{module}" for prefix in DECODER_PREFIXES for module in modules]
     return [pattern for pattern in skips if any(matches(probe, pattern) for probe in probes)]

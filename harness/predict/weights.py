@@ -36,23 +36,25 @@ def weights_term(size: ModelSize, dtype_bytes: int, fmt: WeightFormat | None, te
     FP4 units (A100, H100; mxfp4.py `create_weights`, 0.10.1-0.11): each rank's expert width rounded
     up to 128 and the hidden size to 256, 4 bits per weight and one scale byte per 32, and each expert's
     gate-up and down biases in 16 bits over the same padded widths (`w13_bias`, `w2_bias`). Other formats
-    that quantize the experts alone (Kimi-K2-Thinking's int4) hold them at their own widths.
+    store each kind of linear they quantize (attention, dense MLP, shared and routed experts; Kimi-K2-Thinking's
+    int4 the routed experts alone) at their own widths; routers and gates stay 16-bit, as vLLM builds them
+    without a quantization method.
     """
     bits = fmt.bits if fmt else dtype_bytes * 8.0
     tp = tensor_parallel_size
-    rest = (size.linear_params - size.expert_params) * dtype_bytes / tp  # what an experts-only format leaves 16-bit
     if fmt and fmt.method in EXPERTS_ONLY_FORMATS:
         width, hidden = _round_up(math.ceil(size.expert_width / tp), 128), _round_up(size.hidden, 256)
         padded = size.moe_layers * size.experts * 3 * width * hidden
         biases = size.moe_layers * size.experts * (2 * width + hidden)  # w13_bias and w2_bias, 16-bit
-        linear = padded * bits / 8 + biases * dtype_bytes + rest
-    elif fmt and fmt.scope == "expert":
-        linear = size.expert_params * bits / 8 / tp + rest
+        linear = padded * bits / 8 + biases * dtype_bytes + (size.linear_params - size.expert_params) * dtype_bytes / tp
     else:
-        linear = size.linear_params * bits / 8 / tp
+        by_kind = {"mixer": size.mixer_params, "dense": size.dense_params, "shared": size.shared_params,
+                   "routed": size.expert_params}
+        stored = sum(params for kind, params in by_kind.items() if fmt and kind in fmt.quantized)
+        linear = (stored * bits / 8 + (size.linear_params - stored) * dtype_bytes) / tp  # routers stay 16-bit
     total = (linear + size.embedding_params * dtype_bytes / tp) / pipeline_parallel_size
-    described = (f"{fmt.method} ({bits:.4g} bits per {fmt.scope} weight; {fmt.source})" if fmt
-                 else f"{dtype_bytes} B per weight")
+    described = (f"{fmt.method} ({bits:.4g} bits per weight of the {', '.join(fmt.quantized) or 'no'} linears, "
+                 f"the rest {dtype_bytes} B; {fmt.source})" if fmt else f"{dtype_bytes} B per weight")
     source = (f"{size.linear_params + size.embedding_params:,} parameters from config.json, {described}, "
               f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
     if size.vision is not None:

@@ -94,7 +94,7 @@ def test_kimi_k2_thinking_holds_its_routed_experts_in_int4_and_the_rest_in_bf16(
     config = load_model_shape(str(CONFIGS / "moonshotai--Kimi-K2-Thinking.json")).config
     size = model_size(config)
     fmt = weight_format("compressed-tensors", config, size)
-    assert fmt is not None and (fmt.scope, fmt.bits) == ("expert", 4.5)
+    assert fmt is not None and (fmt.quantized, fmt.bits) == (("routed",), 4.5)
     assert weights_term(size, 2, fmt, 8).bytes == 74_275_405_824
     assert round(74_275_405_824 / GiB, 2) == 69.17
 
@@ -102,18 +102,42 @@ def test_kimi_k2_thinking_holds_its_routed_experts_in_int4_and_the_rest_in_bf16(
 def test_mxfp4_applies_to_the_experts_alone_whatever_the_flag_says() -> None:
     config = _with(MOE, {"quant_method": "mxfp4"})
     fmt = weight_format(None, config, model_size(config))
-    assert fmt is not None and (fmt.method, fmt.scope) == ("mxfp4", "expert")
+    assert fmt is not None and (fmt.method, fmt.quantized) == ("mxfp4", ("routed",))
+
+
+def test_a_kind_the_skip_list_spares_in_every_layer_stays_16_bit_and_the_rest_is_quantized() -> None:
+    # A Qwen2-MoE-style model (one shared expert of width 32 behind a one-output gate) whose AWQ checkpoint leaves
+    # its shared experts alone. Per layer: attention 16,384, routed experts 3 × 64 × 32 × 8 = 49,152, the shared
+    # expert 3 × 64 × 32 = 6,144, router 64 × 8 = 512 and shared gate 64; × 2 layers: 32,768, 98,304, 12,288 and
+    # 1,152. Attention and routed experts at 4 + 20 / 128 bits: 131,072 × 4.15625 / 8 = 68,096 B; the shared
+    # experts, router and gates in bf16: 13,440 × 2 = 26,880 B; embeddings 256,000 B. Together 350,976 B.
+    shared = {**MOE, "architectures": ["Qwen2MoeForCausalLM"], "shared_expert_intermediate_size": 32}
+    config = _with(shared, {"quant_method": "awq", "bits": 4, "group_size": 128,
+                            "modules_to_not_convert": ["mlp.shared_expert"]})
+    fmt = weight_format(None, config, model_size(config))
+    assert fmt is not None and fmt.quantized == ("mixer", "routed")
+    assert weights_term(model_size(config), 2, fmt, 1).bytes == 350_976
+
+
+def test_attention_spared_in_every_layer_is_held_16_bit_beside_an_nvfp4_mlp() -> None:
+    # MLP 2 × 3 × 64 × 128 = 49,152 weights at 4.5 bits = 27,648 B; attention 32,768 at 2 B = 65,536 B;
+    # embeddings 256,000 B. Together 349,184 B.
+    config = _nvfp4(DENSE, ["lm_head", "model.layers.*.self_attn*"])
+    fmt = weight_format("modelopt_fp4", config, model_size(config))
+    assert fmt is not None and fmt.quantized == ("dense",)
+    assert weights_term(model_size(config), 2, fmt, 1).bytes == 349_184
 
 
 @pytest.mark.parametrize(("config", "ignore"), [(DENSE, ["lm_head"]),
                                                 (MOE, ["mtp*", "*mlp.gate", "*shared_expert_gate"])])
 def test_a_skip_list_that_spares_no_decoder_linear_is_priced_whole(config: dict[str, Any], ignore: list[str]) -> None:
     fmt = weight_format("modelopt_fp4", _nvfp4(config, ignore), model_size(config))
-    assert fmt is not None and fmt.scope == "linear"
+    assert fmt is not None
+    assert fmt.quantized == (("mixer", "routed") if config is MOE else ("mixer", "dense"))
 
 
 @pytest.mark.parametrize(("config", "ignore", "named"), [
-    (DENSE, ["lm_head", "model.layers.*.self_attn*"], "model.layers.*.self_attn*"),
+    (DENSE, ["lm_head", "model.layers.0.self_attn*"], "model.layers.0.self_attn*"),
     (DENSE, ["model.layers.1.mlp"], "model.layers.1.mlp"),
     (MOE, ["*mlp.gate", "model.layers.0.mlp.experts*"], "model.layers.0.mlp.experts*"),
 ])
@@ -179,4 +203,4 @@ def test_odd_but_harmless_fields_are_read_as_vllm_reads_them() -> None:
                             "extra_config": {"model.layers.0.self_attn.q_proj": {"data_type": "int"}}})
     for config in (lone, rounded):
         fmt = weight_format(None, config, model_size(DENSE))
-        assert fmt is not None and (fmt.scope, fmt.bits) == ("linear", 4 + 20 / 128)
+        assert fmt is not None and (fmt.quantized, fmt.bits) == (("mixer", "dense"), 4 + 20 / 128)
