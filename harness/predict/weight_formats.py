@@ -44,6 +44,10 @@ EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})  # formats vLLM applies to the MoE e
 # `intel/auto-round` or `auto-round`.
 ALIASES = {"awq_marlin": "awq", "gptq_marlin": "gptq", "auto_round": "auto-round", "intel/auto-round": "auto-round",
            "compressed_tensors": "compressed-tensors"}
+# (flag, checkpoint method) pairs vLLM accepts: the flag names the kernel or the variant the checkpoint is run with
+# (an AutoRound checkpoint runs on the GPTQ or AWQ kernels, a ModelOpt one as its FP8 or NVFP4 variant).
+KERNEL_OF_CHECKPOINT = frozenset({("gptq", "auto-round"), ("awq", "auto-round"), ("modelopt", "modelopt"),
+                                  ("modelopt_fp4", "modelopt")})
 # One module of each kind of decoder linear layer, as vLLM names them under the checkpoint's prefixes.
 MIXER_LINEARS = ("self_attn.qkv_proj", "self_attn.q_proj", "self_attn.o_proj", "linear_attn.in_proj_qkvz",
                  "linear_attn.out_proj")
@@ -71,7 +75,7 @@ def weight_format(quantization: str | None, config: dict[str, Any], size: ModelS
     if stated is None:
         return _flag_format(flag, quantization, size) if flag and quantization else None
     method = _stated_method(stated)
-    if flag is not None and flag != method and not (flag in MODELOPT_FORMATS and method == "modelopt"):
+    if flag is not None and flag != method and (flag, method) not in KERNEL_OF_CHECKPOINT:
         raise HarnessError(f"--quantization {quantization}: the checkpoint's config.json says quant_method "
                            f"'{stated.get('quant_method')}', and vLLM refuses a start whose two differ")
     if not method:

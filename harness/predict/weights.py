@@ -22,14 +22,14 @@ OWN_CHECKPOINT_DRAFTERS = EAGLE_METHODS | {"medusa"}  # drafters loaded from a c
 
 def weights_term(size: ModelSize, dtype_bytes: int, fmt: WeightFormat | None, tensor_parallel_size: int,
                  pipeline_parallel_size: int = 1) -> Term:
-    """Checkpoint bytes one GPU holds: linear layers (or only experts) in their stored format, the rest in the dtype.
+    """Checkpoint bytes one GPU holds: the kinds of linear the format quantizes in its bits, the rest in the dtype.
 
     A VL checkpoint's vision tower is held in the dtype, whatever the format. vLLM hands the tower its
     quantization config, but AWQ leaves unquantized every module the checkpoint names in
     `modules_to_not_convert` (awq.py and awq_marlin.py `get_quant_method`), where AWQ VL checkpoints name
     the tower (`["visual"]`): the tower stays 16-bit, as ModelOpt keeps every `visual` or `vision_tower`
-    module (modelopt.py `get_quant_method`); a checkpoint that spares some decoder layers is refused
-    (weight_formats.py). An online `--quantization fp8` of a 16-bit checkpoint, which would quantize the
+    module (modelopt.py `get_quant_method`); a checkpoint that spares a kind of linear in some layers only is
+    refused (weight_formats.py). An online `--quantization fp8` of a 16-bit checkpoint, which would quantize the
     tower too, is not modelled.
 
     MXFP4 experts are held as vLLM lays them out for its Marlin kernel, the MoE path on GPUs without

@@ -62,6 +62,8 @@ def test_the_checkpoints_own_config_sets_the_format_when_no_flag_names_one() -> 
     config = _with(DENSE, {"quant_method": "gptq", "bits": 4, "group_size": 64, "sym": True})
     assert _priced(config) == 300_160
     assert _priced(config, "gptq_marlin") == 300_160  # the Marlin kernel holds the same weights
+    rounded = _with(DENSE, {"quant_method": "auto-round", "bits": 4, "group_size": 64, "sym": True})
+    assert _priced(rounded, "gptq_marlin") == 300_160  # an AutoRound checkpoint as a log names its kernel
     # without the config the flag gets GPTQ's usual groups of 128: 4.15625 bits, 42,560 B + 256,000
     assert _priced(DENSE, "gptq") == 298_560
 
