@@ -36,6 +36,11 @@ class ModelSize(BaseModel):
     shared_width: int = 0  # the shared experts' intermediate width together, per MoE layer
     vision: VisionTower | None = None  # a VL checkpoint's image encoder, beside the decoder counted above
 
+    def params_by_kind(self) -> dict[str, int]:
+        """linear_params by kind of decoder linear (weight_formats.CLASS_LINEARS' keys); routers are the rest."""
+        return {"mixer": self.mixer_params, "dense": self.dense_params, "shared": self.shared_params,
+                "routed": self.expert_params}
+
 
 def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
     """Parameter counts from a config.json: attention (or MLA), dense or MoE MLP, embeddings, vision tower."""

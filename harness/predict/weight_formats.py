@@ -288,7 +288,7 @@ def _quantized_classes(size: ModelSize, method: str, skips: list[str], matches: 
     spans = {kind: layers for kind, layers in spans.items() if layers}
     if method in EXPERTS_ONLY_FORMATS:
         return ("routed",) if "routed" in spans else ()
-    spared = {kind: [layer for layer in layers if _spared(skips, CLASS_LINEARS[kind], layer, matches)]
+    spared = {kind: [layer for layer in layers if _patterns(skips, CLASS_LINEARS[kind], layer, matches)]
               for kind, layers in spans.items()}
     partial = [kind for kind, layers in spared.items() if 0 < len(layers) < len(spans[kind])]
     if partial:
@@ -297,10 +297,6 @@ def _quantized_classes(size: ModelSize, method: str, skips: list[str], matches: 
         raise HarnessError(f"quantization '{method}': the checkpoint keeps some decoder layers 16-bit "
                            f"({', '.join(named[:3])}{' …' if len(named) > 3 else ''}); not priced here")
     return tuple(kind for kind in CLASSES if kind in spans and not spared[kind])
-
-
-def _spared(skips: list[str], modules: tuple[str, ...], layer: int, matches: Matcher) -> bool:
-    return bool(_patterns(skips, modules, layer, matches))
 
 
 def _patterns(skips: list[str], modules: tuple[str, ...], layer: int, matches: Matcher) -> list[str]:

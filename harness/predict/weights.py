@@ -29,8 +29,8 @@ def weights_term(size: ModelSize, dtype_bytes: int, fmt: WeightFormat | None, te
     `modules_to_not_convert` (awq.py and awq_marlin.py `get_quant_method`), where AWQ VL checkpoints name
     the tower (`["visual"]`): the tower stays 16-bit, as ModelOpt keeps every `visual` or `vision_tower`
     module (modelopt.py `get_quant_method`); a checkpoint that spares a kind of linear in some layers only is
-    refused (weight_formats.py). An online `--quantization fp8` of a 16-bit checkpoint, which would quantize the
-    tower too, is not modelled.
+    refused (weight_formats.py). GPTQ's per-module `dynamic` rules and an online `--quantization fp8` of a 16-bit
+    checkpoint, which would quantize the tower too, are not modelled.
 
     MXFP4 experts are held as vLLM lays them out for its Marlin kernel, the MoE path on GPUs without
     FP4 units (A100, H100; mxfp4.py `create_weights`, 0.10.1-0.11): each rank's expert width rounded
@@ -48,9 +48,7 @@ def weights_term(size: ModelSize, dtype_bytes: int, fmt: WeightFormat | None, te
         biases = size.moe_layers * size.experts * (2 * width + hidden)  # w13_bias and w2_bias, 16-bit
         linear = padded * bits / 8 + biases * dtype_bytes + (size.linear_params - size.expert_params) * dtype_bytes / tp
     else:
-        by_kind = {"mixer": size.mixer_params, "dense": size.dense_params, "shared": size.shared_params,
-                   "routed": size.expert_params}
-        stored = sum(params for kind, params in by_kind.items() if fmt and kind in fmt.quantized)
+        stored = sum(params for kind, params in size.params_by_kind().items() if fmt and kind in fmt.quantized)
         linear = (stored * bits / 8 + (size.linear_params - stored) * dtype_bytes) / tp  # routers stay 16-bit
     total = (linear + size.embedding_params * dtype_bytes / tp) / pipeline_parallel_size
     described = (f"{fmt.method} ({bits:.4g} bits per weight of the {', '.join(fmt.quantized) or 'no'} linears, "

@@ -17,7 +17,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.predict.model_shape import load_model_shape
 from harness.predict.parameter_count import model_size
-from harness.predict.weight_formats import weight_format
+from harness.predict.weight_formats import CLASS_LINEARS, weight_format
 from harness.predict.weights import weights_term
 from harness.units import GiB
 
@@ -206,3 +206,10 @@ def test_odd_but_harmless_fields_are_read_as_vllm_reads_them() -> None:
     for config in (lone, rounded):
         fmt = weight_format(None, config, model_size(DENSE))
         assert fmt is not None and (fmt.quantized, fmt.bits) == (("mixer", "dense"), 4 + 20 / 128)
+
+
+def test_every_kind_of_linear_the_formats_name_has_its_parameter_count() -> None:
+    # A kind named in one table and not the other would be priced at neither bits nor dtype.
+    size = model_size(MOE)
+    assert set(size.params_by_kind()) == set(CLASS_LINEARS)
+    assert sum(size.params_by_kind().values()) < size.linear_params  # the routers are the rest
