@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import reprlib
 from typing import Any
 
 from harness.errors import HarnessError
@@ -67,11 +68,15 @@ MAX_LAYERS = 4096  # served decoders hold at most a few hundred; more is a malfo
 
 
 def check_counts(config: dict[str, Any], source: str) -> None:
-    """Refuse, by field, a count that is not a whole number, or more layers than any model holds."""
+    """Refuse, by field, a count that is not a whole number, a layer list that is not a list of names, or more
+    layers than any model holds."""
     for field in COUNT_FIELDS:
         value = config.get(field)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise HarnessError(f"{source}: field '{field}' must be a whole number, got {value!r}")
+    kinds = config.get("layer_types")
+    if kinds is not None and not (isinstance(kinds, list) and all(isinstance(kind, str) for kind in kinds)):
+        raise HarnessError(f"{source}: field 'layer_types' must be a list of layer kinds, got {reprlib.repr(kinds)}")
     if (config.get("num_hidden_layers") or 0) > MAX_LAYERS:
         raise HarnessError(f"{source}: field 'num_hidden_layers' is {config['num_hidden_layers']}, more layers "
                            f"than a model holds (at most {MAX_LAYERS:,} are read)")

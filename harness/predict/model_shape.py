@@ -230,7 +230,7 @@ def _ssm_dtype(config: dict[str, Any], source: str) -> str | None:
     name = config.get("mamba_ssm_dtype")
     if name is None:
         return None
-    if name not in SSM_DTYPES:
+    if not isinstance(name, str) or name not in SSM_DTYPES:
         raise HarnessError(f"{source}: field 'mamba_ssm_dtype' must be one of {sorted(SSM_DTYPES)}, got {name!r}")
     return str(name)
 

@@ -140,8 +140,8 @@ def full_attention_layer_params(config: dict[str, Any], source: str = "config") 
     decoder layer at index num_hidden_layers, past the dense `first_k_dense_replace` ones, so MoE where the
     model is). Counted as the difference a layer appended to the config makes, so every layout counted above
     (MLA, shared experts, the gated q_proj of a hybrid's full attention) is counted the same way here."""
-    extended = model_size(_with_full_attention_layer(config), source)
-    return extended.linear_params - model_size(config, source).linear_params
+    base = model_size(config, source).linear_params  # validates the fields the extension reads
+    return model_size(_with_full_attention_layer(config), source).linear_params - base
 
 
 def _with_full_attention_layer(config: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from harness.errors import HarnessError
 
 # LlavaConfig's default `vision_feature_layer`: the tower is built only up to the layer the features come from.
 LLAVA_FEATURE_LAYER = -2
+MAX_RATIO = 1024  # an MLP wider than this many times its input is a malformed config, not a tower
 ENCODER_NAMES = {"clip_vision_model": "CLIP", "siglip_vision_model": "SigLIP", "pixtral": "Pixtral"}
 
 
@@ -104,7 +105,7 @@ def _qwen2_5_vl(v: dict[str, Any], source: str) -> Count:
 def _qwen2_vl(v: dict[str, Any], source: str) -> Count:
     """Qwen2VisionTransformer: as Qwen2.5-VL's but LayerNorms and a plain fc1/fc2 MLP of embed_dim × mlp_ratio."""
     width = _field(v, "embed_dim", source)
-    inner = int(width * v.get("mlp_ratio", 4))
+    inner = int(width * _ratio(v, "mlp_ratio", 4, source))
     merged = width * _field(v, "spatial_merge_size", source) ** 2
     block = _add(_column(width, 3 * width, True), _row(width, width, True), _column(width, inner, True),
                  _row(inner, width, True), (0, 4 * width))
@@ -126,15 +127,18 @@ def _qwen3_vl(v: dict[str, Any], source: str) -> Count:
 
     embeddings = _add(_patch_embedding(v, width, source), (0, width),
                       (0, _field(v, "num_position_embeddings", source) * width))
-    deepstack = len(v.get("deepstack_visual_indexes") or [])
-    return _add(embeddings, _times(block, _field(v, "depth", source)), merger(width), _times(merger(merged), deepstack))
+    deepstack = v.get("deepstack_visual_indexes") or []
+    if not isinstance(deepstack, list):
+        raise HarnessError(f"{source}: field 'vision_config.deepstack_visual_indexes' must be a list of layer indices")
+    blocks = _times(block, _field(v, "depth", source))
+    return _add(embeddings, blocks, merger(width), _times(merger(merged), len(deepstack)))
 
 
 def _patch_embedding(v: dict[str, Any], width: int, source: str) -> Count:
     """The Conv3d patch embedding, held whole (ReplicatedLinear), no bias."""
-    channels = v.get("in_channels") or v.get("in_chans") or 3
+    channels = _optional(v, "in_channels", _optional(v, "in_chans", 3, source), source)
     patch = _field(v, "patch_size", source)
-    return 0, channels * v.get("temporal_patch_size", 2) * patch * patch * width
+    return 0, channels * _optional(v, "temporal_patch_size", 2, source) * patch * patch * width
 
 
 def _encoder(v: dict[str, Any], layers: int | None, source: str) -> Count:
@@ -144,7 +148,7 @@ def _encoder(v: dict[str, Any], layers: int | None, source: str) -> Count:
     patch = _field(v, "patch_size", source)
     total = _field(v, "num_hidden_layers", source)
     depth = total if layers is None else layers
-    channels = v.get("num_channels", 3)
+    channels = _optional(v, "num_channels", 3, source)
     if kind == "pixtral":  # RMSNorms, bias-free qkv/o and gated MLP, a bias-free patch conv and ln_pre
         layer = _add(_column(width, 3 * width, False), _row(width, width, False), _column(width, 2 * inner, False),
                      _row(inner, width, False), (0, 2 * width))
@@ -191,7 +195,7 @@ def _mistral3_projector(config: dict[str, Any], v: dict[str, Any], text: dict[st
     """Mistral3MultiModalProjector: an RMSNorm, the patch merger's whole bias-free linear, then two linears."""
     vision_width, width = _field(v, "hidden_size", source), _field(text, "hidden_size", source, "")
     bias = bool(config.get("multimodal_projector_bias", False))
-    merger = vision_width * config.get("spatial_merge_size", 2) ** 2 * vision_width
+    merger = vision_width * _optional(config, "spatial_merge_size", 2, source, "") ** 2 * vision_width
     return _add((0, vision_width + merger), _column(vision_width, width, bias), _row(width, width, bias))
 
 
@@ -200,3 +204,15 @@ def _field(section: dict[str, Any], name: str, source: str, where: str = "vision
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise HarnessError(f"{source}: field '{where}{name}' (a positive integer) is needed to size the vision tower")
     return value
+
+
+def _optional(section: dict[str, Any], name: str, default: int, source: str, where: str = "vision_config.") -> int:
+    """A field the builder defaults when the config leaves it out; stated, it must be a positive integer."""
+    return default if section.get(name) is None else _field(section, name, source, where)
+
+
+def _ratio(section: dict[str, Any], name: str, default: float, source: str) -> float:
+    value = section.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < MAX_RATIO:
+        raise HarnessError(f"{source}: field 'vision_config.{name}' must be a positive number, got {value!r}")
+    return float(value)

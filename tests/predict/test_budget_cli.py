@@ -256,6 +256,15 @@ def test_unknown_quantization_is_named_in_one_line() -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+MALFORMED_BASES = {
+    "deepseek": "deepseek-ai--DeepSeek-V2-Lite.json",
+    "gpt-oss": "openai--gpt-oss-20b.json",
+    "qwen3.6": "Qwen--Qwen3.6-35B-A3B.json",
+    "qwen2.5-vl": "Qwen--Qwen2.5-VL-7B-Instruct.json",
+    "qwen3-vl": "Qwen--Qwen3-VL-30B-A3B-Instruct.json",
+}
+
+
 @pytest.mark.parametrize(
     ("config", "edit", "named"),
     [
@@ -268,13 +277,26 @@ def test_unknown_quantization_is_named_in_one_line() -> None:
          "field 'max_window_layers' must be a whole number, got -1"),
         ("deepseek", {"v_head_dim": None}, "field 'v_head_dim' is needed to size the weights"),
         ("deepseek", {"num_attention_heads": 0}, "field 'num_attention_heads'"),
+        ("gpt-oss", {"layer_types": 2.5}, "field 'layer_types' must be a list of layer kinds, got 2.5"),
+        ("qwen3.6", {"text_config": {"layer_types": ["full_attention", ["linear_attention"]]}},
+         "field 'layer_types' must be a list of layer kinds"),
+        ("qwen3.6", {"text_config": {"mamba_ssm_dtype": []}}, "field 'mamba_ssm_dtype' must be one of"),
+        ("qwen2.5-vl", {"vision_config": {"temporal_patch_size": 2.0}},
+         "field 'vision_config.temporal_patch_size' (a positive integer)"),
+        ("qwen2.5-vl", {"vision_config": {"in_channels": "abc"}}, "field 'vision_config.in_channels'"),
+        ("qwen3-vl", {"vision_config": {"deepstack_visual_indexes": 8}},
+         "field 'vision_config.deepstack_visual_indexes' must be a list of layer indices"),
     ],
 )
 def test_a_malformed_config_field_is_named_before_launch(tmp_path, config, edit, named) -> None:
-    """Fields the weights and layer layout are sized from, each wrong in a way that once surfaced as a traceback."""
-    source = SNAPSHOT / "config.json" if config == "qwen3" else CONFIGS / "deepseek-ai--DeepSeek-V2-Lite.json"
+    """Fields the weights and layer layout are sized from, each wrong in a way that once surfaced as a traceback
+    (a section's edit replaces only the fields it names)."""
+    source = SNAPSHOT / "config.json" if config == "qwen3" else CONFIGS / MALFORMED_BASES[config]
+    base = json.loads(source.read_text())
+    for field, value in edit.items():
+        base[field] = {**base[field], **value} if isinstance(base.get(field), dict) else value
     path = tmp_path / "config.json"
-    write(path, json.dumps({**json.loads(source.read_text()), **edit}))
+    write(path, json.dumps(base))
     result = harness("budget", "--model", str(path), "--gpu", "H100-80GB", "--max-model-len", "4096")
     assert result.returncode == 2, result.stderr
     assert f"{path}: " in result.stderr and named in result.stderr  # the file, then the field
