@@ -57,6 +57,8 @@ def files(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "a-file").write_text("not a directory\n")
     (tmp_path / "empty.metrics").write_text("")
     (tmp_path / "other.metrics").write_text("# TYPE process_open_fds gauge\nprocess_open_fds 34.0\n")
+    (tmp_path / "damaged.log").write_text("INFO 11-29 10:00:00 [kv_cache_utils.py:1] GPU KV cache size: "
+                                          + "9" * 400 + " tokens\n")
     (tmp_path / "held").mkdir()
     (tmp_path / "held" / "config.json").write_text('{"run_id": "0123abcd"}')
     (tmp_path / "swept").mkdir()
@@ -67,7 +69,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
                                        "    command: [harness, run]\n")
     return {"a_file": tmp_path / "a-file", "empty": tmp_path / "empty.metrics", "other": tmp_path / "other.metrics",
             "held": tmp_path / "held", "swept": tmp_path / "swept", "points": tmp_path / "points",
-            "job": tmp_path / "job.yaml"}
+            "job": tmp_path / "job.yaml", "damaged": tmp_path / "damaged.log"}
 
 
 def run_args(out: str, *options: str, base_url: str = UNREACHABLE) -> list[str]:
@@ -87,6 +89,9 @@ BAD_INPUTS = [
      "error: --metrics {empty}: empty; expected a vLLM /metrics scrape"),
     ("metrics-without-vllm", lambda f: ["capacity", "--metrics", str(f["other"])],
      "error: --metrics {other}: no vLLM metric in it; expected a vLLM /metrics scrape"),
+    ("log-figure-of-400-digits", lambda f: ["capacity", "--log", str(f["damaged"])],
+     "error: --log {damaged}: log figure 99999999999999999999… (400 characters) is larger than any vLLM prints: "
+     "the log is damaged or edited"),
     ("sweep-out-holds-a-sweep",
      lambda f: ["sweep", "-f", str(ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"), "--local", "--out",
                 str(f["swept"])],

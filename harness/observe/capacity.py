@@ -23,7 +23,7 @@ from harness.observe.capacity_report import (
 )
 from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
-from harness.observe.server_logs import StartupCapacity, parse_startup_log
+from harness.observe.server_logs import StartupCapacity, argument_count, parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, label_count, parse_metrics
 from harness.predict.budget import CapacityPrediction
 from harness.predict.model_shape import ModelShape, load_model_shape
@@ -72,11 +72,16 @@ def capacity_from_sources(
         text = read_run_log(run_dir)
     elif polyaxon_run is not None and project is not None:
         text = fetch_polyaxon_run_log(polyaxon_run, project)
-    if text is not None and not text.strip():
+    parsed = None
+    if text is not None:
         where = {"--log": log, "--run": run_dir, "--polyaxon-run": polyaxon_run}[chosen[0]]
-        raise HarnessError(f"{chosen[0]} {where}: the log is empty; expected a vLLM start-up log")
+        if not text.strip():
+            raise HarnessError(f"{chosen[0]} {where}: the log is empty; expected a vLLM start-up log")
+        try:
+            parsed = parse_startup_log(text, start)
+        except HarnessError as error:
+            raise HarnessError(f"{chosen[0]} {where}: {error}") from None
     snapshot = _metrics_snapshot(metrics) if metrics is not None else None
-    parsed = parse_startup_log(text, start) if text is not None else None
     return build_capacity_report(parsed, snapshot, model=model, revision=revision, gpu=gpu, stated=stated)
 
 
@@ -216,8 +221,8 @@ def _prediction_inputs(
 def _kv_budget(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int, str, bool] | None:
     """The KV bytes the engine sized its cache from, preferring exact figures to printed GiB."""
     args = log.non_default_args or {}
-    if isinstance(args.get("kv_cache_memory_bytes"), int):
-        return args["kv_cache_memory_bytes"], "kv_cache_memory_bytes argument (exact)", True
+    if (reserved := argument_count(args, "kv_cache_memory_bytes")) is not None:
+        return reserved, "kv_cache_memory_bytes argument (exact)", True
     if cache_config and (reserved := label_count(cache_config.get("kv_cache_memory_bytes"))) is not None:
         return reserved, "/metrics cache_config_info kv_cache_memory_bytes", True
     if log.kv_cache_memory_bytes is not None:
@@ -241,8 +246,8 @@ def _block_size(log: StartupCapacity, cache_config: dict[str, str] | None) -> tu
     if cache_config and (block_size := label_count(cache_config.get("block_size"))) is not None:
         return block_size, "/metrics cache_config_info"
     args = log.non_default_args or {}
-    if isinstance(args.get("block_size"), int):
-        return args["block_size"], "block_size argument"
+    if (stated := argument_count(args, "block_size")) is not None:
+        return stated, "block_size argument"
     device = (log.kv_cache_device or "GPU").upper()
     size = DEFAULT_BLOCK_SIZE.get(device, CUDA_BLOCK_SIZE)
     return size, f"vLLM's default for {device} (not stated by the log)"

@@ -9,7 +9,7 @@ from typing import Any
 import pydantic
 
 from harness.observe.log_lines import LOGGED_NUMBER
-from harness.units import gib_to_bytes
+from harness.units import gib_to_bytes, logged_figure
 
 # DEBUG breakdown, 0.11+: `Memory profiling takes 1.2 seconds. Total non KV cache memory: 9.1GiB; …`
 PROFILE_V1 = re.compile(r"^Memory profiling takes (?P<seconds>\d+(?:\.\d+)?) seconds\. (?P<parts>.*)$")
@@ -59,14 +59,14 @@ def _fold_summary_line(message: str, profile: MemoryProfile | None) -> MemoryPro
     """V1's one-line summary or V0's budget-and-parts lines; None when the line is neither."""
     if match := PROFILE_V1.search(message):
         profile = profile or MemoryProfile()
-        profile.profiling_seconds = float(match.group("seconds"))
+        profile.profiling_seconds = logged_figure(match.group("seconds"))
         profile.components_bytes.update(_gib_parts(match.group("parts")))
     elif match := PROFILE_V0_START.search(message):
         profile = profile or MemoryProfile()
-        profile.profiling_seconds = float(match.group("seconds"))
+        profile.profiling_seconds = logged_figure(match.group("seconds"))
     elif match := PROFILE_V0_BUDGET.search(message):
         profile = profile or MemoryProfile()
-        profile.gpu_memory_utilization = float(match.group("util"))
+        profile.gpu_memory_utilization = logged_figure(match.group("util"))
         profile.components_bytes["total_gpu_memory_bytes"] = gib_to_bytes(match.group("total"))
     elif PROFILE_V0_PARTS.search(message):
         profile = profile or MemoryProfile()
@@ -93,7 +93,7 @@ def _fold_table_line(message: str, profile: MemoryProfile | None) -> MemoryProfi
             if pair.group("unit"):
                 profile.components_bytes[f"{pair.group('key')}_bytes"] = gib_to_bytes(pair.group("value"))
             elif pair.group("key") == "gpu_memory_utilization":
-                profile.gpu_memory_utilization = float(pair.group("value"))
+                profile.gpu_memory_utilization = logged_figure(pair.group("value"))
         profile.kv_cache_bytes = profile.components_bytes.get("kv_cache_size_bytes", profile.kv_cache_bytes)
         return profile
     return None

@@ -38,6 +38,7 @@ from harness.observe.startup_lines import (
     StartFacts,
 )
 from harness.redact import redact_text
+from harness.units import MAX_LOGGED_VALUE, abbreviated, logged_count
 
 STARTUP_SCHEMA_VERSION = 1
 
@@ -183,27 +184,36 @@ def binding_profile(profiles: list[MemoryProfile]) -> MemoryProfile | None:
 def tensor_parallel_ranks(lines: list[LogLine]) -> set[int]:
     """The tensor-parallel ranks whose workers wrote lines (`Worker_TP1`, `VllmWorker TP1`), for a log pasted
     without its engine config line. A bare `rank=` is the world rank, TP and PP together, so it is not read."""
-    return {int(match.group("rank")) for line in lines
+    return {logged_count(match.group("rank")) for line in lines
             if line.process and (match := TP_PREFIX.search(line.process))}
 
 
 def _engine_facts_from_arguments(found: dict[str, Any], args: dict[str, Any]) -> None:
     """What the engine config line states, from the non-default arguments where the excerpt lacks that line."""
-    for parallel in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size"):
-        if found.get(parallel) is None and isinstance(args.get(parallel), int):
-            found[parallel] = args[parallel]
+    for counted in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size",
+                    "max_num_batched_tokens", "max_num_seqs"):
+        if found.get(counted) is None:
+            found[counted] = argument_count(args, counted)
     for named in ("model", "kv_cache_dtype", "quantization"):
         if found.get(named) is None and isinstance(args.get(named), str):
             found[named] = args[named]
-    for counted in ("max_num_batched_tokens", "max_num_seqs"):
-        if found.get(counted) is None and isinstance(args.get(counted), int) and not isinstance(args[counted], bool):
-            found[counted] = args[counted]
     speculative = args.get("speculative_config")  # {'method': 'mtp', 'num_speculative_tokens': 3}
     if found.get("speculative_method") is None and isinstance(speculative, dict) \
             and isinstance(speculative.get("method"), str):
-        drafted = speculative.get("num_speculative_tokens")
-        found.update(speculative_method=speculative["method"], speculative_tokens=drafted
-                     if isinstance(drafted, int) and not isinstance(drafted, bool) else None)
+        found.update(speculative_method=speculative["method"],
+                     speculative_tokens=argument_count(speculative, "num_speculative_tokens"))
+
+
+def argument_count(args: dict[str, Any], name: str) -> int | None:
+    """A whole-number argument as the log's arguments state it; None when not stated as one, refused past what
+    vLLM accepts (a damaged or edited log)."""
+    value = args.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if abs(value) > MAX_LOGGED_VALUE:
+        raise HarnessError(f"argument {name} is {abbreviated(str(value))}, larger than any vLLM accepts: the log is "
+                           "damaged or edited")
+    return value
 
 
 def _assemble(
@@ -220,8 +230,8 @@ def _assemble(
     if found.get("max_model_len") is None and config_max_seq_len is not None:
         found["max_model_len"] = config_max_seq_len  # releases before 0.9 only print it in the config
     args = found.get("non_default_args") or {}
-    exact_reservation = args.get("kv_cache_memory_bytes")
-    if isinstance(exact_reservation, int) and not isinstance(exact_reservation, bool):
+    exact_reservation = argument_count(args, "kv_cache_memory_bytes")
+    if exact_reservation is not None:
         found["kv_cache_memory_bytes"] = exact_reservation
     elif reserved is not None:
         found["kv_cache_memory_bytes"] = reserved

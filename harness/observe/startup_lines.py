@@ -17,7 +17,7 @@ import pydantic
 from harness.observe.engine_failure import Stage, later_stage
 from harness.observe.log_lines import LOGGED_NUMBER, LogLine
 from harness.observe.memory_profile import PROFILE_V06, V0_KV_REST, MemoryProfile, memory_profile_line
-from harness.units import gib_to_bytes
+from harness.units import gib_to_bytes, logged_count, logged_figure
 
 # The rank in a worker's prefix: `Worker_TP1`, `VllmWorker TP1`, `VllmWorker rank=3`.
 PROCESS_RANK = re.compile(r"(?:_TP| TP| rank=)(?P<rank>\d+)$")
@@ -116,36 +116,36 @@ class StartFacts:
 
     def kv_cache_size(self, match: re.Match[str], process: str | None) -> None:
         self.found["kv_cache_device"] = match.group("device")
-        self.tokens.append(_integer(match.group("tokens")))
+        self.tokens.append(logged_count(match.group("tokens")))
         self.stage = "after_kv_cache"
 
     def max_concurrency(self, match: re.Match[str], process: str | None) -> None:
-        self.concurrency.append(float(match.group("times")))
-        self.found["max_concurrency_model_len"] = _integer(match.group("length"))
+        self.concurrency.append(logged_figure(match.group("times")))
+        self.found["max_concurrency_model_len"] = logged_count(match.group("length"))
         self.stage = "after_kv_cache"
 
     def blocks(self, match: re.Match[str], process: str | None) -> None:
         self.found["kv_cache_device"] = self.found.get("kv_cache_device") or match.group("device")
-        self.found["num_gpu_blocks"] = int(match.group("device_blocks"))
+        self.found["num_gpu_blocks"] = logged_count(match.group("device_blocks"))
         if match.group("cpu_blocks") is not None:
-            self.found["num_cpu_blocks"] = int(match.group("cpu_blocks"))
+            self.found["num_cpu_blocks"] = logged_count(match.group("cpu_blocks"))
         self.stage = "after_kv_cache"
 
     def too_few_tokens(self, match: re.Match[str], process: str | None) -> None:
-        self.found["kv_cache_tokens_at_failure"] = int(match.group("tokens"))
+        self.found["kv_cache_tokens_at_failure"] = logged_count(match.group("tokens"))
 
     def too_little_memory(self, match: re.Match[str], process: str | None) -> None:
         self.available.append(gib_to_bytes(match.group("available")))
         self.found["kv_cache_bytes_needed"] = gib_to_bytes(match.group("needed"))
 
     def blocks_after_init(self, match: re.Match[str], process: str | None) -> None:
-        self.found.setdefault("num_gpu_blocks", int(match.group("blocks")))
+        self.found.setdefault("num_gpu_blocks", logged_count(match.group("blocks")))
 
     def available_kv(self, match: re.Match[str], process: str | None) -> None:
         self.available.append(gib_to_bytes(match.group("gib")))
         self.stage = later_stage(self.stage, "sizing_kv_cache")  # the profile ran: the weights are loaded
         if process and (rank := PROCESS_RANK.search(process)):
-            self.by_rank[int(rank.group("rank"))] = self.available[-1]
+            self.by_rank[logged_count(rank.group("rank"))] = self.available[-1]
 
     def reserved_kv(self, match: re.Match[str], process: str | None) -> None:
         self.found.setdefault("reserved_kv_bytes", gib_to_bytes(match.group("gib")))
@@ -153,14 +153,14 @@ class StartFacts:
     def cpu_kv_space(self, match: re.Match[str], process: str | None) -> None:
         self.found["cpu_kv_space"] = CpuKvSpace(
             mode="explicit" if match.group("mode") == "Explicitly" else "auto",
-            kv_cache_gib=float(match.group("kv_gib")),
-            node_memory_gib=float(match.group("node_gib")),
-            numa_node=int(match.group("node")),
+            kv_cache_gib=logged_figure(match.group("kv_gib")),
+            node_memory_gib=logged_figure(match.group("node_gib")),
+            numa_node=logged_count(match.group("node")),
         )
 
     def model_loading(self, match: re.Match[str], process: str | None) -> None:
         self.found.setdefault("model_weights_bytes", gib_to_bytes(match.group("amount")))
-        self.found.setdefault("model_loading_seconds", float(match.group("seconds")))
+        self.found.setdefault("model_loading_seconds", logged_figure(match.group("seconds")))
         self.stage = later_stage(self.stage, "sizing_kv_cache")
 
     def weights_memory(self, match: re.Match[str], process: str | None) -> None:
@@ -168,28 +168,28 @@ class StartFacts:
         self.stage = later_stage(self.stage, "sizing_kv_cache")
 
     def weights_time(self, match: re.Match[str], process: str | None) -> None:
-        self.found.setdefault("weights_loading_seconds", float(match.group("seconds")))
+        self.found.setdefault("weights_loading_seconds", logged_figure(match.group("seconds")))
         self.stage = later_stage(self.stage, "sizing_kv_cache")
 
     def graph_capture(self, match: re.Match[str], process: str | None) -> None:
-        self.found.setdefault("cuda_graph_seconds", float(match.group("seconds")))
+        self.found.setdefault("cuda_graph_seconds", logged_figure(match.group("seconds")))
         if match.group("gib") is not None:
             self.found.setdefault("cuda_graph_bytes", gib_to_bytes(match.group("gib")))
 
     def torch_compile(self, match: re.Match[str], process: str | None) -> None:
-        self.found["torch_compile_seconds"] = float(match.group("seconds"))
+        self.found["torch_compile_seconds"] = logged_figure(match.group("seconds"))
 
     def init_engine(self, match: re.Match[str], process: str | None) -> None:
-        self.found["init_seconds"] = float(match.group("seconds"))
+        self.found["init_seconds"] = logged_figure(match.group("seconds"))
 
     def max_model_len(self, match: re.Match[str], process: str | None) -> None:
-        self.found["max_model_len"] = int(match.group("length"))
+        self.found["max_model_len"] = logged_count(match.group("length"))
 
     def batched_tokens(self, match: re.Match[str], process: str | None) -> None:
-        self.found["max_num_batched_tokens"] = int(match.group("tokens"))
+        self.found["max_num_batched_tokens"] = logged_count(match.group("tokens"))
 
     def context_parallel(self, match: re.Match[str], process: str | None) -> None:
-        self.found["decode_context_parallel_size"] = int(match.group("size"))
+        self.found["decode_context_parallel_size"] = logged_count(match.group("size"))
 
     def resolved_kv_dtype(self, match: re.Match[str], process: str | None) -> None:
         if dtype := TORCH_KV_DTYPES.get(match.group("dtype")):
@@ -258,14 +258,14 @@ def _engine_config_fields(config: str) -> dict[str, Any]:
         fields["quantization"] = None if match.group("value") == "None" else match.group("value")
     for parallel in ("tensor_parallel_size", "pipeline_parallel_size"):
         if match := re.search(rf"(?:^|, ){parallel}=(?P<value>\d+)", config):
-            fields[parallel] = int(match.group("value"))
+            fields[parallel] = logged_count(match.group("value"))
     if match := re.search(r"(?:^|, )max_seq_len=(?P<value>\d+)", config):
-        fields["config_max_seq_len"] = int(match.group("value"))
+        fields["config_max_seq_len"] = logged_count(match.group("value"))
     if match := SPECULATIVE_CONFIG.search(config):  # SpeculativeConfig(method='eagle3', model='…', num_spec_tokens=3)
         method = re.search(r"method='(?P<value>[\w-]+)'", match.group("body"))
         tokens = re.search(r"num_spec_tokens=(?P<value>\d+)", match.group("body"))
         fields["speculative_method"] = method.group("value") if method else "draft_model"  # 0.6-0.8: a draft model
-        fields["speculative_tokens"] = int(tokens.group("value")) if tokens else None
+        fields["speculative_tokens"] = logged_count(tokens.group("value")) if tokens else None
     return fields
 
 
@@ -276,7 +276,3 @@ def _literal_dict(text: str) -> dict[str, Any] | None:
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
-
-
-def _integer(text: str) -> int:
-    return int(text.replace(",", ""))

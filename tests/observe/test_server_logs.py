@@ -317,6 +317,30 @@ def test_binary_file_is_one_line_of_bad_input(tmp_path: Path) -> None:
         parse_startup_log("INFO\x00")
 
 
+@pytest.mark.parametrize(
+    ("damaged", "named"),
+    [
+        # a token count of 400 digits once overflowed a float three modules later
+        ("GPU KV cache size: " + "9" * 400 + " tokens", r"log figure 9{20}… \(400 characters\) is larger"),
+        ("Maximum concurrency for " + "9" * 17 + " tokens per request: 2.00x", "log figure 9{17} is larger"),
+        ("Available KV cache memory: " + "1" * 30 + ".5 GiB", "log figure 1{20}… \\(32 characters\\)"),
+        # 2**53 + 1: one past the largest figure vLLM prints, in the arguments
+        ("non-default args: {'model': 'm', 'max_num_seqs': 9007199254740993}",
+         "argument max_num_seqs is 9007199254740993, larger than any vLLM accepts"),
+    ],
+)
+def test_a_figure_no_vllm_prints_is_refused_naming_it(damaged: str, named: str) -> None:
+    with pytest.raises(HarnessError, match=named):
+        parse_startup_log(f"(EngineCore pid=1) INFO 11-29 10:00:00 [x.py:1] {damaged}")
+
+
+def test_the_largest_figure_vllm_prints_is_still_read() -> None:
+    # 2**53 = 9,007,199,254,740,992 tokens, printed with thousands separators as vLLM prints its counts
+    result = parse_startup_log("INFO 11-29 10:00:00 [kv_cache_utils.py:1] GPU KV cache size: "
+                               "9,007,199,254,740,992 tokens")
+    assert result.kv_cache_tokens == 2**53
+
+
 def test_missing_file_is_one_line_of_bad_input(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match=r"nope\.log: cannot read log"):
         read_log_text(tmp_path / "nope.log")
