@@ -70,6 +70,9 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         expert_width = config.get("moe_intermediate_size") or dense_width
         shared, shared_width, shared_gate = _shared_experts(config, expert_width, hidden)
         dense_layers = config.get("first_k_dense_replace") or 0
+        if dense_layers > layers:
+            raise HarnessError(f"{source}: field 'first_k_dense_replace' is {dense_layers}, more dense layers than "
+                               f"num_hidden_layers ({layers})")
         moe_mlp = 3 * hidden * (expert_width * experts + shared_width) + hidden * experts + shared_gate
         mlp = dense_layers * projections * hidden * dense_width + (layers - dense_layers) * moe_mlp
         routed = config.get("num_experts_per_tok") or config.get("experts_per_token") or 1

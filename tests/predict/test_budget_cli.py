@@ -277,6 +277,9 @@ MALFORMED_BASES = {
          "field 'max_window_layers' must be a whole number, got -1"),
         ("deepseek", {"v_head_dim": None}, "field 'v_head_dim' is needed to size the weights"),
         ("deepseek", {"num_attention_heads": 0}, "field 'num_attention_heads'"),
+        # once a loop over 10**30 dense layers: the command never returned
+        ("deepseek", {"first_k_dense_replace": 10**30},
+         f"field 'first_k_dense_replace' is {10**30}, more dense layers than num_hidden_layers (27)"),
         ("gpt-oss", {"layer_types": 2.5}, "field 'layer_types' must be a list of layer kinds, got 2.5"),
         ("qwen3.6", {"text_config": {"layer_types": ["full_attention", ["linear_attention"]]}},
          "field 'layer_types' must be a list of layer kinds"),
