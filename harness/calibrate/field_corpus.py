@@ -179,7 +179,7 @@ def load_corpus(directory: Path) -> tuple[list[FieldCase], dict[str, dict[str, A
             path = configs_dir / name
             try:
                 configs[name] = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as error:
+            except (OSError, ValueError, RecursionError) as error:
                 reason = error.strerror if isinstance(error, OSError) else type(error).__name__
                 raise HarnessError(f"{path}: config named by case {case.id} cannot be read ({reason})") from None
             if not isinstance(configs[name], dict):

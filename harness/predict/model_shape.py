@@ -365,6 +365,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise HarnessError(f"{path}: not a JSON file ({error.__class__.__name__})") from None
+    except RecursionError:  # nested deeper than any config
+        raise HarnessError(f"{path}: not a config.json: nested too deep") from None
     except OSError as error:
         raise HarnessError(f"{path}: cannot be read ({error.strerror})") from None
     if not isinstance(data, dict):

@@ -14,6 +14,7 @@ import yaml
 from harness.calibrate.field_check import check_logged, run_field_check
 from harness.calibrate.field_corpus import load_corpus
 from harness.calibrate.field_results import CaseResult, FieldReport, FigureCheck
+from harness.errors import HarnessError
 from harness.predict.model_shape import load_model_shape
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
@@ -185,3 +186,16 @@ def test_a_config_whose_architecture_is_refused_is_named_on_its_case_and_the_res
     for status in (refused.logged.status, refused.launch.status):
         assert status.startswith("not modelled: ") and "MllamaForConditionalGeneration is refused" in status
     assert _case(report, "v0101-qwen2-7b-a100-util05").logged.status == "exact"
+
+
+@pytest.mark.parametrize(("damage", "reason"), [
+    (b"\xff\xfe{", "UnicodeDecodeError"), (b"[" * 100_000, "RecursionError"), (b'{"hidden_size": ', "JSONDecodeError"),
+])
+def test_a_config_that_cannot_be_read_is_named_with_the_case_that_names_it(tmp_path: Path, damage: bytes,
+                                                                           reason: str) -> None:
+    copy = tmp_path / "field"
+    shutil.copytree(CORPUS, copy)
+    (copy / "configs" / "Qwen--Qwen2-7B-Instruct.json").write_bytes(damage)
+    with pytest.raises(HarnessError, match=rf"Qwen--Qwen2-7B-Instruct\.json: config named by case v0101-qwen2-7b-\S+ "
+                                           rf"cannot be read \({reason}\)"):
+        run_field_check(copy)

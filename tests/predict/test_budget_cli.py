@@ -56,6 +56,8 @@ def write(path: Path, text: str | bytes) -> Path:
     [
         ("missing field", ["--model", "{dir}/missing.json", "--tokens", "10"], "field 'num_hidden_layers'"),
         ("not JSON", ["--model", "{dir}/binary.json", "--tokens", "10"], "binary.json: not a JSON file"),
+        ("JSON past the parser's depth", ["--model", "{dir}/deep.json", "--tokens", "10"],
+         "deep.json: not a config.json: nested too deep"),
         ("zero tokens", ["--tokens", "0"], "--tokens: Input should be greater than or equal to 1, not 0"),
         ("negative tokens", ["--tokens", "-5"], "--tokens: Input should be greater than or equal to 1, not -5"),
         ("zero sequences", ["--tokens", "5", "--sequences", "0"], "--sequences: Input should be greater"),
@@ -106,6 +108,7 @@ def write(path: Path, text: str | bytes) -> Path:
 def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
     write(tmp_path / "missing.json", json.dumps({"num_attention_heads": 4, "hidden_size": 64}))
     write(tmp_path / "binary.json", bytes(range(256)))
+    write(tmp_path / "deep.json", "[" * 100_000)
     qwen3 = json.loads((SNAPSHOT / "config.json").read_text())
     write(tmp_path / "relabelled.json", json.dumps({**qwen3, "architectures": ["MambaForCausalLM"]}))
     write(tmp_path / "mamba.json", json.dumps(MAMBA_130M))
