@@ -245,9 +245,8 @@ def _stage_kv_bytes(log: StartupCapacity, available: int, tp: int, pp: int) -> l
 def _block_size(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int, str]:
     if cache_config and (block_size := label_count(cache_config.get("block_size"))) is not None:
         return block_size, "/metrics cache_config_info"
-    args = log.non_default_args or {}
-    if (stated := argument_count(args, "block_size")) is not None:
-        return stated, "block_size argument"
+    if log.block_size is not None:
+        return log.block_size, "block_size argument"
     device = (log.kv_cache_device or "GPU").upper()
     size = DEFAULT_BLOCK_SIZE.get(device, CUDA_BLOCK_SIZE)
     return size, f"vLLM's default for {device} (not stated by the log)"
@@ -322,15 +321,14 @@ def _logged_blocks(log: StartupCapacity, cache_config: dict[str, str] | None) ->
 
 def _cross_checks(log: StartupCapacity, cache_config: dict[str, str]) -> list[CrossCheck]:
     """Figures both sources state; the log's concurrency is rounded to 2 decimals, so /metrics' is too."""
-    args = log.non_default_args or {}
     pairs: list[tuple[str, object, str, Callable[[str], object]]] = [
         ("kv_cache_tokens", log.kv_cache_tokens, "kv_cache_size_tokens", lambda text: int(float(text))),
         ("max_concurrency", log.max_concurrency, "kv_cache_max_concurrency", lambda text: round(float(text), 2)),
         ("num_gpu_blocks", log.num_gpu_blocks, "num_gpu_blocks", int),
         ("kv_cache_memory_bytes", log.kv_cache_memory_bytes, "kv_cache_memory_bytes", int),
         ("kv_cache_dtype", log.kv_cache_dtype, "cache_dtype", str),
-        ("block_size", args.get("block_size"), "block_size", int),
-        ("gpu_memory_utilization", args.get("gpu_memory_utilization"), "gpu_memory_utilization", float),
+        ("block_size", log.block_size, "block_size", int),
+        ("gpu_memory_utilization", log.gpu_memory_utilization, "gpu_memory_utilization", float),
     ]
     checks: list[CrossCheck] = []
     for name, log_value, metrics_key, convert in pairs:

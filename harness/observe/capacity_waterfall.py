@@ -46,9 +46,8 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
         total, total_source = logged_total, "the GPU total the log states"
     else:
         return None
-    args = log.non_default_args or {}
     utilization = (profile.gpu_memory_utilization if profile and profile.gpu_memory_utilization else None) \
-        or args.get("gpu_memory_utilization") or 0.9
+        or log.gpu_memory_utilization or 0.9
     max_model_len = log.max_model_len or log.max_concurrency_model_len or shape.max_position_embeddings
     if max_model_len is None:
         return None

@@ -9,7 +9,9 @@ import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import pydantic
 
 from harness.errors import HarnessError
 from harness.polyaxon_client import polyaxon_call
@@ -17,6 +19,10 @@ from harness.polyaxon_project import parse_project
 from harness.schema import RunFile
 
 MAX_LOG_PAGES = 500
+# What a start that ran can have printed: vLLM refuses a launch with a size below one or a utilisation outside
+# (0, 1], so a log stating one is damaged or edited, and is refused naming the figure.
+Count = Annotated[int, pydantic.Field(ge=1)]
+Fraction = Annotated[float, pydantic.Field(gt=0, le=1, allow_inf_nan=False)]
 LOGGED_NUMBER = r"-?\d+(?:\.\d+)?"  # how a log line prints a figure: 0.41, 12, -1.5
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # An issue tracker renders `[worker.py:267]` as a link and a copy of the page keeps it:

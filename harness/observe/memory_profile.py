@@ -8,7 +8,7 @@ from typing import Any
 
 import pydantic
 
-from harness.observe.log_lines import LOGGED_NUMBER
+from harness.observe.log_lines import LOGGED_NUMBER, Fraction
 from harness.units import gib_to_bytes, logged_figure
 
 # DEBUG breakdown, 0.11+: `Memory profiling takes 1.2 seconds. Total non KV cache memory: 9.1GiB; …`
@@ -42,10 +42,12 @@ TERM_LOG_KEYS = {
 
 
 class MemoryProfile(pydantic.BaseModel):
-    """The engine's memory-profiling breakdown, each figure keyed by its logged label."""
+    """The engine's memory-profiling breakdown, each figure keyed by its logged label (checked as each is read)."""
+
+    model_config = pydantic.ConfigDict(validate_assignment=True)
 
     profiling_seconds: float | None = None
-    gpu_memory_utilization: float | None = None
+    gpu_memory_utilization: Fraction | None = None
     components_bytes: dict[str, int] = {}
     kv_cache_bytes: int | None = None  # what this rank's profile left for the cache, where the format states it
 

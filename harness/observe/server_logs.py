@@ -23,7 +23,7 @@ from harness.observe.engine_failure import (
     failure_while,
     is_failure_marker,
 )
-from harness.observe.log_lines import LogLine, split_log_lines
+from harness.observe.log_lines import Count, Fraction, LogLine, split_log_lines
 from harness.observe.memory_profile import MemoryProfile
 from harness.observe.startup_lines import (
     BANNER_VERSION,
@@ -66,27 +66,29 @@ class StartupCapacity(pydantic.BaseModel):
     dtype: str | None = None
     kv_cache_dtype: str | None = None
     quantization: str | None = None  # the engine config's, else the arguments' (a checkpoint's format, or online)
-    tensor_parallel_size: int | None = None
+    tensor_parallel_size: Count | None = None
     tensor_parallel_size_from_ranks: bool = False  # no config line: counted from the workers' `TP<n>` prefixes
-    pipeline_parallel_size: int | None = None
-    decode_context_parallel_size: int | None = None  # ranks one sequence's cache is spread over (MLA, 0.11+)
+    pipeline_parallel_size: Count | None = None
+    decode_context_parallel_size: Count | None = None  # ranks one sequence's cache is spread over (MLA, 0.11+)
     speculative_method: str | None = None  # the engine config line's SpeculativeConfig method, as printed
-    speculative_tokens: int | None = None
+    speculative_tokens: Count | None = None
     kv_cache_device: str | None = None
     kv_cache_tokens: int | None = None
     kv_cache_tokens_per_print: list[int] = []
     max_concurrency: float | None = None
     max_concurrency_per_print: list[float] = []
-    max_concurrency_model_len: int | None = None
-    max_model_len: int | None = None
-    max_num_batched_tokens: int | None = None  # the scheduler's batch, which the profiling run fills
-    max_num_seqs: int | None = None  # from the arguments: vLLM prints no line of its own for it
+    max_concurrency_model_len: Count | None = None
+    max_model_len: Count | None = None
+    max_num_batched_tokens: Count | None = None  # the scheduler's batch, which the profiling run fills
+    max_num_seqs: Count | None = None  # from the arguments: vLLM prints no line of its own for it
+    gpu_memory_utilization: Fraction | None = None  # from the arguments, where the launch set it
+    block_size: Count | None = None  # tokens per KV block, from the arguments, where the launch set it
     kv_cache_bytes_needed: int | None = None  # a refused start: memory one max_model_len request needs
     kv_cache_tokens_at_failure: int | None = None  # a refused V0 start: the tokens its cache would have held
     available_kv_cache_bytes: int | None = None
     available_kv_cache_bytes_per_rank: list[int] = []
     available_kv_cache_bytes_by_rank: dict[int, int] = {}
-    kv_cache_memory_bytes: int | None = None
+    kv_cache_memory_bytes: Count | None = None
     cpu_kv_space: CpuKvSpace | None = None
     num_gpu_blocks: int | None = None
     num_cpu_blocks: int | None = None
@@ -119,7 +121,14 @@ def parse_startup_log(text: str, start: int | None = None) -> StartupCapacity:
     chosen = len(starts) if start is None else start
     if not 1 <= chosen <= len(starts):
         raise HarnessError(f"--start {start}: the log holds {len(starts)} start(s); give 1 to {len(starts)}")
-    parsed = _parse_start(starts[chosen - 1])
+    try:
+        parsed = _parse_start(starts[chosen - 1])
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        shown = abbreviated(repr(first["input"]))
+        raise HarnessError(f"the log states {field} {shown}, which no start of vLLM runs with "
+                           f"({first['msg'][0].lower()}{first['msg'][1:]}): the log is damaged or edited") from None
     return parsed.model_copy(update={"starts": len(starts), "start": chosen})
 
 
@@ -191,12 +200,14 @@ def tensor_parallel_ranks(lines: list[LogLine]) -> set[int]:
 def _engine_facts_from_arguments(found: dict[str, Any], args: dict[str, Any]) -> None:
     """What the engine config line states, from the non-default arguments where the excerpt lacks that line."""
     for counted in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size",
-                    "max_num_batched_tokens", "max_num_seqs"):
+                    "max_num_batched_tokens", "max_num_seqs", "block_size"):
         if found.get(counted) is None:
             found[counted] = argument_count(args, counted)
     for named in ("model", "kv_cache_dtype", "quantization"):
         if found.get(named) is None and isinstance(args.get(named), str):
             found[named] = args[named]
+    if not isinstance(args.get("gpu_memory_utilization"), bool):  # a stated figure is checked as a Fraction
+        found["gpu_memory_utilization"] = args.get("gpu_memory_utilization")
     speculative = args.get("speculative_config")  # {'method': 'mtp', 'num_speculative_tokens': 3}
     if found.get("speculative_method") is None and isinstance(speculative, dict) \
             and isinstance(speculative.get("method"), str):
@@ -205,14 +216,14 @@ def _engine_facts_from_arguments(found: dict[str, Any], args: dict[str, Any]) ->
 
 
 def argument_count(args: dict[str, Any], name: str) -> int | None:
-    """A whole-number argument as the log's arguments state it; None when not stated as one, refused past what
-    vLLM accepts (a damaged or edited log)."""
+    """A whole-number argument (a size, a count of bytes) as the log's arguments state it; None when not stated as
+    one, refused outside 1 to 2**53, which no start of vLLM runs with (a damaged or edited log)."""
     value = args.get(name)
     if not isinstance(value, int) or isinstance(value, bool):
         return None
-    if abs(value) > MAX_LOGGED_VALUE:
-        raise HarnessError(f"argument {name} is {abbreviated(str(value))}, larger than any vLLM accepts: the log is "
-                           "damaged or edited")
+    if not 1 <= value <= MAX_LOGGED_VALUE:
+        raise HarnessError(f"the log states argument {name} {abbreviated(str(value))}, which no start of vLLM runs "
+                           "with (not 1 to 2**53): the log is damaged or edited")
     return value
 
 

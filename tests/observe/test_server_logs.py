@@ -326,7 +326,20 @@ def test_binary_file_is_one_line_of_bad_input(tmp_path: Path) -> None:
         ("Available KV cache memory: " + "1" * 30 + ".5 GiB", "log figure 1{20}… \\(32 characters\\)"),
         # 2**53 + 1: one past the largest figure vLLM prints, in the arguments
         ("non-default args: {'model': 'm', 'max_num_seqs': 9007199254740993}",
-         "argument max_num_seqs is 9007199254740993, larger than any vLLM accepts"),
+         "the log states argument max_num_seqs 9007199254740993, which no start of vLLM runs with"),
+        ("non-default args: {'model': 'm', 'block_size': 0}", "argument block_size 0, which no start of vLLM runs"),
+        ("non-default args: {'model': 'm', 'tensor_parallel_size': -2}",
+         "argument tensor_parallel_size -2, which no start of vLLM runs with"),
+        ("non-default args: {'model': 'm', 'gpu_memory_utilization': 'abc'}",
+         "the log states gpu_memory_utilization 'abc', which no start of vLLM runs with \\(input should be a valid "
+         "number"),
+        ("non-default args: {'model': 'm', 'gpu_memory_utilization': 7}",
+         "gpu_memory_utilization 7, which no start of vLLM runs with \\(input should be less than or equal to 1\\)"),
+        # the engine config line's own figure, checked as the arguments' are
+        ("Initializing a V1 LLM engine (v0.10.0) with config: model='m', tensor_parallel_size=0, "
+         "pipeline_parallel_size=1", "the log states tensor_parallel_size 0, which no start of vLLM runs with"),
+        ("Memory profiling takes 3.10 seconds total_gpu_memory (79.10GiB) x gpu_memory_utilization (1.50) = 118.65GiB",
+         "the log states gpu_memory_utilization 1.5, which no start"),
     ],
 )
 def test_a_figure_no_vllm_prints_is_refused_naming_it(damaged: str, named: str) -> None:
