@@ -4,6 +4,12 @@ engine's resident memory.
 A capacity figure means little without the device it was measured on, and a one-limit comparison must hold
 the device fixed like any other limit. GPUs are read with `nvidia-smi` (it ships with the driver, so it is
 in every GPU container); a machine without it has no NVIDIA GPU to report.
+
+The memory total recorded is CUDA's, the one vLLM multiplies by `gpu_memory_utilization`: nvidia-smi's
+`memory.total` less the driver's `memory.reserved`. On an H200 (driver 580.159.04) nvidia-smi printed
+143,771 MiB total and 616 MiB reserved, and `torch.cuda.mem_get_info()` 150,109,880,320 B = 143,155.94 MiB:
+the difference, within nvidia-smi's whole MiB. A driver that does not report the reservation leaves
+nvidia-smi's total, and the reservation unknown.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ class DeviceFacts(BaseModel):
     gpu_count: int | None = None
     gpu_driver_version: str | None = None
     cuda_version: str | None = None
-    gpu_memory_total_bytes: int | None = None
+    gpu_memory_total_bytes: int | None = None  # CUDA's total, summed over the GPUs (see the module's docstring)
+    gpu_memory_reserved_bytes: int | None = None  # the driver's reservation, outside CUDA's total
     cpu_model: str | None = None
     engine_dtype: str | None = None
 
@@ -60,7 +67,7 @@ class MemoryMonitor:
         self.engine_pid = engine_pid
         self.interval_s = interval_s
         self.on_reading = on_reading
-        self.on_gpu = bool(_query_gpus())
+        self.on_gpu = bool(_query_gpus(GPU_QUERY))
         self.peaks: dict[str, int] = {}
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="memory-monitor", daemon=True)
@@ -96,23 +103,26 @@ class MemoryMonitor:
 
 def device_facts() -> DeviceFacts:
     """The GPUs this process sees, or the CPU when it sees none."""
-    gpus = _query_gpus()
+    gpus = _query_gpus(GPU_QUERY)
     if not gpus:
         return DeviceFacts(cpu_model=cpu_model())
+    total_mib = _summed_mib([gpu[2] for gpu in gpus])
+    reserved_mib = _reserved_mib(len(gpus))
     return DeviceFacts(
         gpu_name=gpus[0][0],
         gpu_count=len(gpus),
         gpu_driver_version=gpus[0][1],
         cuda_version=_cuda_version(),
-        gpu_memory_total_bytes=sum(int(float(gpu[2])) for gpu in gpus) * MIB,
+        gpu_memory_total_bytes=None if total_mib is None else (total_mib - (reserved_mib or 0)) * MIB,
+        gpu_memory_reserved_bytes=None if reserved_mib is None else reserved_mib * MIB,
         cpu_model=cpu_model(),
     )
 
 
 def gpu_memory_used_bytes() -> int | None:
     """Device memory in use on every GPU this process sees, summed; None without a GPU."""
-    gpus = _query_gpus()
-    return sum(int(float(gpu[3])) for gpu in gpus) * MIB if gpus else None
+    used_mib = _summed_mib([gpu[3] for gpu in _query_gpus(GPU_QUERY)])
+    return None if used_mib is None else used_mib * MIB
 
 
 def process_tree_rss_bytes(pid: int) -> int | None:
@@ -141,18 +151,34 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _query_gpus() -> list[list[str]]:
-    """One row per GPU with the GPU_QUERY fields (memory in MiB); empty without nvidia-smi or a GPU."""
+def _query_gpus(fields: tuple[str, ...]) -> list[list[str]]:
+    """One row per GPU with these fields (memory in MiB); empty without nvidia-smi or a GPU, or where the
+    driver does not know a field (nvidia-smi then refuses the whole query)."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
         listed = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY)}", "--format=csv,noheader,nounits"],
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=10, check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return []
     return [[field.strip() for field in line.split(",")] for line in listed.splitlines() if line.strip()]
+
+
+def _summed_mib(readings: list[str]) -> int | None:
+    """The MiB figures summed; None where there are none or one is not a number (`[N/A]`, `[Not Supported]`:
+    a GB10's unified memory has no framebuffer figures)."""
+    try:
+        return sum(int(float(reading)) for reading in readings) if readings else None
+    except ValueError:
+        return None
+
+
+def _reserved_mib(gpu_count: int) -> int | None:
+    """The driver's reservation on every GPU, summed; None unless nvidia-smi states it for each of them."""
+    rows = _query_gpus(("memory.reserved",))
+    return _summed_mib([row[0] for row in rows]) if len(rows) == gpu_count else None
 
 
 def _cuda_version() -> str | None:
