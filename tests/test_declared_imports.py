@@ -15,8 +15,9 @@ from packaging.utils import NormalizedName, canonicalize_name
 ROOT = Path(__file__).resolve().parents[1]
 OWN = {"harness", "analysis", "conftest"} | {path.stem for folder in ("tests", "benchmarks")
                                              for path in (ROOT / folder).rglob("*.py")}
-# Run by the engine's interpreter, whose virtual environment holds vllm; the harness never imports it.
-ENGINE_SIDE = {"benchmarks/vllm_drivers.py": {"vllm"}}
+# Run by the engine's interpreter, whose virtual environment holds vllm, or on a GPU machine with its torch;
+# the harness never imports either.
+ENGINE_SIDE = {"benchmarks/vllm_drivers.py": {"vllm"}, "benchmarks/gpu_memory_terms.py": {"torch"}}
 
 
 def third_party_imports(*folders: str) -> dict[str, str]:
