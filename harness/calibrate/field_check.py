@@ -257,7 +257,8 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
             continue
         if "activation_peak" in logged and total is not None and _path(case, total[0]).bytes_per_logit is None \
                 and _known_sampler(case):
-            rows.append(_activation_parts(case, config, total[0]))
+            peak, beside, count = _activation_parts(case, config, total[0])
+            rows.append((peak, beside + count * _path(case, total[0]).sort_extra_bytes_per_logit, count))
             targets.append(logged["activation_peak"])
             used.add(case.id)
     if not rows:
@@ -364,7 +365,7 @@ def _path(case: FieldCase, total_bytes: int) -> SamplerPath:
 def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> float:
     forward, base, logits = _activation_parts(case, config, total_bytes)
     path = _path(case, total_bytes)
-    return max(forward, base + logits * (per_logit if path.bytes_per_logit is None else path.bytes_per_logit))
+    return max(forward, base + logits * path.priced(per_logit))
 
 
 def implied_overhead_bytes(case: FieldCase, total_bytes: int) -> int | None:

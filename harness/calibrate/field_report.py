@@ -136,8 +136,7 @@ def _launch_table(report: FieldReport) -> Table:
         sampler = f"{case.sampler.name} ({case.sampler.source})"
         if launch.sampler_path is not None:
             path = launch.sampler_path
-            per_logit = report.constants.sampler_bytes_per_logit if path.bytes_per_logit is None \
-                else path.bytes_per_logit
+            per_logit = path.priced(report.constants.sampler_bytes_per_logit)
             sampler += f": {path.path} {per_logit:.4g} B/logit, {path.origin}"
         if launch.status != "scored":
             table.add_row(case.id, _set(case), sampler, *[""] * (len(TERMS) + 4), launch.status)

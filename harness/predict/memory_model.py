@@ -129,7 +129,7 @@ def sampler_peak_bytes(size: ModelSize, tokens: int, rows: int, bytes_per_logit:
 
 def sampler_bytes(path: SamplerPath, constants: MemoryConstants) -> float:
     """Bytes per logit at the path's peak: the release's formula, or the fitted sort figure."""
-    return constants.sampler_bytes_per_logit if path.bytes_per_logit is None else path.bytes_per_logit
+    return path.priced(constants.sampler_bytes_per_logit)
 
 
 def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tensor_parallel_size: int,

@@ -24,6 +24,18 @@ the peak, per (row × vocabulary entry), on each path a CUDA install takes by de
   the masks, the sorted softmax) is V1's native path before 0.17 and V0's always (V0 sampler.py
   `_apply_top_k_top_p`); its peak includes the sort's own scratch inside PyTorch, which vLLM's code
   does not state, so it is the one fitted figure (`MemoryConstants.sampler_bytes_per_logit`).
+
+Measured on an H200 with torch 2.11 (benchmarks/gpu_memory_terms.py), the sort path peaks inside the sort at
+38.0 B per logit (the 2 + 4 B logits, 4 B values and 8 B indices out, 20 B of the sort's scratch) for 1 and
+for 128 to 2,048 rows of 32,000 to 262,144 entries, and Triton's path at 14.0, as the code gives. From 2 to
+96 rows it peaked at 50.2 to 51.1 B: PyTorch's `launch_stable_sort_kernel` (aten SortStable.cu) sorts fewer
+than 128 rows as one flattened array (`segmented_sort_pairs_by_full_sort`: two 8 B (index, segment) buffers,
+a 4 B keys copy and the radix sort's 4 + 8 B alternates, against the 8 B reverse indices and 4 + 8 B
+alternates of `segmented_sort_pairs`), 12 B more per logit, which is added to the fitted figure there.
+Four V0 profiles of the corpus imply 38.2 to 39.2 B for the sort. The fit sits lower: priced at 38.0, the
+held-back V1 0.10 Qwen3-30B-A3B start goes from −2.5% to −6.1% KV tokens (its log leaves 1.33 GiB for the
+activation and non-torch memory, where 38.0 B alone make 1.38), so the sort of that release's torch may hold
+less, or another term be over; the fitted figure stays until one of them is shown.
 """
 
 from __future__ import annotations
@@ -42,14 +54,24 @@ V1_LOGITS_BYTES = 2 + 4  # the model-dtype logits and Sampler.forward's fp32 cop
 NATIVE_AFTER_MASK_BYTES = 4 + 4  # forward_native's fp32 softmax and random_sample's exponential draws
 TRITON_BYTES_PER_LOGIT = V1_LOGITS_BYTES + NATIVE_AFTER_MASK_BYTES  # 14
 FLASHINFER_BYTES_PER_LOGIT = V1_LOGITS_BYTES + 4 + 4  # 14: the top-k-masked copy and its softmax
+FULL_SORT_ROWS = range(2, 128)  # rows PyTorch's sort flattens into one array (more than one, fewer than 128)
+FULL_SORT_EXTRA_BYTES_PER_LOGIT = 2 * 8 + 4 + 4 + 8 - (8 + 4 + 8)  # 12 over the segmented sort's scratch
 
 
 class SamplerPath(BaseModel, frozen=True):
-    """One top-k/top-p implementation as a release runs it; `bytes_per_logit` None means the fitted sort."""
+    """One top-k/top-p implementation as a release runs it; `bytes_per_logit` None means the fitted sort, to
+    which `sort_extra_bytes_per_logit` is added."""
 
     path: str  # "sort", "triton" or "flashinfer"
     bytes_per_logit: float | None
     origin: str
+    sort_extra_bytes_per_logit: float = 0.0
+
+    def priced(self, fitted_sort_bytes_per_logit: float) -> float:
+        """Bytes per logit at the path's peak: the release's formula, or the fitted sort figure."""
+        if self.bytes_per_logit is not None:
+            return self.bytes_per_logit
+        return fitted_sort_bytes_per_logit + self.sort_extra_bytes_per_logit
 
 
 SORT_V0 = SamplerPath(path="sort", bytes_per_logit=None,
@@ -68,12 +90,21 @@ FLASHINFER = SamplerPath(path="flashinfer", bytes_per_logit=FLASHINFER_BYTES_PER
 def sampler_path(version: Version, engine_generation: str | None, sampler: str, rows: int) -> SamplerPath:
     """The path a warm-up over `rows` takes: V0 sorts; V1 `sampler` is "flashinfer" or "pytorch" (native)."""
     if runs_v0(version, engine_generation):
-        return SORT_V0
+        return _sorting(SORT_V0, rows)
     if sampler == "flashinfer" and version < SECOND_WARMUP_SINCE:
         return FLASHINFER
     # From 0.17 the native path masks in place (Triton); from 0.22 it runs after FlashInfer's call too.
     triton = version >= TRITON_SINCE and (rows >= TRITON_MIN_ROWS or version >= TRITON_ANY_ROWS_SINCE)
-    return TRITON if triton else SORT_V1
+    return TRITON if triton else _sorting(SORT_V1, rows)
+
+
+def _sorting(path: SamplerPath, rows: int) -> SamplerPath:
+    """The sort path over `rows`: PyTorch flattens 2 to 127 rows into one sort, which holds 12 B more per logit."""
+    if rows not in FULL_SORT_ROWS:
+        return path
+    return path.model_copy(update={
+        "sort_extra_bytes_per_logit": FULL_SORT_EXTRA_BYTES_PER_LOGIT,
+        "origin": f"{path.origin}, + {FULL_SORT_EXTRA_BYTES_PER_LOGIT} B for {rows} rows (PyTorch's flattened sort)"})
 
 
 def release_default_sampler(version: Version) -> str | None:

@@ -52,6 +52,22 @@ def test_sort_path_before_0_17_is_the_fitted_figure() -> None:
     assert _activation("0.11.2", gpu="A100-80GB") == ("sort", 1_420_384_010)
 
 
+def test_fewer_than_128_rows_sort_as_one_array_and_hold_12_bytes_more_per_logit() -> None:
+    # PyTorch sorts 2 to 127 rows flattened: two 8 B (index, segment) buffers, a 4 B keys copy and the radix
+    # sort's 4 + 8 B alternates = 32 B of scratch, against 8 + 4 + 8 = 20 B for the segmented sort of 128 rows
+    # or more (and for one row). An H200 measured 50.2 against 38.0 B per logit (sampler_peak.py).
+    few, many, one = (sampler_path(Version("0.10.1.1"), None, "pytorch", rows) for rows in (64, 128, 1))
+    assert (few.priced(36.11), many.priced(36.11), one.priced(36.11)) == (36.11 + 12, 36.11, 36.11)
+    assert sampler_path(Version("0.6.3"), None, "pytorch", 127).priced(36.11) == 36.11 + 12
+    # Qwen2-7B under 0.11.2 on an A100 with max_num_seqs 64: 2,048 tokens, 64 rows. 2,048 × 3,584 × 2 B =
+    # 14,680,064 + 64 × 152,064 × 48.11 B = 468,211,138.56, 482,891,202 B in all, above the forward pass's
+    # (3 × 3,584 + 3 × 18,944) × 2 B × 2,048 = 276,824,064.
+    waterfall = plan_waterfall(QWEN2_7B, FITTED_CONSTANTS, total_bytes=int(79.22 * GiB), total_source="test",
+                               gpu_memory_utilization=0.9, max_model_len=4096, engine_version="0.11.2",
+                               gpu_name="A100-80GB", max_num_seqs=64)
+    assert next(t.bytes for t in waterfall.terms if t.name == "activation_peak") == 482_891_202
+
+
 def test_each_release_and_sampler_takes_its_path() -> None:
     assert sampler_path(Version("0.6.3"), None, "flashinfer", 256) == SORT_V0
     assert sampler_path(Version("0.10.1.1"), "V0", "pytorch", 256) == SORT_V0
@@ -61,7 +77,7 @@ def test_each_release_and_sampler_takes_its_path() -> None:
     assert sampler_path(Version("0.21.0"), None, "flashinfer", 256) == FLASHINFER
     assert sampler_path(Version("0.33.0"), None, "flashinfer", 256) == TRITON
     # Before 0.30 apply_top_k_top_p sorts a batch of fewer than 8 rows; from 0.30 Triton takes any batch.
-    assert sampler_path(Version("0.28.0"), None, "pytorch", 4) == SORT_V1
+    assert sampler_path(Version("0.28.0"), None, "pytorch", 4).path == "sort"
     assert sampler_path(Version("0.28.0"), None, "pytorch", 8) == TRITON
     assert sampler_path(Version("0.30.0"), None, "pytorch", 4) == TRITON
 
