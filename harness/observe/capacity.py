@@ -23,7 +23,7 @@ from harness.observe.capacity_report import (
 )
 from harness.observe.capacity_waterfall import WaterfallComparison, waterfall_beside_log
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text, read_run_log
-from harness.observe.server_logs import StartupCapacity, argument_count, parse_startup_log
+from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, label_count, parse_metrics
 from harness.predict.budget import CapacityPrediction
 from harness.predict.model_shape import ModelShape, load_model_shape
@@ -220,9 +220,8 @@ def _prediction_inputs(
 
 def _kv_budget(log: StartupCapacity, cache_config: dict[str, str] | None) -> tuple[int, str, bool] | None:
     """The KV bytes the engine sized its cache from, preferring exact figures to printed GiB."""
-    args = log.non_default_args or {}
-    if (reserved := argument_count(args, "kv_cache_memory_bytes")) is not None:
-        return reserved, "kv_cache_memory_bytes argument (exact)", True
+    if log.kv_cache_memory_bytes is not None and log.kv_cache_memory_bytes_exact:
+        return log.kv_cache_memory_bytes, "kv_cache_memory_bytes argument (exact)", True
     if cache_config and (reserved := label_count(cache_config.get("kv_cache_memory_bytes"))) is not None:
         return reserved, "/metrics cache_config_info kv_cache_memory_bytes", True
     if log.kv_cache_memory_bytes is not None:

@@ -89,6 +89,7 @@ class StartupCapacity(pydantic.BaseModel):
     available_kv_cache_bytes_per_rank: list[int] = []
     available_kv_cache_bytes_by_rank: dict[int, int] = {}
     kv_cache_memory_bytes: Count | None = None
+    kv_cache_memory_bytes_exact: bool = False  # the reservation is the argument's bytes, not a GiB line's
     cpu_kv_space: CpuKvSpace | None = None
     num_gpu_blocks: int | None = None
     num_cpu_blocks: int | None = None
@@ -243,7 +244,7 @@ def _assemble(
     args = found.get("non_default_args") or {}
     exact_reservation = argument_count(args, "kv_cache_memory_bytes")
     if exact_reservation is not None:
-        found["kv_cache_memory_bytes"] = exact_reservation
+        found.update(kv_cache_memory_bytes=exact_reservation, kv_cache_memory_bytes_exact=True)
     elif reserved is not None:
         found["kv_cache_memory_bytes"] = reserved
     _engine_facts_from_arguments(found, args)

@@ -218,6 +218,7 @@ def test_vllm_0_11_2_reservation_line_and_exact_reservation_from_args() -> None:
     result = parse(LOGS / "vllm-0.11.2" / "kv-cache-memory-bytes-qwen3-4b.log")
 
     assert result.kv_cache_memory_bytes == 8 * GiB
+    assert result.kv_cache_memory_bytes_exact  # the arguments' bytes, not the GiB line's two decimals
     assert result.available_kv_cache_bytes is None
     assert result.kv_cache_tokens == 58_240
     assert result.max_concurrency == 7.11
@@ -229,7 +230,9 @@ def test_reservation_line_alone_gives_the_reservation_in_bytes() -> None:
         "reserved 8.00 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped "
         "memory profiling."
     )
-    assert parse_startup_log(line).kv_cache_memory_bytes == 8 * GiB
+    result = parse_startup_log(line)
+    assert result.kv_cache_memory_bytes == 8 * GiB
+    assert not result.kv_cache_memory_bytes_exact  # 8.00 GiB: anything from 7.995 to 8.005 GiB prints so
 
 
 def test_vllm_0_33_single_line_report() -> None:
