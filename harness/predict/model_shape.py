@@ -21,11 +21,13 @@ from pydantic import BaseModel, Field
 
 from harness.errors import HarnessError
 from harness.predict.architectures import check_architectures, check_counts, language_config
+from harness.predict.config_counts import needed_count, stated_count
 
 SNAPSHOTS_DIR = Path(__file__).resolve().parents[1] / "snapshots"  # data of the package, beside its stages
 PINNED_MODEL = "Qwen/Qwen3-4B"
 PINNED_REVISION = "1cfa9a7208912126459214e8b04321603b3df60c"
 INDEX_FILE = "model.safetensors.index.json"
+KV = "to size the KV cache"  # what the layer counts and widths read here are needed for
 SSM_DTYPES = frozenset({"float32", "bfloat16", "float16"})  # what a config's mamba_ssm_dtype may name
 
 
@@ -114,7 +116,7 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
         notes.append("multimodal config: the text_config describes the language model's layers")
     config = language_config(config)
     check_counts(config, source)  # every count read below is a whole number from here on
-    num_layers = _required_int(config, "num_hidden_layers", source)
+    num_layers = needed_count(config, "num_hidden_layers", source, KV)
     kinds = _layer_kinds(config, num_layers, source, notes)
     present = set(kinds)
     spec_of: dict[LayerKind, LayerSpec] = {}  # one spec per kind the model has, read only when it has it
@@ -123,7 +125,7 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
         spec_of.update(dict.fromkeys(present - {LayerKind.STATE}, attention))
     if LayerKind.STATE in present:
         spec_of[LayerKind.STATE] = _state_spec(config, source, notes)
-    window = _positive_int(config.get("sliding_window"), "sliding_window", source)
+    window = stated_count(config, "sliding_window", source)
     if LayerKind.SLIDING_WINDOW in present:
         if window is None:
             raise HarnessError(f"{source}: sliding-window layers but field 'sliding_window' is missing")
@@ -154,7 +156,7 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
         notes.append("layer kinds from layer_types")
         return [names[t] for t in types]
     if "attn_layer_period" in config:  # Jamba: one attention layer every `period`, Mamba elsewhere
-        period = _required_int(config, "attn_layer_period", source)
+        period = needed_count(config, "attn_layer_period", source, KV)
         offset = config.get("attn_layer_offset") or 0
         notes.append(f"Jamba layout: attention at layer i where i % {period} == {offset}, Mamba elsewhere")
         return [LayerKind.FULL_ATTENTION if i % period == offset else LayerKind.STATE for i in range(num_layers)]
@@ -162,7 +164,7 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
         notes.append("Gemma 2 layout: even layers use the sliding window, odd layers full attention")
         return [LayerKind.SLIDING_WINDOW if i % 2 == 0 else LayerKind.FULL_ATTENTION for i in range(num_layers)]
     if config.get("sliding_window_pattern") and config.get("sliding_window"):
-        pattern = _required_int(config, "sliding_window_pattern", source)
+        pattern = needed_count(config, "sliding_window_pattern", source, KV)
         notes.append(f"sliding_window_pattern {pattern}: every {pattern}th layer is full attention")
         return [
             LayerKind.FULL_ATTENTION if (i + 1) % pattern == 0 else LayerKind.SLIDING_WINDOW
@@ -184,20 +186,19 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
 
 def _attention_spec(config: dict[str, Any], source: str, notes: list[str]) -> LayerSpec:
     if config.get("kv_lora_rank"):
-        latent = _required_int(config, "kv_lora_rank", source) + _required_int(config, "qk_rope_head_dim", source)
+        latent = needed_count(config, "kv_lora_rank", source, KV) + needed_count(config, "qk_rope_head_dim", source, KV)
         notes.append("MLA: one latent of kv_lora_rank + qk_rope_head_dim per token and layer, no K/V pair")
         return LayerSpec(kind=LayerKind.MLA, latent_dim=latent)
-    heads = _required_int(config, "num_attention_heads", source)
-    kv_heads = config.get("num_key_value_heads")
+    heads = needed_count(config, "num_attention_heads", source, KV)
+    kv_heads = stated_count(config, "num_key_value_heads", source)
     if kv_heads is None:
         notes.append("no num_key_value_heads: multi-head attention, one KV head per attention head")
         kv_heads = heads
-    kv_heads = _positive_int(kv_heads, "num_key_value_heads", source)
     if config.get("head_dim"):
-        head_dim = _positive_int(config["head_dim"], "head_dim", source)
+        head_dim = stated_count(config, "head_dim", source)
         notes.append(f"head_dim {head_dim} from the config (wins over hidden_size / num_attention_heads)")
     else:
-        head_dim = _required_int(config, "hidden_size", source) // heads
+        head_dim = needed_count(config, "hidden_size", source, KV) // heads
         notes.append(f"head_dim {head_dim} = hidden_size / num_attention_heads")
     return LayerSpec(kind=LayerKind.FULL_ATTENTION, kv_heads=kv_heads, head_dim=head_dim)
 
@@ -205,23 +206,22 @@ def _attention_spec(config: dict[str, Any], source: str, notes: list[str]) -> La
 def _state_spec(config: dict[str, Any], source: str, notes: list[str]) -> LayerSpec:
     """The conv window and recurrent state one sequence keeps in one state layer."""
     if "linear_key_head_dim" in config:  # Qwen3-Next / Qwen3.5 gated delta net
-        key_dim = _required_int(config, "linear_num_key_heads", source) * _required_int(
-            config, "linear_key_head_dim", source
-        )
-        value_heads = _required_int(config, "linear_num_value_heads", source)
-        value_head_dim = _required_int(config, "linear_value_head_dim", source)
-        kernel = _required_int(config, "linear_conv_kernel_dim", source)
-        recurrent = value_heads * _required_int(config, "linear_key_head_dim", source) * value_head_dim
+        key_dim = needed_count(config, "linear_num_key_heads", source, KV) * needed_count(
+            config, "linear_key_head_dim", source, KV)
+        value_heads = needed_count(config, "linear_num_value_heads", source, KV)
+        value_head_dim = needed_count(config, "linear_value_head_dim", source, KV)
+        kernel = needed_count(config, "linear_conv_kernel_dim", source, KV)
+        recurrent = value_heads * needed_count(config, "linear_key_head_dim", source, KV) * value_head_dim
         ssm_dtype = _ssm_dtype(config, source)
         notes.append("linear attention (gated delta net): conv state + recurrent state per sequence"
                      + (f", the recurrent state in {ssm_dtype} (mamba_ssm_dtype)" if ssm_dtype else ""))
         return LayerSpec(kind=LayerKind.STATE, conv_channels=2 * key_dim + value_heads * value_head_dim,
                          conv_width=kernel - 1, ssm_elements=recurrent, ssm_dtype=ssm_dtype)
     if "mamba_d_state" in config:  # Jamba's Mamba-1 layers
-        inner = (config.get("mamba_expand") or 2) * _required_int(config, "hidden_size", source)
+        inner = (config.get("mamba_expand") or 2) * needed_count(config, "hidden_size", source, KV)
         notes.append("Mamba-1: conv state + SSM state per sequence")
         return LayerSpec(kind=LayerKind.STATE, conv_channels=inner, conv_width=(config.get("mamba_d_conv") or 4) - 1,
-                         ssm_elements=inner * _required_int(config, "mamba_d_state", source))
+                         ssm_elements=inner * needed_count(config, "mamba_d_state", source, KV))
     raise HarnessError(f"{source}: state layers but no Mamba or linear-attention fields to size them")
 
 
@@ -316,7 +316,7 @@ def mtp_layers(config: dict[str, Any], source: str) -> int:
     """Multi-token-prediction layers of a language config, under Qwen's name or DeepSeek's and GLM's."""
     for field in ("mtp_num_hidden_layers", "num_nextn_predict_layers"):
         if config.get(field):
-            return _positive_int(config[field], field, source) or 0
+            return stated_count(config, field, source) or 0
     return 0
 
 
@@ -373,17 +373,3 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise HarnessError(f"{path}: expected a JSON object")
     return data
 
-
-def _required_int(config: dict[str, Any], field: str, source: str) -> int:
-    value = _positive_int(config.get(field), field, source)
-    if value is None:
-        raise HarnessError(f"{source}: field '{field}' is missing")
-    return value
-
-
-def _positive_int(value: Any, field: str, source: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise HarnessError(f"{source}: field '{field}' must be a positive integer, got {value!r}")
-    return value

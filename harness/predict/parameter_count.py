@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.predict.architectures import check_counts, language_config, mlp_projections
+from harness.predict.config_counts import needed_count
 from harness.predict.vision_tower import VisionTower, vision_tower
 
 
@@ -114,12 +115,8 @@ def _gated_delta_net(config: dict[str, Any], hidden: int, layers: int) -> tuple[
 
 
 def _needed(config: dict[str, Any], fields: tuple[str, ...], source: str) -> list[int]:
-    """The widths the weights cannot be sized without: each stated, and more than zero."""
-    for field in fields:
-        if not config.get(field):
-            stated = "" if config.get(field) is None else f", got {config[field]!r}"
-            raise HarnessError(f"{source}: field '{field}' is needed to size the weights{stated}")
-    return [config[field] for field in fields]
+    """The widths the weights cannot be sized without."""
+    return [needed_count(config, field, source, "to size the weights") for field in fields]
 
 
 def _shared_experts(config: dict[str, Any], expert_width: int, hidden: int) -> tuple[int, int, int]:

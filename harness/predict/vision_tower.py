@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.config_counts import needed_count, stated_count
 
 # LlavaConfig's default `vision_feature_layer`: the tower is built only up to the layer the features come from.
 LLAVA_FEATURE_LAYER = -2
@@ -200,15 +201,13 @@ def _mistral3_projector(config: dict[str, Any], v: dict[str, Any], text: dict[st
 
 
 def _field(section: dict[str, Any], name: str, source: str, where: str = "vision_config.") -> int:
-    value = section.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise HarnessError(f"{source}: field '{where}{name}' (a positive integer) is needed to size the vision tower")
-    return value
+    return needed_count(section, name, source, "to size the vision tower", where)
 
 
 def _optional(section: dict[str, Any], name: str, default: int, source: str, where: str = "vision_config.") -> int:
     """A field the builder defaults when the config leaves it out; stated, it must be a positive integer."""
-    return default if section.get(name) is None else _field(section, name, source, where)
+    stated = stated_count(section, name, source, where)
+    return default if stated is None else stated
 
 
 def _ratio(section: dict[str, Any], name: str, default: float, source: str) -> float:

@@ -278,7 +278,7 @@ MALFORMED_BASES = {
          "field 'sliding_window_pattern' must be a positive integer, got 'LLLG'"),
         ("qwen3", {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": -1},
          "field 'max_window_layers' must be a whole number, got -1"),
-        ("deepseek", {"v_head_dim": None}, "field 'v_head_dim' is needed to size the weights"),
+        ("deepseek", {"v_head_dim": None}, "field 'v_head_dim' (a positive integer) is needed to size the weights"),
         ("deepseek", {"num_attention_heads": 0}, "field 'num_attention_heads'"),
         # once a loop over 10**30 dense layers: the command never returned
         ("deepseek", {"first_k_dense_replace": 10**30},
@@ -288,7 +288,7 @@ MALFORMED_BASES = {
          "field 'layer_types' must be a list of layer kinds"),
         ("qwen3.6", {"text_config": {"mamba_ssm_dtype": []}}, "field 'mamba_ssm_dtype' must be one of"),
         ("qwen2.5-vl", {"vision_config": {"temporal_patch_size": 2.0}},
-         "field 'vision_config.temporal_patch_size' (a positive integer)"),
+         "field 'vision_config.temporal_patch_size' must be a positive integer, got 2.0"),
         ("qwen2.5-vl", {"vision_config": {"in_channels": "abc"}}, "field 'vision_config.in_channels'"),
         ("qwen3-vl", {"vision_config": {"deepstack_visual_indexes": 8}},
          "field 'vision_config.deepstack_visual_indexes' must be a list of layer indices"),
