@@ -18,10 +18,10 @@ def logged_figure(printed: str) -> float:
     """A figure as a log prints it ("8.11", "1,024"), refused past what vLLM prints."""
     digits = printed.replace(",", "")
     whole = digits.lstrip("-").split(".")[0]
-    if len(whole) > len(str(MAX_LOGGED_VALUE)) or abs(float(digits)) > MAX_LOGGED_VALUE:
+    if len(whole) > len(str(MAX_LOGGED_VALUE)) or abs(value := float(digits)) > MAX_LOGGED_VALUE:
         raise HarnessError(f"log figure {abbreviated(printed)} is larger than any vLLM prints: the log is damaged "
                            "or edited")
-    return float(digits)
+    return value
 
 
 def abbreviated(printed: str) -> str:
