@@ -83,9 +83,10 @@ def _as_number(value: Any) -> Any:
     for kind in (int, float):
         try:
             number = kind(value)
-        except ValueError:
+            finite = math.isfinite(number)
+        except (ValueError, OverflowError):  # not a number, or an integer past any float
             continue
-        return number if math.isfinite(number) else value
+        return number if finite else value
     return value
 
 

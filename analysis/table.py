@@ -7,6 +7,7 @@ drops out, since it measured nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -18,6 +19,7 @@ from analysis.sources import SourcedRun
 from harness.errors import HarnessError
 from harness.measure.figures import RUNNING_SERIES, TurnFigures
 from harness.schema import Input, Output
+from harness.units import abbreviated
 
 
 class Derived(StrEnum):
@@ -31,6 +33,7 @@ class Derived(StrEnum):
 
 
 GROWTH = {Output.TTFT_MS_P99: Derived.TTFT_MS_P99_GROWTH, Output.TPOT_MS_P50: Derived.TPOT_MS_P50_GROWTH}
+MAX_FIGURE = 2**63 - 1  # a whole figure past a 64-bit integer fits no column of the table: its record is damaged
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,22 @@ def build_table(runs: Sequence[SourcedRun]) -> RunTable:
         if not running.empty:
             outputs[Derived.PEAK_RUNNING_REQUESTS] = int(running.max())
         input_columns.update(dict.fromkeys(inputs))
-        rows[run.run_uuid] = {**inputs, **outputs}
+        rows[run.run_uuid] = _tabulable({**inputs, **outputs}, run.origin)
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.index.name = "run_uuid"
     return RunTable(frame=frame, input_columns=list(input_columns),
                     series={uuid: by_uuid[uuid].series for uuid in rows},
                     origins={uuid: by_uuid[uuid].origin for uuid in rows},
                     turns={uuid: by_uuid[uuid].turns for uuid in rows})
+
+
+def _tabulable(figures: dict[str, Any], origin: str) -> dict[str, Any]:
+    """The run's row, refused naming the figure when one is a whole number no table column holds, or infinite
+    (JSON has no infinity: a reader made it of digits past any float)."""
+    for name, value in figures.items():
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_FIGURE:
+            raise HarnessError(f"{origin}: {name} is {abbreviated(str(value))}, past any figure a run records (a "
+                               "64-bit integer); the record is damaged")
+        if isinstance(value, float) and math.isinf(value):
+            raise HarnessError(f"{origin}: {name} is infinite, which no run records; the record is damaged")
+    return figures

@@ -269,6 +269,8 @@ def _model(path: Path, model: type[FileModel]) -> FileModel | None:
         return None
     except OSError as error:
         raise HarnessError(f"{path}: unreadable ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise HarnessError(f"{path}: not UTF-8 text; the record is damaged") from None
     return model.model_validate_json(text)
 
 

@@ -139,6 +139,8 @@ def read_run_config(run_dir: Path) -> RunConfig:
         text = (run_dir / RunFile.CONFIG).read_text(encoding="utf-8")
     except OSError:
         raise HarnessError(f"{run_dir / RunFile.CONFIG}: missing from the run record") from None
+    except UnicodeDecodeError:
+        raise HarnessError(f"{run_dir / RunFile.CONFIG}: not UTF-8 text; the record is damaged") from None
     return RunConfig.model_validate_json(text)
 
 

@@ -56,6 +56,14 @@ def test_an_input_held_as_the_text_it_was_given_is_the_same_input(tmp_path: Path
         compare_one_limit(table_of(tmp_path), "max_num_seqs")
 
 
+def test_an_input_written_as_digits_past_any_float_is_compared_as_its_text(tmp_path: Path) -> None:
+    a = write_run(tmp_path, limits={"max_num_seqs": 2, "model_seed": "9" * 400})
+    b = write_run(tmp_path, limits={"max_num_seqs": 4})
+    with pytest.raises(HarnessError) as refused:
+        compare_one_limit(table_of(tmp_path), "max_num_seqs")
+    assert f"model_seed: '{'9' * 400}' in run {a.name}; 0 in run {b.name}" in str(refused.value)
+
+
 @pytest.mark.parametrize("damaged", ["x", [2], {"value": 2}], ids=["a word", "a list", "a mapping"])
 def test_a_limit_that_is_not_one_kind_of_value_is_refused_naming_each_run(tmp_path: Path, damaged: object) -> None:
     odd = write_run(tmp_path, limits={"max_num_seqs": damaged})

@@ -89,6 +89,31 @@ def test_bad_sources_are_one_line_naming_the_file(tmp_path: Path) -> None:
         runs_from_offline_root(tmp_path)
 
 
+@pytest.mark.parametrize("name", [RunFile.CONFIG, RunFile.ENGINE, RunFile.CAPACITY])
+def test_a_record_file_that_is_not_text_is_one_line_naming_it(tmp_path: Path, name: str) -> None:
+    run_dir = write_run(tmp_path)
+    (run_dir / name).write_bytes(b"\xff\xfe" + (run_dir / name).read_bytes()[2:])  # a UTF-16 mark: not UTF-8
+    with pytest.raises(HarnessError, match=rf"{name}: not UTF-8 text; the record is damaged$"):
+        runs_from_directories([tmp_path])
+
+
+def test_a_figure_no_table_column_holds_is_refused_naming_it(tmp_path: Path) -> None:
+    """500 nines as the count of measured requests: pydantic reads the text as a whole number, which no float nor
+    64-bit integer holds; the table is refused naming the run and the figure instead of pandas overflowing."""
+    run_dir = write_run(tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "requests_measured": "9" * 500}))
+    with pytest.raises(HarnessError) as refused:
+        build_table(runs_from_directories([tmp_path]))
+    assert str(refused.value) == (f"{run_dir}: requests_measured is {'9' * 20}… (500 characters), past any figure a "
+                                  "run records (a 64-bit integer); the record is damaged")
+    # the same digits as a rate: pydantic reads them as a float, which they overflow to infinity
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "output_tokens_per_s": "9" * 500}))
+    with pytest.raises(HarnessError, match=r"output_tokens_per_s is infinite, which no run records; the record is "
+                                           r"damaged$"):
+        build_table(runs_from_directories([tmp_path]))
+
+
 @pytest.mark.sandbox
 def test_polyaxon_api_runs_read_back_with_their_series_and_query(tmp_path: Path, polyaxon_api: str) -> None:
     from polyaxon.client import ProjectClient
