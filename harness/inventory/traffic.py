@@ -42,8 +42,8 @@ class _LogModel(BaseModel):
 
 
 class _Usage(_LogModel):
-    prompt_tokens: int | None = Field(None, ge=0)
-    completion_tokens: int | None = Field(None, ge=0)
+    prompt_tokens: int | None = Field(None, ge=0, le=MAX_PROMPT_TOKENS)
+    completion_tokens: int | None = Field(None, ge=0, le=MAX_PROMPT_TOKENS)
 
 
 class _Message(_LogModel):
@@ -57,8 +57,9 @@ class _OpenAIRecord(_LogModel):
 
     messages: list[_Message] | None = Field(None, min_length=1)
     prompt: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    # bounded as an inventory's output cap is: a larger figure names its line here, not in the frozen model
+    max_tokens: int | None = Field(None, ge=1, le=MAX_PROMPT_TOKENS)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_PROMPT_TOKENS)
     usage: _Usage | None = None
 
     @model_validator(mode="after")

@@ -143,6 +143,8 @@ def test_lengths_only_keeps_the_lengths_and_none_of_the_text(tiny_model_dir: Pat
     ("bad-count.csv", "bad-count.csv line 3: field 'output_tokens': 'twenty' is not a whole number of tokens"),
     # 20,000,000 > 2**24 = 16,777,216, the most tokens an inventory's request may hold
     ("huge-count.csv", "huge-count.csv line 3: field 'input_tokens': 20,000,000 tokens, more than the 16,777,216"),
+    # the same bound on a request's own cap: once a traceback from the frozen model the cap lands in
+    ("huge-cap.jsonl", "huge-cap.jsonl line 2: field 'max_tokens': Input should be less than or equal to 16777216"),
 ])
 def test_a_bad_record_is_one_line_and_nothing_is_written(
         fixture: str, message: str, tiny_model_dir: Path, tmp_path: Path) -> None:
