@@ -4,14 +4,14 @@ Printed, each beside the figure the calculator uses:
 - the GPU total as nvidia-smi gives it (`memory.total`, `memory.reserved`) and as CUDA gives it
   (`torch.cuda.mem_get_info`): device.json records total − reserved, which must equal CUDA's within a MiB;
 - the CUDA context (device memory in use before torch allocates anything), then what each library adds
-  outside torch's allocator when first used: cuBLAS, scaled-dot-product attention, a CUDA graph, and NCCL
-  with one rank (vLLM sets up NCCL even for one GPU, but its own communicator then does nothing);
+  outside torch's allocator when first used: cuBLAS, scaled-dot-product attention, a CUDA graph, and a
+  one-rank NCCL process group once a collective has run on it;
 - the sampler's peak per logit over (rows × vocabulary) model-dtype logits: the PyTorch sort path as V1's
   `Sampler.forward` and `apply_top_k_top_p_pytorch` run it (topk_topp_sampler.py, read in 0.32; V0's
   `_apply_top_k_top_p` holds the same tensors at the sort), and the native path after Triton's in-place
   mask. Peaks are torch's `max_memory_allocated` over the call, the logits included.
 
-    python benchmarks/gpu_memory_terms.py [--rows 256 1024] [--vocab 32000 151936 262144]
+    python benchmarks/gpu_memory_terms.py [--rows 64 256 1024] [--vocab 32000 151936 262144]
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def peak_bytes_per_logit(path: Callable[[Any], Any], rows: int, vocab: int) -> f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[256, 1024])
+    parser.add_argument("--rows", type=int, nargs="+", default=[64, 256, 1024])  # below 128, the flattened sort
     parser.add_argument("--vocab", type=int, nargs="+", default=[32000, 151936, 262144])
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__} (CUDA {torch.version.cuda})")

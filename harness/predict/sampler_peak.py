@@ -102,9 +102,10 @@ def _sorting(path: SamplerPath, rows: int) -> SamplerPath:
     """The sort path over `rows`: PyTorch flattens 2 to 127 rows into one sort, which holds 12 B more per logit."""
     if rows not in FULL_SORT_ROWS:
         return path
-    return path.model_copy(update={
-        "sort_extra_bytes_per_logit": FULL_SORT_EXTRA_BYTES_PER_LOGIT,
-        "origin": f"{path.origin}, + {FULL_SORT_EXTRA_BYTES_PER_LOGIT} B for {rows} rows (PyTorch's flattened sort)"})
+    return SamplerPath(path=path.path, bytes_per_logit=path.bytes_per_logit,
+                       origin=f"{path.origin}, + {FULL_SORT_EXTRA_BYTES_PER_LOGIT} B for {rows} rows (PyTorch's "
+                              "flattened sort)",
+                       sort_extra_bytes_per_logit=FULL_SORT_EXTRA_BYTES_PER_LOGIT)
 
 
 def release_default_sampler(version: Version) -> str | None:
