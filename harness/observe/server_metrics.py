@@ -18,6 +18,7 @@ from prometheus_client.samples import Sample
 
 from harness.errors import HarnessError
 from harness.server_url import checked_server_url
+from harness.units import abbreviated
 
 METRICS_SCHEMA_VERSION = 1
 
@@ -137,7 +138,7 @@ def _mean_over_engines(by_name: dict[str, list[Sample]], names: tuple[str, ...])
     """A usage fraction does not add up across engines (each is 0-1), so engines are averaged."""
     for name in names:
         if name in by_name:
-            values = [sample.value for sample in by_name[name]]
+            values = [_finite(name, sample.value) for sample in by_name[name]]
             return _finite(name, sum(values) / len(values))
     return None
 
@@ -164,9 +165,14 @@ def _total(name: str, samples: Iterable[Sample]) -> float:
 
 
 def _finite(name: str, value: float) -> float:
-    """NaN or infinity where vLLM exports a count, a gauge or a sum: not a scrape the figures can come from."""
-    if not math.isfinite(value):
-        raise HarnessError(f"{name}: {value} is not a finite number")
+    """NaN or infinity where vLLM exports a count, a gauge or a sum: not a scrape the figures can come from. The
+    parser gives a value written without a point as an int, which can be past any float."""
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise HarnessError(f"{name}: {abbreviated(str(value))} is not a finite number")
     return value
 
 

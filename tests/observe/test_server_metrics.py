@@ -116,6 +116,17 @@ def test_snapshot_survives_a_json_round_trip_with_an_infinite_bucket() -> None:
     assert MetricsSnapshot.model_validate_json(text) == snapshot
 
 
+@pytest.mark.parametrize(("value", "shown"), [("NaN", "nan"), ("+Inf", "inf"),
+                                              ("9" * 400, f"{'9' * 20}… (400 characters)")])
+def test_a_gauge_that_is_not_a_finite_number_is_one_line_naming_it(value: str, shown: str) -> None:
+    # 400 digits without a point: the parser gives an int, past any float, which math.isfinite cannot take
+    for gauge in ("vllm:num_requests_running", "vllm:kv_cache_usage_perc"):  # summed; averaged over engines
+        text = f'# TYPE {gauge} gauge\n{gauge}{{engine="0"}} {value}\n'
+        with pytest.raises(HarnessError) as refused:
+            parse_metrics(text)
+        assert str(refused.value) == f"{gauge}: {shown} is not a finite number"
+
+
 def test_malformed_text_is_one_line_of_bad_input() -> None:
     with pytest.raises(HarnessError, match="Prometheus exposition format"):
         parse_metrics("vllm:num_requests_running{engine=0 nonsense\n")
