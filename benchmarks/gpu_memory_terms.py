@@ -55,9 +55,8 @@ def report_libraries() -> None:
     """Each library's first use, as memory outside torch's allocator gained since the one before."""
     steps: list[tuple[str, Callable[[], object]]] = [
         ("first tensor", lambda: torch.zeros(1, device="cuda")),
-        ("cuBLAS bf16 matmul", lambda: (lambda a: a @ a)(torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16))),
-        ("scaled-dot-product attention", lambda: (lambda q: torch.nn.functional.scaled_dot_product_attention(
-            q, q, q, is_causal=True))(torch.randn(4, 32, 2048, 128, device="cuda", dtype=torch.bfloat16))),
+        ("cuBLAS bf16 matmul", matmul),
+        ("scaled-dot-product attention", attention),
         ("CUDA graph of a matmul", capture_graph),
         ("NCCL, one rank, one all-reduce", one_rank_all_reduce),
     ]
@@ -67,6 +66,16 @@ def report_libraries() -> None:
         now = outside_torch_mib()
         print(f"  outside torch after {name}: {now:.1f} MiB (+{now - before:.1f})")
         before = now
+
+
+def matmul() -> object:
+    square = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    return square @ square
+
+
+def attention() -> object:
+    heads = torch.randn(4, 32, 2048, 128, device="cuda", dtype=torch.bfloat16)
+    return torch.nn.functional.scaled_dot_product_attention(heads, heads, heads, is_causal=True)
 
 
 def capture_graph() -> object:

@@ -255,10 +255,10 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
             used.add(case.id)
         if config is None:
             continue
-        if "activation_peak" in logged and total is not None and _path(case, total[0]).bytes_per_logit is None \
-                and _known_sampler(case):
+        if "activation_peak" in logged and total is not None and _known_sampler(case) \
+                and (path := _path(case, total[0])).bytes_per_logit is None:  # the sort, whose figure is fitted
             peak, beside, count = _activation_parts(case, config, total[0])
-            rows.append((peak, beside + count * _path(case, total[0]).sort_extra_bytes_per_logit, count))
+            rows.append((peak, beside + count * path.sort_extra_bytes_per_logit, count))
             targets.append(logged["activation_peak"])
             used.add(case.id)
     if not rows:

@@ -127,11 +127,6 @@ def sampler_peak_bytes(size: ModelSize, tokens: int, rows: int, bytes_per_logit:
     return int(tokens * size.hidden * dtype_bytes + rows * size.vocab * bytes_per_logit)
 
 
-def sampler_bytes(path: SamplerPath, constants: MemoryConstants) -> float:
-    """Bytes per logit at the path's peak: the release's formula, or the fitted sort figure."""
-    return path.priced(constants.sampler_bytes_per_logit)
-
-
 def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tensor_parallel_size: int,
                    pipeline_parallel_size: int, gpu_name: str | None = None) -> Term:
     """What the release's profile counts outside torch: the fitted base (cuBLAS workspace and the like; its own
@@ -225,7 +220,7 @@ def plan_waterfall(
     if sampler not in SAMPLERS:
         raise HarnessError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler}")
     path = sampler_path(version, engine_generation, sampler, rows)
-    per_logit = sampler_bytes(path, constants)
+    per_logit = path.priced(constants.sampler_bytes_per_logit)
     forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
     sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
     activation = max(forward, sampling)

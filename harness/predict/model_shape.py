@@ -27,7 +27,7 @@ SNAPSHOTS_DIR = Path(__file__).resolve().parents[1] / "snapshots"  # data of the
 PINNED_MODEL = "Qwen/Qwen3-4B"
 PINNED_REVISION = "1cfa9a7208912126459214e8b04321603b3df60c"
 INDEX_FILE = "model.safetensors.index.json"
-KV = "to size the KV cache"  # what the layer counts and widths read here are needed for
+KV_CACHE_PURPOSE = "to size the KV cache"  # what the layer counts and widths read here are needed for
 SSM_DTYPES = frozenset({"float32", "bfloat16", "float16"})  # what a config's mamba_ssm_dtype may name
 
 
@@ -116,7 +116,7 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
         notes.append("multimodal config: the text_config describes the language model's layers")
     config = language_config(config)
     check_counts(config, source)  # every count read below is a whole number from here on
-    num_layers = needed_count(config, "num_hidden_layers", source, KV)
+    num_layers = needed_count(config, "num_hidden_layers", source, KV_CACHE_PURPOSE)
     kinds = _layer_kinds(config, num_layers, source, notes)
     present = set(kinds)
     spec_of: dict[LayerKind, LayerSpec] = {}  # one spec per kind the model has, read only when it has it
@@ -156,7 +156,7 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
         notes.append("layer kinds from layer_types")
         return [names[t] for t in types]
     if "attn_layer_period" in config:  # Jamba: one attention layer every `period`, Mamba elsewhere
-        period = needed_count(config, "attn_layer_period", source, KV)
+        period = needed_count(config, "attn_layer_period", source, KV_CACHE_PURPOSE)
         offset = config.get("attn_layer_offset") or 0
         notes.append(f"Jamba layout: attention at layer i where i % {period} == {offset}, Mamba elsewhere")
         return [LayerKind.FULL_ATTENTION if i % period == offset else LayerKind.STATE for i in range(num_layers)]
@@ -164,7 +164,7 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
         notes.append("Gemma 2 layout: even layers use the sliding window, odd layers full attention")
         return [LayerKind.SLIDING_WINDOW if i % 2 == 0 else LayerKind.FULL_ATTENTION for i in range(num_layers)]
     if config.get("sliding_window_pattern") and config.get("sliding_window"):
-        pattern = needed_count(config, "sliding_window_pattern", source, KV)
+        pattern = needed_count(config, "sliding_window_pattern", source, KV_CACHE_PURPOSE)
         notes.append(f"sliding_window_pattern {pattern}: every {pattern}th layer is full attention")
         return [
             LayerKind.FULL_ATTENTION if (i + 1) % pattern == 0 else LayerKind.SLIDING_WINDOW
@@ -186,10 +186,11 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
 
 def _attention_spec(config: dict[str, Any], source: str, notes: list[str]) -> LayerSpec:
     if config.get("kv_lora_rank"):
-        latent = needed_count(config, "kv_lora_rank", source, KV) + needed_count(config, "qk_rope_head_dim", source, KV)
+        latent = (needed_count(config, "kv_lora_rank", source, KV_CACHE_PURPOSE)
+                  + needed_count(config, "qk_rope_head_dim", source, KV_CACHE_PURPOSE))
         notes.append("MLA: one latent of kv_lora_rank + qk_rope_head_dim per token and layer, no K/V pair")
         return LayerSpec(kind=LayerKind.MLA, latent_dim=latent)
-    heads = needed_count(config, "num_attention_heads", source, KV)
+    heads = needed_count(config, "num_attention_heads", source, KV_CACHE_PURPOSE)
     kv_heads = stated_count(config, "num_key_value_heads", source)
     if kv_heads is None:
         notes.append("no num_key_value_heads: multi-head attention, one KV head per attention head")
@@ -198,7 +199,7 @@ def _attention_spec(config: dict[str, Any], source: str, notes: list[str]) -> La
         head_dim = stated_count(config, "head_dim", source)
         notes.append(f"head_dim {head_dim} from the config (wins over hidden_size / num_attention_heads)")
     else:
-        head_dim = needed_count(config, "hidden_size", source, KV) // heads
+        head_dim = needed_count(config, "hidden_size", source, KV_CACHE_PURPOSE) // heads
         notes.append(f"head_dim {head_dim} = hidden_size / num_attention_heads")
     return LayerSpec(kind=LayerKind.FULL_ATTENTION, kv_heads=kv_heads, head_dim=head_dim)
 
@@ -206,22 +207,22 @@ def _attention_spec(config: dict[str, Any], source: str, notes: list[str]) -> La
 def _state_spec(config: dict[str, Any], source: str, notes: list[str]) -> LayerSpec:
     """The conv window and recurrent state one sequence keeps in one state layer."""
     if "linear_key_head_dim" in config:  # Qwen3-Next / Qwen3.5 gated delta net
-        key_dim = needed_count(config, "linear_num_key_heads", source, KV) * needed_count(
-            config, "linear_key_head_dim", source, KV)
-        value_heads = needed_count(config, "linear_num_value_heads", source, KV)
-        value_head_dim = needed_count(config, "linear_value_head_dim", source, KV)
-        kernel = needed_count(config, "linear_conv_kernel_dim", source, KV)
-        recurrent = value_heads * needed_count(config, "linear_key_head_dim", source, KV) * value_head_dim
+        key_dim = needed_count(config, "linear_num_key_heads", source, KV_CACHE_PURPOSE) * needed_count(
+            config, "linear_key_head_dim", source, KV_CACHE_PURPOSE)
+        value_heads = needed_count(config, "linear_num_value_heads", source, KV_CACHE_PURPOSE)
+        value_head_dim = needed_count(config, "linear_value_head_dim", source, KV_CACHE_PURPOSE)
+        kernel = needed_count(config, "linear_conv_kernel_dim", source, KV_CACHE_PURPOSE)
+        recurrent = value_heads * needed_count(config, "linear_key_head_dim", source, KV_CACHE_PURPOSE) * value_head_dim
         ssm_dtype = _ssm_dtype(config, source)
         notes.append("linear attention (gated delta net): conv state + recurrent state per sequence"
                      + (f", the recurrent state in {ssm_dtype} (mamba_ssm_dtype)" if ssm_dtype else ""))
         return LayerSpec(kind=LayerKind.STATE, conv_channels=2 * key_dim + value_heads * value_head_dim,
                          conv_width=kernel - 1, ssm_elements=recurrent, ssm_dtype=ssm_dtype)
     if "mamba_d_state" in config:  # Jamba's Mamba-1 layers
-        inner = (config.get("mamba_expand") or 2) * needed_count(config, "hidden_size", source, KV)
+        inner = (config.get("mamba_expand") or 2) * needed_count(config, "hidden_size", source, KV_CACHE_PURPOSE)
         notes.append("Mamba-1: conv state + SSM state per sequence")
         return LayerSpec(kind=LayerKind.STATE, conv_channels=inner, conv_width=(config.get("mamba_d_conv") or 4) - 1,
-                         ssm_elements=inner * needed_count(config, "mamba_d_state", source, KV))
+                         ssm_elements=inner * needed_count(config, "mamba_d_state", source, KV_CACHE_PURPOSE))
     raise HarnessError(f"{source}: state layers but no Mamba or linear-attention fields to size them")
 
 

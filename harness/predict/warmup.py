@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict
 from harness.predict.memory_model import (
     FITTED_CONSTANTS,
     Waterfall,
-    sampler_bytes,
     sampler_peak_bytes,
 )
 from harness.predict.parameter_count import ModelSize
@@ -53,7 +52,7 @@ def check_warmup(waterfall: Waterfall, size: ModelSize, *, v0: bool,
             or waterfall.kv_bytes <= 0:
         return None
     rows = waterfall.sampler_rows  # V1 profiles min(max_num_seqs, max_num_batched_tokens) rows, as the warm-up samples
-    needed = sampler_peak_bytes(size, rows, rows, sampler_bytes(waterfall.sampler, FITTED_CONSTANTS))
+    needed = sampler_peak_bytes(size, rows, rows, waterfall.sampler.priced(FITTED_CONSTANTS.sampler_bytes_per_logit))
     terms = {term.name: term for term in waterfall.terms}
     graphs = terms["cuda_graphs"]
     graph_bytes, graph_source = (graphs.bytes, "fitted estimate") if logged_graph_bytes is None \
