@@ -32,7 +32,7 @@ from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.predict.budget import CapacityPrediction
-from harness.predict.gpu_catalog import gpu_memory, is_hopper
+from harness.predict.gpu_catalog import gpu_memory, is_hopper, known_gpu
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
     DEFAULT_V1_SAMPLER,
@@ -44,7 +44,12 @@ from harness.predict.memory_model import (
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import ModelShape, load_model_shape
-from harness.predict.non_torch import communicator_bytes, communicators_counted, nvls_bytes
+from harness.predict.non_torch import (
+    communicator_bytes,
+    communicators_counted,
+    context_local_memory_bytes,
+    nvls_bytes,
+)
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.releases import runs_v0
@@ -300,9 +305,15 @@ def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> NonTorchFit:
     nccl_gib = max(0.0, _median([gib - base_of(case) - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB
                                  for case, gib in samples if not _context_counted(case) and communicators(case)]))
     context = [gib - base_of(case) - (communicator_bytes(nccl_gib, case.facts.tensor_parallel_size) / GiB
-                                      if communicators(case) else 0.0)
+                                      if communicators(case) else 0.0) - _local_memory_gib(case)
                for case, gib in samples if _context_counted(case)]
     return NonTorchFit(base_gib=base, hopper_gib=hopper, nccl_gib=nccl_gib, context_gib=max(0.0, _median(context)))
+
+
+def _local_memory_gib(case: FieldCase) -> float:
+    """The CUDA context's local memory on the case's GPU (by name, else by its total), which is not fitted."""
+    total = _total_bytes(case)
+    return context_local_memory_bytes(known_gpu(case.facts.gpu, total[0] if total else None)) / GiB
 
 
 def _median(figures: list[float]) -> float:

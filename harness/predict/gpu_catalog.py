@@ -8,6 +8,11 @@ vLLM's logs; an H200 143,771 MiB = 140.40 GiB against vLLM's 139.81). The same c
 different total under another driver or board (SXM or PCIe); a source names the other figure where one was seen.
 A GB10 (DGX Spark) shares one memory between CPU and GPU, and CUDA's total is that whole memory. A GPU that is
 not here is refused by name; `--gpu` also takes the total itself in GiB.
+
+Each NVIDIA entry also gives the chip's streaming multiprocessors and compute capability (NVIDIA's product
+specifications and architecture whitepapers), which size the CUDA context's local-memory reservation
+(`non_torch.context_local_memory_bytes`); the resident threads per multiprocessor follow from the capability
+(the CUDA C++ Programming Guide's "Technical Specifications per Compute Capability").
 """
 
 from __future__ import annotations
@@ -15,85 +20,114 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.units import GiB
+
+# Maximum resident threads per multiprocessor by compute capability (cudaDeviceProp.maxThreadsPerMultiProcessor).
+RESIDENT_THREADS_PER_MULTIPROCESSOR = {"7.0": 2048, "7.5": 1024, "8.0": 2048, "8.6": 1536, "8.9": 1536, "9.0": 2048,
+                                       "10.0": 2048, "12.0": 1536, "12.1": 1536}
 
 
 class GpuMemory(BaseModel, frozen=True):
     name: str
     total_gib: float  # as printed with two decimals, e.g. `total_gpu_memory (23.58GiB)`
     source: str
+    multiprocessor_count: int | None = None  # cudaDeviceProp.multiProcessorCount; None for a GPU that is not CUDA's
+    compute_capability: str | None = None
+
+    @property
+    def resident_threads(self) -> int | None:
+        """The most threads the whole GPU holds at once: what CUDA reserves each thread's local memory for."""
+        if self.multiprocessor_count is None or self.compute_capability is None:
+            return None
+        return self.multiprocessor_count * RESIDENT_THREADS_PER_MULTIPROCESSOR[self.compute_capability]
 
 
 GPUS = {
     gpu.name: gpu
     for gpu in (
-        GpuMemory(name="H100-80GB", total_gib=79.22,
+        GpuMemory(name="H100-80GB", total_gib=79.22, multiprocessor_count=132, compute_capability="9.0",
                   source="`total_gpu_memory 79.22GiB`, https://github.com/vllm-project/vllm/pull/10511"),
-        GpuMemory(name="H100-96GB", total_gib=94.50,
+        GpuMemory(name="H100-96GB", total_gib=94.50, multiprocessor_count=132, compute_capability="9.0",
                   source="torch's `a total capacity of 94.50 GiB` in a thread titled \"OOM error on 96GB H100\", "
                          "https://github.com/vllm-project/vllm/issues/9630"),
-        GpuMemory(name="GH200", total_gib=94.88,
+        GpuMemory(name="GH200", total_gib=94.88, multiprocessor_count=132, compute_capability="9.0",
                   source="torch's `a total capacity of 94.88 GiB` on a GH200 whose nvidia-smi shows 97,871 MiB "
                          "(the 96 GB HBM3 part), https://github.com/Lightning-AI/litgpt/issues/1892"),
-        GpuMemory(name="RTX-PRO-6000-Blackwell", total_gib=94.97,
+        GpuMemory(name="RTX-PRO-6000-Blackwell", total_gib=94.97, multiprocessor_count=188, compute_capability="12.0",
                   source="ds4's CUDA backend `total=94.97 GiB` (a CUDA program's own free/total line, not torch's) "
                          "on a 96GB RTX Pro 6000 Blackwell, https://github.com/antirez/ds4/issues/431"),
-        GpuMemory(name="L40S", total_gib=44.42,
+        GpuMemory(name="L40S", total_gib=44.42, multiprocessor_count=142, compute_capability="8.9",
                   source="`total_gpu_memory (44.42GiB)`, https://github.com/vllm-project/vllm/issues/15815"),
-        GpuMemory(name="L40", total_gib=44.40,
+        GpuMemory(name="L40", total_gib=44.40, multiprocessor_count=142, compute_capability="8.9",
                   source="torch's `a total capacity of 44.40 GiB` on a single L40, "
                          "https://github.com/QwenLM/Qwen3-VL/issues/2097"),
-        GpuMemory(name="RTX-3090", total_gib=23.58,
+        GpuMemory(name="RTX-3090", total_gib=23.58, multiprocessor_count=82, compute_capability="8.6",
                   source="`total_gpu_memory=23.58GiB`, https://github.com/vllm-project/vllm/issues/10517"),
-        GpuMemory(name="A10-24GB", total_gib=22.18,
+        GpuMemory(name="A10-24GB", total_gib=22.18, multiprocessor_count=72, compute_capability="8.6",
                   source="`a total capacity of 22.18 GiB`, https://github.com/OpenBMB/MiniCPM-V/issues/640"),
-        GpuMemory(name="A10G", total_gib=22.49,
+        GpuMemory(name="A10G", total_gib=22.49, multiprocessor_count=80, compute_capability="8.6",
                   source="torch's `22.49 GiB total capacity` on an A10G (2022), "
                          "https://github.com/AUTOMATIC1111/stable-diffusion-webui/issues/1259; a 2023 nvidia-smi "
                          "on driver 470 shows 22,731 MiB (22.20 GiB), "
                          "https://github.com/huggingface/text-generation-inference/issues/563"),
-        GpuMemory(name="RTX-4090", total_gib=23.64,
+        GpuMemory(name="RTX-4090", total_gib=23.64, multiprocessor_count=128, compute_capability="8.9",
                   source="torch's `a total capacity of 23.64 GiB`, https://github.com/ali-vilab/VGen/issues/104"),
-        GpuMemory(name="RTX-5090", total_gib=31.36,
+        GpuMemory(name="RTX-5090", total_gib=31.36, multiprocessor_count=170, compute_capability="12.0",
                   source="torch's `a total capacity of 31.36 GiB`, "
                          "https://github.com/TrajectoryCrafter/TrajectoryCrafter/issues/20"),
-        GpuMemory(name="T4", total_gib=14.58,
+        GpuMemory(name="T4", total_gib=14.58, multiprocessor_count=40, compute_capability="7.5",
                   source="torch's `a total capacty of 14.58 GiB` on a Tesla T4, "
                          "https://github.com/datawhalechina/self-llm/issues/162"),
-        GpuMemory(name="V100-32GB", total_gib=31.74,
+        GpuMemory(name="V100-32GB", total_gib=31.74, multiprocessor_count=80, compute_capability="7.0",
                   source="torch's `31.74 GiB total capacity` on a V100 32GB, "
                          "https://github.com/liucongg/ChatGLM-Finetuning/issues/73"),
-        GpuMemory(name="A100-80GB", total_gib=79.25,
+        GpuMemory(name="A100-80GB", total_gib=79.25, multiprocessor_count=108, compute_capability="8.0",
                   source="vLLM's `Free memory on device (78.84/79.25 GiB)` on an A100-SXM4-80GB, "
                          "https://github.com/LukeJYK/AutoScientists/blob/39724139ee326cd2f2c47215958fbdc22764ba49"
                          "/vllm.log; torch prints the same 79.25 GiB on an A100 in "
                          "https://github.com/HiDream-ai/VAREdit/issues/6 and 79.14 GiB on another 80GB A100 in "
                          "https://github.com/lianqi1008/Control-GIC/issues/6"),
-        GpuMemory(name="A100-40GB", total_gib=39.38,
+        GpuMemory(name="A100-40GB", total_gib=39.38, multiprocessor_count=108, compute_capability="8.0",
                   source="vLLM's `total_gpu_memory (39.38GiB)` on four A100s, "
                          "https://github.com/vllm-project/vllm/issues/16570; deviceQuery gives an A100-SXM4-40GB "
                          "42,298,834,944 bytes (39.39 GiB), https://github.com/bottlerocket-os/bottlerocket/pull/3873, "
                          "and torch 39.50 GiB on another A100, https://github.com/TianheWu/CoSeR/issues/10"),
-        GpuMemory(name="L4", total_gib=22.03,
+        GpuMemory(name="L4", total_gib=22.03, multiprocessor_count=58, compute_capability="8.9",
                   source="torch's `a total capacity of 22.03 GiB` on an L4, "
                          "https://github.com/ArcInstitute/evo2/issues/190"),
         GpuMemory(name="MI300X", total_gib=191.98,
                   source="torch's `a total capacity of 191.98 GiB` (HIP) on eight MI300X, "
                          "https://github.com/vllm-project/vllm/issues/7951"),
-        GpuMemory(name="GB10", total_gib=121.69,
+        GpuMemory(name="GB10", total_gib=121.69, multiprocessor_count=48, compute_capability="12.1",
                   source="vLLM's `Free memory on device (110.37/121.69 GiB)` on a DGX Spark (GB10), "
                          "https://github.com/MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks/issues/47"),
-        GpuMemory(name="H200", total_gib=139.81,
+        GpuMemory(name="H200", total_gib=139.81, multiprocessor_count=132, compute_capability="9.0",
                   source="vLLM's `Free memory on device (139.21/139.81 GiB) on startup` on a GPU whose MoE config "
                          "vLLM loads as `device_name=NVIDIA_H200`, https://github.com/sungwon-chae/arxiv_confi/blob/"
                          "bd1defe41b7e441c8f90d3ef6f3bd2636cad3f6a/tmp_memo.md; torch prints 139.80 GiB on 8xH200 in "
                          "https://github.com/Jackmin801/prime-rl-hardfork/blob/4efbae458d8cd2094b7fc1ba61155462f2cb6b3c"
                          "/benchmarks/results/BENCHMARKS.md, and nvidia-smi shows 143,771 MiB"),
-        GpuMemory(name="B200", total_gib=178.36,
+        GpuMemory(name="B200", total_gib=178.36, multiprocessor_count=148, compute_capability="10.0",
                   source="torch's `a total capacity of 178.36 GiB` on 8xB200, https://github.com/PrimeIntellect-ai/"
                          "prime-rl/blob/d8f290ef0358a804f1912bd29ea1b37cc56894b4/benchmarks/results/BENCHMARKS.md; a "
                          "CUDA device query prints 178.35, https://github.com/pytorch/ao/pull/4002"),
     )
 }
+
+
+def known_gpu(name: str | None, total_bytes: int | None = None) -> GpuMemory | None:
+    """The catalogue entry of the GPU a start runs on: by its name, else by its total where one entry alone prints
+    that total (a log that states only `total_gpu_memory=44.42GiB` ran on an L40S); None where neither tells."""
+    if name:
+        try:
+            return gpu_memory(name)
+        except HarnessError:
+            pass
+    if total_bytes is None:
+        return None
+    printed = round(total_bytes / GiB, 2)
+    matches = [gpu for gpu in GPUS.values() if gpu.total_gib == printed]
+    return matches[0] if len(matches) == 1 else None
 
 
 # Systems sold under their own name, by the GPU they hold (spelt as `_spelling` leaves them).

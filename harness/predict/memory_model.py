@@ -21,8 +21,14 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.predict.gpu_catalog import is_hopper
-from harness.predict.non_torch import communicator_bytes, communicators_counted, nvls_bytes
+from harness.predict.gpu_catalog import is_hopper, known_gpu
+from harness.predict.non_torch import (
+    MOST_RESIDENT_THREADS,
+    communicator_bytes,
+    communicators_counted,
+    context_local_memory_bytes,
+    nvls_bytes,
+)
 from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
 from harness.predict.releases import release_version, runs_v0
@@ -72,7 +78,9 @@ class MemoryConstants(BaseModel, frozen=True):
     non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot, NCCL aside
     # the same on Hopper parts, fitted apart: the fit half's H200 starts hold 0.4-1.0 GiB where others hold 0.25 or less
     hopper_non_torch_gib: float = 0.0
-    cuda_context_gib: float  # on top where the release counts the CUDA context (V0 before 0.6.5, V1 before 0.9.1)
+    # on top where the release counts the CUDA context (V0 before 0.6.5, V1 before 0.9.1): the part that is not the
+    # local memory the GPU's resident threads reserve (non_torch.context_local_memory_bytes)
+    cuda_context_gib: float
     nccl_gib: float = 0.0  # NCCL's buffers per GPU, on top where the release counts them (non_torch.py)
     cuda_graph_gib: float
     fitted_on: list[str]
@@ -128,20 +136,28 @@ def sampler_peak_bytes(size: ModelSize, tokens: int, rows: int, bytes_per_logit:
 
 
 def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tensor_parallel_size: int,
-                   pipeline_parallel_size: int, gpu_name: str | None = None) -> Term:
+                   pipeline_parallel_size: int, gpu_name: str | None = None, total_bytes: int | None = None) -> Term:
     """What the release's profile counts outside torch: the fitted base (cuBLAS workspace and the like; its own
-    figure on Hopper parts), the CUDA context where the release counts it, the communicators' buffers where its
-    snapshot precedes them, and NCCL's NVLS buffers on an NVSwitch board (non_torch.py)."""
-    context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
+    figure on Hopper parts), the CUDA context where the release counts it (its fitted part and the local memory
+    this GPU reserves, found by name or total), the communicators' buffers where its snapshot precedes them, and
+    NCCL's NVLS buffers on an NVSwitch board (non_torch.py)."""
+    counts_context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
+    gpu = known_gpu(gpu_name, total_bytes)
+    local = context_local_memory_bytes(gpu) if counts_context else 0
+    context = int(constants.cuda_context_gib * GiB) + local if counts_context else 0
     counted = communicators_counted(version, v0, tensor_parallel_size, pipeline_parallel_size)
     communicators = communicator_bytes(constants.nccl_gib, tensor_parallel_size) if counted else 0
     nvls = nvls_bytes(gpu_name, tensor_parallel_size)
     hopper = is_hopper(gpu_name)
     base_gib = constants.hopper_non_torch_gib if hopper else constants.non_torch_gib
-    total = int((base_gib + (constants.cuda_context_gib if context else 0.0)) * GiB) + communicators + nvls
+    total = int(base_gib * GiB) + context + communicators + nvls
     source = f"fitted {base_gib:.2f} GiB (cuBLAS workspace and the like{', on a Hopper part' if hopper else ''})"
-    if context:
-        source += f" + {constants.cuda_context_gib:.2f} GiB of CUDA context, which {version} counts"
+    if counts_context:
+        threads = f"{gpu.name}'s {gpu.resident_threads:,}" if gpu and gpu.resident_threads else (
+            f"{MOST_RESIDENT_THREADS:,} (the most of any catalogued GPU: this one is not named)")
+        source += (f" + {context / GiB:.2f} GiB of CUDA context, which {version} counts: fitted "
+                   f"{constants.cuda_context_gib:.2f} GiB and {local / GiB:.2f} GiB of local memory, 1 KiB of stack "
+                   f"for each of {threads} resident threads")
     if counted:
         source += (f" + {communicators / GiB:.3f} GiB of NCCL (fitted) and custom all-reduce buffers, which {version}"
                    " counts (its memory snapshot precedes the distributed set-up)")
@@ -224,7 +240,8 @@ def plan_waterfall(
     forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
     sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
     activation = max(forward, sampling)
-    non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size, gpu_name)
+    non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size, gpu_name,
+                               total_bytes)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
     graph_bytes = int(constants.cuda_graph_gib * GiB)  # the source shows this figure, rounded as the table rounds it
     if checkpoint is not None:
@@ -306,7 +323,7 @@ FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=36.11,
     non_torch_gib=0.029,
     hopper_non_torch_gib=0.69,
-    cuda_context_gib=0.537,
+    cuda_context_gib=0.329,
     cuda_graph_gib=0.505,
     nccl_gib=0.148,
     fitted_on=[

@@ -26,13 +26,21 @@ than two GPUs (vllm#9699, measured on H100 and H200). NCCL prints their size: "N
 × 2 × (4 MiB + 2 MiB) = 288 MiB per rank, times the ranks, on every GPU. NCCL connects them at the first
 collective that runs NVLS (its connections are made at run time from NCCL 2.22 on), the profile's large
 all-reduce, so every release's profile holds them, wherever its snapshot sits.
+
+Where a release counts the CUDA context, part of it scales with the GPU: the driver reserves local memory (each
+thread's stack) for every thread the GPU can hold at once, per-thread size × resident threads per multiprocessor
+× multiprocessors, sized at creation from the default stack limit (cudaLimitStackSize, 1,024 B), as NVIDIA's
+forum answer "Memory required for kernel launch" gives the formula
+(https://forums.developer.nvidia.com/t/memory-required-for-kernel-launch/39558). On an H200 that is
+132 × 2,048 × 1 KiB = 264 MiB of the 526.8 MiB its context took (benchmarks/gpu_memory_terms.py); the rest of
+the context is fitted (`MemoryConstants.cuda_context_gib`).
 """
 
 from __future__ import annotations
 
 from packaging.version import Version
 
-from harness.predict.gpu_catalog import on_nvswitch
+from harness.predict.gpu_catalog import GPUS, GpuMemory, on_nvswitch
 from harness.units import GiB
 
 V1_COMMUNICATORS_BEFORE_SNAPSHOT_SINCE = Version("0.11.0")
@@ -41,6 +49,10 @@ CUSTOM_ALL_REDUCE_WORLD_SIZES = frozenset({2, 4, 6, 8})
 CUSTOM_ALL_REDUCE_BYTES = 2 * CUSTOM_ALL_REDUCE_MAX_BYTES  # meta (a few KiB, left out) + max_size, and max_size
 NVLS_BYTES_PER_RANK = 24 * 2 * (4 * 1024 * 1024 + 2 * 1024 * 1024)  # nvlsPerRankSize 301989888
 NVLS_MIN_RANKS = 3
+CUDA_STACK_BYTES_PER_THREAD = 1024  # cudaLimitStackSize's default
+# A GPU the catalogue cannot name is priced at the most threads any entry holds (a B200's 148 × 2,048): the
+# larger context, the safer side of a fit / no-fit call.
+MOST_RESIDENT_THREADS = max(gpu.resident_threads or 0 for gpu in GPUS.values())
 
 
 def communicators_counted(version: Version, v0: bool, tensor_parallel_size: int, pipeline_parallel_size: int) -> bool:
@@ -60,3 +72,9 @@ def nvls_bytes(gpu_name: str | None, tensor_parallel_size: int) -> int:
     if tensor_parallel_size < NVLS_MIN_RANKS or not on_nvswitch(gpu_name):
         return 0
     return NVLS_BYTES_PER_RANK * tensor_parallel_size
+
+
+def context_local_memory_bytes(gpu: GpuMemory | None) -> int:
+    """The CUDA context's local-memory reservation on this GPU: the default stack for every resident thread."""
+    threads = gpu.resident_threads if gpu is not None else None
+    return CUDA_STACK_BYTES_PER_THREAD * (threads or MOST_RESIDENT_THREADS)

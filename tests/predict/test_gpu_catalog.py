@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.predict.gpu_catalog import GPUS, gpu_memory, on_nvswitch
+from harness.predict.gpu_catalog import GPUS, gpu_memory, known_gpu, on_nvswitch
+from harness.units import GiB
 
 CASES = Path(__file__).parents[1] / "fixtures" / "field" / "cases"
 # Named by a field case without a total the catalogue can give: "A100" is a case whose comment gives no memory
@@ -76,3 +77,19 @@ def test_catalogue_names_are_unique_without_regard_to_case() -> None:
 ])
 def test_only_hopper_and_later_sxm_parts_sit_on_an_nvswitch(name: str | None, switched: bool) -> None:
     assert on_nvswitch(name) is switched
+
+
+def test_a_start_s_gpu_is_known_by_its_name_else_by_a_total_one_entry_alone_prints() -> None:
+    assert known_gpu("rtx 3090") == gpu_memory("RTX-3090")
+    assert known_gpu(None, int(44.42 * GiB)) == gpu_memory("L40S")  # the L40 prints 44.40
+    assert known_gpu("A100", int(39.38 * GiB)) == gpu_memory("A100-40GB")  # a name no entry has leaves the total
+    assert known_gpu(None, int(47.5 * GiB)) is None and known_gpu(None) is None
+
+
+def test_resident_threads_are_multiprocessors_times_the_capabilitys_threads() -> None:
+    # An H200: 132 multiprocessors × 2,048 threads (capability 9.0) = 270,336; an RTX 3090: 82 × 1,536 (8.6) =
+    # 125,952; a T4: 40 × 1,024 (7.5) = 40,960. Every CUDA entry has both figures; the MI300X is not CUDA's.
+    assert gpu_memory("H200").resident_threads == 270_336
+    assert gpu_memory("RTX-3090").resident_threads == 125_952
+    assert gpu_memory("T4").resident_threads == 40_960
+    assert [name for name, gpu in GPUS.items() if gpu.resident_threads is None] == ["MI300X"]

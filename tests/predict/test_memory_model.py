@@ -18,6 +18,7 @@ from harness.predict.memory_model import (
 from harness.predict.model_shape import load_model_shape
 from harness.predict.parameter_count import model_size
 from harness.predict.sampler_peak import FLASHINFER_BYTES_PER_LOGIT
+from harness.predict.term import Term
 from harness.units import GiB
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
@@ -106,19 +107,44 @@ def test_activation_is_the_larger_of_forward_and_sampler_and_the_sampler_is_an_i
 def test_non_torch_memory_counts_the_cuda_context_only_where_the_release_does() -> None:
     # V0 0.6.4 (worker.py) and V1 0.9.0 (gpu_worker.py) took everything on the device outside torch's allocator,
     # the CUDA context included; V0 0.6.5 and V1 0.9.1 count only the increase since the worker's first
-    # snapshot. With 0.25 GiB of increase and a 0.5 GiB context: 0.75 GiB = 805,306,368 B before, 0.25 GiB =
-    # 268,435,456 B after, whatever the GPU's size.
+    # snapshot. With 0.25 GiB of increase and a 0.5 GiB fitted context on an RTX 3090, whose 82 multiprocessors
+    # of compute capability 8.6 hold 1,536 threads each, the context's local memory is 82 × 1,536 × 1,024 B =
+    # 128,974,848 B: 0.75 GiB + that = 805,306,368 + 128,974,848 = 934,281,216 B before, 0.25 GiB =
+    # 268,435,456 B after, on any GPU.
     config = _config("Qwen--Qwen2-7B-Instruct.json")
     constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25, "cuda_context_gib": 0.5})
 
-    def non_torch(version: str, total_gib: float = 80.0) -> int:
+    def non_torch(version: str, gpu: str | None = "RTX-3090", total_gib: float = 23.58) -> int:
         waterfall = plan_waterfall(config, constants, total_bytes=int(total_gib * GiB), total_source="test",
-                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version)
+                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
+                                   gpu_name=gpu)
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
 
-    assert non_torch("0.6.4") == non_torch("0.9.0") == 805_306_368
-    assert non_torch("0.6.5") == non_torch("0.9.1") == non_torch("0.11.0") == non_torch("0.11.0", 24.0) \
+    assert non_torch("0.6.4") == non_torch("0.9.0") == 934_281_216
+    assert non_torch("0.6.5") == non_torch("0.9.1") == non_torch("0.11.0") == non_torch("0.11.0", "A100-80GB", 79.25) \
         == 268_435_456
+
+
+def test_the_contexts_local_memory_follows_the_gpu_named_or_its_total() -> None:
+    # An H100's 132 multiprocessors of capability 9.0 hold 2,048 threads each: 132 × 2,048 × 1,024 B =
+    # 276,824,064 B. A log that states only 44.42 GiB ran on the one catalogue GPU printing that total, an L40S:
+    # 142 × 1,536 × 1,024 = 223,346,688 B. A total no entry prints (47.5 GiB) is priced at the most threads
+    # of any entry, a B200's 148 × 2,048: 310,378,496 B. With no base and no fitted context, that is all of it.
+    config = _config("Qwen--Qwen2-7B-Instruct.json")
+    constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.0, "hopper_non_torch_gib": 0.0,
+                                                    "cuda_context_gib": 0.0})
+
+    def non_torch(gpu: str | None, total_gib: float) -> Term:
+        waterfall = plan_waterfall(config, constants, total_bytes=int(total_gib * GiB), total_source="test",
+                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version="0.6.3",
+                                   gpu_name=gpu)
+        return next(t for t in waterfall.terms if t.name == "non_torch")
+
+    assert non_torch("H100-80GB", 79.22).bytes == 276_824_064
+    l40s = non_torch(None, 44.42)
+    assert l40s.bytes == 223_346_688 and "L40S's 218,112 resident threads" in l40s.source
+    unnamed = non_torch(None, 47.5)
+    assert unnamed.bytes == 310_378_496 and "this one is not named" in unnamed.source
 
 
 def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distributed_set_up() -> None:
