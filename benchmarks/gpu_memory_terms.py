@@ -25,6 +25,7 @@ import torch
 import torch.distributed
 
 from harness.predict.memory_model import FITTED_CONSTANTS
+from harness.predict.non_torch import CUDA_STACK_BYTES_PER_THREAD
 from harness.predict.sampler_peak import TRITON_BYTES_PER_LOGIT
 
 MiB = 1024 * 1024
@@ -47,8 +48,12 @@ def report_totals_and_context() -> None:
     free, total = torch.cuda.mem_get_info()  # creates the context
     print(f"nvidia-smi memory.total {smi_total} MiB, memory.reserved {smi_reserved} MiB: device.json total "
           f"{smi_total - smi_reserved} MiB; CUDA's total {total / MiB:.2f} MiB ({total} bytes)")
-    print(f"CUDA context: {(total - free) / MiB:.1f} MiB before any allocation "
-          f"(calculator: {FITTED_CONSTANTS.cuda_context_gib * 1024:.0f} MiB where a release counts it)")
+    device = torch.cuda.get_device_properties(0)
+    threads = device.multi_processor_count * device.max_threads_per_multi_processor
+    local_mib = threads * CUDA_STACK_BYTES_PER_THREAD / MiB
+    print(f"CUDA context: {(total - free) / MiB:.1f} MiB before any allocation (calculator, where a release counts "
+          f"it: fitted {FITTED_CONSTANTS.cuda_context_gib * 1024:.0f} MiB + {local_mib:.0f} MiB of local memory "
+          f"for {threads:,} resident threads)")
 
 
 def report_libraries() -> None:
