@@ -32,6 +32,7 @@ from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.predict.budget import CapacityPrediction
+from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.gpu_catalog import gpu_memory, is_hopper, known_gpu
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
@@ -189,7 +190,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
             tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
             max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
             engine_generation=facts.engine, gpu_name=facts.gpu, sampler=_known_sampler(case),
-            speculative=facts.speculative,
+            speculative=facts.speculative, encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}),
         )
     except HarnessError as error:
         return LaunchCheck(status=f"not modelled: {error}", held_back=held_back)

@@ -51,6 +51,8 @@ def budget(
                                                       "(with --speculative-method)"),
     enable_prefix_caching: bool = typer.Option(False, help="vLLM's --enable-prefix-caching as launched: a hybrid "
                                                "keeps a second state block per request"),
+    skip_mm_profiling: bool = typer.Option(False, help="vLLM's --skip-mm-profiling or --language-model-only as "
+                                           "launched: a vision-language model's encoder is not profiled (with --gpu)"),
     field_check: Path | None = typer.Option(None, help="score the calculator on a field corpus directory"),
     inventory: Path | None = typer.Option(None, help="price an inventory: the live population of --concurrency "
                                           "of its requests against the KV blocks"),
@@ -79,6 +81,7 @@ def budget(
         max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version, max_num_seqs=max_num_seqs,
         quantization=quantization, concurrency=concurrency, num_gpu_blocks=num_gpu_blocks,
         kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=enable_prefix_caching,
+        skip_mm_profiling=skip_mm_profiling,
         speculative=speculative_from_options(speculative_method, num_speculative_tokens),
     ))
     if inventory is not None:
@@ -95,6 +98,7 @@ def budget(
         return
     if gpu is not None:
         from harness.errors import HarnessError
+        from harness.predict.encoder_profile import EncoderLaunch
         from harness.predict.fit_answer import answer_fit, answer_renderable
         from harness.predict.releases import PRODUCTION_ENGINE, engine_version_warnings
 
@@ -114,6 +118,7 @@ def budget(
             max_num_seqs=options.max_num_seqs, quantization=options.quantization,
             speculative=options.speculative, prefix_caching=options.enable_prefix_caching,
             decode_context_parallel_size=options.decode_context_parallel_size,
+            encoder_launch=EncoderLaunch(skipped=options.skip_mm_profiling),
         )
         print(answer.model_dump_json(indent=2)) if json_output else Console().print(answer_renderable(answer))
         return

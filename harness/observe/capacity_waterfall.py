@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity
+from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.fit_answer import gpu_total
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
@@ -61,7 +62,7 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
             tensor_parallel_size=log.tensor_parallel_size or 1, pipeline_parallel_size=log.pipeline_parallel_size or 1,
             max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs,
             checkpoint=None if log.quantization else shape.checkpoint_weights, speculative=speculative,
-            gpu_name=gpu,
+            gpu_name=gpu, encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}),
         )
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,

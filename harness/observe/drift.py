@@ -19,6 +19,7 @@ from harness.errors import HarnessError
 from harness.observe.device import DeviceFacts
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity
+from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.predict.model_shape import ModelShape, load_model_shape
@@ -182,7 +183,8 @@ def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, An
         quantization=quantization if isinstance(quantization, str) else None, tensor_parallel_size=tp,
         pipeline_parallel_size=pp, max_num_batched_tokens=_int(limits.get("max_num_batched_tokens")),
         max_num_seqs=_int(limits.get("max_num_seqs")), engine_generation=log.engine_generation,
-        checkpoint=None if quantization else shape.checkpoint_weights, gpu_name=gpu_name, speculative=speculative)
+        checkpoint=None if quantization else shape.checkpoint_weights, gpu_name=gpu_name, speculative=speculative,
+        encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}))
     terms = [DriftTerm(name=term.name, predicted_bytes=term.bytes, logged_bytes=logged.get(term.name),
                        subtracted=term.subtracted) for term in waterfall.terms]
     # the log's headline is its smallest rank's figure: the stage with the least memory is the one to compare

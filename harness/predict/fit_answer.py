@@ -19,6 +19,7 @@ from rich.text import Text
 from harness.errors import HarnessError
 from harness.predict.budget import MAX_MEMORY_GIB, CapacityPrediction
 from harness.predict.budget_table import binary_size
+from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
@@ -60,6 +61,7 @@ def answer_fit(
     speculative: SpeculativeDecoding | None = None,
     prefix_caching: bool = False,
     decode_context_parallel_size: int = 1,
+    encoder_launch: EncoderLaunch | None = None,
 ) -> FitAnswer:
     """The waterfall for `gpu` (a catalogue name or a GiB figure) and what it means for the limits."""
     total, total_source = gpu_total(gpu)
@@ -74,7 +76,7 @@ def answer_fit(
         dtype_bytes=dtype_bytes, quantization=quantization, tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, checkpoint=checkpoint, gpu_name=gpu, speculative=speculative,
-        config_source=shape.source,
+        encoder_launch=encoder_launch, config_source=shape.source,
     )
     stage_kv_bytes = [max(0, stage) for stage in waterfall.stage_kv_bytes]
     predict = partial(predict_pipeline_capacity, shape, stage_kv_bytes, block_size=block_size,

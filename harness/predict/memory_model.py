@@ -21,6 +21,7 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile
 from harness.predict.gpu_catalog import is_hopper, known_gpu
 from harness.predict.non_torch import (
     MOST_RESIDENT_THREADS,
@@ -63,12 +64,15 @@ SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, 
 # install vllm` takes the native path. Unstated, the native path is assumed: it is the pip default and the
 # larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
-# What the waterfall leaves out for a vision-language model, seen in the field corpus (Qwen3-VL-30B-A3B TP2
-# +10% KV tokens; Qwen2.5-VL-72B TP4 on V0 predicted to fit, failed with 0.04 GiB left): the profile also runs
-# the vision encoder on its largest image or video and, in V1, keeps the outputs through the forward pass.
+# What the waterfall leaves out for a vision-language model it does not price the encoder's profile of (V0, a family
+# other than Qwen2-VL, Qwen2.5-VL and Qwen3-VL, a release whose profile_run was not read; encoder_profile.py):
+# Qwen2.5-VL-72B TP4 on V0 was predicted to fit and failed with 0.04 GiB left.
 ENCODER_PROFILE_NOTE = ("vision encoder: vLLM profiles it on its largest image or video before sizing the cache, "
                         "which is not priced here (up to several GiB; the KV figure is optimistic); "
                         "--limit-mm-per-prompt with zero images and videos, or --language-model-only, skips it")
+ENCODER_PRICED_NOTE = ("vision encoder: profiled on its largest item before the cache is sized, priced from the "
+                       "checkpoint family's published processor bounds; --skip-mm-profiling or "
+                       "--language-model-only removes it")
 
 
 class MemoryConstants(BaseModel, frozen=True):
@@ -213,6 +217,7 @@ def plan_waterfall(
     gpu_name: str | None = None,
     sampler: str | None = None,
     speculative: SpeculativeDecoding | None = None,
+    encoder_launch: EncoderLaunch | None = None,
     config_source: str = "config",
 ) -> Waterfall:
     """Every term between the GPU's total and the KV cache, with the source of each.
@@ -220,7 +225,8 @@ def plan_waterfall(
     `checkpoint` is the checkpoint's own byte count and its source, when known; it replaces the
     parameter-count estimate of the weights. `sampler` is "flashinfer" or "pytorch", V1's top-k/top-p
     implementation (FlashInfer when the install has it, as vLLM's image does; unstated, PyTorch's, see
-    DEFAULT_V1_SAMPLER); V0 always uses PyTorch's. `speculative` adds an MTP drafter's weights. `config_source`
+    DEFAULT_V1_SAMPLER); V0 always uses PyTorch's. `speculative` adds an MTP drafter's weights. `encoder_launch`
+    says whether a VL model's encoder is profiled and with which limits (encoder_profile.py). `config_source`
     names the config in an error about its fields.
     """
     if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
@@ -239,7 +245,13 @@ def plan_waterfall(
     per_logit = path.priced(constants.sampler_bytes_per_logit)
     forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
     sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
-    activation = max(forward, sampling)
+    encoder = None if v0 else encoder_profile(
+        config, version, max_model_len=max_model_len, batched_tokens=tokens, max_num_seqs=rows,
+        tensor_parallel_size=tensor_parallel_size, dtype_bytes=dtype_bytes, launch=encoder_launch,
+        source=config_source)
+    held = encoder.held_bytes if encoder else 0
+    activation = max(encoder.encoder_peak_bytes if encoder else 0, held + max(forward, sampling))
+    unsampled = max(encoder.encoder_peak_bytes if encoder else 0, held + forward)  # a stage before the last's peak
     non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size, gpu_name,
                                total_bytes)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
@@ -258,7 +270,8 @@ def plan_waterfall(
         Term(name="activation_peak", bytes=int(activation), subtracted=True,
              source=f"profiling run of {tokens:,} tokens ({batch_source}): the larger of the forward pass "
                     f"({forward / GiB:.2f} GiB) and the {path.path} sampler over {rows} rows × {size.vocab:,} "
-                    f"logits at {per_logit:.4g} B each ({sampling / GiB:.2f} GiB; {path.origin})"),
+                    f"logits at {per_logit:.4g} B each ({sampling / GiB:.2f} GiB; {path.origin})"
+                    + ("" if encoder is None else f"; first {encoder.source}")),
         non_torch,
         Term(name="cuda_graphs", bytes=graph_bytes, subtracted=graphs_reserved,
              source=f"fitted {graph_bytes / GiB:.2f} GiB; "
@@ -267,7 +280,7 @@ def plan_waterfall(
     ]
     usable = int(total_bytes * gpu_memory_utilization)
     kv = usable - sum(term.bytes for term in terms if term.subtracted)
-    stage_kv = stage_kv_bytes(size, kv, weights.bytes, int(activation) - forward, dtype_bytes, tensor_parallel_size,
+    stage_kv = stage_kv_bytes(size, kv, weights.bytes, activation - unsampled, dtype_bytes, tensor_parallel_size,
                               pipeline_parallel_size,
                               drafter_bytes=drafter.bytes if drafter is not None and drafter.subtracted else 0)
     return Waterfall(
@@ -283,11 +296,17 @@ def plan_waterfall(
                      "weights: the checkpoint's own size" if checkpoint is not None else
                      "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
                      *drafter_note(speculative),
-                     *([] if size.vision is None else [ENCODER_PROFILE_NOTE]),
+                     *_encoder_note(size.vision is not None, encoder, encoder_launch),
                      *([] if v0 or stated or path.path == "triton" or version >= FLASHINFER_OPT_IN_SINCE
                        else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
                               "image samples with FlashInfer, a smaller activation peak")])],
     )
+
+
+def _encoder_note(vision: bool, encoder: EncoderProfile | None, launch: EncoderLaunch | None) -> list[str]:
+    if not vision or (encoder is None and launch is not None and launch.skipped):
+        return []
+    return [ENCODER_PROFILE_NOTE if encoder is None else ENCODER_PRICED_NOTE]
 
 
 def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_excess_bytes: int, dtype_bytes: int,

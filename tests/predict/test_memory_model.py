@@ -7,7 +7,9 @@ from typing import Any
 
 from packaging.version import Version
 
+from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.memory_model import (
+    ENCODER_PRICED_NOTE,
     ENCODER_PROFILE_NOTE,
     FITTED_CONSTANTS,
     forward_peak_bytes,
@@ -207,12 +209,33 @@ def test_a_hopper_part_gets_the_base_fitted_on_hopper_starts() -> None:
     assert non_torch("A100-80GB") == non_torch("RTX-PRO-6000-Blackwell") == non_torch(None) == 31_138_512
 
 
-def test_a_vision_language_waterfall_says_the_encoder_profile_is_not_priced() -> None:
-    def assumptions(config_name: str) -> list[str]:
+def test_a_vision_language_waterfall_says_whether_the_encoder_profile_is_priced() -> None:
+    def assumptions(config_name: str, version: str = "0.12.0", generation: str | None = None,
+                    launch: EncoderLaunch | None = None) -> list[str]:
         config = load_model_shape(str(CORPUS / "configs" / config_name)).config
         return plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
-                              gpu_memory_utilization=0.9, max_model_len=4096, engine_version="0.12.0").assumptions
+                              gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
+                              engine_generation=generation, encoder_launch=launch).assumptions
 
-    assert ENCODER_PROFILE_NOTE in assumptions("Qwen--Qwen3-VL-30B-A3B-Instruct.json")
-    assert ENCODER_PROFILE_NOTE in assumptions("Qwen--Qwen2.5-VL-7B-Instruct.json")
-    assert ENCODER_PROFILE_NOTE not in assumptions("Qwen--Qwen3-30B-A3B.json")
+    assert ENCODER_PRICED_NOTE in assumptions("Qwen--Qwen3-VL-30B-A3B-Instruct.json")
+    assert ENCODER_PRICED_NOTE in assumptions("Qwen--Qwen2.5-VL-7B-Instruct.json")
+    assert ENCODER_PROFILE_NOTE in assumptions("Qwen--Qwen2.5-VL-7B-Instruct.json", "0.8.3", "V0")
+    assert ENCODER_PROFILE_NOTE in assumptions("llava-hf--llava-1.5-7b-hf.json")
+    skipped = assumptions("Qwen--Qwen3-VL-30B-A3B-Instruct.json", launch=EncoderLaunch(skipped=True))
+    text_only = assumptions("Qwen--Qwen3-30B-A3B.json")
+    assert not {ENCODER_PROFILE_NOTE, ENCODER_PRICED_NOTE} & {*skipped, *text_only}
+
+
+def test_the_encoder_profile_raises_the_activation_peak_by_what_it_holds() -> None:
+    # Qwen3-VL-30B-A3B on 0.12.0 at 65,536 tokens holds 3,019,898,880 B through the decoder's dummy run
+    # (test_encoder_profile.py); the encoder's own peak is below that, so the activation peak is the decoder's or
+    # the sampler's plus exactly those bytes, and skipping the profile takes them off again.
+    config = load_model_shape(str(CORPUS / "configs" / "Qwen--Qwen3-VL-30B-A3B-Instruct.json")).config
+
+    def activation(launch: EncoderLaunch | None) -> int:
+        waterfall = plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
+                                   gpu_memory_utilization=0.9, max_model_len=65536, engine_version="0.12.0",
+                                   tensor_parallel_size=2, encoder_launch=launch)
+        return next(t.bytes for t in waterfall.terms if t.name == "activation_peak")
+
+    assert activation(None) - activation(EncoderLaunch(skipped=True)) == 3_019_898_880

@@ -1,0 +1,301 @@
+"""Before launch: what V1's profiling run holds for a Qwen vision-language model's encoder.
+
+V1's `GPUModelRunner.profile_run` first runs the vision encoder on a dummy batch of the modality whose item
+brings the most tokens (`get_modality_with_max_tokens`, each item's maximum taken at max_model_len), keeps its
+outputs in `encoder_cache["tmp"]` through the decoder's dummy run over the batched tokens and the sampler's, and
+frees them only after. The profile's peak is therefore the larger of the encoder call's own widest moment and
+what it leaves held (the outputs, from 0.11 also the zero-padded copies `profile_run` scatters them into, and the
+dummy pixels on the GPU) plus the decoder's or the sampler's peak. Read in the releases' wheels
+(vllm/v1/worker/gpu_model_runner.py `profile_run`, vllm/v1/worker/utils.py `MultiModalBudget`,
+vllm/v1/core/encoder_cache_manager.py `compute_encoder_budget`, vllm/multimodal/registry.py, and
+vllm/model_executor/models/qwen2_vl.py and qwen3_vl.py `*ProcessingInfo` and `*DummyInputsBuilder`) at
+0.8.2-0.8.5, 0.10.0-0.10.2, 0.11.0-0.11.2 and 0.12.0; `RULES` says what changed where.
+
+The largest image and video come from the checkpoint's image (and, for Qwen3-VL, video) processor: its pixel
+bounds live in preprocessor_config.json, not config.json, so the Qwen releases' own values are taken unless
+stated (`VisionProcessor`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, NamedTuple
+
+from packaging.version import Version
+from pydantic import BaseModel
+
+from harness.predict.config_counts import needed_count, stated_count
+from harness.units import GiB
+
+QWEN2_VL_ARCHITECTURES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration")
+QWEN3_VL_ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")
+QWEN3_VL_MAX_FRAMES = 24_576  # qwen3_vl.py _MAX_FRAMES_PER_VIDEO (0.11.0-0.12.0)
+QWEN3_VL_TIMESTAMP_FACTOR = 12.5  # qwen3_vl.py get_max_video_tokens: each video token also brings its timestamp text
+LARGEST_SIDE = 9_999_999  # get_image_size_with_most_features asks the processor to resize a 9,999,999² image
+PIXEL_BYTES = 4  # the HF processors' pixel_values are float32; the encoder casts its own copy to the model dtype
+ENCODER_PROFILED_SINCE = Version("0.8.2")
+
+
+class VisionProcessor(BaseModel, frozen=True):
+    """A checkpoint's image (and video) processor bounds, in pixels: the largest item the profile builds."""
+
+    image_min_pixels: int
+    image_max_pixels: int
+    video_min_pixels: int | None = None  # Qwen3-VL's video processor bounds all frames together
+    video_max_pixels: int | None = None
+    source: str
+
+
+QWEN2_VL_PROCESSOR = VisionProcessor(
+    image_min_pixels=3_136, image_max_pixels=12_845_056,
+    source="Qwen2-VL and Qwen2.5-VL's preprocessor_config.json (min_pixels 3136, max_pixels 12845056)")
+QWEN3_VL_PROCESSOR = VisionProcessor(
+    image_min_pixels=65_536, image_max_pixels=16_777_216, video_min_pixels=4_096, video_max_pixels=25_165_824,
+    source="Qwen3-VL's preprocessor_config.json (size 65536 to 16777216 pixels) and video_preprocessor_config.json "
+           "(4096 to 25165824 pixels over the whole video)")
+
+
+class EncoderLaunch(BaseModel, frozen=True):
+    """What the launch says of the encoder's profile: skipped (`--skip-mm-profiling`, `--language-model-only`),
+    and each modality's items per prompt (`--limit-mm-per-prompt`; None is the release's default, 0 leaves the
+    modality out of the profile)."""
+
+    skipped: bool = False
+    image_limit: int | None = None
+    video_limit: int | None = None
+
+    @classmethod
+    def from_arguments(cls, args: dict[str, Any]) -> EncoderLaunch:
+        """From a log's non-default arguments, as vLLM prints them (`{'limit_mm_per_prompt': {'image': 0}}`, a
+        modality's limit also as `{'count': 0, ...}`)."""
+        limits = args.get("limit_mm_per_prompt")
+        limits = limits if isinstance(limits, dict) else {}
+        return cls(skipped=args.get("skip_mm_profiling") is True or args.get("language_model_only") is True,
+                   image_limit=_count(limits.get("image")), video_limit=_count(limits.get("video")))
+
+
+def _count(limit: Any) -> int | None:
+    if isinstance(limit, dict):
+        limit = limit.get("count")
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else None
+
+
+class Rules(NamedTuple):
+    """How one range of releases builds the encoder's dummy batch."""
+
+    limit_per_prompt: int  # --limit-mm-per-prompt's default per modality
+    images_before_video: bool  # the largest image's tokens come off the video's token budget first
+    qwen2_max_frames: int  # qwen2_vl.py _MAX_FRAMES_PER_VIDEO
+    budget_counts_limits: bool  # each modality's largest item is sized beside every modality's limit, not one of each
+    dummy_length: Literal["batch", "item", "model"]  # the seq_len the dummy item is built for
+    dummy_counts_limits: bool  # the dummy item is built beside every modality's limit, not its own modality alone
+    items: Literal["ceil", "floor", "budget"]  # how many items of the budget the dummy batch holds
+    padded_to: Literal["none", "budget", "item"]  # the zero tensors outputs are scattered into before caching
+
+
+RULES = (  # (first release, its rules), newest last
+    (Version("0.8.2"), Rules(1, True, 16, True, "batch", True, "ceil", "none")),
+    (Version("0.8.3"), Rules(1, True, 16, True, "batch", False, "ceil", "none")),
+    (Version("0.8.4"), Rules(999, True, 16, False, "batch", False, "ceil", "none")),
+    (Version("0.10.0"), Rules(999, True, 16, False, "item", False, "floor", "none")),
+    (Version("0.10.1"), Rules(999, True, 16, False, "batch", False, "budget", "none")),
+    (Version("0.10.2"), Rules(999, False, 16, False, "batch", False, "budget", "none")),
+    (Version("0.11.0"), Rules(999, False, 14, False, "model", False, "budget", "budget")),
+    (Version("0.12.0"), Rules(999, False, 14, False, "model", False, "budget", "item")),
+)
+
+
+class EncoderProfile(BaseModel, frozen=True):
+    """The encoder's part of the profile: its dummy batch and the bytes it holds, on one GPU."""
+
+    modality: str
+    items: int
+    patches_per_item: int
+    tokens_per_item: int  # the encoder's output tokens for one dummy item
+    budget_tokens: int  # the encoder budget: the larger of the batched tokens and the largest item's tokens
+    held_bytes: int  # outputs, padded copies and pixels, alive through the decoder's and the sampler's runs
+    encoder_peak_bytes: int  # the encoder call's widest moment, the pixels included
+    source: str
+
+
+class _Geometry(NamedTuple):
+    """A Qwen vision transformer's sizes, as its vision_config states them."""
+
+    qwen3: bool
+    patch: int
+    merge: int
+    temporal: int
+    channels: int
+    width: int  # the blocks' hidden size
+    inner: int  # the MLP's hidden size
+    gated: bool  # Qwen2.5-VL's SiLU MLP has gate and up projections
+    out_width: int  # each output token's width into the decoder (Qwen3-VL: with its deepstack levels)
+
+
+def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_model_len: int, batched_tokens: int,
+                    max_num_seqs: int, tensor_parallel_size: int, dtype_bytes: int,
+                    launch: EncoderLaunch | None = None, processor: VisionProcessor | None = None,
+                    source: str = "config") -> EncoderProfile | None:
+    """The encoder profile of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL checkpoint under V1; None for other models, for a
+    launch that skips it, or for a release whose rules were not read."""
+    launch = launch or EncoderLaunch()
+    geometry = _geometry(config, source)
+    if geometry is None or launch.skipped or not ENCODER_PROFILED_SINCE <= engine_version < NEWEST_READ_BEFORE:
+        return None
+    if geometry.qwen3 and engine_version < Version("0.11.0"):
+        return None
+    rules = next(r for since, r in reversed(RULES) if engine_version >= since)
+    stated = {"image": launch.image_limit, "video": launch.video_limit}
+    limits = {name: rules.limit_per_prompt if limit is None else limit for name, limit in stated.items()}
+    if not any(limits.values()):
+        return None
+    processor = processor or (QWEN3_VL_PROCESSOR if geometry.qwen3 else QWEN2_VL_PROCESSOR)
+    items = _Items(geometry, processor, rules, limits)
+    image_patches = items.image_patches()
+    per_item = {"image": image_patches // geometry.merge**2,
+                "video": items.video_budget_tokens(max_model_len, image_patches)}
+    per_item = {name: tokens for name, tokens in per_item.items() if limits[name]}
+    modality = max(per_item, key=lambda name: per_item[name])  # dict order breaks a tie, as max() does in vLLM
+    largest = per_item[modality]
+    budget = max(batched_tokens, largest)
+    count = _item_count(rules, budget, largest, max_model_len, max_num_seqs, limits[modality])
+    dummy_length = {"batch": batched_tokens, "item": largest, "model": max_model_len}[rules.dummy_length]
+    patches = image_patches if modality == "image" else items.dummy_video_patches(dummy_length, image_patches)
+    tokens = patches // geometry.merge**2
+    outputs = count * tokens * geometry.out_width * dtype_bytes
+    pad_rows = {"none": 0, "budget": budget, "item": largest}[rules.padded_to]
+    padded = count * pad_rows * geometry.out_width * dtype_bytes if tokens < pad_rows else 0
+    pixels = count * patches * geometry.channels * geometry.temporal * geometry.patch**2 * PIXEL_BYTES
+    peak = pixels + _widest_block_bytes(geometry, count * patches, tensor_parallel_size, dtype_bytes)
+    return EncoderProfile(
+        modality=modality, items=count, patches_per_item=patches, tokens_per_item=tokens, budget_tokens=budget,
+        held_bytes=outputs + padded + pixels, encoder_peak_bytes=peak,
+        source=(f"the vision encoder on {count} dummy {modality} item(s) of {patches:,} patches ({tokens:,} tokens; "
+                f"the largest {modality} counts {largest:,} at max_model_len, encoder budget {budget:,} tokens), "
+                f"holding {outputs / GiB:.2f} GiB of outputs"
+                + (f", {padded / GiB:.2f} GiB of zero-padded copies ({pad_rows:,} rows each)" if padded else "")
+                + f" and {pixels / GiB:.2f} GiB of float32 pixels through the decoder's dummy run "
+                  f"({processor.source})"),
+    )
+
+
+NEWEST_READ_BEFORE = Version("0.13")  # releases from here on are not priced until their profile_run is read
+
+
+def _geometry(config: dict[str, Any], source: str) -> _Geometry | None:
+    declared = config.get("architectures")
+    architecture = declared[0] if isinstance(declared, list) and declared else None
+    vision = config.get("vision_config")
+    if architecture not in QWEN2_VL_ARCHITECTURES + QWEN3_VL_ARCHITECTURES or not isinstance(vision, dict):
+        return None
+
+    def field(name: str) -> int:
+        return needed_count(vision, name, source, "to size the vision encoder's profile", "vision_config.")
+
+    def optional(name: str, default: int) -> int:
+        stated = stated_count(vision, name, source, "vision_config.")
+        return default if stated is None else stated
+
+    qwen3 = architecture in QWEN3_VL_ARCHITECTURES
+    qwen2 = architecture == "Qwen2VLForConditionalGeneration"
+    width = field("embed_dim") if qwen2 else field("hidden_size")
+    inner = width * 4 if qwen2 else field("intermediate_size")  # Qwen2-VL: embed_dim × mlp_ratio 4
+    out = field("hidden_size") if qwen2 else field("out_hidden_size")
+    deepstack = vision.get("deepstack_visual_indexes") or []
+    levels = 1 + (len(deepstack) if qwen3 and isinstance(deepstack, list) else 0)
+    return _Geometry(qwen3=qwen3, patch=field("patch_size"), merge=field("spatial_merge_size"),
+                     temporal=optional("temporal_patch_size", 2), channels=optional("in_channels", 3), width=width,
+                     inner=inner, gated=architecture == "Qwen2_5_VLForConditionalGeneration", out_width=out * levels)
+
+
+class _Items:
+    """The processing info's sizes of the largest image and video (qwen2_vl.py, qwen3_vl.py `_get_vision_info`)."""
+
+    def __init__(self, geometry: _Geometry, processor: VisionProcessor, rules: Rules, limits: dict[str, int]) -> None:
+        self.geometry, self.processor, self.rules, self.limits = geometry, processor, rules, limits
+        self.factor = geometry.patch * geometry.merge
+        self.side = _image_resize(LARGEST_SIDE, self.factor, processor.image_min_pixels, processor.image_max_pixels)
+
+    def image_patches(self) -> int:
+        return (self.side // self.geometry.patch) ** 2
+
+    def video_patches(self, frames: int) -> int:
+        """One video of `frames` frames at the largest image's size, as the processor resizes it."""
+        g = self.geometry
+        side = self.side
+        if g.qwen3 and frames > 1:
+            side = _video_resize(frames, self.side, self.factor, g.temporal, self.processor.video_min_pixels or 0,
+                                 self.processor.video_max_pixels or 0)
+        grid_t = max((frames + frames % g.temporal) // g.temporal, 1)
+        return grid_t * (side // g.patch) ** 2
+
+    def video_budget_tokens(self, max_model_len: int, image_patches: int) -> int:
+        """The largest video's tokens as the budget counts them (Qwen3-VL: with their timestamp text)."""
+        counts_limits = self.rules.budget_counts_limits
+        images = self.limits["image"] if counts_limits else min(self.limits["image"], 1)
+        available = max_model_len - (images * image_patches // self.geometry.merge**2
+                                     if self.rules.images_before_video else 0)
+        videos = self.limits["video"] if counts_limits else 1
+        tokens = self.video_patches(self._frames(available, videos)) // self.geometry.merge**2
+        return int(tokens * QWEN3_VL_TIMESTAMP_FACTOR) if self.geometry.qwen3 else tokens
+
+    def dummy_video_patches(self, seq_len: int, image_patches: int) -> int:
+        """The dummy video the encoder runs on (0.8.2 built it beside its image limit's worth of images)."""
+        counted = self.rules.dummy_counts_limits and self.rules.images_before_video
+        images = self.limits["image"] * image_patches // self.geometry.merge**2 if counted else 0
+        frames = self._frames(seq_len - images, self.limits["video"] if self.rules.dummy_counts_limits else 1)
+        return self.video_patches(max(frames, 2) if self.geometry.qwen3 else frames)
+
+    def _frames(self, max_tokens: int, videos: int) -> int:
+        """`get_num_frames_with_most_features`: the most frames whose tokens fit (`_get_max_video_frames`), shared
+        by `videos` videos, capped per video."""
+        cap = QWEN3_VL_MAX_FRAMES if self.geometry.qwen3 else self.rules.qwen2_max_frames
+        videos = max(videos, 1)
+        frames = 2 if self.geometry.qwen3 else 1
+        while frames < cap * videos and self.video_patches(frames + 1) // self.geometry.merge**2 <= max_tokens:
+            frames += 1
+        return max(min(frames // videos, cap), 1)
+
+
+def _item_count(rules: Rules, budget: int, largest: int, max_model_len: int, max_num_seqs: int, limit: int) -> int:
+    if rules.items == "ceil":  # 0.8: cdiv(budget, per item), at most max_num_seqs × the limit
+        return min(-(-budget // largest), max_num_seqs * limit)
+    if rules.items == "floor":
+        return max(1, min(budget // largest, max_num_seqs * limit))
+    per_prompt = max(1, min(limit, max_model_len // largest))  # MultiModalBudget.get_max_items
+    return max(1, min(budget // largest, max_num_seqs * per_prompt))
+
+
+def _widest_block_bytes(geometry: _Geometry, patches: int, tensor_parallel_size: int, dtype_bytes: int) -> int:
+    """One vision block's MLP over every patch of the batch: the residual and the norm's output beside the MLP's
+    intermediates (gate and up, then their product, for Qwen2.5-VL's; fc1 and its activation otherwise), the
+    output's and, for Qwen3-VL, the deepstack levels' tokens so far."""
+    g, tp = geometry, tensor_parallel_size
+    mlp = (3 if g.gated else 2) * g.inner / tp
+    outputs = patches // g.merge**2 * g.out_width
+    return int((patches * (2 * g.width + mlp) + outputs) * dtype_bytes)
+
+
+def _image_resize(side: int, factor: int, min_pixels: int, max_pixels: int) -> int:
+    """transformers' qwen2_vl `smart_resize` of a square image: the side it keeps."""
+    kept = round(side / factor) * factor
+    if kept * kept > max_pixels:
+        beta = math.sqrt(side * side / max_pixels)
+        return max(factor, math.floor(side / beta / factor) * factor)
+    if kept * kept < min_pixels:
+        beta = math.sqrt(min_pixels / (side * side))
+        return math.ceil(side * beta / factor) * factor
+    return kept
+
+
+def _video_resize(frames: int, side: int, factor: int, temporal: int, min_pixels: int, max_pixels: int) -> int:
+    """transformers' qwen3_vl video `smart_resize` of square frames: the pixel bounds hold for the whole video."""
+    kept = round(side / factor) * factor
+    kept_frames = round(frames / temporal) * temporal
+    if kept_frames * kept * kept > max_pixels:
+        beta = math.sqrt(frames * side * side / max_pixels)
+        return max(factor, math.floor(side / beta / factor) * factor)
+    if kept_frames * kept * kept < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * side * side))
+        return math.ceil(side * beta / factor) * factor
+    return kept

@@ -1,0 +1,101 @@
+"""The encoder's part of V1's profiling run for Qwen VL checkpoints: the dummy batch vLLM builds, checked against
+the budgets real start-up logs print, and the bytes it holds, worked out by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.version import Version
+
+from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile
+
+CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
+
+
+def _config(name: str) -> dict[str, Any]:
+    return json.loads((CONFIGS / name).read_text())
+
+
+QWEN3_VL = _config("Qwen--Qwen3-VL-30B-A3B-Instruct.json")
+QWEN25_VL = _config("Qwen--Qwen2.5-VL-7B-Instruct.json")
+
+
+def profile(config: dict[str, Any], release: str, max_model_len: int, batched_tokens: int = 8192,
+            launch: EncoderLaunch | None = None, tensor_parallel_size: int = 1) -> EncoderProfile | None:
+    return encoder_profile(config, Version(release), max_model_len=max_model_len, batched_tokens=batched_tokens,
+                           max_num_seqs=256, tensor_parallel_size=tensor_parallel_size, dtype_bytes=2, launch=launch)
+
+
+@pytest.mark.parametrize(("release", "max_model_len", "batched_tokens"), [
+    ("0.11.0", 65536, 2048),  # sipeed/sipeed_wiki NanoKVM_Pro/cua.md: 4 × RTX 3090, Qwen3-VL-30B-A3B
+    ("0.11.0", 32768, 8192),  # vllm-project/vllm#27992: Qwen3-VL-8B at --max-model-len 32768
+])
+def test_qwen3_vl_profiles_one_video_in_a_budget_of_153600_tokens_as_its_logs_print(release, max_model_len,
+                                                                                     batched_tokens) -> None:
+    # Both logs: "Encoder cache will be initialized with a budget of 153600 tokens, and profiled with 1 video items
+    # of the maximum feature size." The video shrinks to 32 × 32 frames under the 25,165,824-pixel whole-video
+    # bound, so 24,576 frames (the cap) make 12,288 temporal patches of 2 × 2 = 49,152 patches, 12,288 tokens,
+    # counted 12.5 times for their timestamps: 153,600.
+    found = profile(QWEN3_VL, release, max_model_len, batched_tokens)
+    assert found is not None
+    assert (found.modality, found.items, found.budget_tokens) == ("video", 1, 153_600)
+    assert (found.patches_per_item, found.tokens_per_item) == (49_152, 12_288)
+
+
+def test_qwen3_vl_holds_its_padded_outputs_and_pixels_through_the_decoder_run() -> None:
+    # 0.12.0 scatters the 12,288 output rows into zeros of the item's 153,600 rows, each 2,048 × (1 + 3 deepstack
+    # levels) = 8,192 wide in bf16: 153,600 × 8,192 × 2 = 2,516,582,400 B, beside the originals (12,288 × 8,192 × 2
+    # = 201,326,592 B) and the float32 pixels (49,152 patches × 3 channels × 2 frames × 16² = 1,536 values × 4 B =
+    # 301,989,888 B): 3,019,898,880 B in all.
+    found = profile(QWEN3_VL, "0.12.0", 65536)
+    assert found is not None and found.held_bytes == 3_019_898_880
+    # 0.11 pads to the encoder budget instead, here the same 153,600 rows.
+    eleven = profile(QWEN3_VL, "0.11.2", 65536)
+    assert eleven is not None and eleven.held_bytes == 3_019_898_880
+
+
+def test_qwen25_vl_before_0_11_profiles_a_small_dummy_in_a_video_sized_budget() -> None:
+    # vllm-project/vllm#15264 (0.8.1, Qwen2.5-VL-7B at its 128,000-token default) logs "a budget of 98304 tokens,
+    # and profiled with 1 video items": 128,000 less one 16,384-token image leaves 111,616 tokens for 12 frames (6
+    # temporal patches × 16,384). The dummy itself is built for the 8,192 batched tokens, too few for a second
+    # frame: one 3,584² frame, 256 × 256 = 65,536 patches, 16,384 tokens. Held: 16,384 × 3,584 × 2 =
+    # 117,440,512 B of outputs and 65,536 × 3 × 2 × 14² × 4 = 308,281,344 B of pixels, nothing padded.
+    found = profile(QWEN25_VL, "0.8.2", 128000)
+    assert found is not None
+    assert (found.modality, found.items, found.budget_tokens) == ("video", 1, 98_304)
+    assert (found.patches_per_item, found.held_bytes) == (65_536, 117_440_512 + 308_281_344)
+
+
+def test_from_0_11_the_qwen25_vl_dummy_video_fills_max_model_len() -> None:
+    # 0.12.0 at 32,768 tokens: 2 temporal patches of 16,384 (4 frames, under the cap of 14), built at max_model_len:
+    # 131,072 patches, 32,768 tokens, which is also the item's maximum, so nothing is padded.
+    found = profile(QWEN25_VL, "0.12.0", 32768)
+    assert found is not None
+    assert (found.patches_per_item, found.tokens_per_item, found.budget_tokens) == (131_072, 32_768, 32_768)
+
+
+def test_a_launch_that_leaves_a_modality_out_profiles_the_other_or_nothing() -> None:
+    only_images = profile(QWEN3_VL, "0.12.0", 65536, launch=EncoderLaunch(video_limit=0))
+    assert only_images is not None and only_images.modality == "image"
+    # The image processor's 16,777,216 pixels: 4,096² at 16-pixel patches, 256² = 65,536 patches, 16,384 tokens.
+    assert (only_images.patches_per_item, only_images.budget_tokens) == (65_536, 16_384)
+    assert profile(QWEN3_VL, "0.12.0", 65536, launch=EncoderLaunch(image_limit=0, video_limit=0)) is None
+    assert profile(QWEN3_VL, "0.12.0", 65536, launch=EncoderLaunch(skipped=True)) is None
+
+
+def test_the_launch_is_read_from_a_logs_arguments_as_vllm_prints_them() -> None:
+    assert EncoderLaunch.from_arguments({"language_model_only": True}).skipped
+    assert EncoderLaunch.from_arguments({"skip_mm_profiling": True}).skipped
+    limits = EncoderLaunch.from_arguments({"limit_mm_per_prompt": {"image": 0, "video": {"count": 2}}})
+    assert (limits.skipped, limits.image_limit, limits.video_limit) == (False, 0, 2)
+    assert EncoderLaunch.from_arguments({"limit_mm_per_prompt": "{'image': 0}"}) == EncoderLaunch()
+
+
+def test_only_the_qwen_vl_families_and_the_releases_read_are_priced() -> None:
+    assert profile(_config("llava-hf--llava-1.5-7b-hf.json"), "0.12.0", 4096) is None
+    assert profile(_config("Qwen--Qwen3-30B-A3B.json"), "0.12.0", 4096) is None
+    assert profile(QWEN3_VL, "0.10.2", 65536) is None  # Qwen3-VL arrived in 0.11
+    assert profile(QWEN25_VL, "0.8.1", 65536) is None
