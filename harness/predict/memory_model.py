@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from harness.errors import HarnessError
 from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile
 from harness.predict.gpu_catalog import is_hopper, known_gpu
+from harness.predict.load_buffers import with_load_buffers
 from harness.predict.non_torch import (
     MOST_RESIDENT_THREADS,
     communicator_bytes,
@@ -262,6 +263,7 @@ def plan_waterfall(
     else:
         weights = weights_term(size, dtype_bytes, weight_format(quantization, config, size), tensor_parallel_size,
                                pipeline_parallel_size)
+    weights = with_load_buffers(weights, config, tokens, dtype_bytes, config_source)
     drafter = drafter_weights_term(config, size, speculative, dtype_bytes, tensor_parallel_size,
                                    pipeline_parallel_size, in_checkpoint=checkpoint is not None)
     terms = [

@@ -463,8 +463,9 @@ def test_the_waterfall_beside_a_log_takes_the_start_s_own_format_batch_and_seque
     rows = {row.name: row for row in waterfall.rows}
     # 32 layers × (4,096 × 4,096 q + 2 × 4,096 × 1,024 k, v + 4,096 × 4,096 o + 3 × 4,096 × 14,336 MLP) =
     # 6,979,321,856 linear weights at 4 + 20 / 128 bits = 3,625,975,808 B, and the untied embedding and output
-    # layer, 2 × 32,768 × 4,096 in 16 bits = 536,870,912 B: 4,162,846,720 B, not 2 B for every weight.
-    assert rows["weights"].predicted_bytes == 4_162_846_720
+    # layer, 2 × 32,768 × 4,096 in 16 bits = 536,870,912 B: 4,162,846,720 B, not 2 B for every weight; with the
+    # RoPE cache of 32,768 positions × 128 dims × 2 B = 8,388,608 B, 4,171,235,328 B.
+    assert rows["weights"].predicted_bytes == 4_171_235_328
     # The profile runs the scheduler's 2,048 tokens, 2,048 × (3 × 4,096 + 3 × 14,336) × 2 B = 226,492,416 B in the
     # MLP, and samples 4 rows (4 × 32,768 × 36.11 B beside the hidden states is less): the forward pass is the peak.
     assert rows["activation_peak"].predicted_bytes == 226_492_416

@@ -1,0 +1,38 @@
+"""Buffers vLLM builds while loading, which its "Model loading took" figure counts beside the weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.predict.load_buffers import with_load_buffers
+from harness.predict.term import Term
+
+CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
+
+
+def _buffers(name: str, batched_tokens: int = 8192) -> Term:
+    config: dict[str, Any] = json.loads((CONFIGS / name).read_text())
+    return with_load_buffers(Term(name="weights", bytes=0, subtracted=True, source="parameters"), config,
+                             batched_tokens, dtype_bytes=2)
+
+
+def test_the_rope_cache_is_positions_by_rotary_dims_in_the_models_dtype() -> None:
+    # Llama-3.1-8B: 131,072 positions × 128 dims × 2 B = 33,554,432 B, what its logs load beyond the parameters.
+    llama = _buffers("meta-llama--Llama-3.1-8B-Instruct.json")
+    assert llama.bytes == 33_554_432 and "131,072 positions × 128 dims" in llama.source
+    # OPT learns its positions: no rotary cache.
+    assert _buffers("facebook--opt-125m.json").bytes == 0
+
+
+def test_multimodal_rope_keeps_four_times_the_positions() -> None:
+    # Qwen3.6-35B-A3B: 262,144 positions × 4 (multimodal RoPE) × 64 dims (head_dim 256 × partial_rotary_factor
+    # 0.25) × 2 B = 134,217,728 B.
+    assert _buffers("Qwen--Qwen3.6-35B-A3B.json").bytes == 134_217_728
+    # Qwen3-VL-30B-A3B: 262,144 × 4 × 128 × 2 = 268,435,456 B, and its three deepstack input buffers of 8,192
+    # batched tokens × 2,048 × 2 B = 100,663,296 B: 369,098,752 B. Its logs at TP 2 and TP 4 load 0.85 and 0.54
+    # GiB beyond the text model, which these and the vision tower's share account for.
+    vl = _buffers("Qwen--Qwen3-VL-30B-A3B-Instruct.json")
+    assert vl.bytes == 369_098_752 and "× 4 (multimodal RoPE)" in vl.source and "3 deepstack" in vl.source
+    assert _buffers("Qwen--Qwen3-VL-30B-A3B-Instruct.json", batched_tokens=2048).bytes == 268_435_456 + 25_165_824
