@@ -1,15 +1,15 @@
 """Before launch: what V1's profiling run holds for a Qwen vision-language model's encoder.
 
-V1's `GPUModelRunner.profile_run` first runs the vision encoder on a dummy batch of the modality whose item
-brings the most tokens (`get_modality_with_max_tokens`, each item's maximum taken at max_model_len), keeps its
-outputs in `encoder_cache["tmp"]` through the decoder's dummy run over the batched tokens and the sampler's, and
-frees them only after. The profile's peak is therefore the larger of the encoder call's own widest moment and
-what it leaves held (the outputs, from 0.11 also the zero-padded copies `profile_run` scatters them into, and the
-dummy pixels on the GPU) plus the decoder's or the sampler's peak. Read in the releases' wheels
-(vllm/v1/worker/gpu_model_runner.py `profile_run`, vllm/v1/worker/utils.py `MultiModalBudget`,
-vllm/v1/core/encoder_cache_manager.py `compute_encoder_budget`, vllm/multimodal/registry.py, and
-vllm/model_executor/models/qwen2_vl.py and qwen3_vl.py `*ProcessingInfo` and `*DummyInputsBuilder`) at
-0.8.2-0.8.5, 0.10.0-0.10.2, 0.11.0-0.11.2 and 0.12.0; `RULES` says what changed where.
+vLLM's `profile_run` first runs the vision encoder on a dummy batch of the modality whose item brings the most
+tokens (`get_modality_with_max_tokens`, each item's maximum taken at max_model_len), keeps its outputs in the
+encoder cache through the decoder's dummy run over the batched tokens and the sampler's, and frees them only
+after. The profile's peak is therefore the larger of the encoder call's own widest moment and what it leaves held
+(the outputs, in 0.11-0.12 also the zero-padded copies it scatters them into, and, in the first GPU runner, the
+dummy pixels) plus the decoder's or the sampler's peak. Read in every release's wheel from 0.8.2 to 0.34.0 (0.9
+aside) (vllm/v1/worker/gpu_model_runner.py and gpu/model_runner.py `profile_run`, vllm/v1/worker/utils.py and
+vllm/multimodal/encoder_budget.py `MultiModalBudget`, vllm/v1/core/encoder_cache_manager.py
+`compute_encoder_budget`, vllm/config/vllm.py's choice of runner, and vllm/model_executor/models/qwen2_vl.py,
+qwen3_vl.py and qwen3_5.py `*ProcessingInfo` and `*DummyInputsBuilder`); `RULES` says what changed where.
 
 The largest image and video come from the checkpoint's image (and, for Qwen3-VL, video) processor: its pixel
 bounds live in preprocessor_config.json, not config.json, so the Qwen releases' own values are taken unless
@@ -28,12 +28,21 @@ from harness.predict.config_counts import needed_count, stated_count
 from harness.units import GiB
 
 QWEN2_VL_ARCHITECTURES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration")
-QWEN3_VL_ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")
-QWEN3_VL_MAX_FRAMES = 24_576  # qwen3_vl.py _MAX_FRAMES_PER_VIDEO (0.11.0-0.12.0)
-QWEN3_VL_TIMESTAMP_FACTOR = 12.5  # qwen3_vl.py get_max_video_tokens: each video token also brings its timestamp text
-LARGEST_SIDE = 9_999_999  # get_image_size_with_most_features asks the processor to resize a 9,999,999² image
-PIXEL_BYTES = 4  # the HF processors' pixel_values are float32; the encoder casts its own copy to the model dtype
+QWEN3_VL_ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+                          "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
+# The first GPU runner profiles these until 0.29; the second, the default from 0.26 for other models, did not run
+# the encoder before 0.27 and frees the dummy pixels before the decoder's run (vllm/config/vllm.py: MoE and hybrid
+# models keep the first runner until 0.29).
+FIRST_RUNNER_UNTIL_0_29 = ("Qwen3VLMoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
+                           "Qwen3_5MoeForConditionalGeneration")
+QWEN3_VL_SINCE = {"Qwen3_5ForConditionalGeneration": Version("0.17"), "Qwen3_5MoeForConditionalGeneration":
+                  Version("0.17")}  # the Qwen3-VL models themselves from 0.11
+QWEN3_VL_MAX_FRAMES = 24_576  # qwen3_vl.py _MAX_FRAMES_PER_VIDEO (0.11.0-0.14.1)
+LARGEST_SIDE = 9_999_999  # before 0.13 the largest image is what the processor makes of a 9,999,999² one
+MAX_ASPECT = 200  # the processors refuse a wider image
 ENCODER_PROFILED_SINCE = Version("0.8.2")
+UNREAD = (Version("0.9"), Version("0.10"))  # 0.9.x's profile_run was not read: not priced
+NEWEST_READ_BEFORE = Version("0.35")  # releases from here on are not priced until their profile_run is read
 
 
 class VisionProcessor(BaseModel, frozen=True):
@@ -91,17 +100,27 @@ class Rules(NamedTuple):
     dummy_counts_limits: bool  # the dummy item is built beside every modality's limit, not its own modality alone
     items: Literal["ceil", "floor", "budget"]  # how many items of the budget the dummy batch holds
     padded_to: Literal["none", "budget", "item"]  # the zero tensors outputs are scattered into before caching
+    pixel_bytes: int | None  # the dummy pixels' bytes each: float32 before 0.10, the model's dtype (None) after
+    qwen3_timestamp_factor: float  # Qwen3-VL counts each video token this many times in the budget
+    factorised_image: bool  # the largest image is max_pixels factorised into patches, not a resized giant square
+    qwen3_two_frame_video: bool  # Qwen3-VL's largest video is two frames at the video processor's pixel bound
+    video_wins_ties: bool  # get_modality_with_max_tokens breaks a tie by name from 0.17 ("video" > "image")
 
 
 RULES = (  # (first release, its rules), newest last
-    (Version("0.8.2"), Rules(1, True, 16, True, "batch", True, "ceil", "none")),
-    (Version("0.8.3"), Rules(1, True, 16, True, "batch", False, "ceil", "none")),
-    (Version("0.8.4"), Rules(999, True, 16, False, "batch", False, "ceil", "none")),
-    (Version("0.10.0"), Rules(999, True, 16, False, "item", False, "floor", "none")),
-    (Version("0.10.1"), Rules(999, True, 16, False, "batch", False, "budget", "none")),
-    (Version("0.10.2"), Rules(999, False, 16, False, "batch", False, "budget", "none")),
-    (Version("0.11.0"), Rules(999, False, 14, False, "model", False, "budget", "budget")),
-    (Version("0.12.0"), Rules(999, False, 14, False, "model", False, "budget", "item")),
+    (Version("0.8.2"), Rules(1, True, 16, True, "batch", True, "ceil", "none", 4, 1.0, False, False, False)),
+    (Version("0.8.3"), Rules(1, True, 16, True, "batch", False, "ceil", "none", 4, 1.0, False, False, False)),
+    (Version("0.8.4"), Rules(999, True, 16, False, "batch", False, "ceil", "none", 4, 1.0, False, False, False)),
+    (Version("0.10.0"), Rules(999, True, 16, False, "item", False, "floor", "none", None, 1.0, False, False, False)),
+    (Version("0.10.1"), Rules(999, True, 16, False, "batch", False, "budget", "none", None, 1.0, False, False, False)),
+    (Version("0.10.2"), Rules(999, False, 16, False, "batch", False, "budget", "none", None, 1.0, False, False, False)),
+    (Version("0.11.0"), Rules(999, False, 14, False, "model", False, "budget", "budget", None, 12.5, False, False,
+                              False)),
+    (Version("0.12.0"), Rules(999, False, 14, False, "model", False, "budget", "item", None, 12.5, False, False,
+                              False)),
+    (Version("0.13.0"), Rules(999, False, 14, False, "model", False, "budget", "none", None, 1.0, True, False, False)),
+    (Version("0.15.0"), Rules(999, False, 14, False, "model", False, "budget", "none", None, 1.0, True, True, False)),
+    (Version("0.17.0"), Rules(999, False, 14, False, "model", False, "budget", "none", None, 1.0, True, True, True)),
 )
 
 
@@ -121,6 +140,7 @@ class EncoderProfile(BaseModel, frozen=True):
 class _Geometry(NamedTuple):
     """A Qwen vision transformer's sizes, as its vision_config states them."""
 
+    architecture: str
     qwen3: bool
     patch: int
     merge: int
@@ -136,13 +156,15 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
                     max_num_seqs: int, tensor_parallel_size: int, dtype_bytes: int,
                     launch: EncoderLaunch | None = None, processor: VisionProcessor | None = None,
                     source: str = "config") -> EncoderProfile | None:
-    """The encoder profile of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL checkpoint under V1; None for other models, for a
-    launch that skips it, or for a release whose rules were not read."""
+    """The encoder profile of a Qwen2-VL, Qwen2.5-VL, Qwen3-VL or Qwen3.5 checkpoint under V1; None for other
+    models, a launch that skips it, a release whose runner does not profile the encoder or whose rules were not
+    read."""
     launch = launch or EncoderLaunch()
     geometry = _geometry(config, source)
-    if geometry is None or launch.skipped or not ENCODER_PROFILED_SINCE <= engine_version < NEWEST_READ_BEFORE:
+    if geometry is None or launch.skipped or not _read(engine_version, geometry):
         return None
-    if geometry.qwen3 and engine_version < Version("0.11.0"):
+    runner = _runner(engine_version, geometry.architecture)
+    if runner == "none":
         return None
     rules = next(r for since, r in reversed(RULES) if engine_version >= since)
     stated = {"image": launch.image_limit, "video": launch.video_limit}
@@ -151,42 +173,56 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
         return None
     processor = processor or (QWEN3_VL_PROCESSOR if geometry.qwen3 else QWEN2_VL_PROCESSOR)
     items = _Items(geometry, processor, rules, limits)
-    image_patches = items.image_patches()
-    per_item = {"image": image_patches // geometry.merge**2,
-                "video": items.video_budget_tokens(max_model_len, image_patches)}
+    per_item = {"image": items.image_patches // geometry.merge**2,
+                "video": items.video_budget_tokens(max_model_len)}
     per_item = {name: tokens for name, tokens in per_item.items() if limits[name]}
-    modality = max(per_item, key=lambda name: per_item[name])  # dict order breaks a tie, as max() does in vLLM
+    modality = max(per_item, key=lambda name: (per_item[name], rules.video_wins_ties and name == "video"))
     largest = per_item[modality]
     budget = max(batched_tokens, largest)
     count = _item_count(rules, budget, largest, max_model_len, max_num_seqs, limits[modality])
     dummy_length = {"batch": batched_tokens, "item": largest, "model": max_model_len}[rules.dummy_length]
-    patches = image_patches if modality == "image" else items.dummy_video_patches(dummy_length, image_patches)
+    patches = items.image_patches if modality == "image" else items.dummy_video_patches(dummy_length)
     tokens = patches // geometry.merge**2
     outputs = count * tokens * geometry.out_width * dtype_bytes
     pad_rows = {"none": 0, "budget": budget, "item": largest}[rules.padded_to]
     padded = count * pad_rows * geometry.out_width * dtype_bytes if tokens < pad_rows else 0
-    pixels = count * patches * geometry.channels * geometry.temporal * geometry.patch**2 * PIXEL_BYTES
+    pixel_bytes = rules.pixel_bytes or dtype_bytes
+    pixels = count * patches * geometry.channels * geometry.temporal * geometry.patch**2 * pixel_bytes
+    held_pixels = pixels if runner == "first" else 0  # the second runner frees them before the decoder's run
     peak = pixels + _widest_block_bytes(geometry, count * patches, tensor_parallel_size, dtype_bytes)
     return EncoderProfile(
         modality=modality, items=count, patches_per_item=patches, tokens_per_item=tokens, budget_tokens=budget,
-        held_bytes=outputs + padded + pixels, encoder_peak_bytes=peak,
+        held_bytes=outputs + padded + held_pixels, encoder_peak_bytes=peak,
         source=(f"the vision encoder on {count} dummy {modality} item(s) of {patches:,} patches ({tokens:,} tokens; "
                 f"the largest {modality} counts {largest:,} at max_model_len, encoder budget {budget:,} tokens), "
                 f"holding {outputs / GiB:.2f} GiB of outputs"
                 + (f", {padded / GiB:.2f} GiB of zero-padded copies ({pad_rows:,} rows each)" if padded else "")
-                + f" and {pixels / GiB:.2f} GiB of float32 pixels through the decoder's dummy run "
-                  f"({processor.source})"),
+                + (f" and {held_pixels / GiB:.2f} GiB of pixels" if held_pixels else "")
+                + f" through the decoder's dummy run ({processor.source})"),
     )
 
 
-NEWEST_READ_BEFORE = Version("0.13")  # releases from here on are not priced until their profile_run is read
+def _read(engine_version: Version, geometry: _Geometry) -> bool:
+    """Whether this release's profile of this family was read: 0.8.2 to 0.34 but 0.9, Qwen3-VL from 0.11."""
+    since = QWEN3_VL_SINCE.get(geometry.architecture, Version("0.11") if geometry.qwen3 else ENCODER_PROFILED_SINCE)
+    return since <= engine_version < NEWEST_READ_BEFORE and not UNREAD[0] <= engine_version < UNREAD[1]
+
+
+def _runner(engine_version: Version, architecture: str) -> Literal["first", "second", "none"]:
+    """Which GPU runner profiles the model by default: the first until 0.26 (MoE and hybrid models until 0.29);
+    the second did not run the encoder in 0.26 and frees the pixels before the decoder's run from 0.27."""
+    switch = Version("0.29") if architecture in FIRST_RUNNER_UNTIL_0_29 else Version("0.26")
+    if engine_version < switch:
+        return "first"
+    return "none" if engine_version < Version("0.27") else "second"
 
 
 def _geometry(config: dict[str, Any], source: str) -> _Geometry | None:
     declared = config.get("architectures")
     architecture = declared[0] if isinstance(declared, list) and declared else None
     vision = config.get("vision_config")
-    if architecture not in QWEN2_VL_ARCHITECTURES + QWEN3_VL_ARCHITECTURES or not isinstance(vision, dict):
+    if not isinstance(architecture, str) or architecture not in QWEN2_VL_ARCHITECTURES + QWEN3_VL_ARCHITECTURES \
+            or not isinstance(vision, dict):
         return None
 
     def field(name: str) -> int:
@@ -203,9 +239,10 @@ def _geometry(config: dict[str, Any], source: str) -> _Geometry | None:
     out = field("hidden_size") if qwen2 else field("out_hidden_size")
     deepstack = vision.get("deepstack_visual_indexes") or []
     levels = 1 + (len(deepstack) if qwen3 and isinstance(deepstack, list) else 0)
-    return _Geometry(qwen3=qwen3, patch=field("patch_size"), merge=field("spatial_merge_size"),
-                     temporal=optional("temporal_patch_size", 2), channels=optional("in_channels", 3), width=width,
-                     inner=inner, gated=architecture == "Qwen2_5_VLForConditionalGeneration", out_width=out * levels)
+    return _Geometry(architecture=architecture, qwen3=qwen3, patch=field("patch_size"),
+                     merge=field("spatial_merge_size"), temporal=optional("temporal_patch_size", 2),
+                     channels=optional("in_channels", 3), width=width, inner=inner,
+                     gated=architecture == "Qwen2_5_VLForConditionalGeneration", out_width=out * levels)
 
 
 class _Items:
@@ -213,38 +250,59 @@ class _Items:
 
     def __init__(self, geometry: _Geometry, processor: VisionProcessor, rules: Rules, limits: dict[str, int]) -> None:
         self.geometry, self.processor, self.rules, self.limits = geometry, processor, rules, limits
-        self.factor = geometry.patch * geometry.merge
-        self.side = _image_resize(LARGEST_SIDE, self.factor, processor.image_min_pixels, processor.image_max_pixels)
+        self.unit = geometry.patch * geometry.merge
+        self.size = self._largest_image(processor.image_max_pixels)
+        self.image_patches = self._patches(1, self.size)
 
-    def image_patches(self) -> int:
-        return (self.side // self.geometry.patch) ** 2
+    def _largest_image(self, max_pixels: int) -> tuple[int, int]:
+        """(height, width) of `get_image_size_with_most_features`: from 0.13 the most patches that factorise under
+        the aspect bound, before it what the processor makes of a giant square."""
+        if self.rules.factorised_image:
+            for units in range(max_pixels // self.unit**2, 0, -1):
+                short = next(d for d in range(math.isqrt(units), 0, -1) if units % d == 0)
+                if units // short / short <= MAX_ASPECT:
+                    return short * self.unit, units // short * self.unit
+        side = _image_resize(LARGEST_SIDE, self.unit, self.processor.image_min_pixels, max_pixels)
+        return side, side
 
-    def video_patches(self, frames: int) -> int:
-        """One video of `frames` frames at the largest image's size, as the processor resizes it."""
-        g = self.geometry
-        side = self.side
-        if g.qwen3 and frames > 1:
-            side = _video_resize(frames, self.side, self.factor, g.temporal, self.processor.video_min_pixels or 0,
-                                 self.processor.video_max_pixels or 0)
-        grid_t = max((frames + frames % g.temporal) // g.temporal, 1)
-        return grid_t * (side // g.patch) ** 2
+    def _patches(self, frames: int, size: tuple[int, int]) -> int:
+        grid_t = max((frames + frames % self.geometry.temporal) // self.geometry.temporal, 1)
+        return grid_t * (size[0] // self.geometry.patch) * (size[1] // self.geometry.patch)
 
-    def video_budget_tokens(self, max_model_len: int, image_patches: int) -> int:
-        """The largest video's tokens as the budget counts them (Qwen3-VL: with their timestamp text)."""
+    def video_patches(self, frames: int, size: tuple[int, int] | None = None) -> int:
+        """One video of `frames` frames at the largest image's size, as the processor resizes it (Qwen3-VL's video
+        processor bounds the pixels of all its frames together)."""
+        size = size or self.size
+        if self.geometry.qwen3 and frames > 1:
+            size = _video_resize(frames, size, self.unit, self.geometry.temporal,
+                                 self.processor.video_min_pixels or 0, self.processor.video_max_pixels or 0)
+        return self._patches(frames, size)
+
+    def video_budget_tokens(self, max_model_len: int) -> int:
+        """The largest video's tokens as the budget counts them (Qwen3-VL 0.11-0.12: with their timestamp text)."""
+        if self.geometry.qwen3 and self.rules.qwen3_two_frame_video:
+            return self._two_frame_video() // self.geometry.merge**2
         counts_limits = self.rules.budget_counts_limits
         images = self.limits["image"] if counts_limits else min(self.limits["image"], 1)
-        available = max_model_len - (images * image_patches // self.geometry.merge**2
-                                     if self.rules.images_before_video else 0)
+        image_tokens = self.image_patches // self.geometry.merge**2
+        available = max_model_len - (images * image_tokens if self.rules.images_before_video else 0)
         videos = self.limits["video"] if counts_limits else 1
         tokens = self.video_patches(self._frames(available, videos)) // self.geometry.merge**2
-        return int(tokens * QWEN3_VL_TIMESTAMP_FACTOR) if self.geometry.qwen3 else tokens
+        return int(tokens * self.rules.qwen3_timestamp_factor) if self.geometry.qwen3 else tokens
 
-    def dummy_video_patches(self, seq_len: int, image_patches: int) -> int:
+    def dummy_video_patches(self, seq_len: int) -> int:
         """The dummy video the encoder runs on (0.8.2 built it beside its image limit's worth of images)."""
+        if self.geometry.qwen3 and self.rules.qwen3_two_frame_video:
+            return self._two_frame_video()
         counted = self.rules.dummy_counts_limits and self.rules.images_before_video
-        images = self.limits["image"] * image_patches // self.geometry.merge**2 if counted else 0
+        images = self.limits["image"] * self.image_patches // self.geometry.merge**2 if counted else 0
         frames = self._frames(seq_len - images, self.limits["video"] if self.rules.dummy_counts_limits else 1)
         return self.video_patches(max(frames, 2) if self.geometry.qwen3 else frames)
+
+    def _two_frame_video(self) -> int:
+        """Qwen3-VL from 0.15: two frames at the largest image under the video bound halved for its temporal pair."""
+        bound = (self.processor.video_max_pixels or 0) // self.geometry.temporal
+        return self.video_patches(2, self._largest_image(bound))
 
     def _frames(self, max_tokens: int, videos: int) -> int:
         """`get_num_frames_with_most_features`: the most frames whose tokens fit (`_get_max_video_frames`), shared
@@ -288,14 +346,17 @@ def _image_resize(side: int, factor: int, min_pixels: int, max_pixels: int) -> i
     return kept
 
 
-def _video_resize(frames: int, side: int, factor: int, temporal: int, min_pixels: int, max_pixels: int) -> int:
-    """transformers' qwen3_vl video `smart_resize` of square frames: the pixel bounds hold for the whole video."""
-    kept = round(side / factor) * factor
+def _video_resize(frames: int, size: tuple[int, int], factor: int, temporal: int, min_pixels: int,
+                  max_pixels: int) -> tuple[int, int]:
+    """transformers' qwen3_vl video `smart_resize`: the pixel bounds hold for the whole video."""
+    height, width = size
+    kept = (round(height / factor) * factor, round(width / factor) * factor)
     kept_frames = round(frames / temporal) * temporal
-    if kept_frames * kept * kept > max_pixels:
-        beta = math.sqrt(frames * side * side / max_pixels)
-        return max(factor, math.floor(side / beta / factor) * factor)
-    if kept_frames * kept * kept < min_pixels:
-        beta = math.sqrt(min_pixels / (frames * side * side))
-        return math.ceil(side * beta / factor) * factor
+    if kept_frames * kept[0] * kept[1] > max_pixels:
+        beta = math.sqrt(frames * height * width / max_pixels)
+        return (max(factor, math.floor(height / beta / factor) * factor),
+                max(factor, math.floor(width / beta / factor) * factor))
+    if kept_frames * kept[0] * kept[1] < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
+        return math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
     return kept

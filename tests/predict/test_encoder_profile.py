@@ -48,13 +48,37 @@ def test_qwen3_vl_profiles_one_video_in_a_budget_of_153600_tokens_as_its_logs_pr
 def test_qwen3_vl_holds_its_padded_outputs_and_pixels_through_the_decoder_run() -> None:
     # 0.12.0 scatters the 12,288 output rows into zeros of the item's 153,600 rows, each 2,048 × (1 + 3 deepstack
     # levels) = 8,192 wide in bf16: 153,600 × 8,192 × 2 = 2,516,582,400 B, beside the originals (12,288 × 8,192 × 2
-    # = 201,326,592 B) and the float32 pixels (49,152 patches × 3 channels × 2 frames × 16² = 1,536 values × 4 B =
-    # 301,989,888 B): 3,019,898,880 B in all.
+    # = 201,326,592 B) and the pixels, cast to the model's dtype from 0.10 (49,152 patches × 3 channels × 2 frames
+    # × 16² = 1,536 values × 2 B = 150,994,944 B): 2,868,903,936 B in all.
     found = profile(QWEN3_VL, "0.12.0", 65536)
-    assert found is not None and found.held_bytes == 3_019_898_880
+    assert found is not None and found.held_bytes == 2_868_903_936
     # 0.11 pads to the encoder budget instead, here the same 153,600 rows.
     eleven = profile(QWEN3_VL, "0.11.2", 65536)
-    assert eleven is not None and eleven.held_bytes == 3_019_898_880
+    assert eleven is not None and eleven.held_bytes == 2_868_903_936
+
+
+def test_from_0_13_qwen3_vl_profiles_its_largest_image_and_pads_nothing() -> None:
+    # 0.13 drops the timestamps' 12.5 (the video counts its 12,288 tokens) and the padding, so the 4,096² image's
+    # 16,384 tokens win: 65,536 patches, outputs 16,384 × 8,192 × 2 = 268,435,456 B and bf16 pixels 65,536 × 1,536
+    # × 2 = 201,326,592 B, 469,762,048 B held through the decoder's run.
+    found = profile(QWEN3_VL, "0.13.0", 65536)
+    assert found is not None
+    assert (found.modality, found.budget_tokens, found.held_bytes) == ("image", 16_384, 469_762_048)
+    # From 0.15 a video is two frames at the video bound halved for the pair, 12,582,912 pixels factorised as
+    # 96 × 128 units of 32: 3,072 × 4,096, 192 × 256 = 49,152 patches.
+    videos = profile(QWEN3_VL, "0.17.0", 65536, launch=EncoderLaunch(image_limit=0))
+    assert videos is not None and (videos.modality, videos.patches_per_item) == ("video", 49_152)
+    # From 0.29 the second GPU runner profiles MoE models too, and frees the pixels before the decoder's run.
+    second = profile(QWEN3_VL, "0.29.0", 65536)
+    assert second is not None and second.held_bytes == 268_435_456
+
+
+def test_the_second_runner_did_not_profile_the_encoder_in_0_26() -> None:
+    # Dense models moved to the second GPU runner in 0.26, whose profile_run ran no encoder until 0.27; from then
+    # on it holds the outputs alone (Qwen2.5-VL-7B at 32,768 tokens: 32,768 × 3,584 × 2 = 234,881,024 B).
+    assert profile(QWEN25_VL, "0.26.0", 32768) is None
+    later = profile(QWEN25_VL, "0.27.0", 32768)
+    assert later is not None and later.held_bytes == 234_881_024
 
 
 def test_qwen25_vl_before_0_11_profiles_a_small_dummy_in_a_video_sized_budget() -> None:
@@ -99,3 +123,5 @@ def test_only_the_qwen_vl_families_and_the_releases_read_are_priced() -> None:
     assert profile(_config("Qwen--Qwen3-30B-A3B.json"), "0.12.0", 4096) is None
     assert profile(QWEN3_VL, "0.10.2", 65536) is None  # Qwen3-VL arrived in 0.11
     assert profile(QWEN25_VL, "0.8.1", 65536) is None
+    assert profile(QWEN25_VL, "0.9.2", 65536) is None  # 0.9's profile_run was not read
+    assert profile(QWEN25_VL, "0.35.0", 65536) is None
