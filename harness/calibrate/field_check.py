@@ -115,6 +115,7 @@ def fits(prediction: CapacityPrediction) -> bool:
 
 
 UNSTATED_CACHE = "not scored: the excerpt leaves out what the cache holds (its KV dtype or a drafter)"
+LORA_UNMODELLED = "not modelled: LoRA adapters (their slots and the profile's dummy adapters are not sized here)"
 
 
 def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
@@ -178,6 +179,8 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         return LaunchCheck(status="no config for this model", held_back=held_back)
     if not case.facts.cache_contents_stated:
         return LaunchCheck(status=UNSTATED_CACHE, held_back=held_back)
+    if case.facts.enable_lora:
+        return LaunchCheck(status=LORA_UNMODELLED, held_back=held_back)
     if total is None:
         return LaunchCheck(status=f"GPU memory not established ({case.facts.gpu or 'GPU not named'})",
                            held_back=held_back)
@@ -244,6 +247,7 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
     weights and the KV memory, the remainder less the predicted activation is what the profile held outside
     torch, counted only where the sampler behind that activation is known.
     """
+    cases = [case for case in cases if not case.facts.enable_lora]  # their terms hold what is not modelled
     rows, targets, graphs, used = [], [], [], set()
     non_torch: list[tuple[FieldCase, float]] = []  # GiB outside torch, as logged or implied
     implied: list[tuple[FieldCase, dict[str, Any], int]] = []

@@ -79,6 +79,9 @@ class CaseFacts(pydantic.BaseModel, extra="forbid"):
     engine: Literal["V0", "V1"] | None = None  # when the release could run either
     sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's top-k/top-p sampler as the thread states it
     enable_prefix_caching: bool = False  # as the arguments state it; what it changes is a hybrid's state blocks
+    # LoRA served beside the model (`enable_lora`, vLLM's "Using PunicaWrapperGPU"): its adapter slots and the
+    # profile's dummy adapters are not sized before launch, so such a start is scored from its logged memory only
+    enable_lora: bool = False
     speculative: SpeculativeDecoding | None = None
     started: bool = True
     failed_after_cache_sized: bool = False  # the cache held a full-length request; the start failed later

@@ -72,6 +72,13 @@ GPUS = {
                          "https://github.com/huggingface/text-generation-inference/issues/563"),
         GpuMemory(name="RTX-4090", total_gib=23.64, multiprocessor_count=128, compute_capability="8.9",
                   source="torch's `a total capacity of 23.64 GiB`, https://github.com/ali-vilab/VGen/issues/104"),
+        GpuMemory(name="RTX-4090-D", total_gib=23.55, multiprocessor_count=114, compute_capability="8.9",
+                  source="vLLM's `total_gpu_memory (23.55GiB)` on an NVIDIA GeForce RTX 4090 D, the China-market "
+                         "4090 of 114 multiprocessors, https://github.com/johnson7788/RLDecisionAgent/blob/"
+                         "706f52dd3ba4a90b29f024afb7e1b09316ab5821/backend/MCP_Agents/logs/model_test.log"),
+        GpuMemory(name="RTX-A6000", total_gib=47.54, multiprocessor_count=84, compute_capability="8.6",
+                  source="`total_gpu_memory=47.54GiB` on an \"A6000 (48G)\", https://github.com/vllm-project/vllm/"
+                         "issues/10360"),
         GpuMemory(name="RTX-5090", total_gib=31.36, multiprocessor_count=170, compute_capability="12.0",
                   source="torch's `a total capacity of 31.36 GiB`, "
                          "https://github.com/TrajectoryCrafter/TrajectoryCrafter/issues/20"),

@@ -81,7 +81,7 @@ class MemoryConstants(BaseModel, frozen=True):
 
     sampler_bytes_per_logit: float  # peak of the sorting top-k/top-p sampler per (row × vocabulary entry)
     non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot, NCCL aside
-    # the same on Hopper parts, fitted apart: the fit half's H200 starts hold 0.4-1.0 GiB where others hold 0.25 or less
+    # the same on Hopper parts, fitted apart: the fit half's H200 starts hold 0.35-0.85 GiB, others 0.04 in the median
     hopper_non_torch_gib: float = 0.0
     # on top where the release counts the CUDA context (V0 before 0.6.5, V1 before 0.9.1): the part that is not the
     # local memory the GPU's resident threads reserve (non_torch.context_local_memory_bytes)
@@ -341,12 +341,12 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
 # What `harness budget --field-check tests/fixtures/field` fits on the corpus's fit half (a test keeps
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
-    sampler_bytes_per_logit=36.11,
-    non_torch_gib=0.029,
-    hopper_non_torch_gib=0.69,
-    cuda_context_gib=0.329,
+    sampler_bytes_per_logit=36.71,
+    non_torch_gib=0.036,
+    hopper_non_torch_gib=0.596,
+    cuda_context_gib=0.337,
     cuda_graph_gib=0.505,
-    nccl_gib=0.148,
+    nccl_gib=0.133,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
         "v0101-gpt-oss-120b-a100-tp4-util08",
@@ -358,6 +358,7 @@ FITTED_CONSTANTS = MemoryConstants(
         "v0102-minicpm-v-45-v0-tp2-len4096",
         "v0102-qwen3-4b-default-len",
         "v0110-llama31-8b-len32000-util092",
+        "v0110-r1-distill-qwen-32b-fp8-l40s-len24576",
         "v0112-llama3-8b-h200-len1024",
         "v0112-qwen25-coder-14b-l40s-len16384",
         "v013-gpt-oss-20b-gb10-util025",
@@ -377,6 +378,7 @@ FITTED_CONSTANTS = MemoryConstants(
         "v0221-llama3-8b-w7a16-rtn-util085-len4096",
         "v0300-qwen25-15b-fp16-util085-len4096",
         "v064-llama31-8b-tp2-len131072",
+        "v066-qwen25-15b-l40s-len4096",
         "v07-qwen25-05b-8gib-util075",
         "v07-qwen25-32b-l40s-tp2",
         "v082-qwen25-vl-7b-h100-len128000",

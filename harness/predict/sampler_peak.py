@@ -33,7 +33,7 @@ than 128 rows as one flattened array (`segmented_sort_pairs_by_full_sort`: two 8
 a 4 B keys copy and the radix sort's 4 + 8 B alternates, against the 8 B reverse indices and 4 + 8 B
 alternates of `segmented_sort_pairs`), 12 B more per logit, which is added to the fitted figure there.
 Four V0 profiles of the corpus imply 38.2 to 39.2 B for the sort. The fit sits lower: priced at 38.0, the
-held-back V1 0.10 Qwen3-30B-A3B start goes from −2.5% to −6.1% KV tokens (its log leaves 1.33 GiB for the
+held-back V1 0.10 Qwen3-30B-A3B start would leave less KV memory than it logged (its log leaves 1.33 GiB for the
 activation and non-torch memory, where 38.0 B alone make 1.38), so the sort of that release's torch may hold
 less, or another term be over; the fitted figure stays until one of them is shown.
 """

@@ -16,34 +16,37 @@ from run_records import field_drift, write_run
 
 def test_a_start_off_by_more_than_two_percent_names_the_term_its_log_shows_off() -> None:
     """Qwen2.5-14B, TP=2 on two GPUs of 39.50 GiB (0.7.2, V0, fp16): the log states every term. Before launch,
-    non-torch is 0.029 fitted + 0.148 NCCL + 16 MiB custom all-reduce = 0.19 GiB against 1.54 logged, the
+    non-torch is 0.036 fitted + 0.133 NCCL + 16 MiB custom all-reduce = 0.18 GiB against 1.54 logged, the
     largest miss that leaves too much KV memory (the activation peak, 2.52 predicted vs 2.84 logged, and the
-    weights, 13.75 vs 13.93, lean the same way by less). KV: 39.50 × 0.9 = 35.55 − 13.75 − 2.52 − 0.19 =
-    19.09 GiB; at 48 layers × 2 × 4 heads per rank × 128 × 2 B = 96 KiB per token, 1.5 MiB per block of 16:
-    13,029 blocks = 208,464 tokens, against 11,770 logged blocks = 188,320 tokens: 188,320 / 208,464 − 1 =
-    −9.7%, over the 2% threshold."""
+    weights, 13.79 vs 13.93, lean the same way by less). The weights are 13.75 GiB of parameters and the RoPE
+    cache, 131,072 positions × 128 dims × 2 B = 32 MiB. KV: 38,171,521,843 B usable (39.50 GiB × 0.9) −
+    14,802,747,392 − 2,701,131,776 − 198,239,583 = 20,469,403,092 B (19.06 GiB); at 48 layers × 2 × 4 heads per
+    rank × 128 × 2 B = 96 KiB per token, 1.5 MiB per block of 16: 13,014 blocks = 208,224 tokens, against 11,770
+    logged blocks = 188,320 tokens: 188,320 / 208,224 − 1 = −9.6%, over the 2% threshold."""
     check = field_drift("v072-qwen25-14b-tp2-fp16")
     assert isinstance(check, DriftCheck), check
-    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (208_464, 188_320)
-    assert check.kv_cache_tokens_drift_share == -0.096631  # 188,320 / 208,464 − 1, rounded to 6 places
+    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (208_224, 188_320)
+    assert check.kv_cache_tokens_drift_share == -0.095589  # 188,320 / 208,224 − 1, rounded to 6 places
     assert check.term_off == "non_torch" and check.unstated_terms == []
     non_torch = next(term for term in check.terms if term.name == "non_torch")
     assert non_torch.logged_bytes is not None
-    assert (round(non_torch.predicted_bytes / GiB, 2), round(non_torch.logged_bytes / GiB, 2)) == (0.19, 1.54)
+    assert (round(non_torch.predicted_bytes / GiB, 2), round(non_torch.logged_bytes / GiB, 2)) == (0.18, 1.54)
     assert check.qualification is not None
-    assert "-9.7%" in check.qualification and "non_torch most likely off (0.19 GiB predicted, 1.54 GiB " \
+    assert "-9.6%" in check.qualification and "non_torch most likely off (0.18 GiB predicted, 1.54 GiB " \
         "logged)" in check.qualification
 
 
 def test_a_start_within_two_percent_is_not_qualified() -> None:
-    """Qwen3-0.6B on one H100 (79.19 GiB logged, 0.9.2 V0, util 0.8, 8 sequences): 63.35 − 1.11 weights − 0.19
-    activation − 0.029 non-torch (the base: the log gives a total, not the GPU's name) = 62.03 GiB predicted
-    against 61.84 logged; at 28 layers × 2 × 8 heads × 128 × 2 B = 112 KiB per token, 36,293 blocks of 16 =
-    580,688 tokens predicted against 36,184 blocks × 16 = 578,944 logged: −0.30%."""
+    """Qwen3-0.6B on one H100 (79.19 GiB logged, 0.9.2 V0, util 0.8, 8 sequences): 68,023,692,033 B usable −
+    1,202,454,528 weights (1.11 GiB of parameters and a RoPE cache of 40,960 positions × 128 dims × 2 B = 10 MiB)
+    − 201,326,592 activation − 38,654,705 non-torch (the base: the log gives a total, not the GPU's name) =
+    66,581,256,208 B (62.01 GiB) predicted against 61.84 logged; at 28 layers × 2 × 8 heads × 128 × 2 B = 112 KiB
+    per token, 36,283 blocks of 16 = 580,528 tokens predicted against 36,184 blocks × 16 = 578,944 logged:
+    −0.27%."""
     check = field_drift("v09-qwen3-06b-v0-util08")
     assert isinstance(check, DriftCheck), check
-    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (580_688, 578_944)
-    assert check.kv_cache_tokens_drift_share == -0.003003  # 578,944 / 580,688 − 1, rounded to 6 places
+    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (580_528, 578_944)
+    assert check.kv_cache_tokens_drift_share == -0.002729  # 578,944 / 580,528 − 1, rounded to 6 places
     assert check.qualification is None and check.term_off is None
 
 
@@ -74,7 +77,7 @@ def test_a_drifted_record_is_qualified_in_its_outputs_beside_the_summarys_own(tm
     assert figures.summary is not None
     outputs = figures.outputs()
     assert outputs["qualifications"] == "; ".join([*figures.summary.qualifications, check.qualification])
-    assert outputs["drift_term"] == "non_torch" and outputs["kv_cache_tokens_before_launch"] == 208_464
+    assert outputs["drift_term"] == "non_torch" and outputs["kv_cache_tokens_before_launch"] == 208_224
     assert outputs["non_torch_bytes_logged"] == round(1.54 * GiB)  # as printed: 1.54 GiB
     assert outputs["cuda_graphs_bytes_logged"] == round(0.28 * GiB)  # "Graph capturing finished ... took 0.28 GiB"
 
@@ -94,19 +97,20 @@ def test_a_term_the_log_does_not_state_has_no_output_not_a_zero(tmp_path: Path) 
 
 
 def test_a_term_that_explains_part_of_the_gap_leaves_the_rest_to_the_unstated_ones() -> None:
-    """Qwen3-30B-A3B on an RTX PRO 6000 Blackwell (94.97 GiB, 0.12.0, util 0.85, eager): 80.72 GiB usable −
-    56.87 weights − 5.26 activation − 0.029 non-torch = 18.56 GiB (19,930,672,792 B) predicted, 18.15 logged, a
-    0.41 GiB gap; the weights are logged at 56.93 GiB, 0.06 GiB above the prediction, which leans the right way
-    but 0.06 < 0.8 × 0.41, so the rest is put to the activation peak and non-torch memory, which the log does not
-    state. Tokens: 19,930,672,792 B over 48 layers × 2 × 4 heads × 128 × 2 B = 96 KiB a token are 202,745.3,
-    12,671 whole blocks of 16 = 202,736, against 198,288 logged: −2.2%, over the threshold."""
-    check = field_drift("v0120-qwen3-30b-a3b-rtx-pro-6000-len4096")
+    """Qwen3-30B-A3B in 4-bit AWQ on an RTX 3090 (23.58 GiB, 0.10.0, util 0.8, 2,048 batched tokens):
+    20,255,065,767 B usable − 16,812,736,512 weights − 1,436,246,671 activation − 38,654,705 non-torch =
+    1,967,427,879 B (1.83 GiB) predicted, 1.92 logged, a 0.09 GiB gap; the weights are logged at 15.61 GiB, 0.05
+    below the prediction (15.66), which leans the right way but 0.05 < 0.8 × 0.09, so the rest is put to the
+    activation peak and non-torch memory, which the log does not state. Tokens: 1,967,427,879 B over 48 layers ×
+    2 × 4 heads × 128 × 2 B = 96 KiB a token, 1.5 MiB a block of 16, are 1,250 whole blocks = 20,000 tokens,
+    against 20,960 logged: +4.8%, over the threshold."""
+    check = field_drift("v0100-qwen3-30b-a3b-awq-rtx3090-len2048")
     assert isinstance(check, DriftCheck), check
-    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (202_736, 198_288)
+    assert (check.kv_cache_tokens_predicted, check.kv_cache_tokens_logged) == (20_000, 20_960)
     assert check.term_off == "weights" and check.qualification is not None
     assert check.qualification.endswith(
-        "weights most likely off (56.87 GiB predicted, 56.93 GiB logged), which accounts for 0.06 GiB of the "
-        "0.41 GiB KV memory gap; the rest lies in what the log does not state (activation_peak, non_torch)")
+        "weights most likely off (15.66 GiB predicted, 15.61 GiB logged), which accounts for 0.05 GiB of the "
+        "0.09 GiB KV memory gap; the rest lies in what the log does not state (activation_peak, non_torch)")
 
 
 def test_a_prediction_that_leaves_no_cache_is_qualified_without_a_share() -> None:

@@ -154,10 +154,10 @@ def test_before_launch_fit_calls_are_right_but_the_named_ones_and_the_score_is_p
     assert lines[4].startswith("before launch, maximum concurrency at max_model_len within ±1 sequence or ±2% "
                                f"(the larger): held-back {held.concurrency_within} of {held.concurrency_scored} ")
     assert held.concurrency_scored >= 10
-    # Six logs are the most any one source holds (two repositories hold six each): 6 of 128 = 4.7%, "5%".
-    assert lines[-1].startswith("split by source: 95 sources, each on the side its key's hash gives; the largest "
-                                "source holds 6 of 128 cases (5%): ")
-    assert lines[-1].split("(5%): ")[1].split(", ") == [
+    # Six logs are the most any one source holds (two repositories hold six each): 6 of 139 = 4.3%, "4%".
+    assert lines[-1].startswith("split by source: 102 sources, each on the side its key's hash gives; the largest "
+                                "source holds 6 of 139 cases (4%): ")
+    assert lines[-1].split("(4%): ")[1].split(", ") == [
         "github.com/dennislee22/vllm-benchmarking", "github.com/sostrowsk/dgx-spark-local-llm"]
 
 
@@ -351,7 +351,9 @@ def test_capacity_sets_the_waterfall_beside_a_logged_profile(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.split())
     assert "Memory waterfall before launch beside the log: 23.58 GiB (the GPU total the log states) × 0.9" in out
-    assert "│ weights │ 14.96 │ 14.99 │" in out  # 8,029,995,008 × 2 B = 14.96 GiB predicted; 14.99 logged
+    # 8,029,995,008 × 2 B of parameters and a RoPE cache of 131,072 positions × 128 dims × 2 B = 32 MiB:
+    # 16,093,544,448 B = 14.99 GiB predicted; 14.99 logged
+    assert "│ weights │ 14.99 │ 14.99 │" in out
     assert "│ non_torch │" in out and "│ 0.35 │" in out
     assert "│ kv_memory │" in out and "│ 3.81 │" in out
 

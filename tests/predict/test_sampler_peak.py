@@ -42,14 +42,14 @@ def test_flashinfer_path_before_0_22_is_fourteen_bytes_per_logit() -> None:
 
 
 def test_sort_path_before_0_17_is_the_fitted_figure() -> None:
-    # 0.16's native path sorts: 58,720,256 + 1,024 × 152,064 × 36.11 B (fitted) = 58,720,256 + 5,622,815,784.96
-    # = 5,681,536,040 B, 2.5 times the Triton path's peak a release later.
-    assert FITTED_CONSTANTS.sampler_bytes_per_logit == 36.11
-    assert _activation("0.16.0") == ("sort", 5_681_536_040)
+    # 0.16's native path sorts: 58,720,256 + 1,024 × 152,064 × 36.71 B (fitted) = 58,720,256 + 5,716,243,906.56
+    # = 5,774,964,162 B, 2.6 times the Triton path's peak a release later.
+    assert FITTED_CONSTANTS.sampler_bytes_per_logit == 36.71
+    assert _activation("0.16.0") == ("sort", 5_774_964_162)
     # From 0.11.2 FlashInfer is opt-in, so an unstated sampler is the native sort by the code itself; on an
-    # A100 (2,048 tokens, 256 rows): 2,048 × 3,584 × 2 = 14,680,064 + 256 × 152,064 × 36.11 = 1,405,703,946.24,
-    # 1,420,384,010 B in all.
-    assert _activation("0.11.2", gpu="A100-80GB") == ("sort", 1_420_384_010)
+    # A100 (2,048 tokens, 256 rows): 2,048 × 3,584 × 2 = 14,680,064 + 256 × 152,064 × 36.71 = 1,429,060,976.64,
+    # 1,443,741,040 B in all.
+    assert _activation("0.11.2", gpu="A100-80GB") == ("sort", 1_443_741_040)
 
 
 def test_fewer_than_128_rows_sort_as_one_array_and_hold_12_bytes_more_per_logit() -> None:
@@ -60,12 +60,12 @@ def test_fewer_than_128_rows_sort_as_one_array_and_hold_12_bytes_more_per_logit(
     assert (few.priced(36.11), many.priced(36.11), one.priced(36.11)) == (36.11 + 12, 36.11, 36.11)
     assert sampler_path(Version("0.6.3"), None, "pytorch", 127).priced(36.11) == 36.11 + 12
     # Qwen2-7B under 0.11.2 on an A100 with max_num_seqs 64: 2,048 tokens, 64 rows. 2,048 × 3,584 × 2 B =
-    # 14,680,064 + 64 × 152,064 × 48.11 B = 468,211,138.56, 482,891,202 B in all, above the forward pass's
+    # 14,680,064 + 64 × 152,064 × 48.71 B = 474,050,396.16, 488,730,460 B in all, above the forward pass's
     # (3 × 3,584 + 3 × 18,944) × 2 B × 2,048 = 276,824,064.
     waterfall = plan_waterfall(QWEN2_7B, FITTED_CONSTANTS, total_bytes=int(79.22 * GiB), total_source="test",
                                gpu_memory_utilization=0.9, max_model_len=4096, engine_version="0.11.2",
                                gpu_name="A100-80GB", max_num_seqs=64)
-    assert next(t.bytes for t in waterfall.terms if t.name == "activation_peak") == 482_891_202
+    assert next(t.bytes for t in waterfall.terms if t.name == "activation_peak") == 488_730_460
 
 
 def test_each_release_and_sampler_takes_its_path() -> None:
