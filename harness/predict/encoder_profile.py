@@ -12,8 +12,9 @@ vllm/multimodal/encoder_budget.py `MultiModalBudget`, vllm/v1/core/encoder_cache
 qwen3_vl.py and qwen3_5.py `*ProcessingInfo` and `*DummyInputsBuilder`); `RULES` says what changed where.
 
 The largest image and video come from the checkpoint's image (and, for Qwen3-VL, video) processor: its pixel
-bounds live in preprocessor_config.json, not config.json, so the Qwen releases' own values are taken unless
-stated (`VisionProcessor`).
+bounds live in preprocessor_config.json, not config.json, so the Qwen releases' own values are taken
+(`VisionProcessor`); a checkpoint that changes them, or a launch that overrides them with --mm-processor-kwargs,
+is not followed.
 """
 
 from __future__ import annotations
@@ -154,8 +155,7 @@ class _Geometry(NamedTuple):
 
 def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_model_len: int, batched_tokens: int,
                     max_num_seqs: int, tensor_parallel_size: int, dtype_bytes: int,
-                    launch: EncoderLaunch | None = None, processor: VisionProcessor | None = None,
-                    source: str = "config") -> EncoderProfile | None:
+                    launch: EncoderLaunch | None = None, source: str = "config") -> EncoderProfile | None:
     """The encoder profile of a Qwen2-VL, Qwen2.5-VL, Qwen3-VL or Qwen3.5 checkpoint under V1; None for other
     models, a launch that skips it, a release whose runner does not profile the encoder or whose rules were not
     read."""
@@ -171,7 +171,7 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
     limits = {name: rules.limit_per_prompt if limit is None else limit for name, limit in stated.items()}
     if not any(limits.values()):
         return None
-    processor = processor or (QWEN3_VL_PROCESSOR if geometry.qwen3 else QWEN2_VL_PROCESSOR)
+    processor = QWEN3_VL_PROCESSOR if geometry.qwen3 else QWEN2_VL_PROCESSOR
     items = _Items(geometry, processor, rules, limits)
     per_item = {"image": items.image_patches // geometry.merge**2,
                 "video": items.video_budget_tokens(max_model_len)}
