@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from harness.predict.architectures import language_config
@@ -63,7 +64,8 @@ def _rope_cache(config: dict[str, Any], dtype_bytes: int, source: str) -> tuple[
         how = f"{how} × 4 (multimodal RoPE)"
     elif kind in ("yarn", "deepseek_yarn"):
         original, scale = rope.get("original_max_position_embeddings"), rope.get("factor")
-        if isinstance(original, int) and isinstance(scale, int | float) and scale > 0:
+        if isinstance(original, int) and isinstance(scale, int | float) and scale > 0 and math.isfinite(
+                original * scale):
             positions = int(original * scale)
             how = f"{original:,} original positions × YaRN factor {scale:g}"
     caches = 2 if "rope_local_base_freq" in text else 1

@@ -36,3 +36,13 @@ def test_multimodal_rope_keeps_four_times_the_positions() -> None:
     vl = _buffers("Qwen--Qwen3-VL-30B-A3B-Instruct.json")
     assert vl.bytes == 369_098_752 and "× 4 (multimodal RoPE)" in vl.source and "3 deepstack" in vl.source
     assert _buffers("Qwen--Qwen3-VL-30B-A3B-Instruct.json", batched_tokens=2048).bytes == 268_435_456 + 25_165_824
+
+
+def test_yarn_keeps_its_original_positions_times_its_factor_and_an_impossible_factor_is_not_read() -> None:
+    # A YaRN rope over 4,096 original positions × 32 = 131,072, × 128 dims × 2 B = 33,554,432 B. A factor whose
+    # product no float holds leaves the config's own 131,072 positions, not an overflow.
+    config: dict[str, Any] = json.loads((CONFIGS / "meta-llama--Llama-3.1-8B-Instruct.json").read_text())
+    weights = Term(name="weights", bytes=0, subtracted=True, source="parameters")
+    for factor, positions in ((32, 131_072), (1e308, 131_072)):
+        config["rope_scaling"] = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": 4096}
+        assert with_load_buffers(weights, config, 8192, dtype_bytes=2).bytes == positions * 128 * 2
