@@ -66,7 +66,7 @@ SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, 
 # larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
 # What the waterfall leaves out for a vision-language model it does not price the encoder's profile of (V0, a family
-# other than Qwen2-VL, Qwen2.5-VL and Qwen3-VL, a release whose profile_run was not read; encoder_profile.py):
+# other than Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, a release whose profile_run was not read; encoder_profile.py):
 # Qwen2.5-VL-72B TP4 on V0 was predicted to fit and failed with 0.04 GiB left.
 ENCODER_PROFILE_NOTE = ("vision encoder: vLLM profiles it on its largest image or video before sizing the cache, "
                         "which is not priced here (up to several GiB; the KV figure is optimistic); "
@@ -147,7 +147,7 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
     this GPU reserves, found by name or total), the communicators' buffers where its snapshot precedes them, and
     NCCL's NVLS buffers on an NVSwitch board (non_torch.py)."""
     counts_context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
-    gpu = known_gpu(gpu_name, total_bytes)
+    gpu = known_gpu(gpu_name, total_bytes) if counts_context else None
     local = context_local_memory_bytes(gpu) if counts_context else 0
     context = int(constants.cuda_context_gib * GiB) + local if counts_context else 0
     counted = communicators_counted(version, v0, tensor_parallel_size, pipeline_parallel_size)
@@ -159,7 +159,7 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
     source = f"fitted {base_gib:.2f} GiB (cuBLAS workspace and the like{', on a Hopper part' if hopper else ''})"
     if counts_context:
         threads = f"{gpu.name}'s {gpu.resident_threads:,}" if gpu and gpu.resident_threads else (
-            f"{MOST_RESIDENT_THREADS:,} (the most of any catalogued GPU: this one is not named)")
+            f"{MOST_RESIDENT_THREADS:,} (the most of any catalogued GPU: this one's multiprocessors are not known)")
         source += (f" + {context / GiB:.2f} GiB of CUDA context, which {version} counts: fitted "
                    f"{constants.cuda_context_gib:.2f} GiB and {local / GiB:.2f} GiB of local memory, 1 KiB of stack "
                    f"for each of {threads} resident threads")

@@ -146,7 +146,7 @@ def test_the_contexts_local_memory_follows_the_gpu_named_or_its_total() -> None:
     l40s = non_torch(None, 44.42)
     assert l40s.bytes == 223_346_688 and "L40S's 218,112 resident threads" in l40s.source
     unnamed = non_torch(None, 47.5)
-    assert unnamed.bytes == 310_378_496 and "this one is not named" in unnamed.source
+    assert unnamed.bytes == 310_378_496 and "multiprocessors are not known" in unnamed.source
 
 
 def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distributed_set_up() -> None:
