@@ -25,7 +25,7 @@ import torch
 import torch.distributed
 
 from harness.predict.memory_model import FITTED_CONSTANTS
-from harness.predict.non_torch import CUDA_STACK_BYTES_PER_THREAD
+from harness.predict.non_torch import CUDA_CONTEXT_REST_BYTES, CUDA_STACK_BYTES_PER_THREAD
 from harness.predict.sampler_peak import TRITON_BYTES_PER_LOGIT
 
 MiB = 1024 * 1024
@@ -52,8 +52,8 @@ def report_totals_and_context() -> None:
     threads = device.multi_processor_count * device.max_threads_per_multi_processor
     local_mib = threads * CUDA_STACK_BYTES_PER_THREAD / MiB
     print(f"CUDA context: {(total - free) / MiB:.1f} MiB before any allocation (calculator, where a release counts "
-          f"it: fitted {FITTED_CONSTANTS.cuda_context_gib * 1024:.0f} MiB + {local_mib:.0f} MiB of local memory "
-          f"for {threads:,} resident threads)")
+          f"it: {CUDA_CONTEXT_REST_BYTES / MiB:.1f} MiB as measured on an H200 + {local_mib:.0f} MiB of local "
+          f"memory for {threads:,} resident threads)")
 
 
 def report_libraries() -> None:

@@ -33,7 +33,7 @@ from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.predict.budget import CapacityPrediction
 from harness.predict.encoder_profile import EncoderLaunch
-from harness.predict.gpu_catalog import gpu_memory, is_hopper, known_gpu
+from harness.predict.gpu_catalog import gpu_memory, is_hopper
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
     DEFAULT_V1_SAMPLER,
@@ -48,7 +48,6 @@ from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.non_torch import (
     communicator_bytes,
     communicators_counted,
-    context_local_memory_bytes,
     nvls_bytes,
 )
 from harness.predict.parameter_count import model_size
@@ -233,7 +232,6 @@ class NonTorchFit(BaseModel, frozen=True):
     base_gib: float
     hopper_gib: float
     nccl_gib: float
-    context_gib: float
 
 
 def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) -> MemoryConstants:
@@ -255,10 +253,11 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         config = configs.get(case.facts.config or "")
         total = _total_bytes(case)
         logged = logged_term_bytes(case.parsed())
-        if "non_torch" in logged:
+        beside_context = _context_counted(case)  # its non-torch figure holds the measured CUDA context: not fitted
+        if "non_torch" in logged and not beside_context:
             non_torch.append((case, logged["non_torch"] / GiB))
             used.add(case.id)
-        elif total is not None and config is not None and _known_sampler(case):
+        elif total is not None and config is not None and _known_sampler(case) and not beside_context:
             implied.append((case, config, total[0]))  # nothing in the remainder may rest on an assumed sampler
         if "cuda_graphs" in logged:
             graphs.append(logged["cuda_graphs"] / GiB)
@@ -284,23 +283,23 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
     fit = _fit_non_torch(non_torch)
     return MemoryConstants(
         sampler_bytes_per_logit=per_logit, non_torch_gib=fit.base_gib, hopper_non_torch_gib=fit.hopper_gib,
-        cuda_context_gib=fit.context_gib, nccl_gib=fit.nccl_gib,
+        nccl_gib=fit.nccl_gib,
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),
     )
 
 
 def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> NonTorchFit:
-    """The base (apart for Hopper parts), NCCL and CUDA context GiB: medians of the figures that hold only the
-    base, then of what the communicators add where the release counts them (less the custom all-reduce's and the
-    NVLS buffers, which the code and NCCL's log size), then of what the context adds."""
+    """The base (apart for Hopper parts) and NCCL GiB: medians of the figures that hold only the base, then of what
+    the communicators add where the release counts them (less the custom all-reduce's and the NVLS buffers, which
+    the code and NCCL's log size); none of them holds the CUDA context."""
     def communicators(case: FieldCase) -> bool:
         return communicators_counted(Version(case.facts.vllm_version), _v0(case),
                                      case.facts.tensor_parallel_size, case.facts.pipeline_parallel_size)
 
     samples = [(case, gib - nvls_bytes(case.facts.gpu, case.facts.tensor_parallel_size) / GiB)
                for case, gib in samples]  # NCCL prints its NVLS size; nothing of it is fitted
-    plain = [(case, gib) for case, gib in samples if not _context_counted(case) and not communicators(case)]
+    plain = [(case, gib) for case, gib in samples if not communicators(case)]
     base = _median([gib for case, gib in plain if not is_hopper(case.facts.gpu)])
     hopper = _median([gib for case, gib in plain if is_hopper(case.facts.gpu)])
 
@@ -308,17 +307,8 @@ def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> NonTorchFit:
         return hopper if is_hopper(case.facts.gpu) else base
 
     nccl_gib = max(0.0, _median([gib - base_of(case) - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB
-                                 for case, gib in samples if not _context_counted(case) and communicators(case)]))
-    context = [gib - base_of(case) - (communicator_bytes(nccl_gib, case.facts.tensor_parallel_size) / GiB
-                                      if communicators(case) else 0.0) - _local_memory_gib(case)
-               for case, gib in samples if _context_counted(case)]
-    return NonTorchFit(base_gib=base, hopper_gib=hopper, nccl_gib=nccl_gib, context_gib=max(0.0, _median(context)))
-
-
-def _local_memory_gib(case: FieldCase) -> float:
-    """The CUDA context's local memory on the case's GPU (by name, else by its total), which is not fitted."""
-    total = _total_bytes(case)
-    return context_local_memory_bytes(known_gpu(case.facts.gpu, total[0] if total else None)) / GiB
+                                 for case, gib in samples if communicators(case)]))
+    return NonTorchFit(base_gib=base, hopper_gib=hopper, nccl_gib=nccl_gib)
 
 
 def _median(figures: list[float]) -> float:

@@ -25,9 +25,11 @@ from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encod
 from harness.predict.gpu_catalog import is_hopper, known_gpu
 from harness.predict.load_buffers import with_load_buffers
 from harness.predict.non_torch import (
+    CUDA_CONTEXT_REST_BYTES,
     MOST_RESIDENT_THREADS,
     communicator_bytes,
     communicators_counted,
+    context_bytes,
     context_local_memory_bytes,
     nvls_bytes,
 )
@@ -83,9 +85,6 @@ class MemoryConstants(BaseModel, frozen=True):
     non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot, NCCL aside
     # the same on Hopper parts, fitted apart: the fit half's H200 starts hold 0.35-0.85 GiB, others 0.04 in the median
     hopper_non_torch_gib: float = 0.0
-    # on top where the release counts the CUDA context (V0 before 0.6.5, V1 before 0.9.1): the part that is not the
-    # local memory the GPU's resident threads reserve (non_torch.context_local_memory_bytes)
-    cuda_context_gib: float
     nccl_gib: float = 0.0  # NCCL's buffers per GPU, on top where the release counts them (non_torch.py)
     cuda_graph_gib: float
     fitted_on: list[str]
@@ -143,13 +142,12 @@ def sampler_peak_bytes(size: ModelSize, tokens: int, rows: int, bytes_per_logit:
 def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tensor_parallel_size: int,
                    pipeline_parallel_size: int, gpu_name: str | None = None, total_bytes: int | None = None) -> Term:
     """What the release's profile counts outside torch: the fitted base (cuBLAS workspace and the like; its own
-    figure on Hopper parts), the CUDA context where the release counts it (its fitted part and the local memory
-    this GPU reserves, found by name or total), the communicators' buffers where its snapshot precedes them, and
-    NCCL's NVLS buffers on an NVSwitch board (non_torch.py)."""
+    figure on Hopper parts), the CUDA context where the release counts it (the local memory this GPU reserves,
+    found by name or total, and the measured rest), the communicators' buffers where its snapshot precedes them,
+    and NCCL's NVLS buffers on an NVSwitch board (non_torch.py)."""
     counts_context = version < CONTEXT_COUNTED_BEFORE["V0" if v0 else "V1"]
     gpu = known_gpu(gpu_name, total_bytes) if counts_context else None
-    local = context_local_memory_bytes(gpu) if counts_context else 0
-    context = int(constants.cuda_context_gib * GiB) + local if counts_context else 0
+    context = context_bytes(gpu) if counts_context else 0
     counted = communicators_counted(version, v0, tensor_parallel_size, pipeline_parallel_size)
     communicators = communicator_bytes(constants.nccl_gib, tensor_parallel_size) if counted else 0
     nvls = nvls_bytes(gpu_name, tensor_parallel_size)
@@ -160,9 +158,10 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
     if counts_context:
         threads = f"{gpu.name}'s {gpu.resident_threads:,}" if gpu and gpu.resident_threads else (
             f"{MOST_RESIDENT_THREADS:,} (the most of any catalogued GPU: this one's multiprocessors are not known)")
-        source += (f" + {context / GiB:.2f} GiB of CUDA context, which {version} counts: fitted "
-                   f"{constants.cuda_context_gib:.2f} GiB and {local / GiB:.2f} GiB of local memory, 1 KiB of stack "
-                   f"for each of {threads} resident threads")
+        source += (f" + {context / GiB:.2f} GiB of CUDA context, which {version} counts: "
+                   f"{CUDA_CONTEXT_REST_BYTES / GiB:.2f} GiB as measured on an H200 and "
+                   f"{context_local_memory_bytes(gpu) / GiB:.2f} GiB of local memory, 1 KiB of stack for each of "
+                   f"{threads} resident threads")
     if counted:
         source += (f" + {communicators / GiB:.3f} GiB of NCCL (fitted) and custom all-reduce buffers, which {version}"
                    " counts (its memory snapshot precedes the distributed set-up)")
@@ -344,7 +343,6 @@ FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=36.71,
     non_torch_gib=0.036,
     hopper_non_torch_gib=0.596,
-    cuda_context_gib=0.337,
     cuda_graph_gib=0.505,
     nccl_gib=0.133,
     fitted_on=[

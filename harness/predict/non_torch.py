@@ -32,8 +32,11 @@ thread's stack) for every thread the GPU can hold at once, per-thread size × re
 × multiprocessors, sized at creation from the default stack limit (cudaLimitStackSize, 1,024 B), as NVIDIA's
 forum answer "Memory required for kernel launch" gives the formula
 (https://forums.developer.nvidia.com/t/memory-required-for-kernel-launch/39558). On an H200 that is
-132 × 2,048 × 1 KiB = 264 MiB of the 526.8 MiB its context took (benchmarks/gpu_memory_terms.py); the rest of
-the context is fitted (`MemoryConstants.cuda_context_gib`).
+132 × 2,048 × 1 KiB = 264 MiB of the 526.8 MiB its context took at creation (benchmarks/gpu_memory_terms.py,
+torch 2.11 and CUDA 13.0). The other 262.8 MiB, the driver's own, is taken as measured for every GPU and
+release (`CUDA_CONTEXT_REST_BYTES`); the fit half holds a single start that states a counted context (its
+remainder, 0.34 GiB, leans on the fitted NCCL figure as well), too little to fit it on. What lazily loaded
+kernels add after creation is in the fitted base, which every release counts.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ CUSTOM_ALL_REDUCE_BYTES = 2 * CUSTOM_ALL_REDUCE_MAX_BYTES  # meta (a few KiB, le
 NVLS_BYTES_PER_RANK = 24 * 2 * (4 * 1024 * 1024 + 2 * 1024 * 1024)  # nvlsPerRankSize 301989888
 NVLS_MIN_RANKS = 3
 CUDA_STACK_BYTES_PER_THREAD = 1024  # cudaLimitStackSize's default
+CUDA_CONTEXT_REST_BYTES = int(262.8 * 1024 * 1024)  # an H200's 526.8 MiB context less its 264 MiB of local memory
 # A GPU the catalogue cannot name is priced at the most threads any entry holds (a B200's 148 × 2,048): the
 # larger context, the safer side of a fit / no-fit call.
 MOST_RESIDENT_THREADS = max(gpu.resident_threads or 0 for gpu in GPUS.values())
@@ -78,3 +82,8 @@ def context_local_memory_bytes(gpu: GpuMemory | None) -> int:
     """The CUDA context's local-memory reservation on this GPU: the default stack for every resident thread."""
     threads = gpu.resident_threads if gpu is not None else None
     return CUDA_STACK_BYTES_PER_THREAD * (threads or MOST_RESIDENT_THREADS)
+
+
+def context_bytes(gpu: GpuMemory | None) -> int:
+    """The whole CUDA context on this GPU: its local memory, and the measured rest."""
+    return context_local_memory_bytes(gpu) + CUDA_CONTEXT_REST_BYTES

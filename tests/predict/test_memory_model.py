@@ -109,12 +109,12 @@ def test_activation_is_the_larger_of_forward_and_sampler_and_the_sampler_is_an_i
 def test_non_torch_memory_counts_the_cuda_context_only_where_the_release_does() -> None:
     # V0 0.6.4 (worker.py) and V1 0.9.0 (gpu_worker.py) took everything on the device outside torch's allocator,
     # the CUDA context included; V0 0.6.5 and V1 0.9.1 count only the increase since the worker's first
-    # snapshot. With 0.25 GiB of increase and a 0.5 GiB fitted context on an RTX 3090, whose 82 multiprocessors
-    # of compute capability 8.6 hold 1,536 threads each, the context's local memory is 82 × 1,536 × 1,024 B =
-    # 128,974,848 B: 0.75 GiB + that = 805,306,368 + 128,974,848 = 934,281,216 B before, 0.25 GiB =
-    # 268,435,456 B after, on any GPU.
+    # snapshot. With 0.25 GiB of increase on an RTX 3090, whose 82 multiprocessors of compute capability 8.6 hold
+    # 1,536 threads each, the context is its local memory, 82 × 1,536 × 1,024 B = 128,974,848 B, and the H200's
+    # measured rest, int(262.8 × 1,048,576) = 275,565,772 B: 268,435,456 + 128,974,848 + 275,565,772 =
+    # 672,976,076 B before, 0.25 GiB = 268,435,456 B after, on any GPU.
     config = _config("Qwen--Qwen2-7B-Instruct.json")
-    constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25, "cuda_context_gib": 0.5})
+    constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25})
 
     def non_torch(version: str, gpu: str | None = "RTX-3090", total_gib: float = 23.58) -> int:
         waterfall = plan_waterfall(config, constants, total_bytes=int(total_gib * GiB), total_source="test",
@@ -122,7 +122,7 @@ def test_non_torch_memory_counts_the_cuda_context_only_where_the_release_does() 
                                    gpu_name=gpu)
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
 
-    assert non_torch("0.6.4") == non_torch("0.9.0") == 934_281_216
+    assert non_torch("0.6.4") == non_torch("0.9.0") == 672_976_076
     assert non_torch("0.6.5") == non_torch("0.9.1") == non_torch("0.11.0") == non_torch("0.11.0", "A100-80GB", 79.25) \
         == 268_435_456
 
@@ -131,10 +131,10 @@ def test_the_contexts_local_memory_follows_the_gpu_named_or_its_total() -> None:
     # An H100's 132 multiprocessors of capability 9.0 hold 2,048 threads each: 132 × 2,048 × 1,024 B =
     # 276,824,064 B. A log that states only 44.42 GiB ran on the one catalogue GPU printing that total, an L40S:
     # 142 × 1,536 × 1,024 = 223,346,688 B. A total no entry prints (47.5 GiB) is priced at the most threads
-    # of any entry, a B200's 148 × 2,048: 310,378,496 B. With no base and no fitted context, that is all of it.
+    # of any entry, a B200's 148 × 2,048: 310,378,496 B. With no base, each comes beside the measured rest of the
+    # context, int(262.8 × 1,048,576) = 275,565,772 B: 552,389,836, 498,912,460 and 585,944,268 B.
     config = _config("Qwen--Qwen2-7B-Instruct.json")
-    constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.0, "hopper_non_torch_gib": 0.0,
-                                                    "cuda_context_gib": 0.0})
+    constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.0, "hopper_non_torch_gib": 0.0})
 
     def non_torch(gpu: str | None, total_gib: float) -> Term:
         waterfall = plan_waterfall(config, constants, total_bytes=int(total_gib * GiB), total_source="test",
@@ -142,22 +142,21 @@ def test_the_contexts_local_memory_follows_the_gpu_named_or_its_total() -> None:
                                    gpu_name=gpu)
         return next(t for t in waterfall.terms if t.name == "non_torch")
 
-    assert non_torch("H100-80GB", 79.22).bytes == 276_824_064
+    assert non_torch("H100-80GB", 79.22).bytes == 552_389_836
     l40s = non_torch(None, 44.42)
-    assert l40s.bytes == 223_346_688 and "L40S's 218,112 resident threads" in l40s.source
+    assert l40s.bytes == 498_912_460 and "L40S's 218,112 resident threads" in l40s.source
     unnamed = non_torch(None, 47.5)
-    assert unnamed.bytes == 310_378_496 and "multiprocessors are not known" in unnamed.source
+    assert unnamed.bytes == 585_944_268 and "multiprocessors are not known" in unnamed.source
 
 
 def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distributed_set_up() -> None:
-    # With 0.25 GiB of base, no context and 0.5 GiB of NCCL: V0 (0.7.3) and V1 0.10.1.1 take their snapshot
-    # before init_worker_distributed_environment, so TP=2 counts 0.25 + 0.5 GiB + the custom all-reduce's
+    # With 0.25 GiB of base and 0.5 GiB of NCCL (no release here counts the context): V0 (0.7.3) and V1 0.10.1.1
+    # take their snapshot before init_worker_distributed_environment, so TP=2 counts 0.25 + 0.5 GiB + the custom all-reduce's
     # 2 × 8,192 × 1,024 = 16,777,216 B: 268,435,456 + 536,870,912 + 16,777,216 = 822,083,584 B. TP=3 has no
     # custom all-reduce (world sizes 2, 4, 6, 8 only): 805,306,368 B. V1 0.11.0 initialises NCCL first:
     # 268,435,456 B whatever the TP, as for one GPU.
     config = _config("Qwen--Qwen2-7B-Instruct.json")
-    constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25, "cuda_context_gib": 0.0,
-                                                    "nccl_gib": 0.5})
+    constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25, "nccl_gib": 0.5})
 
     def non_torch(version: str, tp: int, generation: str | None = None) -> int:
         waterfall = plan_waterfall(config, constants, total_bytes=80 * GiB, total_source="test",
