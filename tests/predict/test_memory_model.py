@@ -151,8 +151,8 @@ def test_the_contexts_local_memory_follows_the_gpu_named_or_its_total() -> None:
 
 def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distributed_set_up() -> None:
     # With 0.25 GiB of base and 0.5 GiB of NCCL (no release here counts the context): V0 (0.7.3) and V1 0.10.1.1
-    # take their snapshot before init_worker_distributed_environment, so TP=2 counts 0.25 + 0.5 GiB + the custom all-reduce's
-    # 2 × 8,192 × 1,024 = 16,777,216 B: 268,435,456 + 536,870,912 + 16,777,216 = 822,083,584 B. TP=3 has no
+    # take their snapshot before init_worker_distributed_environment, so TP=2 counts 0.25 + 0.5 GiB + the custom
+    # all-reduce's 2 × 8,192 × 1,024 = 16,777,216 B: 268,435,456 + 536,870,912 + 16,777,216 = 822,083,584 B. TP=3 has no
     # custom all-reduce (world sizes 2, 4, 6, 8 only): 805,306,368 B. V1 0.11.0 initialises NCCL first:
     # 268,435,456 B whatever the TP, as for one GPU.
     config = _config("Qwen--Qwen2-7B-Instruct.json")
