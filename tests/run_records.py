@@ -152,7 +152,8 @@ def field_drift(case_id: str, **logged: object) -> DriftCheck | str:
     gpus = facts.tensor_parallel_size * facts.pipeline_parallel_size
     device = DeviceFacts(gpu_name=facts.gpu or "GPU", gpu_count=gpus, gpu_memory_total_bytes=total[0] * gpus)
     limits = {"max_model_len": facts.max_model_len, "gpu_memory_utilization": facts.gpu_memory_utilization,
-              "tensor_parallel_size": facts.tensor_parallel_size, "block_size": facts.block_size}
+              "tensor_parallel_size": facts.tensor_parallel_size, "block_size": facts.block_size,
+              "pipeline_parallel_size": facts.pipeline_parallel_size, "kv_cache_dtype": facts.kv_cache_dtype}
     limits |= {name: getattr(facts, name) for name in ("max_num_batched_tokens", "max_num_seqs", "quantization")
                if getattr(facts, name) is not None}
     # A run's own log names its release and engine; these excerpts leave it to the thread, so the facts say it.

@@ -17,8 +17,7 @@ import yaml
 from packaging.version import Version
 
 from harness.errors import HarnessError, describe_validation_error
-from harness.observe.log_lines import LogLine, split_log_lines
-from harness.observe.server_logs import StartupCapacity, parse_startup_log, split_starts
+from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.predict.budget import MAX_MEMORY_GIB, MAX_TENSOR_PARALLEL_SIZE, MAX_TOKENS
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.speculative import SpeculativeDecoding
@@ -27,16 +26,6 @@ MODEL_SIZE = re.compile(r"\d+(?:\.\d+)?[BbMm]")
 GPU_MEMORY_SIZE = re.compile(r"-\d+GB$")
 # Parallel sizes a case may leave to its log, which states them (StartupCapacity's fields of the same names).
 LOGGED_PARALLELISM = ("tensor_parallel_size", "decode_context_parallel_size")
-# What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using
-# FlashInfer for top-p & top-k sampling." or a fallback to the sort, "FlashInfer is not available. Falling back
-# to the PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install
-# FlashInfer." (the corpus's 0.9.2 to 0.11.0 logs) or 0.8's "Currently, FlashInfer top-p & top-k sampling
-# sampler is disabled because FlashInfer>=v0.2.3 is not backward compatible. Falling back to the PyTorch-native
-# implementation of top-p & top-k sampling." A release that prints neither leaves the sampler to the facts.
-SAMPLER_LINES = {
-    "flashinfer": re.compile(r"Using FlashInfer for top-p & top-k sampling"),
-    "pytorch": re.compile(r"Falling back to the PyTorch-native implementation of top-p & top-k sampling"),
-}
 
 
 Count = Annotated[int, pydantic.Field(ge=1, le=MAX_TOKENS)]
@@ -131,18 +120,12 @@ class FieldCase(pydantic.BaseModel, extra="forbid"):
     def parsed(self) -> StartupCapacity:
         return parse_startup_log(self.log, self.start)
 
-    def start_lines(self) -> list[LogLine]:
-        """The lines of the start the case scores (the whole log when it holds one)."""
-        starts = split_starts(split_log_lines(self.log))
-        return starts[(self.start or len(starts)) - 1]
-
     def logged_sampler(self) -> tuple[str, str] | None:
         """(sampler, the first line naming it) when the log names V1's top-k/top-p sampler."""
-        found = [(name, line.text) for line in self.start_lines()
-                 for name, pattern in SAMPLER_LINES.items() if pattern.search(line.text)]
-        if len({name for name, _ in found}) > 1:
-            raise HarnessError(f"case {self.id}: the log names both samplers")
-        return found[0] if found else None
+        log = self.parsed()
+        if log.top_k_top_p_sampler is None or log.top_k_top_p_sampler_line is None:
+            return None
+        return log.top_k_top_p_sampler, log.top_k_top_p_sampler_line
 
     @property
     def family(self) -> str:

@@ -62,7 +62,8 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
             tensor_parallel_size=log.tensor_parallel_size or 1, pipeline_parallel_size=log.pipeline_parallel_size or 1,
             max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs,
             checkpoint=None if log.quantization else shape.checkpoint_weights, speculative=speculative,
-            gpu_name=gpu, encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}),
+            gpu_name=gpu, sampler=log.top_k_top_p_sampler,
+            encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}),
         )
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,

@@ -10,7 +10,7 @@ A log without a capacity line is a result too: it says whether, and at which sta
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 
@@ -72,6 +72,8 @@ class StartupCapacity(pydantic.BaseModel):
     decode_context_parallel_size: Count | None = None  # ranks one sequence's cache is spread over (MLA, 0.11+)
     speculative_method: str | None = None  # the engine config line's SpeculativeConfig method, as printed
     speculative_tokens: Count | None = None
+    top_k_top_p_sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's, where the log names it
+    top_k_top_p_sampler_line: str | None = None  # the first line that names it
     kv_cache_device: str | None = None
     kv_cache_tokens: int | None = None
     kv_cache_tokens_per_print: list[int] = []

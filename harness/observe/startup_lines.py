@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import pydantic
 
+from harness.errors import HarnessError
 from harness.observe.engine_failure import Stage, later_stage
 from harness.observe.log_lines import LOGGED_NUMBER, LogLine
 from harness.observe.memory_profile import PROFILE_V06, V0_KV_REST, MemoryProfile, memory_profile_line
@@ -68,6 +69,15 @@ V1_TOO_LITTLE_MEMORY = re.compile(
 RESOLVED_KV_DTYPE = re.compile(r"^FlashInfer resolved .*\bkv_cache_dtype=torch\.(?P<dtype>\w+)")
 TORCH_KV_DTYPES = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16",
                    "float16": "float16", "float32": "float32"}
+# What V1 prints when it builds its top-k/top-p sampler (vllm/v1/sample/ops/topk_topp_sampler.py): "Using
+# FlashInfer for top-p & top-k sampling." or a fallback to the sort, "FlashInfer is not available. Falling back
+# to the PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install
+# FlashInfer." (0.9.2 to 0.11.0), 0.8's "Currently, FlashInfer top-p & top-k sampling sampler is disabled because
+# FlashInfer>=v0.2.3 is not backward compatible. Falling back to the PyTorch-native implementation of top-p & top-k
+# sampling." or 0.11.2's "FlashInfer is available, but it is not enabled. Falling back to ...". The sampler sets
+# the profile's activation peak, so the before-launch model takes it from here where a log states it.
+TOP_K_TOP_P_SAMPLER = re.compile(r"(?P<flashinfer>Using FlashInfer for top-p & top-k sampling)"
+                                 r"|(?P<pytorch>Falling back to the PyTorch-native implementation of top-p & top-k)")
 NON_DEFAULT_ARGS = re.compile(r"^non-default args: (?P<args>\{.*\})\s*$")
 ENGINE_CONFIG = re.compile(
     r"^Initializing an? (?:(?P<generation>V\d) )?LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)")
@@ -207,6 +217,13 @@ class StartFacts:
     def server_version(self, match: re.Match[str], process: str | None) -> None:
         self.found.setdefault("engine_version", match.group("version"))
 
+    def sampler(self, match: re.Match[str], process: str | None) -> None:
+        name = "flashinfer" if match.group("flashinfer") else "pytorch"
+        if self.found.setdefault("top_k_top_p_sampler", name) != name:
+            raise HarnessError("the log names both top-k/top-p samplers, FlashInfer's and PyTorch's, in one start: "
+                               "the log is damaged or edited")
+        self.found.setdefault("top_k_top_p_sampler_line", match.string)
+
 
 Reader = Callable[[StartFacts, re.Match[str], str | None], None]
 # Stage markers and the cache's size: a line may state several (one line carries tokens and concurrency).
@@ -238,6 +255,7 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
     (ENGINE_CONFIG, StartFacts.engine_config),
     (SERVER_VERSION, StartFacts.server_version),
     (BANNER_VERSION, StartFacts.server_version),
+    (TOP_K_TOP_P_SAMPLER, StartFacts.sampler),
 )
 
 

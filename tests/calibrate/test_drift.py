@@ -51,13 +51,14 @@ def test_a_start_within_two_percent_is_not_qualified() -> None:
 
 
 def test_a_log_without_a_profile_says_which_terms_it_does_not_state() -> None:
-    """Qwen2-7B on one A100 at util 0.25 (0.10.1.1): the log states the weights (7.12 GiB logged, 7.09 predicted,
-    which leans the wrong way to explain more tokens logged than predicted) and the KV memory, not the activation
-    peak nor non-torch memory; CUDA graphs are captured after the cache is sized before 0.21, so they are no
-    candidate either. The tokens drift by more than 2%, so the qualification names the two unstated terms."""
-    check = field_drift("v0101-qwen2-7b-a100-util025")
+    """gpt-oss-20b (MXFP4) on a GB10 at util 0.25, NVIDIA's build of 0.13.0: the log states the weights (13.72 GiB
+    logged, 13.69 predicted, which leans the wrong way to explain more tokens logged than predicted) and the KV
+    memory, not the activation peak nor non-torch memory; CUDA graphs are captured after the cache is sized before
+    0.21, so they are no candidate either. 282,624 tokens logged against 210,784 predicted drift by +34.1%, so the
+    qualification names the two unstated terms."""
+    check = field_drift("v013-gpt-oss-20b-gb10-util025")
     assert isinstance(check, DriftCheck), check
-    assert check.kv_cache_tokens_drift_share is not None and check.kv_cache_tokens_drift_share > 0.02
+    assert check.kv_cache_tokens_drift_share == 0.340823  # 282,624 / 210,784 − 1, rounded to 6 places
     assert check.term_off is None and check.unstated_terms == ["activation_peak", "non_torch"]
     assert check.qualification is not None
     assert check.qualification.endswith("the log does not state activation_peak, non_torch: the term off is among "
@@ -138,3 +139,23 @@ def test_a_logged_mtp_drafter_is_priced_in_the_drift_check_too() -> None:
     drafter = next(term for term in drafted.terms if term.name == "drafter_weights")
     assert drafter.predicted_bytes == 1_689_260_032 and drafter.logged_bytes is None
     assert drafted.kv_cache_tokens_predicted < plain.kv_cache_tokens_predicted
+
+
+def test_the_sampler_a_run_log_names_prices_its_activation_peak() -> None:
+    """Qwen2-7B over two A100-80GBs on 0.10.1.1 at 0.25 utilisation, whose workers print "Using FlashInfer for
+    top-p & top-k sampling.". An A100 keeps V1's small defaults: 2,048 profiled tokens, 256 sampled rows of the
+    152,064-entry vocabulary, 38,928,384 logits. With the log's FlashInfer sampler at 14 B per logit the peak is
+    2,048 × 3,584 × 2 B = 14,680,064 B of hidden states + 544,997,376 = 559,677,440 B, and the prediction lands
+    within the threshold (449,632 tokens against 450,192 logged). Read as the sort (36.71 B per logit:
+    1,429,060,976 B) it would be 1,443,741,040 B, 0.82 GiB more, and the run would be qualified at +7.5%."""
+    def activation(check: DriftCheck) -> int:
+        return next(term.predicted_bytes for term in check.terms if term.name == "activation_peak")
+
+    named = field_drift("v0101-qwen2-7b-a100-tp2-util025")
+    assert isinstance(named, DriftCheck), named
+    assert activation(named) == 559_677_440 and named.qualification is None
+    assert (named.kv_cache_tokens_predicted, named.kv_cache_tokens_logged) == (449_632, 450_192)
+    unnamed = field_drift("v0101-qwen2-7b-a100-tp2-util025", top_k_top_p_sampler=None)
+    assert isinstance(unnamed, DriftCheck), unnamed
+    assert activation(unnamed) == 1_443_741_040
+    assert unnamed.qualification is not None and "+7.5%" in unnamed.qualification

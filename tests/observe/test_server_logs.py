@@ -292,6 +292,33 @@ def test_unknown_lines_change_nothing() -> None:
     ).model_dump(exclude={"non_default_args_text"})
 
 
+@pytest.mark.parametrize(
+    ("printed", "sampler"),
+    [
+        ("[topk_topp_sampler.py:50] Using FlashInfer for top-p & top-k sampling.", "flashinfer"),
+        ("[topk_topp_sampler.py:66] FlashInfer is not available. Falling back to the PyTorch-native implementation of "
+         "top-p & top-k sampling. For the best performance, please install FlashInfer.", "pytorch"),
+        ("[topk_topp_sampler.py:60] FlashInfer is available, but it is not enabled. Falling back to the "
+         "PyTorch-native implementation of top-p & top-k sampling. For the best performance, please set "
+         "VLLM_USE_FLASHINFER_SAMPLER=1.", "pytorch"),
+    ],
+)
+def test_the_sampler_v1_names_is_read_with_its_line(printed: str, sampler: str) -> None:
+    lines = [f"(VllmWorker TP{rank} pid={rank}) WARNING 09-03 02:12:01 {printed}" for rank in (0, 1)]
+    result = parse_startup_log("\n".join(lines))
+    assert result.top_k_top_p_sampler == sampler
+    assert result.top_k_top_p_sampler_line == printed.split("] ", 1)[1]
+    assert parse_startup_log("(EngineCore pid=1) INFO 11-29 10:00:00 [x.py:1] nothing").top_k_top_p_sampler is None
+
+
+def test_a_start_naming_both_samplers_is_refused() -> None:
+    both = ("(VllmWorker TP0 pid=1) INFO 09-03 02:12:01 [topk_topp_sampler.py:50] Using FlashInfer for top-p & top-k "
+            "sampling.\n(VllmWorker TP1 pid=2) WARNING 09-03 02:12:01 [topk_topp_sampler.py:66] FlashInfer is not "
+            "available. Falling back to the PyTorch-native implementation of top-p & top-k sampling.")
+    with pytest.raises(HarnessError, match="the log names both top-k/top-p samplers"):
+        parse_startup_log(both)
+
+
 def test_args_that_are_not_python_literals_keep_only_the_text() -> None:
     line = (
         "(APIServer pid=1) INFO 11-29 10:00:00 [utils.py:233] non-default args: "
