@@ -53,6 +53,9 @@ def budget(
                                                "keeps a second state block per request"),
     skip_mm_profiling: bool = typer.Option(False, help="vLLM's --skip-mm-profiling or --language-model-only as "
                                            "launched: a vision-language model's encoder is not profiled (with --gpu)"),
+    sampler: str | None = typer.Option(None, help="V1's top-k/top-p sampler as the install runs it, with --gpu: "
+                                       "flashinfer (vLLM's image before 0.11.2) or pytorch (pip's); unset, "
+                                       "PyTorch's before 0.11.2 and the release's own choice after"),
     field_check: Path | None = typer.Option(None, help="score the calculator on a field corpus directory"),
     inventory: Path | None = typer.Option(None, help="price an inventory: the live population of --concurrency "
                                           "of its requests against the KV blocks"),
@@ -81,7 +84,7 @@ def budget(
         max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version, max_num_seqs=max_num_seqs,
         quantization=quantization, concurrency=concurrency, num_gpu_blocks=num_gpu_blocks,
         kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=enable_prefix_caching,
-        skip_mm_profiling=skip_mm_profiling,
+        skip_mm_profiling=skip_mm_profiling, sampler=sampler,
         speculative=speculative_from_options(speculative_method, num_speculative_tokens),
     ))
     if inventory is not None:
@@ -118,7 +121,7 @@ def budget(
             max_num_seqs=options.max_num_seqs, quantization=options.quantization,
             speculative=options.speculative, prefix_caching=options.enable_prefix_caching,
             decode_context_parallel_size=options.decode_context_parallel_size,
-            encoder_launch=EncoderLaunch(skipped=options.skip_mm_profiling),
+            encoder_launch=EncoderLaunch(skipped=options.skip_mm_profiling), sampler=options.sampler,
         )
         print(answer.model_dump_json(indent=2)) if json_output else Console().print(answer_renderable(answer))
         return

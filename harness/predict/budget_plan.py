@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -86,6 +86,7 @@ class BudgetOptions(BaseModel):
     speculative: SpeculativeDecoding | None = None  # --speculative-method and --num-speculative-tokens
     enable_prefix_caching: bool = False  # what it changes is a hybrid's state blocks per request
     skip_mm_profiling: bool = False  # --skip-mm-profiling or --language-model-only: no encoder profile (with --gpu)
+    sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's top-k/top-p sampler as installed (with --gpu)
 
     @model_validator(mode="after")
     def one_population(self) -> BudgetOptions:
@@ -121,7 +122,8 @@ class BudgetOptions(BaseModel):
 def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     """The forward budget, plus the capacity prediction when a KV memory figure is given one way or another."""
     warnings = engine_version_warnings(options.engine_version)
-    unread = [flag_of(name) for name in ("max_num_seqs", "quantization", "skip_mm_profiling") if getattr(options, name)]
+    unread = [flag_of(name) for name in ("max_num_seqs", "quantization", "skip_mm_profiling", "sampler")
+              if getattr(options, name)]
     if unread:
         warnings.append(f"{' and '.join(unread)}: read only with --gpu (the before-launch answer); ignored here")
     result = estimate_budget(first_stage(shape, options.pipeline_parallel_size), _population(options),

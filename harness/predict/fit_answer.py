@@ -62,8 +62,10 @@ def answer_fit(
     prefix_caching: bool = False,
     decode_context_parallel_size: int = 1,
     encoder_launch: EncoderLaunch | None = None,
+    sampler: str | None = None,
 ) -> FitAnswer:
-    """The waterfall for `gpu` (a catalogue name or a GiB figure) and what it means for the limits."""
+    """The waterfall for `gpu` (a catalogue name or a GiB figure) and what it means for the limits; `sampler` is
+    V1's top-k/top-p implementation as installed (plan_waterfall's)."""
     total, total_source = gpu_total(gpu)
     model_len = max_model_len or shape.max_position_embeddings
     if model_len is None:
@@ -76,7 +78,7 @@ def answer_fit(
         dtype_bytes=dtype_bytes, quantization=quantization, tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, checkpoint=checkpoint, gpu_name=gpu, speculative=speculative,
-        encoder_launch=encoder_launch, config_source=shape.source,
+        sampler=sampler, encoder_launch=encoder_launch, config_source=shape.source,
     )
     stage_kv_bytes = [max(0, stage) for stage in waterfall.stage_kv_bytes]
     predict = partial(predict_pipeline_capacity, shape, stage_kv_bytes, block_size=block_size,

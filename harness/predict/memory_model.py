@@ -300,7 +300,7 @@ def plan_waterfall(
                      *_encoder_note(size.vision is not None, encoder, encoder_launch),
                      *([] if v0 or stated or path.path == "triton" or version >= FLASHINFER_OPT_IN_SINCE
                        else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
-                              "image samples with FlashInfer, a smaller activation peak")])],
+                              "image samples with FlashInfer, a smaller activation peak (--sampler flashinfer)")])],
     )
 
 

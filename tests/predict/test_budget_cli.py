@@ -103,6 +103,8 @@ def write(path: Path, text: str | bytes) -> Path:
          "--sequences: not read with --gpu"),
         ("a KV figure under --gpu", ["--gpu", "H100-80GB", "--available-kv-gib", "20", "--overhead-gib", "1"],
          "--available-kv-gib, --overhead-gib: not read with --gpu"),
+        ("unknown sampler", ["--gpu", "H100-80GB", "--sampler", "triton"],
+         "--sampler: Input should be 'flashinfer' or 'pytorch', not 'triton'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
@@ -129,6 +131,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
         # weights 8,044,936,192 B = 7.49 GiB > 8 GiB × 0.9 = 7.20 GiB
         ("weights above the GPU", ["--gpu-memory-gib", "8"], "the weights (7.49 GiB per GPU)"),
         ("newer engine", ["--engine-version", "0.40.0"], "engine version 0.40.0 is newer"),
+        ("sampler without --gpu", ["--sampler", "flashinfer"], "--sampler: read only with --gpu"),
     ],
 )
 def test_suspect_input_is_warned_by_name(case, args, warned) -> None:
@@ -187,6 +190,27 @@ def test_the_before_launch_answer_prices_the_drafter() -> None:
     answer = json.loads(result.stdout)
     assert answer["capacity"]["bytes_per_block"] == 2_424_832
     assert answer["capacity"]["num_blocks"] == answer["waterfall"]["kv_bytes"] // 2_424_832
+
+
+def test_the_installed_sampler_prices_the_profiles_activation_peak() -> None:
+    # Qwen2-7B on an A100-80GB under 0.10.1 profiles 2,048 tokens and 256 rows of its 152,064-entry vocabulary
+    # (an A100 keeps V1's small defaults). FlashInfer holds 14 B per logit: 2,048 × 3,584 × 2 B of hidden states +
+    # 256 × 152,064 × 14 B = 14,680,064 + 544,997,376 = 559,677,440 B; unset, the sort's 36.71 B per logit is
+    # assumed, as `pip install vllm` runs it: 14,680,064 + int(38,928,384 × 36.71) = 1,443,741,040 B, with a note.
+    def answer(*sampler: str) -> dict[str, Any]:
+        result = harness("budget", "--model", str(CONFIGS / "Qwen--Qwen2-7B-Instruct.json"), "--gpu", "A100-80GB",
+                         "--engine-version", "0.10.1", "--max-model-len", "4096", *sampler, "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["waterfall"]
+
+    def activation(waterfall: dict[str, Any]) -> int:
+        return next(term["bytes"] for term in waterfall["terms"] if term["name"] == "activation_peak")
+
+    flashinfer, assumed = answer("--sampler", "flashinfer"), answer()
+    assert (activation(flashinfer), activation(assumed)) == (559_677_440, 1_443_741_040)
+    assert flashinfer["kv_bytes"] - assumed["kv_bytes"] == 1_443_741_040 - 559_677_440
+    assert any("--sampler flashinfer" in note for note in assumed["assumptions"])
+    assert not any("sampler" in note for note in flashinfer["assumptions"])
 
 
 def test_decode_context_parallelism_spreads_each_sequence_before_launch() -> None:
