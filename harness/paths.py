@@ -87,6 +87,21 @@ def read_text(path: Path | str, option: str) -> str:
         raise HarnessError(f"{option} {source}: cannot be read ({error.strerror or error})") from None
 
 
+def read_bounded_bytes(path: Path, limit_bytes: int, what: str) -> bytes:
+    """A file's bytes, at most `limit_bytes` of them: a device (/dev/zero) is refused by kind and an endless pipe
+    by size, where reading it whole would use up the machine's memory. A pipe (`<(kubectl logs …)`) is read."""
+    try:
+        if path.is_char_device() or path.is_block_device():
+            raise HarnessError(f"{path}: a device, not a {what}")
+        with path.open("rb") as stream:
+            data = stream.read(limit_bytes + 1)
+    except OSError as error:
+        raise HarnessError(f"{path}: cannot read {what}: {error.strerror or error}") from None
+    if len(data) > limit_bytes:
+        raise HarnessError(f"{path}: over {limit_bytes // 2**20:,} MiB, more than a {what} holds")
+    return data
+
+
 def _given(path: Path | str, option: str) -> Path:
     """An empty value is refused: Path('') would silently mean the current directory."""
     if not str(path).strip():

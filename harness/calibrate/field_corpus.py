@@ -18,7 +18,8 @@ from packaging.version import Version
 
 from harness.errors import HarnessError, describe_validation_error
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
-from harness.predict.budget import MAX_MEMORY_GIB, MAX_TENSOR_PARALLEL_SIZE, MAX_TOKENS
+from harness.predict.architectures import MAX_TOKENS
+from harness.predict.budget import MAX_MEMORY_GIB, MAX_TENSOR_PARALLEL_SIZE
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.speculative import SpeculativeDecoding
 

@@ -21,7 +21,8 @@ from aiohttp.typedefs import Handler
 from pydantic import BaseModel, Field
 
 from harness.errors import HarnessError
-from harness.predict.budget import MAX_SEQUENCES, MAX_TOKENS
+from harness.predict.architectures import MAX_TOKENS
+from harness.predict.budget import MAX_SEQUENCES
 
 MAX_DELAY_MS = 3_600_000  # an hour before a token: longer is a typo, not a scripted server
 

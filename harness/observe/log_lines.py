@@ -14,11 +14,13 @@ from typing import Annotated, Any
 import pydantic
 
 from harness.errors import HarnessError
+from harness.paths import read_bounded_bytes
 from harness.polyaxon_client import polyaxon_call
 from harness.polyaxon_project import parse_project
 from harness.schema import RunFile
 
 MAX_LOG_PAGES = 500
+MAX_LOG_BYTES = 2**30  # a start-up log, even one with a long run's requests after it, is far smaller
 # What a start that ran can have printed: vLLM refuses a launch with a size below one or a utilisation outside
 # (0, 1], so a log stating one is damaged or edited, and is refused naming the figure.
 Count = Annotated[int, pydantic.Field(ge=1)]
@@ -63,11 +65,7 @@ def read_log_text(source: str | Path) -> str:
         data = sys.stdin.buffer.read()
         name = "<stdin>"
     else:
-        path = Path(source)
-        try:
-            data = path.read_bytes()
-        except OSError as error:
-            raise HarnessError(f"{source}: cannot read log: {error.strerror or error}") from None
+        data = read_bounded_bytes(Path(source), MAX_LOG_BYTES, "log")
         name = str(source)
     return decode_log_bytes(data, name)
 

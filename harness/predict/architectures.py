@@ -64,22 +64,46 @@ COUNT_FIELDS = (
     "max_position_embeddings", "sliding_window", "max_window_layers", "attn_layer_offset", "mamba_expand",
     "mamba_d_conv",
 )
+# Of them, the ones a model cannot hold none of (a zero would be read as "not stated" and take a fallback).
+POSITIVE_FIELDS = frozenset({"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                             "head_dim", "vocab_size", "moe_intermediate_size", "num_experts_per_tok"})
+MAX_TOKENS = 2**40  # tokens in one sequence or a whole live population (~1.1 trillion)
+LENGTH_FIELDS = frozenset({"max_position_embeddings", "sliding_window"})  # tokens, bounded as a sequence is
+MAX_WIDTH = 2**24  # any other count past 16.7 million (a width, a vocabulary, experts) is a malformed config
 MAX_LAYERS = 4096  # served decoders hold at most a few hundred; more is a malformed config, not a model
+FLAG_FIELDS = ("tie_word_embeddings", "use_sliding_window")  # true or false where stated: "no" is not false
 
 
 def check_counts(config: dict[str, Any], source: str) -> None:
-    """Refuse, by field, a count that is not a whole number, a layer list that is not a list of names, or more
-    layers than any model holds."""
+    """Refuse, by field, a count no model states (see `_check_count`), KV heads that do not share the query heads
+    evenly, a flag that is not true or false, or a layer list that is not a list of names."""
     for field in COUNT_FIELDS:
-        value = config.get(field)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise HarnessError(f"{source}: field '{field}' must be a whole number, got {value!r}")
+        _check_count(field, config.get(field), source)
+    heads, kv_heads = config.get("num_attention_heads"), config.get("num_key_value_heads")
+    if heads and kv_heads and heads % kv_heads:
+        raise HarnessError(f"{source}: field 'num_key_value_heads' {kv_heads} does not divide num_attention_heads "
+                           f"{heads}: each KV head serves a whole group of query heads")
+    for flag in FLAG_FIELDS:
+        if config.get(flag) is not None and not isinstance(config[flag], bool):
+            raise HarnessError(f"{source}: field '{flag}' must be true or false, got {config[flag]!r}")
     kinds = config.get("layer_types")
     if kinds is not None and not (isinstance(kinds, list) and all(isinstance(kind, str) for kind in kinds)):
         raise HarnessError(f"{source}: field 'layer_types' must be a list of layer kinds, got {reprlib.repr(kinds)}")
-    if (config.get("num_hidden_layers") or 0) > MAX_LAYERS:
-        raise HarnessError(f"{source}: field 'num_hidden_layers' is {config['num_hidden_layers']}, more layers "
-                           f"than a model holds (at most {MAX_LAYERS:,} are read)")
+
+
+def _check_count(field: str, value: Any, source: str) -> None:
+    """A stated count is a whole number, not zero where a model needs one (zero would read as "not stated" and
+    take a fallback), and within what any model holds."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HarnessError(f"{source}: field '{field}' must be a whole number, got {value!r}")
+    if value == 0 and field in POSITIVE_FIELDS:
+        raise HarnessError(f"{source}: field '{field}' must be a positive whole number, got 0")
+    bound = MAX_LAYERS if field == "num_hidden_layers" else MAX_TOKENS if field in LENGTH_FIELDS else MAX_WIDTH
+    if value > bound:
+        what = "layers than a model holds" if field == "num_hidden_layers" else "than any model holds"
+        raise HarnessError(f"{source}: field '{field}' is {value:,}, more {what} (at most {bound:,} are read)")
 
 
 def check_architectures(config: dict[str, Any], source: str, notes: list[str]) -> None:

@@ -15,6 +15,7 @@ from collections import Counter
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.architectures import MAX_TOKENS
 from harness.predict.kv_bytes import (
     check_attention_heads,
     layer_bytes_per_token,
@@ -32,7 +33,6 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's API-server default on most GPUs;
 # vLLM's --block-size choices: `BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]` in vllm/config/cache.py (0.11.x)
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 # Sane bounds on what may be asked: beyond them the arithmetic overflows, or answers with figures no GPU reaches.
-MAX_TOKENS = 2**40  # tokens in one sequence or a whole live population (~1.1 trillion)
 MAX_SEQUENCES = 2**20  # live sequences, beyond any engine's max_num_seqs
 MAX_TENSOR_PARALLEL_SIZE = 1024  # GPUs one model is split over
 MAX_MEMORY_GIB = 2**20  # memory per GPU (1 PiB)

@@ -14,12 +14,12 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from harness.errors import HarnessError, fields_rule, flag_of
+from harness.predict.architectures import MAX_TOKENS
 from harness.predict.budget import (
     BLOCK_SIZES,
     MAX_MEMORY_GIB,
     MAX_SEQUENCES,
     MAX_TENSOR_PARALLEL_SIZE,
-    MAX_TOKENS,
     BudgetResult,
     CapacityPrediction,
     Population,

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness.errors import HarnessError
+from harness.paths import read_bounded_bytes
 from harness.predict.architectures import check_architectures, check_counts, language_config
 from harness.predict.config_counts import needed_count, stated_count
 
@@ -27,6 +28,9 @@ SNAPSHOTS_DIR = Path(__file__).resolve().parents[1] / "snapshots"  # data of the
 PINNED_MODEL = "Qwen/Qwen3-4B"
 PINNED_REVISION = "1cfa9a7208912126459214e8b04321603b3df60c"
 INDEX_FILE = "model.safetensors.index.json"
+# What a checkpoint's torch_dtype may name: the 16- and 32-bit floats, under the names kv_bytes.py reads too.
+WEIGHT_DTYPES = frozenset({"bfloat16", "float16", "float32", "bf16", "fp16", "half", "float", "fp32"})
+MAX_CONFIG_BYTES = 64 * 2**20  # config.json and the weights index: a few MiB at most, with long layer lists
 KV_CACHE_PURPOSE = "to size the KV cache"  # what the layer counts and widths read here are needed for
 SSM_DTYPES = frozenset({"float32", "bfloat16", "float16"})  # what a config's mamba_ssm_dtype may name
 
@@ -136,7 +140,7 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
 
 def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: list[str]) -> list[LayerKind]:
     """Which layers are full, sliding or state layers, from whichever field this family uses."""
-    if config.get("layer_types"):
+    if config.get("layer_types") is not None:  # an empty list is refused below, not read as no list
         names = {
             "full_attention": LayerKind.FULL_ATTENTION,
             "attention": LayerKind.FULL_ATTENTION,
@@ -293,10 +297,14 @@ def _shape(
     language = language_config(config)
     text_config = config.get("text_config")
     text: dict[str, Any] = text_config if isinstance(text_config, dict) else {}
-    dtype = config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or text.get("dtype")
-    if dtype is None:
-        dtype = "bfloat16"
+    stated = [(section, name) for section in (config, text) for name in ("torch_dtype", "dtype")
+              if section.get(name) is not None]
+    dtype = stated[0][0][stated[0][1]] if stated else "bfloat16"
+    if not stated:
         notes.append("no torch_dtype in the config: assuming bfloat16")
+    elif not isinstance(dtype, str) or dtype.lower() not in WEIGHT_DTYPES:
+        raise HarnessError(f"{source}: field '{stated[0][1]}' must name the weights' dtype (bfloat16, float16 or "
+                           f"float32), got {dtype!r}")
     return ModelShape(
         name=name,
         revision=revision,
@@ -363,13 +371,11 @@ def _bundled_names() -> list[str]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded_bytes(path, MAX_CONFIG_BYTES, "JSON file").decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise HarnessError(f"{path}: not a JSON file ({error.__class__.__name__})") from None
     except RecursionError:  # nested deeper than any config
         raise HarnessError(f"{path}: not a config.json: nested too deep") from None
-    except OSError as error:
-        raise HarnessError(f"{path}: cannot be read ({error.strerror})") from None
     if not isinstance(data, dict):
         raise HarnessError(f"{path}: expected a JSON object")
     return data

@@ -15,6 +15,7 @@ matrix and Mistral 3's patch merger are held whole on every rank.
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,6 +26,10 @@ from harness.predict.config_counts import needed_count, stated_count
 # LlavaConfig's default `vision_feature_layer`: the tower is built only up to the layer the features come from.
 LLAVA_FEATURE_LAYER = -2
 MAX_RATIO = 1024  # an MLP wider than this many times its input is a malformed config, not a tower
+TOWER_ARCHITECTURES = ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration",
+                       "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+                       "Gemma3ForConditionalGeneration", "LlavaForConditionalGeneration",
+                       "Mistral3ForConditionalGeneration")  # the architectures whose tower is sized here
 ENCODER_NAMES = {"clip_vision_model": "CLIP", "siglip_vision_model": "SigLIP", "pixtral": "Pixtral"}
 
 
@@ -46,9 +51,12 @@ def vision_tower(config: dict[str, Any], source: str = "config") -> VisionTower 
     """The tower a modelled VL architecture loads, or None for a text-only config."""
     vision = config.get("vision_config")
     declared = config.get("architectures")
-    if not isinstance(vision, dict) or not isinstance(declared, list) or not declared:
+    if not isinstance(declared, list) or not declared or declared[0] not in TOWER_ARCHITECTURES:
         return None
     architecture = declared[0]
+    if not isinstance(vision, dict):  # dropping it would leave the tower's weights and profile out unsaid
+        raise HarnessError(f"{source}: {architecture} loads a vision tower, so field 'vision_config' must give its "
+                           f"sizes, got {reprlib.repr(vision)}")
     text_config = config.get("text_config")
     text = {**config, **text_config} if isinstance(text_config, dict) else config
     if architecture in ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration"):

@@ -6,7 +6,9 @@ never copied from the parser's output.
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from harness.errors import HarnessError
 from harness.observe.engine_failure import engine_error_line
 from harness.observe.log_lines import read_log_text
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
+from harness.paths import read_bounded_bytes
 from harness.units import GiB
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
@@ -345,6 +348,25 @@ def test_binary_file_is_one_line_of_bad_input(tmp_path: Path) -> None:
         read_log_text(binary)
     with pytest.raises(HarnessError, match="NUL"):
         parse_startup_log("INFO\x00")
+
+
+def test_a_device_or_an_endless_stream_is_refused_before_it_fills_memory(tmp_path: Path) -> None:
+    # /dev/zero was once read whole: the process grew until the kernel killed it.
+    with pytest.raises(HarnessError, match=r"^/dev/zero: a device, not a log$"):
+        read_log_text("/dev/zero")
+    # A pipe is read, as `--log <(kubectl logs …)` gives one; past the limit, it is refused by size.
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=pipe.write_text, args=("INFO 01-01 00:00:00 [x.py:1] GPU KV cache size: "
+                                                             "1,000 tokens\n",))
+    writer.start()
+    assert parse_startup_log(read_log_text(pipe)).kv_cache_tokens == 1_000
+    writer.join()
+    big = tmp_path / "big.log"
+    big.write_bytes(b"x" * (2**20 + 1))
+    with pytest.raises(HarnessError, match=r"big\.log: over 1 MiB, more than a log holds"):
+        read_bounded_bytes(big, 2**20, "log")
+    assert len(read_bounded_bytes(big, 2**20 + 1, "log")) == 2**20 + 1
 
 
 @pytest.mark.parametrize(

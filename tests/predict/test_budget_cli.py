@@ -103,6 +103,7 @@ def write(path: Path, text: str | bytes) -> Path:
          "--sequences: not read with --gpu"),
         ("a KV figure under --gpu", ["--gpu", "H100-80GB", "--available-kv-gib", "20", "--overhead-gib", "1"],
          "--available-kv-gib, --overhead-gib: not read with --gpu"),
+        ("a device for a config", ["--model", "/dev/zero", "--gpu", "H100-80GB"], "/dev/zero: a device, not a JSON"),
         ("unknown sampler", ["--gpu", "H100-80GB", "--sampler", "triton"],
          "--sampler: Input should be 'flashinfer' or 'pytorch', not 'triton'"),
     ],
@@ -304,9 +305,23 @@ MALFORMED_BASES = {
          "field 'max_window_layers' must be a whole number, got -1"),
         ("deepseek", {"v_head_dim": None}, "field 'v_head_dim' (a positive integer) is needed to size the weights"),
         ("deepseek", {"num_attention_heads": 0}, "field 'num_attention_heads'"),
-        # once a loop over 10**30 dense layers: the command never returned
+        # once a loop over 10**30 dense layers: the command never returned; past any model's width it is refused
+        # as a count, within it as more dense layers than the model has
         ("deepseek", {"first_k_dense_replace": 10**30},
-         f"field 'first_k_dense_replace' is {10**30}, more dense layers than num_hidden_layers (27)"),
+         "field 'first_k_dense_replace' is 1,000,000,000,000,000,000,000,000,000,000, more than any model holds"),
+        ("deepseek", {"first_k_dense_replace": 1000},
+         "field 'first_k_dense_replace' is 1000, more dense layers than num_hidden_layers (27)"),
+        # each once priced without a word: a negative KV memory of 10**27 GiB, MoE experts as wide as the dense
+        # MLP (4,845 GiB of weights), an uneven grouping of query heads, "no" read as true, an FP8 "model dtype"
+        # doubling the tokens, and gpt-oss's 24 layers all taken as sliding-window ones
+        ("qwen3", {"hidden_size": 10**30}, "field 'hidden_size' is 1,000,000,000,000,000,000,000,000,000,000, more "
+         "than any model holds (at most 16,777,216 are read)"),
+        ("deepseek", {"moe_intermediate_size": 0}, "field 'moe_intermediate_size' must be a positive whole number"),
+        ("qwen3", {"num_key_value_heads": 3}, "field 'num_key_value_heads' 3 does not divide num_attention_heads 32"),
+        ("qwen3", {"tie_word_embeddings": "no"}, "field 'tie_word_embeddings' must be true or false, got 'no'"),
+        ("qwen3", {"torch_dtype": "fp8"}, "field 'torch_dtype' must name the weights' dtype (bfloat16, float16 or "
+         "float32), got 'fp8'"),
+        ("gpt-oss", {"layer_types": []}, "field 'layer_types' lists 0 layers but num_hidden_layers is 24"),
         ("gpt-oss", {"layer_types": 2.5}, "field 'layer_types' must be a list of layer kinds, got 2.5"),
         ("qwen3.6", {"text_config": {"layer_types": ["full_attention", ["linear_attention"]]}},
          "field 'layer_types' must be a list of layer kinds"),
@@ -331,3 +346,16 @@ def test_a_malformed_config_field_is_named_before_launch(tmp_path, config, edit,
     assert result.returncode == 2, result.stderr
     assert f"{path}: " in result.stderr and named in result.stderr  # the file, then the field
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("vision_config", ["oops", None, [1, 2]])
+def test_a_vision_language_config_without_its_vision_sizes_is_refused(tmp_path, vision_config) -> None:
+    # Qwen2.5-VL-7B's tower weighs 1.26 GiB and its profile holds more: read without it, the answer once said
+    # 51.02 GiB of KV memory where the whole model leaves 42.41, and did not say what it had left out.
+    base = json.loads((CONFIGS / MALFORMED_BASES["qwen2.5-vl"]).read_text())
+    path = tmp_path / "config.json"
+    write(path, json.dumps({**base, "vision_config": vision_config}))
+    result = harness("budget", "--model", str(path), "--gpu", "H100-80GB")
+    assert result.returncode == 2, result.stdout
+    assert f"{path}: Qwen2_5_VLForConditionalGeneration loads a vision tower, so field 'vision_config' must give " \
+        "its sizes" in " ".join(result.stderr.split())
