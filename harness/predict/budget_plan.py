@@ -101,6 +101,18 @@ class BudgetOptions(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def batch_holds_the_sequences(self) -> BudgetOptions:
+        """vLLM refuses a batch of fewer tokens than its sequences, when both are set ("max_num_batched_tokens (N)
+        must be greater than or equal to max_num_seqs (M)", SchedulerConfig); a default max_num_seqs follows the
+        batch down."""
+        if self.max_num_batched_tokens is not None and self.max_num_seqs is not None \
+                and self.max_num_batched_tokens < self.max_num_seqs:
+            raise fields_rule(f"{{batch}} {self.max_num_batched_tokens:,} must be at least {{seqs}} "
+                              f"{self.max_num_seqs:,}: vLLM refuses a batch smaller than its sequences",
+                              batch="max_num_batched_tokens", seqs="max_num_seqs")
+        return self
+
+    @model_validator(mode="after")
     def context_within_tensor_parallel(self) -> BudgetOptions:
         """Decode context parallelism reuses the tensor-parallel ranks: vLLM needs it to divide their count."""
         if self.tensor_parallel_size % self.decode_context_parallel_size:

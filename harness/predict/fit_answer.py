@@ -103,7 +103,8 @@ def answer_fit(
 def gpu_total(gpu: str) -> tuple[int, str]:
     """A catalogue GPU's total, or a figure in GiB given directly."""
     try:
-        gib = float(gpu) if gpu.isascii() else math.nan  # float() would read full-width digits ('１２') too
+        # float() would also read full-width digits ('１２') and digit groups ('1_000')
+        gib = float(gpu) if gpu.isascii() and "_" not in gpu else math.nan
     except ValueError:
         entry = gpu_memory(gpu)
         return int(entry.total_gib * GiB), f"{entry.name}: {entry.source}"
