@@ -64,9 +64,12 @@ COUNT_FIELDS = (
     "max_position_embeddings", "sliding_window", "max_window_layers", "attn_layer_offset", "mamba_expand",
     "mamba_d_conv",
 )
-# Of them, the ones a model cannot hold none of (a zero would be read as "not stated" and take a fallback).
+# Of them, the ones a model cannot hold none of (a zero would be read as "not stated" and take a fallback), and
+# those an MoE model cannot (dense configs of MoE families state zero experts of zero width: Granite 4, Qwen3.5).
 POSITIVE_FIELDS = frozenset({"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                             "head_dim", "vocab_size", "moe_intermediate_size", "num_experts_per_tok"})
+                             "head_dim", "vocab_size"})
+EXPERT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts")
+POSITIVE_MOE_FIELDS = ("moe_intermediate_size", "num_experts_per_tok")
 MAX_TOKENS = 2**40  # tokens in one sequence or a whole live population (~1.1 trillion)
 LENGTH_FIELDS = frozenset({"max_position_embeddings", "sliding_window"})  # tokens, bounded as a sequence is
 MAX_WIDTH = 2**24  # any other count past 16.7 million (a width, a vocabulary, experts) is a malformed config
@@ -75,10 +78,16 @@ FLAG_FIELDS = ("tie_word_embeddings", "use_sliding_window")  # true or false whe
 
 
 def check_counts(config: dict[str, Any], source: str) -> None:
-    """Refuse, by field, a count no model states (see `_check_count`), KV heads that do not share the query heads
-    evenly, a flag that is not true or false, or a layer list that is not a list of names."""
+    """Refuse, by field, a count no model states (see `_check_count`), an MoE model's experts of no width, KV heads
+    that do not share the query heads evenly, a flag that is not true or false, or a layer list that is not a list
+    of names."""
     for field in COUNT_FIELDS:
         _check_count(field, config.get(field), source)
+    if any(config.get(field) for field in EXPERT_FIELDS):
+        for field in POSITIVE_MOE_FIELDS:
+            if config.get(field) == 0:
+                raise HarnessError(f"{source}: field '{field}' is 0 in a model with routed experts: it must be a "
+                                   "positive whole number")
     heads, kv_heads = config.get("num_attention_heads"), config.get("num_key_value_heads")
     if heads and kv_heads and heads % kv_heads:
         raise HarnessError(f"{source}: field 'num_key_value_heads' {kv_heads} does not divide num_attention_heads "

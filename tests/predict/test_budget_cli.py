@@ -320,7 +320,8 @@ MALFORMED_BASES = {
         # doubling the tokens, and gpt-oss's 24 layers all taken as sliding-window ones
         ("qwen3", {"hidden_size": 10**30}, "field 'hidden_size' is 1,000,000,000,000,000,000,000,000,000,000, more "
          "than any model holds (at most 16,777,216 are read)"),
-        ("deepseek", {"moe_intermediate_size": 0}, "field 'moe_intermediate_size' must be a positive whole number"),
+        ("deepseek", {"moe_intermediate_size": 0}, "field 'moe_intermediate_size' is 0 in a model with routed "
+         "experts: it must be a positive whole number"),
         ("qwen3", {"num_key_value_heads": 3}, "field 'num_key_value_heads' 3 does not divide num_attention_heads 32"),
         ("qwen3", {"tie_word_embeddings": "no"}, "field 'tie_word_embeddings' must be true or false, got 'no'"),
         ("qwen3", {"torch_dtype": "fp8"}, "field 'torch_dtype' must name the weights' dtype (bfloat16, float16 or "
@@ -363,3 +364,15 @@ def test_a_vision_language_config_without_its_vision_sizes_is_refused(tmp_path, 
     assert result.returncode == 2, result.stdout
     assert f"{path}: Qwen2_5_VLForConditionalGeneration loads a vision tower, so field 'vision_config' must give " \
         "its sizes" in " ".join(result.stderr.split())
+
+
+def test_a_dense_config_of_an_moe_family_may_state_zero_experts(tmp_path) -> None:
+    # Dense Granite 4 and Qwen3.5 configs state "num_experts": 0, "num_experts_per_tok": 0 and an expert width of
+    # 0: no expert is read, so the answer is the dense model's own.
+    base = json.loads((SNAPSHOT / "config.json").read_text())
+    path = tmp_path / "config.json"
+    write(path, json.dumps({**base, "num_experts": 0, "num_experts_per_tok": 0, "moe_intermediate_size": 0}))
+    zeroed, plain = (harness("budget", "--model", model, "--gpu", "H100-80GB", "--json")
+                     for model in (str(path), str(SNAPSHOT / "config.json")))
+    assert zeroed.returncode == 0, zeroed.stderr
+    assert json.loads(zeroed.stdout)["capacity"] == json.loads(plain.stdout)["capacity"]
