@@ -141,39 +141,10 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
 def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: list[str]) -> list[LayerKind]:
     """Which layers are full, sliding or state layers, from whichever field this family uses."""
     if config.get("layer_types") is not None:  # an empty list is refused below, not read as no list
-        names = {
-            "full_attention": LayerKind.FULL_ATTENTION,
-            "attention": LayerKind.FULL_ATTENTION,
-            "sliding_attention": LayerKind.SLIDING_WINDOW,
-            "sliding_window": LayerKind.SLIDING_WINDOW,
-            "linear_attention": LayerKind.STATE,
-            "mamba": LayerKind.STATE,
-        }
-        types = config["layer_types"]
-        unknown = sorted({t for t in types if t not in names})
-        if unknown:
-            raise HarnessError(f"{source}: field 'layer_types' has unknown layer type(s) {unknown}")
-        if len(types) != num_layers:
-            raise HarnessError(
-                f"{source}: field 'layer_types' lists {len(types)} layers but num_hidden_layers is {num_layers}"
-            )
-        notes.append("layer kinds from layer_types")
-        return [names[t] for t in types]
-    if "attn_layer_period" in config:  # Jamba: one attention layer every `period`, Mamba elsewhere
-        period = needed_count(config, "attn_layer_period", source, KV_CACHE_PURPOSE)
-        offset = config.get("attn_layer_offset") or 0
-        notes.append(f"Jamba layout: attention at layer i where i % {period} == {offset}, Mamba elsewhere")
-        return [LayerKind.FULL_ATTENTION if i % period == offset else LayerKind.STATE for i in range(num_layers)]
-    if config.get("model_type") == "gemma2" and config.get("sliding_window"):
-        notes.append("Gemma 2 layout: even layers use the sliding window, odd layers full attention")
-        return [LayerKind.SLIDING_WINDOW if i % 2 == 0 else LayerKind.FULL_ATTENTION for i in range(num_layers)]
-    if config.get("sliding_window_pattern") and config.get("sliding_window"):
-        pattern = needed_count(config, "sliding_window_pattern", source, KV_CACHE_PURPOSE)
-        notes.append(f"sliding_window_pattern {pattern}: every {pattern}th layer is full attention")
-        return [
-            LayerKind.FULL_ATTENTION if (i + 1) % pattern == 0 else LayerKind.SLIDING_WINDOW
-            for i in range(num_layers)
-        ]
+        return _listed_kinds(config["layer_types"], num_layers, source, notes)
+    patterned = _family_pattern(config, num_layers, source, notes)
+    if patterned is not None:
+        return patterned
     attention = LayerKind.MLA if config.get("kv_lora_rank") else LayerKind.FULL_ATTENTION
     if "use_sliding_window" in config:  # Qwen2/Qwen3: the window applies from max_window_layers on
         if config["use_sliding_window"] and config.get("sliding_window"):
@@ -186,6 +157,52 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
         notes.append("sliding_window set with no layer pattern: every layer uses the sliding window")
         return [LayerKind.SLIDING_WINDOW] * num_layers
     return [attention] * num_layers
+
+
+def _listed_kinds(types: list[str], num_layers: int, source: str, notes: list[str]) -> list[LayerKind]:
+    names = {
+        "full_attention": LayerKind.FULL_ATTENTION,
+        "attention": LayerKind.FULL_ATTENTION,
+        "sliding_attention": LayerKind.SLIDING_WINDOW,
+        "sliding_window": LayerKind.SLIDING_WINDOW,
+        "linear_attention": LayerKind.STATE,
+        "mamba": LayerKind.STATE,
+    }
+    unknown = sorted({t for t in types if t not in names})
+    if unknown:
+        raise HarnessError(f"{source}: field 'layer_types' has unknown layer type(s) {unknown}")
+    if len(types) != num_layers:
+        raise HarnessError(
+            f"{source}: field 'layer_types' lists {len(types)} layers but num_hidden_layers is {num_layers}"
+        )
+    notes.append("layer kinds from layer_types")
+    return [names[t] for t in types]
+
+
+def _family_pattern(config: dict[str, Any], num_layers: int, source: str, notes: list[str]) -> list[LayerKind] | None:
+    """A family's repeating layout where the config states no list: the pattern its transformers config derives."""
+    if "attn_layer_period" in config:  # Jamba: one attention layer every `period`, Mamba elsewhere
+        period = needed_count(config, "attn_layer_period", source, KV_CACHE_PURPOSE)
+        offset = config.get("attn_layer_offset") or 0
+        notes.append(f"Jamba layout: attention at layer i where i % {period} == {offset}, Mamba elsewhere")
+        return [LayerKind.FULL_ATTENTION if i % period == offset else LayerKind.STATE for i in range(num_layers)]
+    family = {"gemma2": "Gemma 2", "gpt_oss": "gpt-oss"}.get(str(config.get("model_type")))
+    if family == "gpt-oss" or (family == "Gemma 2" and config.get("sliding_window")):
+        notes.append(f"{family} layout: even layers use the sliding window, odd layers full attention")
+        return [LayerKind.SLIDING_WINDOW if i % 2 == 0 else LayerKind.FULL_ATTENTION for i in range(num_layers)]
+    if config.get("full_attention_interval"):  # Qwen3-Next and Qwen3.5
+        interval = needed_count(config, "full_attention_interval", source, KV_CACHE_PURPOSE)
+        notes.append(f"full_attention_interval {interval}: every {interval}th layer is full attention, the others "
+                     "linear attention")
+        return [LayerKind.FULL_ATTENTION if (i + 1) % interval == 0 else LayerKind.STATE for i in range(num_layers)]
+    if config.get("sliding_window_pattern") and config.get("sliding_window"):
+        pattern = needed_count(config, "sliding_window_pattern", source, KV_CACHE_PURPOSE)
+        notes.append(f"sliding_window_pattern {pattern}: every {pattern}th layer is full attention")
+        return [
+            LayerKind.FULL_ATTENTION if (i + 1) % pattern == 0 else LayerKind.SLIDING_WINDOW
+            for i in range(num_layers)
+        ]
+    return None
 
 
 def _attention_spec(config: dict[str, Any], source: str, notes: list[str]) -> LayerSpec:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from harness.errors import HarnessError
 from harness.predict.architectures import language_config
 from harness.predict.memory_model import model_size
 from harness.predict.model_shape import parse_config
+
+CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
 
 # openai-community/gpt2's config.json, the fields the calculator reads: GPT-2's own names, no
 # intermediate width (n_inner null: 4 × n_embd) and no tie_word_embeddings field.
@@ -111,3 +116,21 @@ def test_exaone4_reads_its_layer_types_and_its_count_without_embeddings_is_the_p
     assert size.linear_params == 1_069_547_520
     assert round(size.linear_params / 1e9, 2) == 1.07
     assert size.embedding_params == 209_715_200
+
+
+@pytest.mark.parametrize(("config_file", "kinds"), [
+    # gpt-oss-20b: 24 layers, transformers' GptOssConfig alternates sliding (even) and full (odd) layers
+    ("openai--gpt-oss-20b.json", ["sliding_window", "full_attention"] * 12),
+    # Qwen3.6-35B-A3B: 40 layers, full attention every 4th (full_attention_interval 4), linear attention between
+    ("Qwen--Qwen3.6-35B-A3B.json", ["state", "state", "state", "full_attention"] * 10),
+])
+def test_a_config_without_its_layer_types_takes_its_familys_layout(config_file, kinds) -> None:
+    config = json.loads((CONFIGS / config_file).read_text())
+    stated, _ = parse_config(config)
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        config = {**config, "text_config": {k: v for k, v in text.items() if k != "layer_types"}}
+    else:
+        config = {k: v for k, v in config.items() if k != "layer_types"}
+    derived, _ = parse_config(config)
+    assert [spec.kind.value for spec in derived] == [spec.kind.value for spec in stated] == kinds
