@@ -13,10 +13,10 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from harness.predict.architectures import language_config
+from harness.errors import HarnessError
+from harness.predict.architectures import MAX_TOKENS, language_config
 from harness.predict.config_counts import stated_count
 from harness.predict.term import Term
 
@@ -63,15 +63,25 @@ def _rope_cache(config: dict[str, Any], dtype_bytes: int, source: str) -> tuple[
         positions *= MROPE_POSITIONS_FACTOR
         how = f"{how} × 4 (multimodal RoPE)"
     elif kind in ("yarn", "deepseek_yarn"):
-        original, scale = rope.get("original_max_position_embeddings"), rope.get("factor")
-        if isinstance(original, int) and isinstance(scale, int | float) and scale > 0 and math.isfinite(
-                original * scale):
-            positions = int(original * scale)
-            how = f"{original:,} original positions × YaRN factor {scale:g}"
+        original, scale = _yarn_scaling(rope, source)
+        positions = int(original * scale)
+        how = f"{original:,} original positions × YaRN factor {scale:g}"
     caches = 2 if "rope_local_base_freq" in text else 1
     size = caches * positions * rotary_dims * dtype_bytes
     return size, (f"{'two RoPE caches (global and local layers)' if caches == 2 else 'the RoPE cache'} of {how} × "
                   f"{rotary_dims} dims × {dtype_bytes} B, whole on every GPU ({size / 2**30:.2f} GiB)")
+
+
+def _yarn_scaling(rope: dict[str, Any], source: str) -> tuple[int, float]:
+    """YaRN's original positions and factor, whose product sizes the cache: a factor that is no positive number,
+    or a product past any sequence, is refused rather than read as another length."""
+    original = stated_count(rope, "original_max_position_embeddings", source, "rope_scaling.")
+    scale = rope.get("factor")
+    if original is None or isinstance(scale, bool) or not isinstance(scale, int | float) \
+            or not 0 < scale * original <= MAX_TOKENS:
+        raise HarnessError(f"{source}: a YaRN rope_scaling needs original_max_position_embeddings and a factor whose "
+                           f"product is a length from 1 to {MAX_TOKENS:,} tokens, got {original!r} and {scale!r}")
+    return original, float(scale)
 
 
 def _deepstack_inputs(config: dict[str, Any], batched_tokens: int, dtype_bytes: int, source: str) -> tuple[int, str]:

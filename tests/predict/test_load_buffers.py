@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from harness.errors import HarnessError
 from harness.predict.load_buffers import with_load_buffers
 from harness.predict.term import Term
 
@@ -38,11 +41,15 @@ def test_multimodal_rope_keeps_four_times_the_positions() -> None:
     assert _buffers("Qwen--Qwen3-VL-30B-A3B-Instruct.json", batched_tokens=2048).bytes == 268_435_456 + 25_165_824
 
 
-def test_yarn_keeps_its_original_positions_times_its_factor_and_an_impossible_factor_is_not_read() -> None:
-    # A YaRN rope over 4,096 original positions × 32 = 131,072, × 128 dims × 2 B = 33,554,432 B. A factor whose
-    # product no float holds leaves the config's own 131,072 positions, not an overflow.
+def test_yarn_keeps_its_original_positions_times_its_factor_and_an_impossible_factor_is_refused() -> None:
+    # A YaRN rope over 4,096 original positions × 32 = 131,072, × 128 dims × 2 B = 33,554,432 B. A factor of
+    # 1e308 (a product no float holds), 0, a negative, NaN or a string sizes no cache: each is refused by name.
     config: dict[str, Any] = json.loads((CONFIGS / "meta-llama--Llama-3.1-8B-Instruct.json").read_text())
     weights = Term(name="weights", bytes=0, subtracted=True, source="parameters")
-    for factor, positions in ((32, 131_072), (1e308, 131_072)):
+    config["rope_scaling"] = {"rope_type": "yarn", "factor": 32, "original_max_position_embeddings": 4096}
+    assert with_load_buffers(weights, config, 8192, dtype_bytes=2).bytes == 33_554_432
+    for factor in (1e308, 0, -1, float("nan"), "4"):
         config["rope_scaling"] = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": 4096}
-        assert with_load_buffers(weights, config, 8192, dtype_bytes=2).bytes == positions * 128 * 2
+        with pytest.raises(HarnessError, match="a YaRN rope_scaling needs original_max_position_embeddings and a "
+                           "factor whose product is a length from 1 to"):
+            with_load_buffers(weights, config, 8192, dtype_bytes=2)
