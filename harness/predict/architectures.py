@@ -64,10 +64,11 @@ COUNT_FIELDS = (
     "max_position_embeddings", "sliding_window", "max_window_layers", "attn_layer_offset", "mamba_expand",
     "mamba_d_conv",
 )
-# Of them, the ones a model cannot hold none of (a zero would be read as "not stated" and take a fallback), and
-# those an MoE model cannot (dense configs of MoE families state zero experts of zero width: Granite 4, Qwen3.5).
+# Of them, the ones a model cannot hold none of (a zero would be read as "not stated" and take a fallback).
 POSITIVE_FIELDS = frozenset({"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                              "head_dim", "vocab_size"})
+# The ones a model with routed experts cannot hold none of: dense configs of MoE families (Granite 4, Qwen3.5)
+# state zero experts of zero width, which is no MoE layer at all.
 EXPERT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts")
 POSITIVE_MOE_FIELDS = ("moe_intermediate_size", "num_experts_per_tok")
 MAX_TOKENS = 2**40  # tokens in one sequence or a whole live population (~1.1 trillion)
