@@ -314,13 +314,12 @@ def _shape(
     language = language_config(config)
     text_config = config.get("text_config")
     text: dict[str, Any] = text_config if isinstance(text_config, dict) else {}
-    stated = [(section, name) for section in (config, text) for name in ("torch_dtype", "dtype")
-              if section.get(name) is not None]
-    dtype = stated[0][0][stated[0][1]] if stated else "bfloat16"
-    if not stated:
+    field, dtype = next(((name, section[name]) for section in (config, text) for name in ("torch_dtype", "dtype")
+                         if section.get(name) is not None), (None, "bfloat16"))
+    if field is None:
         notes.append("no torch_dtype in the config: assuming bfloat16")
     elif not isinstance(dtype, str) or dtype.lower() not in WEIGHT_DTYPES:
-        raise HarnessError(f"{source}: field '{stated[0][1]}' must name the weights' dtype (bfloat16, float16 or "
+        raise HarnessError(f"{source}: field '{field}' must name the weights' dtype (bfloat16, float16 or "
                            f"float32), got {dtype!r}")
     return ModelShape(
         name=name,
