@@ -260,8 +260,8 @@ def plan_waterfall(
         weights = Term(name="weights", bytes=checkpoint[0] // parallel, subtracted=True,
                        source=f"{checkpoint[1]}, split over {parallel} GPU(s)")
     else:
-        weights = weights_term(size, dtype_bytes, weight_format(quantization, config, size), tensor_parallel_size,
-                               pipeline_parallel_size)
+        weights = weights_term(size, dtype_bytes, weight_format(quantization, config, size, config_source),
+                               tensor_parallel_size, pipeline_parallel_size)
     weights = with_load_buffers(weights, config, tokens, dtype_bytes, config_source)
     drafter = drafter_weights_term(config, size, speculative, dtype_bytes, tensor_parallel_size,
                                    pipeline_parallel_size, in_checkpoint=checkpoint is not None)

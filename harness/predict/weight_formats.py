@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from fnmatch import fnmatch
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -39,6 +39,10 @@ QUANTIZED_BITS = {"fp8": 8.0, "int8": 8.0, "w8a8": 8.0, "mxfp4": MXFP4_BITS, "aw
 CONFIG_ONLY_FORMATS = frozenset({"compressed-tensors"})  # no usual layout: its config_groups say what it stores
 MODELOPT_FORMATS = frozenset({"modelopt", "modelopt_fp4"})
 EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})  # formats vLLM applies to the MoE experts alone
+# The bits each integer format's kernels take, over the releases priced here: AWQ 4 (awq.py `AWQConfig`) and 8
+# (awq_marlin.py `TYPE_MAP`); GPTQ 2, 3, 4 and 8 (gptq.py `GPTQConfig`; 0.34's auto_gptq.py keeps 4 and 8); AutoRound
+# 2, 3, 4 and 8 (auto_round.py `SUPPORTED_BITS`).
+KERNEL_BITS = {"awq": frozenset({4, 8}), "gptq": frozenset({2, 3, 4, 8}), "auto-round": frozenset({2, 3, 4, 8})}
 # Other spellings of a method: the Marlin kernels vLLM swaps in for AWQ and GPTQ checkpoints hold the same
 # weights (an engine config line names the kernel, `quantization=awq_marlin`); AutoRound's configs write
 # `intel/auto-round` or `auto-round`.
@@ -68,25 +72,35 @@ class WeightFormat(BaseModel, frozen=True):
     source: str  # where the layout comes from
 
 
-def weight_format(quantization: str | None, config: dict[str, Any], size: ModelSize) -> WeightFormat | None:
-    """The format a start stores its weights in: the checkpoint's quantization_config, else the flag's usual one."""
+def weight_format(quantization: str | None, config: dict[str, Any], size: ModelSize,
+                  source: str = "config.json") -> WeightFormat | None:
+    """The format a start stores its weights in: the checkpoint's quantization_config, else the flag's usual one.
+    `source` names the config file in a refusal."""
     stated = _quantization_config(config)
     flag = _method(quantization) if quantization else None
     if stated is None:
         return _flag_format(flag, quantization, size) if flag and quantization else None
     method = _stated_method(stated)
     if flag is not None and flag != method and (flag, method) not in KERNEL_OF_CHECKPOINT:
-        raise HarnessError(f"--quantization {quantization}: the checkpoint's config.json says quant_method "
+        raise HarnessError(f"--quantization {quantization}: {source} says quant_method "
                            f"'{stated.get('quant_method')}', and vLLM refuses a start whose two differ")
+    try:
+        return _stated_format(stated, method, size)
+    except HarnessError as refusal:
+        raise HarnessError(f"{source}: {refusal}") from None
+
+
+def _stated_format(stated: dict[str, Any], method: str, size: ModelSize) -> WeightFormat:
     if not method:
-        raise HarnessError("config.json quantization_config names no quant_method")
+        raise HarnessError("quantization_config names no quant_method")
     reader = LAYOUT_READERS.get(method)
     if reader is None:
-        raise HarnessError(f"config.json quantization_config: quant_method '{stated.get('quant_method')}' is not "
+        raise HarnessError(f"quantization_config: quant_method '{stated.get('quant_method')}' is not "
                            f"priced here (known: {', '.join(LAYOUT_READERS)})")
-    method, bits, detail, skips, matches = reader(stated)
-    return WeightFormat(method=method, bits=bits, quantized=_quantized_classes(size, method, skips, matches),
-                        source=f"config.json quantization_config: {detail}")
+    layout = _aligned(reader(stated), size)
+    return WeightFormat(method=layout.method, bits=layout.bits,
+                        quantized=_quantized_classes(size, layout.method, layout.skips, layout.matches),
+                        source=f"config.json quantization_config: {layout.detail}")
 
 
 def checkpoint_kv_dtype(config: dict[str, Any]) -> str | None:
@@ -99,6 +113,16 @@ def checkpoint_kv_dtype(config: dict[str, Any]) -> str | None:
             and isinstance(stated.get("kv_cache_scheme"), dict):
         return "fp8"
     return None
+
+
+def _aligned(layout: Layout, size: ModelSize) -> Layout:
+    """A stated group must divide the hidden size, the input every layer's first projections take whole: vLLM's
+    `create_weights` refuses the checkpoint otherwise (awq.py, gptq.py, marlin_utils.py)."""
+    if layout.group > 0 and size.hidden % layout.group:
+        raise HarnessError(f"quantization_config: groups of {layout.group} inputs do not divide the "
+                           f"hidden size {size.hidden}; vLLM refuses such a checkpoint ('The input size is not "
+                           "aligned with the quantized weight shape')")
+    return layout
 
 
 def _flag_format(method: str, quantization: str, size: ModelSize) -> WeightFormat:
@@ -137,7 +161,18 @@ def _quantization_config(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 Matcher = Callable[[str, str], bool]
-Layout = tuple[str, float, str, list[str], Matcher]
+
+
+class Layout(NamedTuple):
+    """What a quantization_config states: vLLM's method, bits a weight, the modules left 16-bit and how its skip
+    list matches them, and the group of inputs a scale covers (0: no groups)."""
+
+    method: str
+    bits: float
+    detail: str
+    skips: list[str]
+    matches: Matcher
+    group: int = 0
 
 
 def _substring(module: str, pattern: str) -> bool:
@@ -169,13 +204,23 @@ def _whole(holder: dict[str, Any], keys: tuple[str, ...], default: int, lowest: 
         return default
     value = holder[key]
     if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
-        raise HarnessError(f"config.json quantization_config: field '{key}' must be a whole number from {lowest} "
+        raise HarnessError(f"quantization_config: field '{key}' must be a whole number from {lowest} "
                            f"to {highest}, got {value!r}")
     return value
 
 
 def _bits(holder: dict[str, Any], *keys: str) -> int:
     return _whole(holder, keys, 4, 1, 16)
+
+
+def _kernel_bits(holder: dict[str, Any], method: str, keys: tuple[str, ...]) -> int:
+    """The stated bits, where some release's kernels for the method take them (KERNEL_BITS)."""
+    bits = _bits(holder, *keys)
+    if bits not in KERNEL_BITS[method]:
+        taken = ", ".join(str(width) for width in sorted(KERNEL_BITS[method]))
+        raise HarnessError(f"quantization_config: {method} at {bits} bits is refused by vLLM, whose "
+                           f"{method} kernels take {taken} bits")
+    return bits
 
 
 def _group(holder: dict[str, Any], *keys: str) -> int:
@@ -191,39 +236,41 @@ def _names(holder: dict[str, Any], key: str) -> list[str]:
 
 
 def _gptq_layout(stated: dict[str, Any]) -> Layout:
-    bits, group = _bits(stated, "bits"), _group(stated, "group_size")
+    bits, group = _kernel_bits(stated, "gptq", ("bits",)), _group(stated, "group_size")
     # gptq.py `create_weights` keeps qzeros whether or not the checkpoint is symmetric
-    return "gptq", _grouped_bits(bits, group, True), f"gptq, {bits} bits, groups of {group}", [], _substring
+    return Layout("gptq", _grouped_bits(bits, group, True), f"gptq, {bits} bits, groups of {group}", [], _substring,
+                  group)
 
 
 def _awq_layout(stated: dict[str, Any]) -> Layout:
-    bits, group = _bits(stated, "bits", "w_bit"), _group(stated, "group_size", "q_group_size")
-    return ("awq", _grouped_bits(bits, group, True), f"awq, {bits} bits, groups of {group}",
-            _names(stated, "modules_to_not_convert"), _substring)
+    bits, group = _kernel_bits(stated, "awq", ("bits", "w_bit")), _group(stated, "group_size", "q_group_size")
+    return Layout("awq", _grouped_bits(bits, group, True), f"awq, {bits} bits, groups of {group}",
+                  _names(stated, "modules_to_not_convert"), _substring, group)
 
 
 def _auto_round_layout(stated: dict[str, Any]) -> Layout:
-    bits, group = _bits(stated, "bits"), _group(stated, "group_size")
+    bits, group = _kernel_bits(stated, "auto-round", ("bits",)), _group(stated, "group_size")
     extra = stated.get("extra_config")
     extra = extra if isinstance(extra, dict) else {}
     skips = [name for name, layer in extra.items()
              if isinstance(layer, dict) and isinstance(layer.get("bits"), int | float) and layer["bits"] >= 16]
-    return ("auto-round", _grouped_bits(bits, group, True), f"auto-round, {bits} bits, groups of {group}", skips,
-            _substring)
+    return Layout("auto-round", _grouped_bits(bits, group, True), f"auto-round, {bits} bits, groups of {group}",
+                  skips, _substring, group)
 
 
 def _fp8_layout(stated: dict[str, Any]) -> Layout:
     skips = _names(stated, "ignored_layers") or _names(stated, "modules_to_not_convert")
-    return "fp8", 8.0, "fp8, 8 bits", skips, _substring
+    return Layout("fp8", 8.0, "fp8, 8 bits", skips, _substring)
 
 
 def _mxfp4_layout(stated: dict[str, Any]) -> Layout:
-    return "mxfp4", MXFP4_BITS, "mxfp4 experts, 4 bits and a scale byte per 32", [], _substring
+    return Layout("mxfp4", MXFP4_BITS, "mxfp4 experts, 4 bits and a scale byte per 32", [], _substring)
 
 
 def _bitsandbytes_layout(stated: dict[str, Any]) -> Layout:
     bits = 8.0 if stated.get("load_in_8bit") is True else QUANTIZED_BITS["bitsandbytes"]
-    return "bitsandbytes", bits, f"bitsandbytes, {bits:g} bits", _names(stated, "llm_int8_skip_modules"), _substring
+    return Layout("bitsandbytes", bits, f"bitsandbytes, {bits:g} bits", _names(stated, "llm_int8_skip_modules"),
+                  _substring)
 
 
 def _modelopt_layout(stated: dict[str, Any]) -> Layout:
@@ -232,8 +279,8 @@ def _modelopt_layout(stated: dict[str, Any]) -> Layout:
     algo = str(holder.get("quant_algo") or "FP8").upper()
     method = "modelopt_fp4" if "FP4" in algo else "modelopt"
     skips = _names(holder, "exclude_modules") if isinstance(nested, dict) else _names(stated, "ignore")
-    return method, QUANTIZED_BITS[method], f"modelopt {algo}", skips or _names(stated, "exclude_modules"), \
-        _modelopt_match
+    return Layout(method, QUANTIZED_BITS[method], f"modelopt {algo}", skips or _names(stated, "exclude_modules"),
+                  _modelopt_match)
 
 
 def _compressed_tensors_layout(stated: dict[str, Any]) -> Layout:
@@ -242,11 +289,12 @@ def _compressed_tensors_layout(stated: dict[str, Any]) -> Layout:
     schemes = {str(group.get("format") or stated.get("format")): group.get("weights")
                for group in (groups.values() if isinstance(groups, dict) else []) if isinstance(group, dict)}
     if len(schemes) != 1:
-        raise HarnessError("config.json quantization_config: compressed-tensors with "
+        raise HarnessError("quantization_config: compressed-tensors with "
                            f"{len(schemes) or 'no'} weight schemes; only one is priced here")
     fmt, weights = next(iter(schemes.items()))
     weights = weights if isinstance(weights, dict) else {}
     bits: float = _whole(weights, ("num_bits",), 8, 1, 16)
+    group = 0
     if fmt.startswith("nvfp4"):
         bits, detail = NVFP4_BITS, "nvfp4, 4 bits and an FP8 scale per 16"
     elif fmt.startswith("mxfp4"):
@@ -264,9 +312,9 @@ def _compressed_tensors_layout(stated: dict[str, Any]) -> Layout:
             try:
                 re.compile(pattern[3:])
             except re.error as error:
-                raise HarnessError(f"config.json quantization_config: ignore pattern '{pattern}' is not a regular "
+                raise HarnessError(f"quantization_config: ignore pattern '{pattern}' is not a regular "
                                    f"expression ({error})") from None
-    return "compressed-tensors", bits, detail, skips, _compressed_tensors_match
+    return Layout("compressed-tensors", bits, detail, skips, _compressed_tensors_match, group)
 
 
 LAYOUT_READERS: dict[str, Callable[[dict[str, Any]], Layout]] = {

@@ -336,6 +336,11 @@ MALFORMED_BASES = {
         ("qwen2.5-vl", {"vision_config": {"in_channels": "abc"}}, "field 'vision_config.in_channels'"),
         ("qwen3-vl", {"vision_config": {"deepstack_visual_indexes": 8}},
          "field 'vision_config.deepstack_visual_indexes' must be a list of layer indices"),
+        # each once priced although vLLM's kernels refuse the checkpoint: 3-bit AWQ, and groups that split a row
+        ("qwen3", {"quantization_config": {"quant_method": "awq", "bits": 3, "group_size": 128}},
+         "quantization_config: awq at 3 bits is refused by vLLM"),
+        ("qwen3", {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 3}},
+         "quantization_config: groups of 3 inputs do not divide the hidden size 2560"),
     ],
 )
 def test_a_malformed_config_field_is_named_before_launch(tmp_path, config, edit, named) -> None:

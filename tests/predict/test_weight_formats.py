@@ -69,9 +69,9 @@ def test_the_checkpoints_own_config_sets_the_format_when_no_flag_names_one() -> 
 
 
 def test_an_eight_bit_awq_checkpoint_is_priced_at_its_own_bits() -> None:
-    # w_bit 8, q_group_size 128 (AutoAWQ's spelling): 8 + (8 + 16) / 128 = 8.1875 bits; 81,920 × 8.1875 / 8 =
-    # 83,840 B, + 256,000 = 339,840 B.
-    assert _priced(_with(DENSE, {"quant_method": "awq", "w_bit": 8, "q_group_size": 128})) == 339_840
+    # w_bit 8, q_group_size 64 (AutoAWQ's spelling): 8 + (8 + 16) / 64 = 8.375 bits; 81,920 × 8.375 / 8 =
+    # 85,760 B, + 256,000 = 341,760 B.
+    assert _priced(_with(DENSE, {"quant_method": "awq", "w_bit": 8, "q_group_size": 64})) == 341_760
 
 
 def test_compressed_tensors_group_int4_stores_scales_and_zero_points_only_where_asymmetric() -> None:
@@ -111,14 +111,14 @@ def test_a_kind_the_skip_list_spares_in_every_layer_stays_16_bit_and_the_rest_is
     # A Qwen2-MoE-style model (one shared expert of width 32 behind a one-output gate) whose AWQ checkpoint leaves
     # its shared experts alone. Per layer: attention 16,384, routed experts 3 × 64 × 32 × 8 = 49,152, the shared
     # expert 3 × 64 × 32 = 6,144, router 64 × 8 = 512 and shared gate 64; × 2 layers: 32,768, 98,304, 12,288 and
-    # 1,152. Attention and routed experts at 4 + 20 / 128 bits: 131,072 × 4.15625 / 8 = 68,096 B; the shared
-    # experts, router and gates in bf16: 13,440 × 2 = 26,880 B; embeddings 256,000 B. Together 350,976 B.
+    # 1,152. Attention and routed experts at 4 + 20 / 64 bits: 131,072 × 4.3125 / 8 = 70,656 B; the shared
+    # experts, router and gates in bf16: 13,440 × 2 = 26,880 B; embeddings 256,000 B. Together 353,536 B.
     shared = {**MOE, "architectures": ["Qwen2MoeForCausalLM"], "shared_expert_intermediate_size": 32}
-    config = _with(shared, {"quant_method": "awq", "bits": 4, "group_size": 128,
+    config = _with(shared, {"quant_method": "awq", "bits": 4, "group_size": 64,
                             "modules_to_not_convert": ["mlp.shared_expert"]})
     fmt = weight_format(None, config, model_size(config))
     assert fmt is not None and fmt.quantized == ("mixer", "routed")
-    assert weights_term(model_size(config), 2, fmt, 1).bytes == 350_976
+    assert weights_term(model_size(config), 2, fmt, 1).bytes == 353_536
 
 
 def test_attention_spared_in_every_layer_is_held_16_bit_beside_an_nvfp4_mlp() -> None:
@@ -198,14 +198,39 @@ def test_a_malformed_quantization_config_is_refused_by_field_not_by_traceback(st
     assert named in str(refusal.value)
 
 
+@pytest.mark.parametrize(("stated", "named"), [
+    ({"quant_method": "awq", "w_bit": 3, "q_group_size": 64}, "awq at 3 bits is refused by vLLM, whose awq kernels "
+                                                              "take 4, 8 bits"),
+    ({"quant_method": "gptq", "bits": 5, "group_size": 64}, "gptq at 5 bits"),
+    ({"quant_method": "auto-round", "bits": 6, "group_size": 64}, "auto-round at 6 bits"),
+    # DENSE's hidden size is 64: a group of 3, or of 128, leaves its first projections' inputs split mid-group
+    ({"quant_method": "awq", "bits": 4, "group_size": 3}, "groups of 3 inputs do not divide the hidden size 64"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "groups of 128 inputs do not divide"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {
+        "num_bits": 4, "strategy": "group", "group_size": 48}}}}, "groups of 48 inputs do not divide"),
+])
+def test_a_layout_vllms_kernels_refuse_is_refused_naming_the_field(stated: dict[str, Any], named: str) -> None:
+    with pytest.raises(HarnessError) as refusal:
+        weight_format(None, _with(DENSE, stated), model_size(DENSE))
+    assert named in str(refusal.value)
+
+
+def test_a_group_of_one_per_output_channel_fits_any_hidden_size() -> None:
+    # GPTQ's -1 (and 0) mean one scale per output row, whatever the width: priced at the 4 bits alone, not refused.
+    for group in (-1, 0):
+        config = _with(DENSE, {"quant_method": "gptq", "bits": 4, "group_size": group})
+        fmt = weight_format(None, config, model_size(DENSE))
+        assert fmt is not None and fmt.bits == 4
+
+
 def test_odd_but_harmless_fields_are_read_as_vllm_reads_them() -> None:
     # A lone module name is a one-name list; an extra_config entry without bits leaves its module quantized.
-    lone = _with(DENSE, {"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": "visual"})
-    rounded = _with(DENSE, {"quant_method": "auto-round", "bits": 4, "group_size": 128,
+    lone = _with(DENSE, {"quant_method": "awq", "bits": 4, "group_size": 32, "modules_to_not_convert": "visual"})
+    rounded = _with(DENSE, {"quant_method": "auto-round", "bits": 4, "group_size": 32,
                             "extra_config": {"model.layers.0.self_attn.q_proj": {"data_type": "int"}}})
     for config in (lone, rounded):
         fmt = weight_format(None, config, model_size(DENSE))
-        assert fmt is not None and (fmt.quantized, fmt.bits) == (("mixer", "dense"), 4 + 20 / 128)
+        assert fmt is not None and (fmt.quantized, fmt.bits) == (("mixer", "dense"), 4 + 20 / 32)
 
 
 def test_every_kind_of_linear_the_formats_name_has_its_parameter_count() -> None:
