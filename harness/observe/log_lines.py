@@ -32,7 +32,7 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 RENDERED_LINK = re.compile(r"\[([^\[\]\s]+)\]\((?:https?|mailto):[^)\s]*\)")
 # `(EngineCore_DP0 pid=12)`, `(Worker_TP1 pid=9)`, `(VllmWorkerProcess pid=3)`, `(RayWorkerWrapper pid=3, ip=…)`
 PROCESS_PREFIX = re.compile(
-    r"\((?P<process>[A-Za-z][\w\-]*(?: (?:rank=|TP)\d+)?)(?: pid=\d+)?(?:, ip=[^)]*)?\)\s*"
+    r"\((?P<process>[A-Za-z][\w\-]*(?: (?:rank=|TP)\d+)?)(?: pid=(?P<pid>\d+))?(?:, ip=[^)]*)?\)\s*"
 )
 # What a log collector puts before each line vLLM wrote: a quote's `>`, `kubectl logs --prefix`'s
 # `[pod/name/container]`, a container runtime's RFC 3339 time stamp (`docker logs -t`, `kubectl logs
@@ -57,6 +57,12 @@ class LogLine:
     message: str
     stamp: str | None = None  # "MM-DD HH:MM:SS" from the header, where the line has one
     text: str = ""  # the physical line as logged (colour removed), prefix and header kept
+    pid: str | None = None  # the prefix's pid: V0's workers share one process name
+
+    @property
+    def speaker(self) -> tuple[str | None, str | None]:
+        """The one process that printed the line, where the prefix tells."""
+        return self.process, self.pid
 
 
 def read_log_text(source: str | Path) -> str:
@@ -135,11 +141,13 @@ def split_log_lines(text: str) -> list[LogLine]:
         if header:
             prefix = _process_before(unprefixed[:header.start()])
             lines.append(LogLine(prefix and prefix.group("process"), header.group("level"),
-                                 header.group("message").strip(), header.group("stamp"), stripped))
+                                 header.group("message").strip(), header.group("stamp"), stripped,
+                                 prefix and prefix.group("pid")))
         else:
             prefix = PROCESS_PREFIX.match(unprefixed)
             rest = unprefixed[prefix.end():] if prefix else unprefixed
-            lines.append(LogLine(prefix and prefix.group("process"), None, rest, None, stripped))
+            lines.append(LogLine(prefix and prefix.group("process"), None, rest, None, stripped,
+                                 prefix and prefix.group("pid")))
     return lines
 
 

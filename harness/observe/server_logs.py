@@ -30,6 +30,7 @@ from harness.observe.startup_lines import (
     ENGINE_CONFIG,
     MODEL_LOADING,
     NON_DEFAULT_ARGS,
+    ONCE_PER_PROCESS,
     SERVER_VERSION,
     SIZED_MARKERS,
     STARTING_TO_LOAD,
@@ -135,17 +136,26 @@ def parse_startup_log(text: str, start: int | None = None) -> StartupCapacity:
     return parsed.model_copy(update={"starts": len(starts), "start": chosen})
 
 
+# Process names several processes of one start share: V0's multiprocessing workers and Ray's workers.
+SHARED_PROCESS_NAMES = frozenset({"VllmWorkerProcess", "RayWorkerWrapper"})
+
+
 def split_starts(lines: list[LogLine]) -> list[list[LogLine]]:
     """The start-ups a log holds, each with its own lines, in order.
 
     A new start begins where a line that opens a start-up (the server's version or arguments, an
-    engine's config) follows lines of a start that had already begun loading or sizing, or where a
-    process reports loading weights again after it had already sized its cache. Every rank printing
-    its own figures, and the API server's lines interleaved with the engine's, stay in one start.
+    engine's config) follows lines of a start that had already begun loading or sizing, where a
+    process reports loading weights again after it had already sized its cache, where a process (by
+    its pid) prints its memory profile or block count a second time, or where a process that runs once a
+    start (the API server, an engine core, a rank's worker) shows another pid: two pasted excerpts,
+    the second without its header. Every rank printing its own figures, and the API server's lines
+    interleaved with the engine's, stay in one start.
     """
     starts: list[list[LogLine]] = [[]]
     loading: set[str | None] = set()  # processes of the current start that began loading or sizing
     sized: set[str | None] = set()  # processes of the current start that printed a capacity line
+    profiled: set[tuple[object, int]] = set()  # (speaker, ONCE_PER_PROCESS index) printed in the current start
+    pids: dict[str, str] = {}  # the pid each once-a-start process has in the current start
     latest: str | None = None  # the current start's latest time stamp
     for line in lines:
         message = line.message
@@ -153,12 +163,16 @@ def split_starts(lines: list[LogLine]) -> list[list[LogLine]]:
                      or NON_DEFAULT_ARGS.search(message))
         engine = bool(ENGINE_CONFIG.search(message))
         weights = bool(MODEL_LOADING.search(message) or WEIGHTS_MEMORY_V06.search(message))
-        # A line stamped before the start's latest one was printed during it (excerpts are posted out of order).
+        once = {(line.speaker, index) for index, pattern in enumerate(ONCE_PER_PROCESS)
+                if line.pid is not None and pattern.search(message)}  # without a pid, ranks cannot be told apart
+        relaunched = line.process in pids and line.pid is not None and pids[line.process] != line.pid
+        # A line stamped before the start's latest one was printed during it (excerpts are posted out of order);
+        # another pid is another start, whenever it was stamped.
         later = line.stamp is None or latest is None or line.stamp >= latest
-        if later and ((opens and loading) or (engine and line.process in loading)
-                      or (weights and line.process in sized)):
+        if relaunched or (later and ((opens and loading) or (engine and line.process in loading)
+                                     or (weights and line.process in sized) or once & profiled)):
             starts.append([])
-            loading, sized, latest = set(), set(), None
+            loading, sized, profiled, pids, latest = set(), set(), set(), {}, None
         starts[-1].append(line)
         if line.stamp is not None and (latest is None or line.stamp > latest):
             latest = line.stamp
@@ -167,6 +181,9 @@ def split_starts(lines: list[LogLine]) -> list[list[LogLine]]:
         if any(pattern.search(message) for pattern in SIZED_MARKERS):
             loading.add(line.process)
             sized.add(line.process)
+        profiled |= once
+        if line.process is not None and line.pid is not None and line.process not in SHARED_PROCESS_NAMES:
+            pids.setdefault(line.process, line.pid)
     return [start for start in starts if start] or [[]]
 
 

@@ -86,6 +86,9 @@ BANNER_VERSION = re.compile(r"█\s+version (?P<version>\d+\.\d+\S*)")
 STARTING_TO_LOAD = re.compile(r"^Starting to load model")
 # Lines a start prints once it has sized its cache: memory, blocks, tokens or concurrency.
 SIZED_MARKERS = (KV_CACHE_SIZE, MAX_CONCURRENCY, BLOCKS, AVAILABLE_KV, V0_KV_REST, PROFILE_V06)
+# Of those, the lines a process prints once a start: its own memory profile and the executor's block count. The
+# token and concurrency lines are not among them: 0.9 and 0.10's engine prints one pair per rank.
+ONCE_PER_PROCESS = (BLOCKS, AVAILABLE_KV, V0_KV_REST, PROFILE_V06)
 
 
 class CpuKvSpace(pydantic.BaseModel):

@@ -435,7 +435,7 @@ def test_a_decode_context_parallel_log_is_predicted_with_its_sequences_spread() 
     # of 16, × 8 for the spread sequences: 5,720,064 … 5,721,344 tokens, the log 5,721,088.
     field = Path(__file__).parents[1] / "fixtures" / "field"
     case = yaml.safe_load((field / "cases" / "v0111-kimi-k2-thinking-mla-h200-tp8-dcp8.yaml").read_text())
-    limit = "(EngineCore_DP0 pid=1) INFO 11-06 15:30:00 [model.py:1] Using max model len 262144\n"
+    limit = "(EngineCore_DP0 pid=666657) INFO 11-06 15:30:00 [model.py:1] Using max model len 262144\n"
     report = build_capacity_report(parse_startup_log(limit + case["log"]),
                                    model=str(field / "configs" / "moonshotai--Kimi-K2-Thinking.json"))
     assert report.prediction_inputs is not None and report.prediction_inputs.decode_context_parallel_size == 8

@@ -596,6 +596,44 @@ def test_lines_posted_out_of_order_stay_in_their_start() -> None:
     assert parse_startup_log(relaunched).starts == 2
 
 
+def _case_log(case_id: str) -> str:
+    return next(case.log for case in load_corpus(FIELD_CORPUS)[0] if case.id == case_id)
+
+
+def test_a_second_excerpt_pasted_without_its_header_is_its_own_start() -> None:
+    # Two real 0.11.0 starts of Llama-3.1-8B: the whole first (max_model_len 4,096; 157,584 tokens), then only the
+    # capacity lines of the second (38,944 tokens for 32,000-token requests), stamped three weeks earlier. Read as
+    # one start, the second's tokens and concurrency sat beside the first's length, blocks and weights.
+    whole = _case_log("v0110-llama31-8b-len4096-default-util")
+    excerpt = [line for line in _case_log("v0110-llama31-8b-len32000-util092").splitlines()
+               if "KV cache" in line or "Maximum concurrency" in line]
+    assert len(excerpt) == 3  # its memory, token and concurrency lines, from an engine core of another pid
+    read = parse_startup_log(whole + "\n".join(excerpt) + "\n")
+    assert (read.starts, read.kv_cache_tokens, read.max_concurrency_model_len) == (2, 38_944, 32_000)
+    assert read.max_model_len is None and read.num_gpu_blocks is None  # nothing of the first start
+    first = parse_startup_log(whole + "\n".join(excerpt) + "\n", start=1)
+    assert (first.kv_cache_tokens, first.max_model_len, first.num_gpu_blocks) == (157_584, 4096, 9849)
+
+
+def test_a_process_that_prints_its_memory_line_again_begins_another_start() -> None:
+    # One process (one pid) prints its memory once a start: twice is two starts. Without a pid the lines could be
+    # two ranks' (a log whose prefixes were cut), and 0.10's engine prints a token line per rank: one start each
+    # (the corpus's TP8 start prints eight pairs).
+    memory = "(EngineCore_DP0 pid=4671) INFO 10-14 19:25:50 [gpu_worker.py:298] Available KV cache memory: {} GiB\n"
+    assert parse_startup_log(memory.format("4.75") + memory.format("2.10")).starts == 2
+    unprefixed = memory.split(") ", 1)[1]
+    assert parse_startup_log(unprefixed.format("4.75") + unprefixed.format("4.75")).starts == 1
+    assert parse_startup_log(_case_log("v0100-qwen3-235b-a22b-fp8-tp8-ep-fp8kv")).starts == 1
+
+
+@pytest.mark.parametrize("case_id", ["v083-qwen25-vl-72b-a100-40gb-tp4-v0-fails", "v0101-gpt-oss-120b-a100-tp4-util08"])
+def test_workers_that_share_a_process_name_stay_in_one_start(case_id: str) -> None:
+    # V0's VllmWorkerProcess and Ray's RayWorkerWrapper name several processes of one start, each its own pid
+    text = _case_log(case_id)
+    assert len(set(re.findall(r"\((?:VllmWorkerProcess|RayWorkerWrapper) pid=(\d+)", text))) > 1
+    assert parse_startup_log(text).starts == 1
+
+
 def rendered_as_a_page(text: str) -> str:
     """What a copy of an issue page gives for a pasted log: every `[file.py:N]` auto-linked by the tracker,
     quotes as HTML entities, and non-breaking spaces after each header's level."""
