@@ -38,6 +38,7 @@ from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
     DEFAULT_V1_SAMPLER,
     GRAPHS_RESERVED_SINCE,
+    LORA_NOT_SIZED,
     MemoryConstants,
     forward_peak_bytes,
     plan_waterfall,
@@ -114,7 +115,7 @@ def fits(prediction: CapacityPrediction) -> bool:
 
 
 UNSTATED_CACHE = "not scored: the excerpt leaves out what the cache holds (its KV dtype or a drafter)"
-LORA_UNMODELLED = "not modelled: LoRA adapters (their slots and the profile's dummy adapters are not sized here)"
+LORA_UNMODELLED = f"not modelled: {LORA_NOT_SIZED}"
 
 
 def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:

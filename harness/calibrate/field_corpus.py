@@ -118,6 +118,13 @@ class FieldCase(pydantic.BaseModel, extra="forbid"):
             raise ValueError(f"'start: {self.start}' but the log holds {starts} start(s)")
         return self
 
+    @pydantic.model_validator(mode="after")
+    def _lora_as_the_log_shows(self) -> FieldCase:
+        line = parse_startup_log(self.log, self.start).lora_adapters_line
+        if line is not None and not self.facts.enable_lora:
+            raise ValueError(f"the log serves LoRA adapters ({line!r}): state 'enable_lora: true' in its facts")
+        return self
+
     def parsed(self) -> StartupCapacity:
         return parse_startup_log(self.log, self.start)
 

@@ -73,14 +73,14 @@ def _predicted_parts(report: CapacityReport) -> list[RenderableType]:
 def _waterfall_table(waterfall: WaterfallComparison) -> RenderableType:
     """The terms beside the logged ones; only why, where the waterfall could not be planned."""
     if not waterfall.rows:
-        return Text(f"no memory waterfall before launch: {waterfall.note}")
+        return Text(f"no memory waterfall before launch: {' '.join(waterfall.notes)}")
     table = Table("term", "predicted_gib", "logged_gib", "source",
                   title=f"Memory waterfall before launch beside the log: {gib(waterfall.total_bytes)} GiB "
                         f"({waterfall.total_source}) × {waterfall.gpu_memory_utilization}")
     for row in waterfall.rows:
         table.add_row(row.name, gib(row.predicted_bytes), gib(row.logged_bytes), row.source)
-    if waterfall.note:
-        table.caption = waterfall.note
+    if waterfall.notes:
+        table.caption = "\n".join(waterfall.notes)
     return table
 
 

@@ -15,7 +15,7 @@ from harness.observe.server_logs import StartupCapacity
 from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.fit_answer import gpu_total
 from harness.predict.kv_bytes import resolve_kv_dtype
-from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
+from harness.predict.memory_model import FITTED_CONSTANTS, LORA_NOT_SIZED, plan_waterfall
 from harness.predict.model_shape import ModelShape
 from harness.predict.releases import PRODUCTION_ENGINE
 from harness.predict.speculative import speculative_from_log
@@ -34,7 +34,7 @@ class WaterfallComparison(BaseModel):
     total_source: str
     gpu_memory_utilization: float
     rows: list[WaterfallRow]
-    note: str | None = None
+    notes: list[str] = []  # why no rows, or what the rows leave out
 
 
 def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | None) -> WaterfallComparison | None:
@@ -67,15 +67,17 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
         )
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,
-                                   gpu_memory_utilization=float(utilization), rows=[], note=str(error))
+                                   gpu_memory_utilization=float(utilization), rows=[], notes=[str(error)])
     logged = logged_term_bytes(log)
     rows = [WaterfallRow(name=term.name, predicted_bytes=term.bytes, logged_bytes=logged.get(term.name),
                          source=term.source) for term in waterfall.terms]
     rows.append(WaterfallRow(name="kv_memory", predicted_bytes=waterfall.kv_bytes,
                              logged_bytes=log.available_kv_cache_bytes, source="usable − the terms above"))
-    note = None if logged_total or gpu is None else "the log does not state the GPU's total: the given GPU is used"
+    notes = [] if logged_total or gpu is None else ["the log does not state the GPU's total: the given GPU is used"]
+    if log.lora_adapters_line is not None:
+        notes.append(f"the engine serves {LORA_NOT_SIZED}: the predicted terms leave them out")
     return WaterfallComparison(total_bytes=total, total_source=total_source, gpu_memory_utilization=float(utilization),
-                               rows=rows, note=note)
+                               rows=rows, notes=notes)
 
 
 def gib(value: int | None) -> str:

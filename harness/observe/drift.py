@@ -21,7 +21,7 @@ from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity
 from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.kv_bytes import resolve_kv_dtype
-from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
+from harness.predict.memory_model import FITTED_CONSTANTS, LORA_NOT_SIZED, plan_waterfall
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.pipeline import predict_pipeline_capacity
 from harness.predict.releases import PRODUCTION_ENGINE
@@ -81,6 +81,8 @@ def check_drift(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any],
     """The check, or one line saying why it cannot be made for this run."""
     if not log.capacity_found or (log.kv_cache_tokens is None and log.num_gpu_blocks is None):
         return "no drift check: the log states neither KV tokens nor blocks"
+    if log.lora_adapters_line is not None:
+        return f"no drift check: the engine serves {LORA_NOT_SIZED}, as its line says: {log.lora_adapters_line!r}"
     max_model_len = _int(limits.get("max_model_len")) or shape.max_position_embeddings
     if max_model_len is None:
         return "no drift check: neither the limits nor the config give max_model_len"

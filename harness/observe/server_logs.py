@@ -75,6 +75,7 @@ class StartupCapacity(pydantic.BaseModel):
     speculative_tokens: Count | None = None
     top_k_top_p_sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's, where the log names it
     top_k_top_p_sampler_line: str | None = None  # the first line that names it
+    lora_adapters_line: str | None = None  # the line that shows LoRA adapters served (or the arguments' enable_lora)
     kv_cache_device: str | None = None
     kv_cache_tokens: int | None = None
     kv_cache_tokens_per_print: list[int] = []
@@ -226,6 +227,8 @@ def _engine_facts_from_arguments(found: dict[str, Any], args: dict[str, Any]) ->
     for named in ("model", "kv_cache_dtype", "quantization"):
         if found.get(named) is None and isinstance(args.get(named), str):
             found[named] = args[named]
+    if args.get("enable_lora") is True and found.get("lora_adapters_line") is None:
+        found["lora_adapters_line"] = "non-default args: {'enable_lora': True, …}"
     if not isinstance(args.get("gpu_memory_utilization"), bool):  # a stated figure is checked as a Fraction
         found["gpu_memory_utilization"] = args.get("gpu_memory_utilization")
     speculative = args.get("speculative_config")  # {'method': 'mtp', 'num_speculative_tokens': 3}

@@ -78,6 +78,10 @@ TORCH_KV_DTYPES = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "bflo
 # the profile's activation peak, so the before-launch model takes it from here where a log states it.
 TOP_K_TOP_P_SAMPLER = re.compile(r"(?P<flashinfer>Using FlashInfer for top-p & top-k sampling)"
                                  r"|(?P<pytorch>Falling back to the PyTorch-native implementation of top-p & top-k)")
+# What a start serving LoRA adapters prints when it builds their kernels' wrapper (lora/punica_wrapper): "Using
+# PunicaWrapperGPU." (0.6.5 on; the platform's name ends it). The adapters' slots and the profile's dummy adapters
+# take memory the before-launch model does not size.
+LORA_WRAPPER = re.compile(r"^Using PunicaWrapper\w*")
 NON_DEFAULT_ARGS = re.compile(r"^non-default args: (?P<args>\{.*\})\s*$")
 ENGINE_CONFIG = re.compile(
     r"^Initializing an? (?:(?P<generation>V\d) )?LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)")
@@ -220,6 +224,9 @@ class StartFacts:
     def server_version(self, match: re.Match[str], process: str | None) -> None:
         self.found.setdefault("engine_version", match.group("version"))
 
+    def lora(self, match: re.Match[str], process: str | None) -> None:
+        self.found.setdefault("lora_adapters_line", match.string)
+
     def sampler(self, match: re.Match[str], process: str | None) -> None:
         name = "flashinfer" if match.group("flashinfer") else "pytorch"
         if self.found.setdefault("top_k_top_p_sampler", name) != name:
@@ -259,6 +266,7 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
     (SERVER_VERSION, StartFacts.server_version),
     (BANNER_VERSION, StartFacts.server_version),
     (TOP_K_TOP_P_SAMPLER, StartFacts.sampler),
+    (LORA_WRAPPER, StartFacts.lora),
 )
 
 

@@ -73,6 +73,9 @@ DEFAULT_V1_SAMPLER = "pytorch"
 ENCODER_PROFILE_NOTE = ("vision encoder: vLLM profiles it on its largest image or video before sizing the cache, "
                         "which is not priced here (up to several GiB; the KV figure is optimistic); "
                         "--limit-mm-per-prompt with zero images and videos, or --language-model-only, skips it")
+# What a start serving LoRA adapters holds beyond the waterfall: vLLM preallocates every adapter slot's A and B
+# matrices beside each adapted layer and profiles with dummy adapters loaded.
+LORA_NOT_SIZED = "LoRA adapters (their slots and the profile's dummy adapters are not sized here)"
 ENCODER_PRICED_NOTE = ("vision encoder: profiled on its largest item before the cache is sized, priced from the "
                        "checkpoint family's published processor bounds; --skip-mm-profiling or "
                        "--language-model-only removes it")

@@ -159,3 +159,13 @@ def test_the_sampler_a_run_log_names_prices_its_activation_peak() -> None:
     assert isinstance(unnamed, DriftCheck), unnamed
     assert activation(unnamed) == 1_443_741_040
     assert unnamed.qualification is not None and "+7.5%" in unnamed.qualification
+
+
+def test_a_start_serving_lora_adapters_is_not_judged_against_a_prediction_that_leaves_them_out() -> None:
+    # Qwen3-8B over two T4s on 0.22.0 with LoRA ("Using PunicaWrapperGPU."): the adapters' slots and the profile's
+    # dummy adapters are not priced, so a drift verdict would blame a term for what the model never sized. The same
+    # start read without that line is judged.
+    lora = field_drift("v0220-qwen3-8b-t4-tp2-lora-eager-len8192")
+    assert lora == ("no drift check: the engine serves LoRA adapters (their slots and the profile's dummy adapters "
+                    "are not sized here), as its line says: 'Using PunicaWrapperGPU.'")
+    assert isinstance(field_drift("v0220-qwen3-8b-t4-tp2-lora-eager-len8192", lora_adapters_line=None), DriftCheck)

@@ -154,6 +154,17 @@ def test_a_case_whose_log_holds_several_starts_names_the_one_it_scores(report) -
     assert both.parsed().kv_cache_tokens_at_failure == 23648
 
 
+def test_a_case_whose_log_serves_lora_adapters_must_say_so() -> None:
+    # Unstated, the LoRA start would be scored before launch against a waterfall that leaves its adapters out.
+    cases, _ = load_corpus(CORPUS)
+    lora = next(c for c in cases if c.id == "v0220-qwen3-8b-t4-tp2-lora-eager-len8192")
+    fields = {"source": str(lora.source), "where": lora.where, "edits": lora.edits, "log": lora.log}
+    unstated = lora.facts.model_dump(exclude={"enable_lora"})
+    with pytest.raises(pydantic.ValidationError, match=r"serves LoRA adapters \('Using PunicaWrapperGPU\.'\)"):
+        type(lora)(id="unstated", facts=unstated, **fields)
+    assert type(lora)(id="stated", facts={**unstated, "enable_lora": True}, **fields).facts.enable_lora
+
+
 def test_a_case_that_states_no_tensor_parallel_size_takes_the_one_its_log_shows() -> None:
     # A two-GPU log pasted without its engine config line: workers TP0 and TP1 each print their KV memory,
     # so the case is scored on 2 GPUs; a thread that states a size keeps it, and a log with no rank means 1.

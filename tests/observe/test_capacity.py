@@ -443,6 +443,19 @@ def test_a_decode_context_parallel_log_is_predicted_with_its_sequences_spread() 
     assert (tokens.logged, tokens.within_log_rounding) == (5_721_088, True)
 
 
+def test_the_waterfall_beside_a_lora_start_says_what_its_terms_leave_out() -> None:
+    # The corpus's Qwen3-8B TP2 start on two T4s serving LoRA: the rows are shown, captioned with what they omit.
+    case = FIELD_CONFIGS.parent / "cases" / "v0220-qwen3-8b-t4-tp2-lora-eager-len8192.yaml"
+    log = parse_startup_log(yaml.safe_load(case.read_text())["log"])
+    shape = load_model_shape(str(FIELD_CONFIGS / "Qwen--Qwen3-8B.json"))
+    waterfall = waterfall_beside_log(log, shape, "T4")
+    assert waterfall is not None and waterfall.rows, waterfall
+    assert "the engine serves LoRA adapters (their slots and the profile's dummy adapters are not sized here): the " \
+           "predicted terms leave them out" in waterfall.notes
+    plain = waterfall_beside_log(log.model_copy(update={"lora_adapters_line": None}), shape, "T4")
+    assert plain is not None and not any("LoRA" in note for note in plain.notes)
+
+
 def test_the_waterfall_beside_a_log_takes_the_start_s_own_format_batch_and_sequences() -> None:
     """A GPTQ Mistral-7B start whose config.json given here names no quantization: the engine config line says
     gptq_marlin (the kernel vLLM swapped in), the scheduler line the batch, the arguments max_num_seqs."""

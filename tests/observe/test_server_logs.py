@@ -634,6 +634,18 @@ def test_workers_that_share_a_process_name_stay_in_one_start(case_id: str) -> No
     assert parse_startup_log(text).starts == 1
 
 
+def test_a_start_serving_lora_adapters_says_so_from_its_wrapper_line_or_its_arguments() -> None:
+    # The corpus's seven LoRA starts each print vLLM's "Using PunicaWrapperGPU." line; no other start does.
+    read = {case.id: parse_startup_log(case.log, case.start) for case in load_corpus(FIELD_CORPUS)[0]}
+    serving = {case_id for case_id, log in read.items() if log.lora_adapters_line is not None}
+    assert len(serving) == 7 and "v0220-qwen3-8b-t4-tp2-lora-eager-len8192" in serving
+    assert {read[case_id].lora_adapters_line for case_id in serving} == {"Using PunicaWrapperGPU."}
+    argued = "(APIServer pid=1) INFO 11-20 10:00:00 [utils.py:233] non-default args: {'enable_lora': True}\n"
+    assert parse_startup_log(argued).lora_adapters_line == "non-default args: {'enable_lora': True, …}"
+    unset = argued.replace("True", "False")
+    assert parse_startup_log(unset).lora_adapters_line is None
+
+
 def rendered_as_a_page(text: str) -> str:
     """What a copy of an issue page gives for a pasted log: every `[file.py:N]` auto-linked by the tracker,
     quotes as HTML entities, and non-breaking spaces after each header's level."""
