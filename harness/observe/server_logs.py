@@ -137,8 +137,11 @@ def parse_startup_log(text: str, start: int | None = None) -> StartupCapacity:
     return parsed.model_copy(update={"starts": len(starts), "start": chosen})
 
 
-# Process names several processes of one start share: V0's multiprocessing workers and Ray's workers.
-SHARED_PROCESS_NAMES = frozenset({"VllmWorkerProcess", "RayWorkerWrapper"})
+# Process names one process of a start has: the API server (one of several: ApiServer_0), the engine core (one
+# per data-parallel rank), a rank's worker (Worker_TP0, Worker_PP1_TP0, VllmWorker rank=0). Other names are shared:
+# V0's VllmWorkerProcess, Ray's RayWorkerWrapper, and a worker's bare "Worker" before it knows its rank.
+ONCE_A_START_PROCESS = re.compile(r"APIServer|ApiServer_\d+|EngineCore(?:_DP\d+)?|Worker(?:_[A-Z]+\d+)+"
+                                  r"|VllmWorker (?:rank=|TP)\d+")
 
 
 def split_starts(lines: list[LogLine]) -> list[list[LogLine]]:
@@ -183,7 +186,7 @@ def split_starts(lines: list[LogLine]) -> list[list[LogLine]]:
             loading.add(line.process)
             sized.add(line.process)
         profiled |= once
-        if line.process is not None and line.pid is not None and line.process not in SHARED_PROCESS_NAMES:
+        if line.process is not None and line.pid is not None and ONCE_A_START_PROCESS.fullmatch(line.process):
             pids.setdefault(line.process, line.pid)
     return [start for start in starts if start] or [[]]
 

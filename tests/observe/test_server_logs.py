@@ -634,6 +634,15 @@ def test_workers_that_share_a_process_name_stay_in_one_start(case_id: str) -> No
     assert parse_startup_log(text).starts == 1
 
 
+def test_two_workers_that_print_before_they_know_their_rank_stay_in_one_start() -> None:
+    # 0.22's TP workers each print "Using V2 Model Runner" as a bare "Worker" before taking their Worker_TP<n> name
+    # (the corpus's T4 TP2 start kept the first; here both, as the whole log has them)
+    text = _case_log("v0220-qwen3-8b-t4-tp2-lora-eager-len8192")
+    runner = next(line for line in text.splitlines() if "(Worker pid=247)" in line)
+    both = text.replace(runner, runner + "\n" + runner.replace("pid=247", "pid=248"))
+    assert both.count("Using V2 Model Runner") == 2 and parse_startup_log(both).starts == 1
+
+
 def test_a_start_serving_lora_adapters_says_so_from_its_wrapper_line_or_its_arguments() -> None:
     # The corpus's seven LoRA starts each print vLLM's "Using PunicaWrapperGPU." line; no other start does.
     read = {case.id: parse_startup_log(case.log, case.start) for case in load_corpus(FIELD_CORPUS)[0]}
