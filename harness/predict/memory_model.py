@@ -344,10 +344,10 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=36.71,
-    non_torch_gib=0.036,
+    non_torch_gib=0.032,
     hopper_non_torch_gib=0.596,
-    cuda_graph_gib=0.505,
-    nccl_gib=0.133,
+    cuda_graph_gib=0.51,
+    nccl_gib=0.137,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
         "v0101-gpt-oss-120b-a100-tp4-util08",
@@ -363,11 +363,14 @@ FITTED_CONSTANTS = MemoryConstants(
         "v0112-llama3-8b-h200-len1024",
         "v0112-qwen25-coder-14b-l40s-len16384",
         "v013-gpt-oss-20b-gb10-util025",
+        "v0130-mistral-7b-v03-len8192",
         "v0130-nemotron-super-49b-tp4-len131072",
+        "v0130-qwen25-coder-32b-awq-a100-40gb-len16384",
         "v0140-r1-distill-qwen-14b-awq-rx9070xt-util075",
         "v0150-llama3-8b-bf16-len8192",
         "v0150-llama3-8b-w4a16-awq-len8192",
         "v0151-gpt-oss-120b-tp2-util085",
+        "v0160-qwen25-7b-bnb-unsloth-len32768",
         "v0171-llama31-8b-len32768",
         "v0171-qwen25-3b-len32768",
         "v0191-phi3-mini-rtx3090-fp16-util085",
