@@ -158,7 +158,8 @@ def split_starts(lines: list[LogLine]) -> list[list[LogLine]]:
     starts: list[list[LogLine]] = [[]]
     loading: set[str | None] = set()  # processes of the current start that began loading or sizing
     sized: set[str | None] = set()  # processes of the current start that printed a capacity line
-    profiled: set[tuple[object, int]] = set()  # (speaker, ONCE_PER_PROCESS index) printed in the current start
+    # (speaker, ONCE_PER_PROCESS index) printed in the current start, and the (stamp, message) it printed
+    profiled: dict[tuple[object, int], tuple[str | None, str]] = {}
     pids: dict[str, str] = {}  # the pid each once-a-start process has in the current start
     latest: str | None = None  # the current start's latest time stamp
     for line in lines:
@@ -169,14 +170,16 @@ def split_starts(lines: list[LogLine]) -> list[list[LogLine]]:
         weights = bool(MODEL_LOADING.search(message) or WEIGHTS_MEMORY_V06.search(message))
         once = {(line.speaker, index) for index, pattern in enumerate(ONCE_PER_PROCESS)
                 if line.pid is not None and pattern.search(message)}  # without a pid, ranks cannot be told apart
+        # the same line again (a notebook's output that echoes every line) is not a second print
+        printed_again = any(profiled.get(key, (line.stamp, message)) != (line.stamp, message) for key in once)
         relaunched = line.process in pids and line.pid is not None and pids[line.process] != line.pid
         # A line stamped before the start's latest one was printed during it (excerpts are posted out of order);
         # another pid is another start, whenever it was stamped.
         later = line.stamp is None or latest is None or line.stamp >= latest
         if relaunched or (later and ((opens and loading) or (engine and line.process in loading)
-                                     or (weights and line.process in sized) or once & profiled)):
+                                     or (weights and line.process in sized) or printed_again)):
             starts.append([])
-            loading, sized, profiled, pids, latest = set(), set(), set(), {}, None
+            loading, sized, profiled, pids, latest = set(), set(), {}, {}, None
         starts[-1].append(line)
         if line.stamp is not None and (latest is None or line.stamp > latest):
             latest = line.stamp
@@ -185,7 +188,8 @@ def split_starts(lines: list[LogLine]) -> list[list[LogLine]]:
         if any(pattern.search(message) for pattern in SIZED_MARKERS):
             loading.add(line.process)
             sized.add(line.process)
-        profiled |= once
+        for key in once:
+            profiled.setdefault(key, (line.stamp, message))
         if line.process is not None and line.pid is not None and ONCE_A_START_PROCESS.fullmatch(line.process):
             pids.setdefault(line.process, line.pid)
     return [start for start in starts if start] or [[]]

@@ -626,6 +626,19 @@ def test_a_process_that_prints_its_memory_line_again_begins_another_start() -> N
     assert parse_startup_log(_case_log("v0100-qwen3-235b-a22b-fp8-tp8-ep-fp8kv")).starts == 1
 
 
+def test_a_log_that_echoes_every_line_reads_as_the_log_itself() -> None:
+    # A Kaggle notebook's output of a 0.22.0 start printed every vLLM line twice (same pid, stamp and text): an
+    # echo, not a second start, whose memory line would otherwise have opened one without a version or a model.
+    text = _case_log("v0220-qwen3-8b-t4-tp2-lora-eager-len8192")
+    echoed = "".join(f"{line}\n{line}\n" for line in text.splitlines())
+    assert "Available KV cache memory" in text
+    headline = ("starts", "engine_version", "model", "max_model_len", "model_weights_bytes", "kv_cache_tokens",
+                "max_concurrency", "available_kv_cache_bytes")
+    once, twice = parse_startup_log(text), parse_startup_log(echoed)
+    assert [getattr(twice, name) for name in headline] == [getattr(once, name) for name in headline]
+    assert once.starts == 1 and once.kv_cache_tokens == 57_120  # the per-print lists hold each echo
+
+
 @pytest.mark.parametrize("case_id", ["v083-qwen25-vl-72b-a100-40gb-tp4-v0-fails", "v0101-gpt-oss-120b-a100-tp4-util08"])
 def test_workers_that_share_a_process_name_stay_in_one_start(case_id: str) -> None:
     # V0's VllmWorkerProcess and Ray's RayWorkerWrapper name several processes of one start, each its own pid
