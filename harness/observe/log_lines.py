@@ -35,10 +35,10 @@ PROCESS_PREFIX = re.compile(
     r"\((?P<process>[A-Za-z][\w\-]*(?: (?:rank=|TP)\d+)?)(?: pid=(?P<pid>\d+))?(?:, ip=[^)]*)?\)\s*"
 )
 # What a log collector puts before each line vLLM wrote: a quote's `>`, `kubectl logs --prefix`'s
-# `[pod/name/container]`, a container runtime's RFC 3339 time stamp (`docker logs -t`, `kubectl logs
-# --timestamps`), journald's `Aug 01 10:00:00 host unit[pid]:`.
+# `[pod/name/container]`, torch.distributed's `[rank0]:` before a rank's output, a container runtime's RFC 3339
+# time stamp (`docker logs -t`, `kubectl logs --timestamps`), journald's `Aug 01 10:00:00 host unit[pid]:`.
 COLLECTOR_PREFIX = re.compile(
-    r"^(?:>\s*|\[pod/[^\]\s]+\]\s+|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"
+    r"^(?:>\s*|\[pod/[^\]\s]+\]\s+|\[rank\d+\]:\s*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+(?:\[\d+\])?:\s+)+"
 )
 # 0.11+: `INFO 11-29 14:50:31 [core.py:402] msg`; 0.6: `INFO 11-29 14:50:31 core.py:402] msg`.

@@ -225,15 +225,22 @@ def tensor_parallel_ranks(lines: list[LogLine]) -> set[int]:
             if line.process and (match := TP_PREFIX.search(line.process))}
 
 
+# --dtype as the arguments spell it, as the engine config line prints it (torch's names)
+DTYPE_ARGUMENTS = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
+                   "float32": "float32"}
+
+
 def _engine_facts_from_arguments(found: dict[str, Any], args: dict[str, Any]) -> None:
     """What the engine config line states, from the non-default arguments where the excerpt lacks that line."""
     for counted in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size",
-                    "max_num_batched_tokens", "max_num_seqs", "block_size"):
+                    "max_num_batched_tokens", "max_num_seqs", "block_size", "max_model_len"):
         if found.get(counted) is None:
             found[counted] = argument_count(args, counted)
     for named in ("model", "kv_cache_dtype", "quantization"):
         if found.get(named) is None and isinstance(args.get(named), str):
             found[named] = args[named]
+    if found.get("dtype") is None and isinstance(args.get("dtype"), str):
+        found["dtype"] = DTYPE_ARGUMENTS.get(args["dtype"])  # 'auto' leaves it to the checkpoint: not known here
     if args.get("enable_lora") is True and found.get("lora_adapters_line") is None:
         found["lora_adapters_line"] = "non-default args: {'enable_lora': True, …}"
     if not isinstance(args.get("gpu_memory_utilization"), bool):  # a stated figure is checked as a Fraction
@@ -270,6 +277,8 @@ def _assemble(
     config_max_seq_len = found.pop("config_max_seq_len", None)
     if found.get("max_model_len") is None and config_max_seq_len is not None:
         found["max_model_len"] = config_max_seq_len  # releases before 0.9 only print it in the config
+    if found.get("model_weights_bytes") is None and profile is not None:  # V0's profile line states them too
+        found["model_weights_bytes"] = profile.components_bytes.get("model_weights_bytes")
     args = found.get("non_default_args") or {}
     exact_reservation = argument_count(args, "kv_cache_memory_bytes")
     if exact_reservation is not None:

@@ -166,6 +166,7 @@ class StartFacts:
 
     def reserved_kv(self, match: re.Match[str], process: str | None) -> None:
         self.found.setdefault("reserved_kv_bytes", gib_to_bytes(match.group("gib")))
+        self.stage = later_stage(self.stage, "sizing_kv_cache")  # the weights are loaded, the cache is being built
 
     def cpu_kv_space(self, match: re.Match[str], process: str | None) -> None:
         self.found["cpu_kv_space"] = CpuKvSpace(

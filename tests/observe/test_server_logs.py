@@ -668,6 +668,46 @@ def test_a_start_serving_lora_adapters_says_so_from_its_wrapper_line_or_its_argu
     assert parse_startup_log(unset).lora_adapters_line is None
 
 
+def test_a_start_given_its_kv_memory_that_fails_failed_while_sizing_the_cache() -> None:
+    # An XPU start of 0.2x given kv_cache_memory_bytes (SergiioB/intel-arc-pro-b70-inference-cookbook#4): the
+    # weights were loaded and the reservation made when the engine failed, not "before loading the model".
+    text = (
+        "(EngineCore pid=316) INFO 08-21 18:37:44 [gpu_worker.py:492] Initial free memory 31.16 GiB, reserved 4.25 "
+        "GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling.\n"
+        "(EngineCore pid=316) WARNING 08-21 18:37:44 [kv_cache_utils.py:1227] Add 3 padding layers, may waste at "
+        "most 6.25% KV cache memory\n"
+        "(EngineCore pid=316) ERROR 08-21 18:37:44 [core.py:1344] EngineCore failed to start.\n")
+    read = parse_startup_log(text)
+    assert read.failure is not None and read.failure.stage == "sizing_kv_cache"
+    assert read.kv_cache_memory_bytes == round(4.25 * GiB)
+
+
+def test_a_ranks_output_behind_torch_distributeds_prefix_is_read() -> None:
+    # torch.distributed puts `[rank0]: ` before a rank's lines (johnson7788/RLDecisionAgent docs/VL/Error.md): the
+    # exception under it is the engine's own explanation.
+    text = ("[rank0]: Traceback (most recent call last):\n"
+            "[rank0]:     raise RuntimeError(error)\n"
+            "[rank0]: RuntimeError: AoT scheduling is required for full cuda graph.\n")
+    assert engine_error_line(text) == "RuntimeError: AoT scheduling is required for full cuda graph."
+
+
+def test_what_the_engine_config_line_would_state_is_read_from_the_arguments_without_it() -> None:
+    # V0 workers' profile lines without "Loading model weights took" (vllm-project/vllm#14447): the weights are the
+    # profile's. A 0.20 issue's excerpt whose engine config line was cut (noonghunna/club-3090#95): the length and
+    # dtype are the non-default arguments'.
+    profile = ("(VllmWorkerProcess pid=507) INFO 04-12 08:21:19 [worker.py:267] model weights take 21.21GiB; "
+               "non_torch_memory takes 0.20GiB; PyTorch activation peak memory takes 0.37GiB; the rest of the memory "
+               "reserved for KV Cache is 1.57GiB.\n")
+    assert parse_startup_log(profile).model_weights_bytes == round(21.21 * GiB)
+    argued = ("(EngineCore pid=108) INFO 05-07 05:53:12 [kv_cache_utils.py:1710] GPU KV cache size: 200,769 tokens\n"
+              "(APIServer pid=1) INFO 05-07 05:49:45 [utils.py:233] non-default args: {'dtype': 'bfloat16', "
+              "'max_model_len': 200000, 'tensor_parallel_size': 2}\n")
+    read = parse_startup_log(argued)
+    assert (read.dtype, read.max_model_len, read.tensor_parallel_size) == ("bfloat16", 200_000, 2)
+    assert parse_startup_log(argued.replace("'bfloat16'", "'half'")).dtype == "float16"
+    assert parse_startup_log(argued.replace("'bfloat16'", "'auto'")).dtype is None
+
+
 def rendered_as_a_page(text: str) -> str:
     """What a copy of an issue page gives for a pasted log: every `[file.py:N]` auto-linked by the tracker,
     quotes as HTML entities, and non-breaking spaces after each header's level."""
