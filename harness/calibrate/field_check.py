@@ -194,6 +194,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
             max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
             engine_generation=facts.engine, gpu_name=facts.gpu, sampler=_known_sampler(case),
             speculative=facts.speculative, encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}),
+            enforce_eager=bool(log.enforce_eager),
         )
     except HarnessError as error:
         return LaunchCheck(status=f"not modelled: {error}", held_back=held_back)

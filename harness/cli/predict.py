@@ -56,6 +56,8 @@ def budget(
     sampler: str | None = typer.Option(None, help="V1's top-k/top-p sampler as the install runs it, with --gpu: "
                                        "flashinfer (vLLM's image before 0.11.2) or pytorch (pip's); unset, "
                                        "PyTorch's before 0.11.2 and the release's own choice after"),
+    enforce_eager: bool = typer.Option(False, help="vLLM's --enforce-eager as launched: no CUDA graphs are captured "
+                                       "or reserved (with --gpu)"),
     field_check: Path | None = typer.Option(None, help="score the calculator on a field corpus directory"),
     inventory: Path | None = typer.Option(None, help="price an inventory: the live population of --concurrency "
                                           "of its requests against the KV blocks"),
@@ -84,7 +86,7 @@ def budget(
         max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version, max_num_seqs=max_num_seqs,
         quantization=quantization, concurrency=concurrency, num_gpu_blocks=num_gpu_blocks,
         kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=enable_prefix_caching,
-        skip_mm_profiling=skip_mm_profiling, sampler=sampler,
+        skip_mm_profiling=skip_mm_profiling, sampler=sampler, enforce_eager=enforce_eager,
         speculative=speculative_from_options(speculative_method, num_speculative_tokens),
     ))
     if inventory is not None:
@@ -122,6 +124,7 @@ def budget(
             speculative=options.speculative, prefix_caching=options.enable_prefix_caching,
             decode_context_parallel_size=options.decode_context_parallel_size,
             encoder_launch=EncoderLaunch(skipped=options.skip_mm_profiling), sampler=options.sampler,
+            enforce_eager=options.enforce_eager,
         )
         print(answer.model_dump_json(indent=2)) if json_output else Console().print(answer_renderable(answer))
         return

@@ -64,6 +64,7 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
             checkpoint=None if log.quantization else shape.checkpoint_weights, speculative=speculative,
             gpu_name=gpu, sampler=log.top_k_top_p_sampler,
             encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}),
+            enforce_eager=bool(log.enforce_eager),
         )
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,

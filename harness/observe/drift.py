@@ -186,7 +186,8 @@ def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, An
         pipeline_parallel_size=pp, max_num_batched_tokens=_int(limits.get("max_num_batched_tokens")),
         max_num_seqs=_int(limits.get("max_num_seqs")), engine_generation=log.engine_generation,
         checkpoint=None if quantization else shape.checkpoint_weights, gpu_name=gpu_name, speculative=speculative,
-        sampler=log.top_k_top_p_sampler, encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}))
+        sampler=log.top_k_top_p_sampler, encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}),
+        enforce_eager=bool(log.enforce_eager or limits.get("enforce_eager") is True))
     terms = [DriftTerm(name=term.name, predicted_bytes=term.bytes, logged_bytes=logged.get(term.name),
                        subtracted=term.subtracted) for term in waterfall.terms]
     # the log's headline is its smallest rank's figure: the stage with the least memory is the one to compare

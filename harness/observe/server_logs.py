@@ -76,6 +76,7 @@ class StartupCapacity(pydantic.BaseModel):
     top_k_top_p_sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's, where the log names it
     top_k_top_p_sampler_line: str | None = None  # the first line that names it
     lora_adapters_line: str | None = None  # the line that shows LoRA adapters served (or the arguments' enable_lora)
+    enforce_eager: bool | None = None  # the engine config's (else the arguments'): no CUDA graphs captured
     kv_cache_device: str | None = None
     kv_cache_tokens: int | None = None
     kv_cache_tokens_per_print: list[int] = []
@@ -241,6 +242,8 @@ def _engine_facts_from_arguments(found: dict[str, Any], args: dict[str, Any]) ->
             found[named] = args[named]
     if found.get("dtype") is None and isinstance(args.get("dtype"), str):
         found["dtype"] = DTYPE_ARGUMENTS.get(args["dtype"])  # 'auto' leaves it to the checkpoint: not known here
+    if found.get("enforce_eager") is None and isinstance(args.get("enforce_eager"), bool):
+        found["enforce_eager"] = args["enforce_eager"]
     if args.get("enable_lora") is True and found.get("lora_adapters_line") is None:
         found["lora_adapters_line"] = "non-default args: {'enable_lora': True, …}"
     if not isinstance(args.get("gpu_memory_utilization"), bool):  # a stated figure is checked as a Fraction

@@ -274,23 +274,30 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
 SPECULATIVE_CONFIG = re.compile(r"speculative_config=SpeculativeConfig\((?P<body>[^)]*)\)")
 
 
+def _optional(value: str) -> str | None:
+    return None if value == "None" else value
+
+
+# The engine config line's `name=value` fields read here: (the fact's name, the printed name, the value's
+# pattern, how the value is kept).
+ENGINE_CONFIG_FIELDS: tuple[tuple[str, str, str, Callable[[str], Any]], ...] = (
+    ("model", "model", r"'(?P<value>[^']*)'", str),
+    ("model_revision", "revision", r"(?P<value>[^,\s]+)", _optional),
+    ("dtype", "dtype", r"(?:torch\.)?(?P<value>\w+)", str),
+    ("kv_cache_dtype", "kv_cache_dtype", r"(?P<value>\w+)", str),
+    ("quantization", "quantization", r"(?P<value>[\w-]+)", _optional),
+    ("tensor_parallel_size", "tensor_parallel_size", r"(?P<value>\d+)", logged_count),
+    ("pipeline_parallel_size", "pipeline_parallel_size", r"(?P<value>\d+)", logged_count),
+    ("enforce_eager", "enforce_eager", r"(?P<value>True|False)", lambda value: value == "True"),
+    ("config_max_seq_len", "max_seq_len", r"(?P<value>\d+)", logged_count),
+)
+
+
 def _engine_config_fields(config: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
-    if match := re.search(r"(?:^|, )model='(?P<value>[^']*)'", config):
-        fields["model"] = match.group("value")
-    if match := re.search(r"(?:^|, )revision=(?P<value>[^,\s]+)", config):
-        fields["model_revision"] = None if match.group("value") == "None" else match.group("value")
-    if match := re.search(r"(?:^|, )dtype=(?:torch\.)?(?P<value>\w+)", config):
-        fields["dtype"] = match.group("value")
-    if match := re.search(r"(?:^|, )kv_cache_dtype=(?P<value>\w+)", config):
-        fields["kv_cache_dtype"] = match.group("value")
-    if match := re.search(r"(?:^|, )quantization=(?P<value>[\w-]+)", config):
-        fields["quantization"] = None if match.group("value") == "None" else match.group("value")
-    for parallel in ("tensor_parallel_size", "pipeline_parallel_size"):
-        if match := re.search(rf"(?:^|, ){parallel}=(?P<value>\d+)", config):
-            fields[parallel] = logged_count(match.group("value"))
-    if match := re.search(r"(?:^|, )max_seq_len=(?P<value>\d+)", config):
-        fields["config_max_seq_len"] = logged_count(match.group("value"))
+    for field_name, printed, value, kept in ENGINE_CONFIG_FIELDS:
+        if match := re.search(rf"(?:^|, ){printed}={value}", config):
+            fields[field_name] = kept(match.group("value"))
     if match := SPECULATIVE_CONFIG.search(config):  # SpeculativeConfig(method='eagle3', model='…', num_spec_tokens=3)
         method = re.search(r"method='(?P<value>[\w-]+)'", match.group("body"))
         tokens = re.search(r"num_spec_tokens=(?P<value>\d+)", match.group("body"))

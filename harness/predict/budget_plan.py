@@ -87,6 +87,7 @@ class BudgetOptions(BaseModel):
     enable_prefix_caching: bool = False  # what it changes is a hybrid's state blocks per request
     skip_mm_profiling: bool = False  # --skip-mm-profiling or --language-model-only: no encoder profile (with --gpu)
     sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's top-k/top-p sampler as installed (with --gpu)
+    enforce_eager: bool = False  # vLLM's --enforce-eager: no CUDA graphs (with --gpu)
 
     @model_validator(mode="after")
     def one_population(self) -> BudgetOptions:
@@ -134,8 +135,8 @@ class BudgetOptions(BaseModel):
 def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     """The forward budget, plus the capacity prediction when a KV memory figure is given one way or another."""
     warnings = engine_version_warnings(options.engine_version)
-    unread = [flag_of(name) for name in ("max_num_seqs", "quantization", "skip_mm_profiling", "sampler")
-              if getattr(options, name)]
+    unread = [flag_of(name) for name in ("max_num_seqs", "quantization", "skip_mm_profiling", "sampler",
+                                         "enforce_eager") if getattr(options, name)]
     if unread:
         warnings.append(f"{' and '.join(unread)}: read only with --gpu (the before-launch answer); ignored here")
     result = estimate_budget(first_stage(shape, options.pipeline_parallel_size), _population(options),

@@ -63,6 +63,7 @@ def answer_fit(
     decode_context_parallel_size: int = 1,
     encoder_launch: EncoderLaunch | None = None,
     sampler: str | None = None,
+    enforce_eager: bool = False,
 ) -> FitAnswer:
     """The waterfall for `gpu` (a catalogue name or a GiB figure) and what it means for the limits; `sampler` is
     V1's top-k/top-p implementation as installed (plan_waterfall's)."""
@@ -78,7 +79,7 @@ def answer_fit(
         dtype_bytes=dtype_bytes, quantization=quantization, tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, checkpoint=checkpoint, gpu_name=gpu, speculative=speculative,
-        sampler=sampler, encoder_launch=encoder_launch, config_source=shape.source,
+        sampler=sampler, encoder_launch=encoder_launch, enforce_eager=enforce_eager, config_source=shape.source,
     )
     stage_kv_bytes = [max(0, stage) for stage in waterfall.stage_kv_bytes]
     predict = partial(predict_pipeline_capacity, shape, stage_kv_bytes, block_size=block_size,

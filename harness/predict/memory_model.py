@@ -221,6 +221,7 @@ def plan_waterfall(
     sampler: str | None = None,
     speculative: SpeculativeDecoding | None = None,
     encoder_launch: EncoderLaunch | None = None,
+    enforce_eager: bool = False,
     config_source: str = "config",
 ) -> Waterfall:
     """Every term between the GPU's total and the KV cache, with the source of each.
@@ -229,8 +230,9 @@ def plan_waterfall(
     parameter-count estimate of the weights. `sampler` is "flashinfer" or "pytorch", V1's top-k/top-p
     implementation (FlashInfer when the install has it, as vLLM's image does; unstated, PyTorch's, see
     DEFAULT_V1_SAMPLER); V0 always uses PyTorch's. `speculative` adds an MTP drafter's weights. `encoder_launch`
-    says whether a VL model's encoder is profiled and with which limits (encoder_profile.py). `config_source`
-    names the config in an error about its fields.
+    says whether a VL model's encoder is profiled and with which limits (encoder_profile.py). `enforce_eager`
+    (vLLM's --enforce-eager) captures no CUDA graphs. `config_source` names the config in an error about its
+    fields.
     """
     if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
@@ -258,7 +260,8 @@ def plan_waterfall(
     non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size, gpu_name,
                                total_bytes)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
-    graph_bytes = int(constants.cuda_graph_gib * GiB)  # the source shows this figure, rounded as the table rounds it
+    # the source shows this figure, rounded as the table rounds it; eager mode captures none
+    graph_bytes = 0 if enforce_eager else int(constants.cuda_graph_gib * GiB)
     if checkpoint is not None:
         weights = Term(name="weights", bytes=checkpoint[0] // parallel, subtracted=True,
                        source=f"{checkpoint[1]}, split over {parallel} GPU(s)")
@@ -278,7 +281,8 @@ def plan_waterfall(
                     + ("" if encoder is None else f"; first {encoder.source}")),
         non_torch,
         Term(name="cuda_graphs", bytes=graph_bytes, subtracted=graphs_reserved,
-             source=f"fitted {graph_bytes / GiB:.2f} GiB; "
+             source="none: --enforce-eager captures no CUDA graphs" if enforce_eager else
+                    f"fitted {graph_bytes / GiB:.2f} GiB; "
                     + ("reserved before the cache from 0.21 on" if graphs_reserved
                        else f"captured after the cache is sized in {version}: not subtracted")),
     ]

@@ -137,6 +137,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
         ("weights above the GPU", ["--gpu-memory-gib", "8"], "the weights (7.49 GiB per GPU)"),
         ("newer engine", ["--engine-version", "0.40.0"], "engine version 0.40.0 is newer"),
         ("sampler without --gpu", ["--sampler", "flashinfer"], "--sampler: read only with --gpu"),
+        ("eager without --gpu", ["--enforce-eager"], "--enforce-eager: read only with --gpu"),
     ],
 )
 def test_suspect_input_is_warned_by_name(case, args, warned) -> None:
@@ -145,6 +146,17 @@ def test_suspect_input_is_warned_by_name(case, args, warned) -> None:
     assert result.stderr.startswith("warning: ")
     assert warned in " ".join(result.stderr.split()), case
     assert "Traceback" not in result.stderr
+
+
+def test_eager_mode_before_launch_reserves_no_cuda_graphs() -> None:
+    # Qwen3-4B on an L4 under 0.30.0, which reserves its graph estimate before the cache: eager, the row says none
+    graphs = {}
+    for flags in ([], ["--enforce-eager"]):
+        result = harness("budget", "--gpu", "L4", "--engine-version", "0.30.0", "--max-model-len", "4096", *flags)
+        assert result.returncode == 0, result.stderr
+        graphs[bool(flags)] = next(line for line in result.stdout.splitlines() if "cuda_graphs" in line)
+    assert "none: --enforce-eager" in graphs[True] and "0.00" in graphs[True]
+    assert "0.51" in graphs[False] and "reserved before the cache" in graphs[False]
 
 
 def test_gpu_waterfall_says_it_fits_with_each_terms_source() -> None:

@@ -12,6 +12,7 @@ from harness.predict.memory_model import (
     ENCODER_PRICED_NOTE,
     ENCODER_PROFILE_NOTE,
     FITTED_CONSTANTS,
+    Waterfall,
     forward_peak_bytes,
     plan_waterfall,
     profiling_batch,
@@ -206,6 +207,25 @@ def test_a_hopper_part_gets_the_base_fitted_on_hopper_starts() -> None:
 
     assert non_torch("H100-80GB") == non_torch("NVIDIA H200") == non_torch("GH200") == 639_950_127
     assert non_torch("A100-80GB") == non_torch("RTX-PRO-6000-Blackwell") == non_torch(None) == 34_359_738
+
+
+def test_eager_mode_captures_no_cuda_graphs_so_from_0_21_their_reservation_goes_to_the_cache() -> None:
+    # From 0.21 vLLM reserves its CUDA-graph estimate before sizing the cache (the fitted 0.51 GiB here,
+    # int(0.51 × 2³⁰) = 547,608,330 B); --enforce-eager captures none, so the cache gets those bytes. Before 0.21
+    # the graphs are captured after the cache: the cache is the same, only what the warm-up has left differs.
+    config = _config("Qwen--Qwen2-7B-Instruct.json")
+
+    def plan(version: str, eager: bool) -> Waterfall:
+        return plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
+                              gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
+                              enforce_eager=eager)
+
+    def graphs(waterfall: Waterfall) -> int:
+        return next(term.bytes for term in waterfall.terms if term.name == "cuda_graphs")
+
+    assert graphs(plan("0.30.0", False)) == 547_608_330 and graphs(plan("0.30.0", True)) == 0
+    assert plan("0.30.0", True).kv_bytes - plan("0.30.0", False).kv_bytes == 547_608_330
+    assert plan("0.11.0", True).kv_bytes == plan("0.11.0", False).kv_bytes
 
 
 def test_a_vision_language_waterfall_says_whether_the_encoder_profile_is_priced() -> None:
