@@ -261,7 +261,7 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
             used.add(case.id)
         elif total is not None and config is not None and _known_sampler(case) and not beside_context:
             implied.append((case, config, total[0]))  # nothing in the remainder may rest on an assumed sampler
-        if "cuda_graphs" in logged:
+        if "cuda_graphs" in logged and not case.parsed().enforce_eager:  # an eager start's zero is no estimate
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
         if config is None:

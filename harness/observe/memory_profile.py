@@ -32,6 +32,19 @@ TABLE_KEYS = {"total_gpu_memory": "total_gpu_memory_bytes", "model weights take"
               "non_torch_memory": "non_torch_memory_bytes",
               "PyTorch activation peak memory": "pytorch_activation_peak_memory_bytes",
               "available_kv_cache_memory": "kv_cache_size_bytes"}
+# 0.10.2+, after the cache is built (gpu_worker.py `compile_or_warm_up_model`): `Free memory on device (78.57/79.18
+# GiB) on startup. Desired GPU memory utilization is (0.9, 71.26 GiB). Actual usage is 56.93 GiB for weight, 5.58
+# GiB for peak activation, 0.07 GiB for non-torch memory, and 0.69 GiB for CUDAGraph memory. Replace …`; from 0.30
+# `… Actual usage is 2.18 GiB for consumed memory (weights + non-torch), 0.15 GiB for peak activation, and 0.0 GiB
+# for CUDAGraph memory. …`
+USAGE_V1 = re.compile(
+    rf"^Free memory on device \({LOGGED_NUMBER}/(?P<total>{LOGGED_NUMBER}) GiB\) on startup\. Desired GPU memory "
+    rf"utilization is \((?P<util>\d+(?:\.\d+)?), {LOGGED_NUMBER} GiB\)\. Actual usage is (?P<parts>.*?)\. Replace"
+)
+USAGE_PART = re.compile(rf"(?:and )?(?P<gib>{LOGGED_NUMBER}) GiB for (?P<label>[^,]+?)$")
+USAGE_KEYS = {"weight": "model_weights_bytes", "peak activation": "pytorch_activation_peak_memory_bytes",
+              "non-torch memory": "non_torch_memory_bytes", "CUDAGraph memory": "cuda_graph_memory_bytes",
+              "consumed memory (weights + non-torch)": "consumed_memory_bytes"}
 GIB_PART = re.compile(rf"^(?P<label>.+?)(?::| takes| take| is)\s*(?P<gib>{LOGGED_NUMBER})\s*GiB\.?$")
 KEY_VALUE = re.compile(rf"(?P<key>\w+)=(?P<value>{LOGGED_NUMBER})(?P<unit>Gi[Bb])?")
 TERM_LOG_KEYS = {
@@ -70,6 +83,13 @@ def _fold_summary_line(message: str, profile: MemoryProfile | None) -> MemoryPro
         profile = profile or MemoryProfile()
         profile.gpu_memory_utilization = logged_figure(match.group("util"))
         profile.components_bytes["total_gpu_memory_bytes"] = gib_to_bytes(match.group("total"))
+    elif match := USAGE_V1.search(message):
+        profile = profile or MemoryProfile()
+        profile.gpu_memory_utilization = logged_figure(match.group("util"))
+        profile.components_bytes["total_gpu_memory_bytes"] = gib_to_bytes(match.group("total"))
+        for part in match.group("parts").split(", "):
+            if (usage := USAGE_PART.search(part.strip())) and (key := USAGE_KEYS.get(usage.group("label"))):
+                profile.components_bytes[key] = gib_to_bytes(usage.group("gib"))
     elif PROFILE_V0_PARTS.search(message):
         profile = profile or MemoryProfile()
         profile.components_bytes.update(_gib_parts(message))
@@ -123,8 +143,11 @@ def logged_term_bytes(log: Any) -> dict[str, int]:
         found["activation_peak"] = parts["peak_torch_memory_bytes"] - weights  # 0.6 logs the peak with weights
     if "weights" not in found and log.model_weights_bytes:
         found["weights"] = log.model_weights_bytes
-    if log.cuda_graph_bytes is not None:
-        found["cuda_graphs"] = log.cuda_graph_bytes
+    if "non_torch" not in found and "consumed_memory_bytes" in parts and "weights" in found:
+        found["non_torch"] = parts["consumed_memory_bytes"] - found["weights"]  # 0.30 logs the two together
+    graphs = log.cuda_graph_bytes if log.cuda_graph_bytes is not None else parts.get("cuda_graph_memory_bytes")
+    if graphs is not None:
+        found["cuda_graphs"] = graphs
     return found
 
 

@@ -348,10 +348,10 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=36.71,
-    non_torch_gib=0.032,
+    non_torch_gib=0.036,
     hopper_non_torch_gib=0.596,
     cuda_graph_gib=0.51,
-    nccl_gib=0.137,
+    nccl_gib=0.133,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
         "v0101-gpt-oss-120b-a100-tp4-util08",
@@ -385,6 +385,7 @@ FITTED_CONSTANTS = MemoryConstants(
         "v0221-llama3-8b-w5a16-rtn-util085-len4096",
         "v0221-llama3-8b-w7a16-rtn-util085-len4096",
         "v0300-qwen25-15b-fp16-util085-len4096",
+        "v0300-qwen25-3b-awq-eager-util045-len1024",
         "v064-llama31-8b-tp2-len131072",
         "v066-qwen25-15b-l40s-len4096",
         "v07-qwen25-05b-8gib-util075",

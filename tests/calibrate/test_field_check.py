@@ -22,6 +22,7 @@ from harness.calibrate.field_report import concurrency_within, score, summary_li
 from harness.calibrate.field_results import FieldReport, LaunchCheck, SamplerFact
 from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
+from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import parse_startup_log
 from harness.predict.budget import predict_capacity
 from harness.predict.gpu_catalog import GPUS, gpu_memory
@@ -180,6 +181,18 @@ def test_shipped_constants_are_the_fit_on_the_fit_half_only(report) -> None:
     held = {c.id for c in report.cases if c.launch.held_back}
     assert held == {c.id for c in cases} - fit_ids
     assert held.isdisjoint(FITTED_CONSTANTS.fitted_on)
+
+
+def test_an_eager_starts_zero_graph_memory_is_no_sample_of_the_graph_estimate() -> None:
+    # The 0.30.0 eager start on an 8 GB card logs "0.0 GiB for CUDAGraph memory": it captured none, which says
+    # nothing of what a start that captures them takes. Its non-torch figure (2.18 consumed − 1.93 weights) counts.
+    cases, configs = load_corpus(CORPUS)
+    fit = [c for c in cases if c.id in fit_case_ids(cases)]
+    eager = next(c for c in fit if c.id == "v0300-qwen25-3b-awq-eager-util045-len1024")
+    assert eager.parsed().enforce_eager and logged_term_bytes(eager.parsed())["cuda_graphs"] == 0
+    without = fit_constants([c for c in fit if c is not eager], configs)
+    assert fit_constants(fit, configs).cuda_graph_gib == without.cuda_graph_gib == FITTED_CONSTANTS.cuda_graph_gib
+    assert eager.id in FITTED_CONSTANTS.fitted_on  # for its non-torch memory
 
 
 def test_no_source_sits_on_both_sides_of_the_split(report) -> None:

@@ -17,6 +17,7 @@ from harness.calibrate.field_corpus import load_corpus
 from harness.errors import HarnessError
 from harness.observe.engine_failure import engine_error_line
 from harness.observe.log_lines import read_log_text
+from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.paths import read_bounded_bytes
 from harness.units import GiB
@@ -717,6 +718,21 @@ def test_eager_mode_is_read_from_the_engine_config_line_or_the_arguments() -> No
     assert read["v0100-qwen3-235b-a22b-fp8-tp8-ep-fp8kv"].enforce_eager is False  # its engine line says so
     argued = "(APIServer pid=1) INFO 11-20 10:00:00 [utils.py:233] non-default args: {'enforce_eager': True}\n"
     assert parse_startup_log(argued).enforce_eager is True
+
+
+def test_the_usage_line_after_the_cache_states_the_gpu_total_and_each_term() -> None:
+    # 0.10.2 to 0.2x name each term (Qwen3-30B-A3B on an H100); from 0.30 weights and non-torch come together
+    # (Qwen2.5-3B AWQ on an 8 GB card, whose weights line says 1.93 GiB: 2.18 − 1.93 = 0.25 GiB non-torch).
+    separate = parse_startup_log(_case_log("v0102-qwen3-30b-a3b-2507-h100-len6144"))
+    assert separate.memory_profile is not None
+    assert separate.memory_profile.components_bytes["total_gpu_memory_bytes"] == round(79.18 * GiB)
+    assert {term: round(figure / GiB, 2) for term, figure in logged_term_bytes(separate).items()} == {
+        "weights": 56.93, "activation_peak": 5.58, "non_torch": 0.07, "cuda_graphs": 0.69}
+    together = parse_startup_log(_case_log("v0300-qwen25-3b-awq-eager-util045-len1024"))
+    assert together.memory_profile is not None and together.memory_profile.gpu_memory_utilization == 0.45
+    assert together.memory_profile.components_bytes["total_gpu_memory_bytes"] == round(7.65 * GiB)
+    terms = logged_term_bytes(together)
+    assert terms["non_torch"] == round(2.18 * GiB) - round(1.93 * GiB) and terms["activation_peak"] == round(0.15 * GiB)
 
 
 def rendered_as_a_page(text: str) -> str:
