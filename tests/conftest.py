@@ -208,6 +208,18 @@ def create_project(name: str, deadline_s: float = 60) -> str:
             time.sleep(2)
 
 
+def polyaxon_cli(*args: str, timeout_s: float = 300, deadline_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """The polyaxon CLI against the sandbox, asked again while it answers HTTP 405 because it is still expanding
+    runs an earlier test submitted (create_project's wait): that answer writes nothing, so asking again is safe."""
+    polyaxon = str(Path(sys.executable).with_name("polyaxon"))
+    deadline = time.monotonic() + deadline_s
+    while True:
+        done = subprocess.run([polyaxon, *args], capture_output=True, text=True, timeout=timeout_s)
+        if done.returncode == 0 or "Status: 405" not in done.stdout + done.stderr or time.monotonic() > deadline:
+            return done
+        time.sleep(2)
+
+
 @contextmanager
 def emulator(**options: object) -> Iterator[str]:
     """`harness emulate` in a subprocess; yields its base URL once /health answers."""

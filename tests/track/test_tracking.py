@@ -33,7 +33,7 @@ from harness.observe.server_metrics import Histogram, HistogramBucket, MetricsSn
 from harness.schema import RunFile
 from harness.track.tracking import live_series, track_run
 
-from conftest import emulator
+from conftest import emulator, polyaxon_cli
 
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 LIMITS = {"max_num_seqs": 4, "max_model_len": 1024, "kv_cache_memory_bytes": 4_194_304}
@@ -88,8 +88,8 @@ def test_offline_run_is_listed_pushed_and_read_back_by_uuid(
     assert tracked.run_uuid in listed.stdout
 
     ProjectClient(owner="default").create({"name": "harness-tests"})
-    pushed = subprocess.run([POLYAXON, "ops", "push", "-p", "harness-tests", "--path", str(offline),
-                             "-uid", tracked.run_uuid], capture_output=True, text=True, timeout=120)
+    pushed = polyaxon_cli("ops", "push", "-p", "harness-tests", "--path", str(offline), "-uid", tracked.run_uuid,
+                          timeout_s=120)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     client = RunClient(owner="default", project="harness-tests", run_uuid=tracked.run_uuid)
     client.refresh_data()
