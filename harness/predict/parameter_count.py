@@ -25,7 +25,11 @@ class ModelSize(BaseModel):
     mixer_params: int = 0  # attention (or MLA, or linear attention) projections: linear_params' first share
     dense_params: int = 0  # the dense MLP layers' share
     shared_params: int = 0  # the shared experts' share
-    expert_params: int = 0  # the routed experts' share; routers and gates are the rest
+    expert_params: int = 0  # the routed experts' share
+    router_params: int = 0  # the MoE layers' routers and shared-expert gates: linear_params' last share
+    whole_mixer_params: int = 0  # of mixer_params, the MLA down-projections (q_a, kv_a) every rank holds whole
+    kv_projection_params: int = 0  # of mixer_params, the attention layers' K and V projections
+    kv_heads: int = 0
     embedding_params: int
     layers: int
     dense_width: int = 0  # intermediate_size of the dense MLP layers
@@ -37,10 +41,23 @@ class ModelSize(BaseModel):
     shared_width: int = 0  # the shared experts' intermediate width together, per MoE layer
     vision: VisionTower | None = None  # a VL checkpoint's image encoder, beside the decoder counted above
 
-    def params_by_kind(self) -> dict[str, int]:
-        """linear_params by kind of decoder linear (weight_formats.CLASS_LINEARS' keys); routers are the rest."""
-        return {"mixer": self.mixer_params, "dense": self.dense_params, "shared": self.shared_params,
-                "routed": self.expert_params}
+    def rank_params_by_kind(self, tensor_parallel_size: int) -> dict[str, float]:
+        """The linear parameters one tensor-parallel rank holds, by kind (weight_formats.CLASS_LINEARS' keys, and
+        "router").
+
+        vLLM splits every decoder linear over the ranks but two sorts. ReplicatedLinear ones are whole on every
+        rank: the MoE routers and Qwen2-MoE's shared-expert gate (qwen3_moe.py, qwen2_moe.py, mixtral.py,
+        deepseek_v2.py `gate`, gpt_oss.py `router`; the later GateLinear subclasses it) and MLA's
+        down-projections (deepseek_v2.py `q_a_proj` and `kv_a_proj_with_mqa`, fused as `fused_qkv_a_proj` with
+        `disable_tp=True`), read in 0.7.2, 0.8.5, 0.10.1.1, 0.13.0, 0.22.0 and 0.34.0. And each rank holds at
+        least one K and one V head: QKVParallelLinear replicates them when there are more ranks than KV heads.
+        """
+        tp = tensor_parallel_size
+        kv_shards = min(tp, self.kv_heads) if self.kv_heads else tp
+        split_mixer = self.mixer_params - self.whole_mixer_params - self.kv_projection_params
+        return {"mixer": split_mixer / tp + self.whole_mixer_params + self.kv_projection_params / kv_shards,
+                "dense": self.dense_params / tp, "shared": self.shared_params / tp,
+                "routed": self.expert_params / tp, "router": float(self.router_params)}
 
 
 def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
@@ -59,8 +76,11 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         q = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
         attention = q + hidden * (config["kv_lora_rank"] + rope) + config["kv_lora_rank"] * heads * (nope + v_dim)
         attention += heads * v_dim * hidden
+        whole_attention = hidden * (q_lora or 0) + hidden * (config["kv_lora_rank"] + rope)
+        kv_projection = 0
     else:
         attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+        whole_attention, kv_projection = 0, 2 * hidden * head_dim * kv_heads
     linear_layers, linear_attention = _gated_delta_net(config, hidden, layers)
     if linear_layers and config.get("attn_output_gate", True):  # q_proj also yields the output gate
         attention += hidden * heads * head_dim
@@ -74,7 +94,8 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         if dense_layers > layers:
             raise HarnessError(f"{source}: field 'first_k_dense_replace' is {dense_layers}, more dense layers than "
                                f"num_hidden_layers ({layers})")
-        moe_mlp = 3 * hidden * (expert_width * experts + shared_width) + hidden * experts + shared_gate
+        router = hidden * experts + shared_gate
+        moe_mlp = 3 * hidden * (expert_width * experts + shared_width) + router
         mlp = dense_layers * projections * hidden * dense_width + (layers - dense_layers) * moe_mlp
         routed = config.get("num_experts_per_tok") or config.get("experts_per_token") or 1
         expert_params = (layers - dense_layers) * 3 * hidden * expert_width * experts
@@ -82,10 +103,14 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         shared_params = (layers - dense_layers) * 3 * hidden * shared_width
     else:
         mlp = dense_params = layers * projections * hidden * dense_width
-        expert_width = expert_params = shared = shared_width = shared_params = routed = dense_layers = 0
+        expert_width = expert_params = shared = shared_width = shared_params = routed = dense_layers = router = 0
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    attention_layers = layers - linear_layers
     return ModelSize(hidden=hidden, vocab=vocab, linear_params=mixers + mlp, mixer_params=mixers,
                      dense_params=dense_params, shared_params=shared_params, expert_params=expert_params,
+                     router_params=(layers - dense_layers) * router,
+                     whole_mixer_params=attention_layers * whole_attention,
+                     kv_projection_params=attention_layers * kv_projection, kv_heads=kv_heads,
                      embedding_params=embeddings, layers=layers,
                      dense_width=dense_width if dense_layers or not experts else 0,
                      moe_layers=layers - dense_layers if experts else 0, experts=experts or 0,

@@ -38,28 +38,43 @@ def weights_term(size: ModelSize, dtype_bytes: int, fmt: WeightFormat | None, te
     gate-up and down biases in 16 bits over the same padded widths (`w13_bias`, `w2_bias`). Other formats
     store each kind of linear they quantize (attention, dense MLP, shared and routed experts; Kimi-K2-Thinking's
     int4 the routed experts alone) at their own widths; routers and gates stay 16-bit, as vLLM builds them
-    without a quantization method.
+    without a quantization method. Routers, MLA's down-projections and K/V heads beyond one per rank are not
+    split over tensor parallelism (`ModelSize.rank_params_by_kind`).
     """
     bits = fmt.bits if fmt else dtype_bytes * 8.0
     tp = tensor_parallel_size
+    on_rank = size.rank_params_by_kind(tp)
     if fmt and fmt.method in EXPERTS_ONLY_FORMATS:
         width, hidden = _round_up(math.ceil(size.expert_width / tp), 128), _round_up(size.hidden, 256)
         padded = size.moe_layers * size.experts * 3 * width * hidden
         biases = size.moe_layers * size.experts * (2 * width + hidden)  # w13_bias and w2_bias, 16-bit
-        linear = padded * bits / 8 + biases * dtype_bytes + (size.linear_params - size.expert_params) * dtype_bytes / tp
+        linear = padded * bits / 8 + biases * dtype_bytes + (sum(on_rank.values()) - on_rank["routed"]) * dtype_bytes
     else:
-        stored = sum(params for kind, params in size.params_by_kind().items() if fmt and kind in fmt.quantized)
-        linear = (stored * bits / 8 + (size.linear_params - stored) * dtype_bytes) / tp  # routers stay 16-bit
+        stored = sum(params for kind, params in on_rank.items() if fmt and kind in fmt.quantized)
+        linear = stored * bits / 8 + (sum(on_rank.values()) - stored) * dtype_bytes  # routers stay 16-bit
     total = (linear + size.embedding_params * dtype_bytes / tp) / pipeline_parallel_size
     described = (f"{fmt.method} ({bits:.4g} bits per weight of the {', '.join(fmt.quantized) or 'no'} linears, "
                  f"the rest {dtype_bytes} B; {fmt.source})" if fmt else f"{dtype_bytes} B per weight")
     source = (f"{size.linear_params + size.embedding_params:,} parameters from config.json, {described}, "
               f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
+    source += _unsplit_note(size, tp, on_rank)
     if size.vision is not None:
         total += size.vision.bytes_per_gpu(dtype_bytes, tp)
         source += (f"; plus the {size.vision.name}'s {size.vision.split_params + size.vision.whole_params:,} "
                    f"parameters in {dtype_bytes} B each, on every pipeline stage, its linears split over TP")
     return Term(name="weights", bytes=int(total), subtracted=True, source=source)
+
+
+def _unsplit_note(size: ModelSize, tensor_parallel_size: int, on_rank: dict[str, float]) -> str:
+    """What a rank holds beyond its share of the linears, and which of them vLLM does not split."""
+    unsplit = sum(on_rank.values()) - size.linear_params / tensor_parallel_size
+    if unsplit < 1:
+        return ""
+    kv_copied = tensor_parallel_size > size.kv_heads and size.kv_projection_params
+    whole = [name for name, held in (("the routers", size.router_params),
+                                     ("MLA's down-projections", size.whole_mixer_params),
+                                     ("K/V heads (fewer than the ranks)", kv_copied)) if held]
+    return f", each rank holding {unsplit:,.0f} parameters more than its share ({' and '.join(whole)}: not split)"
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -280,10 +280,11 @@ def test_mxfp4_prices_only_the_experts_at_four_bits_in_marlins_padded_layout() -
     mxfp4 = weight_format("mxfp4", config, size)
     assert weights_term(size, 2, mxfp4, 1).bytes == 70_755_581_952
     # TP=4: each rank's expert width 720 pads to 768: 36 × 128 × 3 × 768 × 3,072 = 32,614,907,904 weights,
-    # 17,326,669,824 B; biases 36 × 128 × (2 × 768 + 3,072) × 2 B = 42,467,328; plus a quarter of the bf16
-    # rest, (1,937,571,840 + 2,316,533,760) / 4 = 1,063,526,400. 18,432,663,552 B = 17.17 GiB a GPU
+    # 17,326,669,824 B; biases 36 × 128 × (2 × 768 + 3,072) × 2 B = 42,467,328; a quarter of the bf16
+    # attention and embeddings, (1,911,029,760 + 2,316,533,760) / 4 = 1,056,890,880; and the router whole on every
+    # rank (a ReplicatedLinear), 13,271,040 × 2 B = 26,542,080. 18,452,570,112 B = 17.19 GiB a GPU
     # ("Model loading took 17.2217 GiB" on each of four A100s).
-    assert weights_term(size, 2, mxfp4, 4).bytes == 18_432_663_552
+    assert weights_term(size, 2, mxfp4, 4).bytes == 18_452_570_112
 
 
 def test_no_gpu_total_is_nvidia_smis() -> None:

@@ -92,13 +92,17 @@ def test_kimi_k2_thinking_holds_its_routed_experts_in_int4_and_the_rest_in_bf16(
     # 3 × 7,168 × 2,048 × 60 = 2,642,411,520 and routers 7,168 × 384 × 60 = 165,150,720.
     # The routed experts at 4 + 16 / 32 = 4.5 bits: 570,760,888,320 B; the other 9,372,368,896 linear weights
     # and 2 × 163,840 × 7,168 = 2,348,810,240 embedding weights in bf16: 23,442,358,272 B. Together
-    # 594,203,246,592 B, the 594.2 GB model listings record for the hub checkpoint; over TP 8, 74,275,405,824 B.
+    # 594,203,246,592 B, the 594.2 GB model listings record for the hub checkpoint. Over TP 8 an eighth, 74,275,405,824
+    # B, but for what every rank holds whole: the MLA down-projections (7,168 × 1,536 + 7,168 × 576) × 61 =
+    # 923,467,776 and the routers 165,150,720, 1,088,618,496 bf16 weights of which 7/8 more a rank,
+    # 952,541,184 × 2 B = 1,905,082,368. 76,180,488,192 B a GPU.
     config = load_model_shape(str(CONFIGS / "moonshotai--Kimi-K2-Thinking.json")).config
     size = model_size(config)
     fmt = weight_format("compressed-tensors", config, size)
     assert fmt is not None and (fmt.quantized, fmt.bits) == (("routed",), 4.5)
-    assert weights_term(size, 2, fmt, 8).bytes == 74_275_405_824
-    assert round(74_275_405_824 / GiB, 2) == 69.17
+    assert weights_term(size, 2, fmt, 1).bytes == 594_203_246_592
+    assert weights_term(size, 2, fmt, 8).bytes == 76_180_488_192
+    assert round(76_180_488_192 / GiB, 2) == 70.95
 
 
 def test_mxfp4_applies_to_the_experts_alone_whatever_the_flag_says() -> None:
@@ -236,5 +240,6 @@ def test_odd_but_harmless_fields_are_read_as_vllm_reads_them() -> None:
 def test_every_kind_of_linear_the_formats_name_has_its_parameter_count() -> None:
     # A kind named in one table and not the other would be priced at neither bits nor dtype.
     size = model_size(MOE)
-    assert set(size.params_by_kind()) == set(CLASS_LINEARS)
-    assert sum(size.params_by_kind().values()) < size.linear_params  # the routers are the rest
+    assert set(size.rank_params_by_kind(1)) == {*CLASS_LINEARS, "router"}
+    assert size.router_params > 0
+    assert sum(size.rank_params_by_kind(1).values()) == size.linear_params  # on one rank, every linear whole

@@ -212,3 +212,39 @@ def test_a_gated_delta_net_hybrid_counts_its_linear_layers_and_its_gated_attenti
     # 2,048 × 256 = 524,288 and the shared gate 2,048: 808,978,432 a layer, 32,359,137,280 for 40.
     assert size.linear_params == 272_629_760 + 1_011_553_920 + 32_359_137_280
     assert size.embedding_params == 2 * 248_320 * 2_048  # untied: 1,017,118,720
+
+
+def test_routers_are_whole_on_every_tensor_parallel_rank() -> None:
+    # Qwen1.5-MoE-A2.7B (above): the routers and shared-expert gates, 24 × (122,880 + 2,048) = 2,998,272, are
+    # ReplicatedLinear. TP=4, bf16: the other linears (13,693,206,528 − 2,998,272) / 4 = 3,422,552,064, the
+    # routers whole, embeddings 622,329,856 / 4 = 155,582,464; 3,581,132,800 parameters × 2 B = 7,162,265,600.
+    size = model_size(QWEN15_MOE_A27B)
+    assert size.router_params == 2_998_272
+    weights = weights_term(size, 2, None, 4)
+    assert weights.bytes == 7_162_265_600
+    # Beyond a quarter of every linear: the routers' other three quarters, 2,248,704.
+    assert "each rank holding 2,248,704 parameters more than its share (the routers: not split)" in weights.source
+
+
+def test_kv_heads_are_replicated_when_there_are_more_ranks_than_heads() -> None:
+    # Qwen2.5-7B, 4 KV heads of 128 over 3,584: per layer q and o 2 × 3,584 × 28 × 128 = 25,690,112, k and v
+    # 2 × 3,584 × 4 × 128 = 3,670,016. TP=4 splits both: 29,360,128 / 4 × 28 layers = 205,520,896. TP=8 holds
+    # one K and one V head a rank: (25,690,112 / 8 + 3,670,016 / 4) × 28 = (3,211,264 + 917,504) × 28 = 115,605,504.
+    size = model_size(json.loads((CONFIGS / "Qwen--Qwen2.5-7B-Instruct.json").read_text()))
+    assert size.rank_params_by_kind(4)["mixer"] == 205_520_896
+    assert size.rank_params_by_kind(8)["mixer"] == 115_605_504
+    # Beyond an eighth: (3,670,016 / 4 − 3,670,016 / 8) × 28 = 12,845,056; none at TP=4.
+    assert "12,845,056 parameters more than its share (K/V heads (fewer than the ranks)" in weights_term(
+        size, 2, None, 8).source
+    assert "more than its share" not in weights_term(size, 2, None, 4).source
+
+
+def test_mla_down_projections_are_whole_on_every_rank() -> None:
+    # DeepSeek-V2-Lite (no q_lora_rank), per layer: q 2,048 × 16 × 192 = 6,291,456, kv_a_proj_with_mqa
+    # 2,048 × (512 + 64) = 1,179,648 (a ReplicatedLinear), kv_b 512 × 16 × 256 = 2,097,152, o 2,048 × 2,048 =
+    # 4,194,304; 13,762,560. TP=2: (13,762,560 − 1,179,648) / 2 + 1,179,648 = 7,471,104 × 27 layers =
+    # 201,719,808. Its 26 MoE layers' routers, 2,048 × 64 each = 3,407,872, are whole too.
+    size = model_size(json.loads((CONFIGS / "deepseek-ai--DeepSeek-V2-Lite.json").read_text()))
+    on_rank = size.rank_params_by_kind(2)
+    assert on_rank["mixer"] == 201_719_808
+    assert on_rank["router"] == 3_407_872
