@@ -33,6 +33,7 @@ from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.predict.budget import CapacityPrediction
 from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import gpu_memory, is_hopper
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
@@ -186,16 +187,15 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
                            held_back=held_back)
     facts, log = case.facts, case.parsed()
     try:  # a checkpoint format the weights are not priced for leaves the case unscored, not the corpus
-        waterfall = plan_waterfall(
-            config, constants, total_bytes=total[0], total_source=total[1],
-            gpu_memory_utilization=facts.gpu_memory_utilization, max_model_len=facts.max_model_len,
-            engine_version=facts.vllm_version, dtype_bytes=2, quantization=facts.quantization,
+        launch = EngineLaunch(
+            engine_version=facts.vllm_version, engine_generation=facts.engine, max_model_len=facts.max_model_len,
+            gpu_memory_utilization=facts.gpu_memory_utilization, quantization=facts.quantization,
             tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
             max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
-            engine_generation=facts.engine, gpu_name=facts.gpu, sampler=_known_sampler(case),
-            speculative=facts.speculative, encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}),
-            enforce_eager=bool(log.enforce_eager),
-        )
+            sampler=_known_sampler(case), speculative=facts.speculative,
+            encoder=EncoderLaunch.from_arguments(log.non_default_args or {}), enforce_eager=bool(log.enforce_eager))
+        waterfall = plan_waterfall(config, constants, launch, total_bytes=total[0], total_source=total[1],
+                                   gpu_name=facts.gpu)
     except HarnessError as error:
         return LaunchCheck(status=f"not modelled: {error}", held_back=held_back)
     logged_terms = logged_term_bytes(log)

@@ -103,9 +103,8 @@ def budget(
         return
     if gpu is not None:
         from harness.errors import HarnessError
-        from harness.predict.encoder_profile import EncoderLaunch
         from harness.predict.fit_answer import answer_fit, answer_renderable
-        from harness.predict.releases import PRODUCTION_ENGINE, engine_version_warnings
+        from harness.predict.releases import engine_version_warnings
 
         unread = options.unread_before_launch()
         if unread:
@@ -113,19 +112,11 @@ def budget(
                                "its own waterfall for requests of --tokens (or max_model_len); leave them out")
         for warning in engine_version_warnings(options.engine_version):
             print(f"warning: {warning}", file=sys.stderr)
-        answer = answer_fit(
-            load_model_shape(model, revision), gpu=gpu, gpu_memory_utilization=options.gpu_memory_utilization,
-            max_model_len=options.max_model_len, asked_tokens=options.tokens,
-            engine_version=options.engine_version or PRODUCTION_ENGINE,
-            tensor_parallel_size=options.tensor_parallel_size, pipeline_parallel_size=options.pipeline_parallel_size,
-            kv_cache_dtype=options.kv_cache_dtype,
-            block_size=options.block_size, max_num_batched_tokens=options.max_num_batched_tokens,
-            max_num_seqs=options.max_num_seqs, quantization=options.quantization,
-            speculative=options.speculative, prefix_caching=options.enable_prefix_caching,
-            decode_context_parallel_size=options.decode_context_parallel_size,
-            encoder_launch=EncoderLaunch(skipped=options.skip_mm_profiling), sampler=options.sampler,
-            enforce_eager=options.enforce_eager,
-        )
+        shape = load_model_shape(model, revision)
+        answer = answer_fit(shape, options.engine_launch(shape), gpu=gpu, asked_tokens=options.tokens,
+                            kv_cache_dtype=options.kv_cache_dtype, block_size=options.block_size,
+                            prefix_caching=options.enable_prefix_caching,
+                            decode_context_parallel_size=options.decode_context_parallel_size)
         print(answer.model_dump_json(indent=2)) if json_output else Console().print(answer_renderable(answer))
         return
     result = plan_budget(load_model_shape(model, revision), options)

@@ -13,6 +13,7 @@ from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity
 from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.engine_launch import EngineLaunch
 from harness.predict.fit_answer import gpu_total
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, LORA_NOT_SIZED, plan_waterfall
@@ -53,19 +54,18 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
     if max_model_len is None:
         return None
     try:
-        speculative = speculative_from_log(log.speculative_method, log.speculative_tokens)
-        waterfall = plan_waterfall(
-            shape.config, FITTED_CONSTANTS, config_source=shape.source, total_bytes=total, total_source=total_source,
-            gpu_memory_utilization=float(utilization), max_model_len=max_model_len,
+        launch = EngineLaunch(
             engine_version=log.engine_version or PRODUCTION_ENGINE, engine_generation=log.engine_generation,
+            max_model_len=max_model_len, gpu_memory_utilization=float(utilization),
             dtype_bytes=resolve_kv_dtype("auto", log.dtype or shape.dtype)[1], quantization=log.quantization,
             tensor_parallel_size=log.tensor_parallel_size or 1, pipeline_parallel_size=log.pipeline_parallel_size or 1,
             max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs,
-            checkpoint=None if log.quantization else shape.checkpoint_weights, speculative=speculative,
-            gpu_name=gpu, sampler=log.top_k_top_p_sampler,
-            encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}),
-            enforce_eager=bool(log.enforce_eager),
-        )
+            sampler=log.top_k_top_p_sampler, speculative=speculative_from_log(log.speculative_method,
+                                                                            log.speculative_tokens),
+            encoder=EncoderLaunch.from_arguments(log.non_default_args or {}), enforce_eager=bool(log.enforce_eager))
+        waterfall = plan_waterfall(shape.config, FITTED_CONSTANTS, launch, total_bytes=total, total_source=total_source,
+                                   gpu_name=gpu, checkpoint=None if log.quantization else shape.checkpoint_weights,
+                                   config_source=shape.source)
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,
                                    gpu_memory_utilization=float(utilization), rows=[], notes=[str(error)])

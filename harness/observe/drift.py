@@ -20,6 +20,7 @@ from harness.observe.device import DeviceFacts
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity
 from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.engine_launch import EngineLaunch
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, LORA_NOT_SIZED, plan_waterfall
 from harness.predict.model_shape import ModelShape, load_model_shape
@@ -178,16 +179,18 @@ def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, An
                    speculative: SpeculativeDecoding | None) -> tuple[list[int], list[DriftTerm]]:
     """Each stage's KV bytes and the terms, as `harness budget --gpu` computes them, from the limits and device."""
     quantization = limits.get("quantization")
-    waterfall = plan_waterfall(
-        shape.config, FITTED_CONSTANTS, config_source=shape.source, total_bytes=total, total_source="device.json",
-        gpu_memory_utilization=float(limits.get("gpu_memory_utilization") or 0.9), max_model_len=max_model_len,
-        engine_version=log.engine_version or PRODUCTION_ENGINE, dtype_bytes=resolve_kv_dtype("auto", shape.dtype)[1],
+    launch = EngineLaunch(
+        engine_version=log.engine_version or PRODUCTION_ENGINE, engine_generation=log.engine_generation,
+        max_model_len=max_model_len, gpu_memory_utilization=float(limits.get("gpu_memory_utilization") or 0.9),
+        dtype_bytes=resolve_kv_dtype("auto", shape.dtype)[1],
         quantization=quantization if isinstance(quantization, str) else None, tensor_parallel_size=tp,
         pipeline_parallel_size=pp, max_num_batched_tokens=_int(limits.get("max_num_batched_tokens")),
-        max_num_seqs=_int(limits.get("max_num_seqs")), engine_generation=log.engine_generation,
-        checkpoint=None if quantization else shape.checkpoint_weights, gpu_name=gpu_name, speculative=speculative,
-        sampler=log.top_k_top_p_sampler, encoder_launch=EncoderLaunch.from_arguments(log.non_default_args or {}),
+        max_num_seqs=_int(limits.get("max_num_seqs")), sampler=log.top_k_top_p_sampler, speculative=speculative,
+        encoder=EncoderLaunch.from_arguments(log.non_default_args or {}),
         enforce_eager=bool(log.enforce_eager or limits.get("enforce_eager") is True))
+    waterfall = plan_waterfall(shape.config, FITTED_CONSTANTS, launch, total_bytes=total, total_source="device.json",
+                               gpu_name=gpu_name, checkpoint=None if quantization else shape.checkpoint_weights,
+                               config_source=shape.source)
     terms = [DriftTerm(name=term.name, predicted_bytes=term.bytes, logged_bytes=logged.get(term.name),
                        subtracted=term.subtracted) for term in waterfall.terms]
     # the log's headline is its smallest rank's figure: the stage with the least memory is the one to compare

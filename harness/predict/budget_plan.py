@@ -26,9 +26,12 @@ from harness.predict.budget import (
     available_kv_bytes_from_gpu,
     estimate_budget,
 )
+from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.engine_launch import EngineLaunch
+from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.model_shape import ModelShape
 from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity
-from harness.predict.releases import engine_version_warnings
+from harness.predict.releases import PRODUCTION_ENGINE, engine_version_warnings
 from harness.predict.speculative import SpeculativeDecoding
 from harness.units import GiB
 
@@ -130,6 +133,19 @@ class BudgetOptions(BaseModel):
                   "kv_cache_memory_bytes", "gpu_memory_gib", "overhead_gib", "concurrency", "num_gpu_blocks",
                   "kv_cache_tokens")
         return [flag_of(name) for name in unread if getattr(self, name) != defaults[name].default]
+
+    def engine_launch(self, shape: ModelShape) -> EngineLaunch:
+        """The launch `--gpu` prices: these options as vLLM's flags, max_model_len the model's own when unset."""
+        model_len = self.max_model_len or shape.max_position_embeddings
+        if model_len is None:
+            raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
+        return EngineLaunch(
+            engine_version=self.engine_version or PRODUCTION_ENGINE, max_model_len=model_len,
+            gpu_memory_utilization=self.gpu_memory_utilization, dtype_bytes=resolve_kv_dtype("auto", shape.dtype)[1],
+            quantization=self.quantization, tensor_parallel_size=self.tensor_parallel_size,
+            pipeline_parallel_size=self.pipeline_parallel_size, max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs, sampler=self.sampler, speculative=self.speculative,
+            encoder=EncoderLaunch(skipped=self.skip_mm_profiling), enforce_eager=self.enforce_eager)
 
 
 def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:

@@ -19,15 +19,13 @@ from rich.text import Text
 from harness.errors import HarnessError
 from harness.predict.budget import MAX_MEMORY_GIB, CapacityPrediction
 from harness.predict.budget_table import binary_size
-from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import gpu_memory
-from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
 from harness.predict.model_shape import ModelShape
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity
 from harness.predict.releases import engine_release, runs_v0
-from harness.predict.speculative import SpeculativeDecoding
 from harness.predict.warmup import WarmupCheck, check_warmup
 from harness.units import GiB
 
@@ -45,60 +43,41 @@ class FitAnswer(BaseModel):
 
 def answer_fit(
     shape: ModelShape,
+    launch: EngineLaunch,
     *,
     gpu: str,
-    gpu_memory_utilization: float,
-    max_model_len: int | None,
     asked_tokens: int | None,
-    engine_version: str,
-    tensor_parallel_size: int = 1,
-    pipeline_parallel_size: int = 1,
     kv_cache_dtype: str = "auto",
     block_size: int = 16,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    quantization: str | None = None,
-    speculative: SpeculativeDecoding | None = None,
     prefix_caching: bool = False,
     decode_context_parallel_size: int = 1,
-    encoder_launch: EncoderLaunch | None = None,
-    sampler: str | None = None,
-    enforce_eager: bool = False,
 ) -> FitAnswer:
-    """The waterfall for `gpu` (a catalogue name or a GiB figure) and what it means for the limits; `sampler` is
-    V1's top-k/top-p implementation as installed (plan_waterfall's)."""
+    """The waterfall for `gpu` (a catalogue name or a GiB figure) under `launch`, and what it means for the limits;
+    the rest are the block arithmetic's, which the waterfall does not read."""
     total, total_source = gpu_total(gpu)
-    model_len = max_model_len or shape.max_position_embeddings
-    if model_len is None:
-        raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
-    dtype_bytes = resolve_kv_dtype("auto", shape.dtype)[1]
-    checkpoint = None if quantization else shape.checkpoint_weights
-    waterfall = plan_waterfall(
-        shape.config, FITTED_CONSTANTS, total_bytes=total, total_source=total_source,
-        gpu_memory_utilization=gpu_memory_utilization, max_model_len=model_len, engine_version=engine_version,
-        dtype_bytes=dtype_bytes, quantization=quantization, tensor_parallel_size=tensor_parallel_size,
-        pipeline_parallel_size=pipeline_parallel_size, max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs, checkpoint=checkpoint, gpu_name=gpu, speculative=speculative,
-        sampler=sampler, encoder_launch=encoder_launch, enforce_eager=enforce_eager, config_source=shape.source,
-    )
+    model_len = launch.max_model_len
+    checkpoint = None if launch.quantization else shape.checkpoint_weights
+    waterfall = plan_waterfall(shape.config, FITTED_CONSTANTS, launch, total_bytes=total, total_source=total_source,
+                               gpu_name=gpu, checkpoint=checkpoint, config_source=shape.source)
     stage_kv_bytes = [max(0, stage) for stage in waterfall.stage_kv_bytes]
     predict = partial(predict_pipeline_capacity, shape, stage_kv_bytes, block_size=block_size,
-                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
-                      max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version,
-                      available_kv_source="before-launch waterfall", speculative=speculative,
+                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=launch.tensor_parallel_size,
+                      max_num_batched_tokens=launch.max_num_batched_tokens, engine_version=launch.engine_version,
+                      available_kv_source="before-launch waterfall", speculative=launch.speculative,
                       prefix_caching=prefix_caching, decode_context_parallel_size=decode_context_parallel_size)
     capacity = predict(max_model_len=model_len)
     asked = asked_tokens or model_len
     at_asked = predict(max_model_len=asked)
     cache_fits = capacity.num_blocks > 0 and capacity.num_blocks >= capacity.blocks_per_request
-    warmup = check_warmup(waterfall, model_size(shape.config, shape.source), v0=runs_v0(engine_release(engine_version)))
+    warmup = check_warmup(waterfall, model_size(shape.config, shape.source),
+                          v0=runs_v0(engine_release(launch.engine_version), launch.engine_generation))
     fits = cache_fits and (warmup is None or warmup.verdict != "does not fit")
     sequences = at_asked.whole_sequences_at_max_model_len
-    answer = _words(waterfall, capacity, cache_fits, asked, sequences, max_num_seqs)
+    answer = _words(waterfall, capacity, cache_fits, asked, sequences, launch.max_num_seqs)
     if cache_fits and warmup is not None and warmup.verdict != "fits":
         answer = f"{warmup.verdict}: {warmup.note}" + ("" if not fits else f" (the cache itself: {answer})")
     return FitAnswer(waterfall=waterfall, capacity=capacity, asked_tokens=asked, sequences_of_asked_length=sequences,
-                     max_num_seqs=max_num_seqs, fits=fits, warmup=warmup, answer=answer)
+                     max_num_seqs=launch.max_num_seqs, fits=fits, warmup=warmup, answer=answer)
 
 
 def gpu_total(gpu: str) -> tuple[int, str]:

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile
+from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import is_hopper, known_gpu
 from harness.predict.load_buffers import with_load_buffers
 from harness.predict.non_torch import (
@@ -41,7 +42,6 @@ from harness.predict.sampler_peak import (
     SamplerPath,
     sampler_path,
 )
-from harness.predict.speculative import SpeculativeDecoding
 from harness.predict.term import Term
 from harness.predict.weight_formats import weight_format
 from harness.predict.weights import drafter_note, drafter_weights_term, weights_term
@@ -203,74 +203,60 @@ def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len:
 def plan_waterfall(
     config: dict[str, Any],
     constants: MemoryConstants,
+    launch: EngineLaunch,
     *,
     total_bytes: int,
     total_source: str,
-    gpu_memory_utilization: float,
-    max_model_len: int,
-    engine_version: str,
-    dtype_bytes: int = 2,
-    quantization: str | None = None,
-    tensor_parallel_size: int = 1,
-    pipeline_parallel_size: int = 1,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    engine_generation: str | None = None,
-    checkpoint: tuple[int, str] | None = None,
     gpu_name: str | None = None,
-    sampler: str | None = None,
-    speculative: SpeculativeDecoding | None = None,
-    encoder_launch: EncoderLaunch | None = None,
-    enforce_eager: bool = False,
+    checkpoint: tuple[int, str] | None = None,
     config_source: str = "config",
 ) -> Waterfall:
     """Every term between the GPU's total and the KV cache, with the source of each.
 
     `checkpoint` is the checkpoint's own byte count and its source, when known; it replaces the
-    parameter-count estimate of the weights. `sampler` is "flashinfer" or "pytorch", V1's top-k/top-p
-    implementation (FlashInfer when the install has it, as vLLM's image does; unstated, PyTorch's, see
-    DEFAULT_V1_SAMPLER); V0 always uses PyTorch's. `speculative` adds an MTP drafter's weights. `encoder_launch`
-    says whether a VL model's encoder is profiled and with which limits (encoder_profile.py). `enforce_eager`
-    (vLLM's --enforce-eager) captures no CUDA graphs. `config_source` names the config in an error about its
-    fields.
+    parameter-count estimate of the weights. The launch's `sampler` is V1's top-k/top-p implementation
+    (FlashInfer when the install has it, as vLLM's image does; unstated, PyTorch's, see DEFAULT_V1_SAMPLER);
+    V0 always uses PyTorch's. Its `speculative` adds an MTP drafter's weights, its `encoder` says whether a VL
+    model's encoder is profiled and with which limits (encoder_profile.py), and `enforce_eager` captures no CUDA
+    graphs. `config_source` names the config in an error about its fields.
     """
-    if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
-        raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    version = release_version(engine_version)
-    v0 = runs_v0(version, engine_generation)
+    utilization, dtype_bytes = launch.gpu_memory_utilization, launch.dtype_bytes
+    tp, pp = launch.tensor_parallel_size, launch.pipeline_parallel_size
+    if not (math.isfinite(utilization) and 0 < utilization <= 1):
+        raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
+    version = release_version(launch.engine_version)
+    v0 = runs_v0(version, launch.engine_generation)
     size = model_size(config, config_source)
-    parallel = tensor_parallel_size * pipeline_parallel_size
-    tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, max_model_len,
-                                                 max_num_batched_tokens, max_num_seqs, gpu_name)
-    stated = sampler is not None
-    sampler = "pytorch" if v0 else (sampler or DEFAULT_V1_SAMPLER)
+    tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, launch.max_model_len,
+                                                 launch.max_num_batched_tokens, launch.max_num_seqs, gpu_name)
+    stated = launch.sampler is not None
+    sampler = "pytorch" if v0 else (launch.sampler or DEFAULT_V1_SAMPLER)
     if sampler not in SAMPLERS:
         raise HarnessError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler}")
-    path = sampler_path(version, engine_generation, sampler, rows)
+    path = sampler_path(version, launch.engine_generation, sampler, rows)
     per_logit = path.priced(constants.sampler_bytes_per_logit)
-    forward = forward_peak_bytes(size, tokens, tensor_parallel_size, dtype_bytes)
+    forward = forward_peak_bytes(size, tokens, tp, dtype_bytes)
     sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
     encoder = None if v0 else encoder_profile(
-        config, version, max_model_len=max_model_len, batched_tokens=tokens, max_num_seqs=rows,
-        tensor_parallel_size=tensor_parallel_size, dtype_bytes=dtype_bytes, launch=encoder_launch,
-        source=config_source)
+        config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
+        tensor_parallel_size=tp, dtype_bytes=dtype_bytes, launch=launch.encoder, source=config_source)
     held = encoder.held_bytes if encoder else 0
     activation = max(encoder.encoder_peak_bytes if encoder else 0, held + max(forward, sampling))
     unsampled = max(encoder.encoder_peak_bytes if encoder else 0, held + forward)  # a stage before the last's peak
-    non_torch = non_torch_term(constants, version, v0, tensor_parallel_size, pipeline_parallel_size, gpu_name,
+    non_torch = non_torch_term(constants, version, v0, tp, pp, gpu_name,
                                total_bytes)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE
     # the source shows this figure, rounded as the table rounds it; eager mode captures none
-    graph_bytes = 0 if enforce_eager else int(constants.cuda_graph_gib * GiB)
+    graph_bytes = 0 if launch.enforce_eager else int(constants.cuda_graph_gib * GiB)
     if checkpoint is not None:
-        weights = Term(name="weights", bytes=checkpoint[0] // parallel, subtracted=True,
-                       source=f"{checkpoint[1]}, split over {parallel} GPU(s)")
+        weights = Term(name="weights", bytes=checkpoint[0] // (tp * pp), subtracted=True,
+                       source=f"{checkpoint[1]}, split over {tp * pp} GPU(s)")
     else:
-        weights = weights_term(size, dtype_bytes, weight_format(quantization, config, size, config_source),
-                               tensor_parallel_size, pipeline_parallel_size)
+        weights = weights_term(size, dtype_bytes, weight_format(launch.quantization, config, size, config_source),
+                               tp, pp)
     weights = with_load_buffers(weights, config, tokens, dtype_bytes, config_source)
-    drafter = drafter_weights_term(config, size, speculative, dtype_bytes, tensor_parallel_size,
-                                   pipeline_parallel_size, in_checkpoint=checkpoint is not None)
+    drafter = drafter_weights_term(config, size, launch.speculative, dtype_bytes, tp, pp,
+                                   in_checkpoint=checkpoint is not None)
     terms = [
         weights,
         *([] if drafter is None else [drafter]),
@@ -281,38 +267,37 @@ def plan_waterfall(
                     + ("" if encoder is None else f"; first {encoder.source}")),
         non_torch,
         Term(name="cuda_graphs", bytes=graph_bytes, subtracted=graphs_reserved,
-             source="none: --enforce-eager captures no CUDA graphs" if enforce_eager else
+             source="none: --enforce-eager captures no CUDA graphs" if launch.enforce_eager else
                     f"fitted {graph_bytes / GiB:.2f} GiB; "
                     + ("reserved before the cache from 0.21 on" if graphs_reserved
                        else f"captured after the cache is sized in {version}: not subtracted")),
     ]
-    usable = int(total_bytes * gpu_memory_utilization)
+    usable = int(total_bytes * utilization)
     kv = usable - sum(term.bytes for term in terms if term.subtracted)
-    stage_kv = stage_kv_bytes(size, kv, weights.bytes, activation - unsampled, dtype_bytes, tensor_parallel_size,
-                              pipeline_parallel_size,
+    stage_kv = stage_kv_bytes(size, kv, weights.bytes, activation - unsampled, dtype_bytes, tp, pp,
                               drafter_bytes=drafter.bytes if drafter is not None and drafter.subtracted else 0)
     return Waterfall(
-        total_bytes=total_bytes, total_source=total_source, gpu_memory_utilization=gpu_memory_utilization,
+        total_bytes=total_bytes, total_source=total_source, gpu_memory_utilization=utilization,
         usable_bytes=usable, terms=terms, kv_bytes=kv, stage_kv_bytes=stage_kv, profiling_tokens=tokens,
         sampler_rows=rows,
         engine_version=str(version), sampler=path,
         assumptions=[f"{'V0' if v0 else 'V1'} engine accounting of vLLM {version}",
-                     *([] if pipeline_parallel_size == 1 else [
-                         f"pipeline stages of {' + '.join(map(str, layer_shares(size.layers, pipeline_parallel_size)))}"
+                     *([] if pp == 1 else [
+                         f"pipeline stages of {' + '.join(map(str, layer_shares(size.layers, pp)))}"
                          " layers, the input embedding on the first, the output layer and the sampler on the last: "
                          f"KV memory {', '.join(f'{b / GiB:.2f}' for b in stage_kv)} GiB"]),
                      "weights: the checkpoint's own size" if checkpoint is not None else
                      "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
-                     *drafter_note(speculative),
-                     *_encoder_note(size.vision is not None, encoder, encoder_launch),
+                     *drafter_note(launch.speculative),
+                     *_encoder_note(size.vision is not None, encoder, launch.encoder),
                      *([] if v0 or stated or path.path == "triton" or version >= FLASHINFER_OPT_IN_SINCE
                        else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
                               "image samples with FlashInfer, a smaller activation peak (--sampler flashinfer)")])],
     )
 
 
-def _encoder_note(vision: bool, encoder: EncoderProfile | None, launch: EncoderLaunch | None) -> list[str]:
-    if not vision or (encoder is None and launch is not None and launch.skipped):
+def _encoder_note(vision: bool, encoder: EncoderProfile | None, launch: EncoderLaunch) -> list[str]:
+    if not vision or (encoder is None and launch.skipped):
         return []
     return [ENCODER_PROFILE_NOTE if encoder is None else ENCODER_PRICED_NOTE]
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from harness.errors import HarnessError
+from harness.predict.engine_launch import EngineLaunch
 from harness.predict.fit_answer import answer_fit
 from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
 from harness.predict.model_shape import load_model_shape
@@ -27,9 +28,10 @@ NEXTN = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"
          "vocab_size": 32000, "tie_word_embeddings": False, "num_nextn_predict_layers": 2}
 
 
-def _waterfall(config: dict[str, Any], **extra: Any) -> Waterfall:
-    return plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
-                          gpu_memory_utilization=0.9, max_model_len=32768, engine_version="0.25.1", **extra)
+def _waterfall(config: dict[str, Any], checkpoint: tuple[int, str] | None = None, **extra: Any) -> Waterfall:
+    launch = EngineLaunch(max_model_len=32768, engine_version="0.25.1", **extra)
+    return plan_waterfall(config, FITTED_CONSTANTS, launch, total_bytes=80 * GiB, total_source="test",
+                          checkpoint=checkpoint)
 
 
 def test_an_mtp_layer_is_one_full_attention_decoder_layer_of_the_targets_layout() -> None:
@@ -105,8 +107,8 @@ def test_mtp_without_mtp_layers_in_the_config_is_refused() -> None:
 
 def test_harness_budget_gpu_takes_the_drafter_weights_off_before_the_cache() -> None:
     shape = load_model_shape(str(QWEN36_PATH))
-    args: dict[str, Any] = {"gpu": "80", "gpu_memory_utilization": 0.9, "max_model_len": 32768, "asked_tokens": None,
-                            "engine_version": "0.25.1", "tensor_parallel_size": 2}
-    plain, mtp = answer_fit(shape, **args), answer_fit(shape, **args, speculative=MTP)
+    launch = EngineLaunch(max_model_len=32768, engine_version="0.25.1", tensor_parallel_size=2)
+    plain = answer_fit(shape, launch, gpu="80", asked_tokens=None)
+    mtp = answer_fit(shape, launch.model_copy(update={"speculative": MTP}), gpu="80", asked_tokens=None)
     # over TP 2 the drafter holds 844,630,016 B a GPU (above)
     assert plain.waterfall.kv_bytes - mtp.waterfall.kv_bytes == 844_630_016

@@ -8,6 +8,7 @@ from typing import Any
 from packaging.version import Version
 
 from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.engine_launch import EngineLaunch
 from harness.predict.memory_model import (
     ENCODER_PRICED_NOTE,
     ENCODER_PROFILE_NOTE,
@@ -93,12 +94,12 @@ def test_activation_is_the_larger_of_forward_and_sampler_and_the_sampler_is_an_i
     # 2,048 = 276,824,064; FlashInfer sampler 2,048 × 3,584 × 2 + 256 × 152,064 × 14 = 14,680,064 + 544,997,376
     # = 559,677,440, the larger. The PyTorch sampler at 40 B: 14,680,064 + 1,557,135,360 = 1,571,815,424.
     config = _config("Qwen--Qwen2-7B-Instruct.json")
-    args: dict[str, Any] = {"total_bytes": int(79.25 * GiB), "total_source": "test", "gpu_memory_utilization": 0.5,
-            "max_model_len": 16384, "engine_version": "0.10.1.1", "gpu_name": "A100-80GB"}
     constants = FITTED_CONSTANTS.model_copy(update={"sampler_bytes_per_logit": 40.0})
 
     def activation(**extra: Any) -> int:
-        terms = plan_waterfall(config, constants, **args, **extra).terms
+        launch = EngineLaunch(gpu_memory_utilization=0.5, max_model_len=16384, engine_version="0.10.1.1", **extra)
+        terms = plan_waterfall(config, constants, launch, total_bytes=int(79.25 * GiB), total_source="test",
+                               gpu_name="A100-80GB").terms
         return next(t.bytes for t in terms if t.name == "activation_peak")
 
     assert activation(sampler="flashinfer") == 559_677_440
@@ -118,9 +119,8 @@ def test_non_torch_memory_counts_the_cuda_context_only_where_the_release_does() 
     constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25})
 
     def non_torch(version: str, gpu: str | None = "RTX-3090", total_gib: float = 23.58) -> int:
-        waterfall = plan_waterfall(config, constants, total_bytes=int(total_gib * GiB), total_source="test",
-                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
-                                   gpu_name=gpu)
+        waterfall = plan_waterfall(config, constants, EngineLaunch(max_model_len=4096, engine_version=version),
+                                   total_bytes=int(total_gib * GiB), total_source="test", gpu_name=gpu)
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
 
     assert non_torch("0.6.4") == non_torch("0.9.0") == 672_976_076
@@ -138,9 +138,8 @@ def test_the_contexts_local_memory_follows_the_gpu_named_or_its_total() -> None:
     constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.0, "hopper_non_torch_gib": 0.0})
 
     def non_torch(gpu: str | None, total_gib: float) -> Term:
-        waterfall = plan_waterfall(config, constants, total_bytes=int(total_gib * GiB), total_source="test",
-                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version="0.6.3",
-                                   gpu_name=gpu)
+        waterfall = plan_waterfall(config, constants, EngineLaunch(max_model_len=4096, engine_version="0.6.3"),
+                                   total_bytes=int(total_gib * GiB), total_source="test", gpu_name=gpu)
         return next(t for t in waterfall.terms if t.name == "non_torch")
 
     assert non_torch("H100-80GB", 79.22).bytes == 552_389_836
@@ -160,9 +159,9 @@ def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distrib
     constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25, "nccl_gib": 0.5})
 
     def non_torch(version: str, tp: int, generation: str | None = None) -> int:
-        waterfall = plan_waterfall(config, constants, total_bytes=80 * GiB, total_source="test",
-                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
-                                   tensor_parallel_size=tp, engine_generation=generation)
+        launch = EngineLaunch(max_model_len=4096, engine_version=version, tensor_parallel_size=tp,
+                              engine_generation=generation)
+        waterfall = plan_waterfall(config, constants, launch, total_bytes=80 * GiB, total_source="test")
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
 
     assert non_torch("0.7.3", 2) == non_torch("0.10.1.1", 2) == 822_083_584
@@ -180,9 +179,8 @@ def test_nvls_buffers_join_the_non_torch_memory_on_an_nvswitch_board_past_two_gp
     constants = FITTED_CONSTANTS.model_copy(update={"hopper_non_torch_gib": FITTED_CONSTANTS.non_torch_gib})
 
     def non_torch(version: str, tp: int, gpu: str | None) -> int:
-        waterfall = plan_waterfall(config, constants, total_bytes=80 * GiB, total_source="test",
-                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
-                                   tensor_parallel_size=tp, gpu_name=gpu)
+        launch = EngineLaunch(max_model_len=4096, engine_version=version, tensor_parallel_size=tp)
+        waterfall = plan_waterfall(config, constants, launch, total_bytes=80 * GiB, total_source="test", gpu_name=gpu)
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
 
     for version in ("0.9.2", "0.11.0"):
@@ -200,9 +198,8 @@ def test_a_hopper_part_gets_the_base_fitted_on_hopper_starts() -> None:
     config = _config("Qwen--Qwen2-7B-Instruct.json")
 
     def non_torch(gpu: str | None) -> int:
-        waterfall = plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
-                                   gpu_memory_utilization=0.9, max_model_len=4096, engine_version="0.11.0",
-                                   gpu_name=gpu)
+        waterfall = plan_waterfall(config, FITTED_CONSTANTS, EngineLaunch(max_model_len=4096, engine_version="0.11.0"),
+                                   total_bytes=80 * GiB, total_source="test", gpu_name=gpu)
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
 
     assert non_torch("H100-80GB") == non_torch("NVIDIA H200") == non_torch("GH200") == 639_950_127
@@ -216,9 +213,8 @@ def test_eager_mode_captures_no_cuda_graphs_so_from_0_21_their_reservation_goes_
     config = _config("Qwen--Qwen2-7B-Instruct.json")
 
     def plan(version: str, eager: bool) -> Waterfall:
-        return plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
-                              gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
-                              enforce_eager=eager)
+        launch = EngineLaunch(max_model_len=4096, engine_version=version, enforce_eager=eager)
+        return plan_waterfall(config, FITTED_CONSTANTS, launch, total_bytes=80 * GiB, total_source="test")
 
     def graphs(waterfall: Waterfall) -> int:
         return next(term.bytes for term in waterfall.terms if term.name == "cuda_graphs")
@@ -230,17 +226,17 @@ def test_eager_mode_captures_no_cuda_graphs_so_from_0_21_their_reservation_goes_
 
 def test_a_vision_language_waterfall_says_whether_the_encoder_profile_is_priced() -> None:
     def assumptions(config_name: str, version: str = "0.12.0", generation: str | None = None,
-                    launch: EncoderLaunch | None = None) -> list[str]:
+                    skipped: bool = False) -> list[str]:
         config = load_model_shape(str(CORPUS / "configs" / config_name)).config
-        return plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
-                              gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
-                              engine_generation=generation, encoder_launch=launch).assumptions
+        launch = EngineLaunch(max_model_len=4096, engine_version=version, engine_generation=generation,
+                              encoder=EncoderLaunch(skipped=skipped))
+        return plan_waterfall(config, FITTED_CONSTANTS, launch, total_bytes=80 * GiB, total_source="test").assumptions
 
     assert ENCODER_PRICED_NOTE in assumptions("Qwen--Qwen3-VL-30B-A3B-Instruct.json")
     assert ENCODER_PRICED_NOTE in assumptions("Qwen--Qwen2.5-VL-7B-Instruct.json")
     assert ENCODER_PROFILE_NOTE in assumptions("Qwen--Qwen2.5-VL-7B-Instruct.json", "0.8.3", "V0")
     assert ENCODER_PROFILE_NOTE in assumptions("llava-hf--llava-1.5-7b-hf.json")
-    skipped = assumptions("Qwen--Qwen3-VL-30B-A3B-Instruct.json", launch=EncoderLaunch(skipped=True))
+    skipped = assumptions("Qwen--Qwen3-VL-30B-A3B-Instruct.json", skipped=True)
     text_only = assumptions("Qwen--Qwen3-30B-A3B.json")
     assert not {ENCODER_PROFILE_NOTE, ENCODER_PRICED_NOTE} & {*skipped, *text_only}
 
@@ -251,10 +247,9 @@ def test_the_encoder_profile_raises_the_activation_peak_by_what_it_holds() -> No
     # the sampler's plus exactly those bytes, and skipping the profile takes them off again.
     config = load_model_shape(str(CORPUS / "configs" / "Qwen--Qwen3-VL-30B-A3B-Instruct.json")).config
 
-    def activation(launch: EncoderLaunch | None) -> int:
-        waterfall = plan_waterfall(config, FITTED_CONSTANTS, total_bytes=80 * GiB, total_source="test",
-                                   gpu_memory_utilization=0.9, max_model_len=65536, engine_version="0.12.0",
-                                   tensor_parallel_size=2, encoder_launch=launch)
+    def activation(encoder: EncoderLaunch) -> int:
+        launch = EngineLaunch(max_model_len=65536, engine_version="0.12.0", tensor_parallel_size=2, encoder=encoder)
+        waterfall = plan_waterfall(config, FITTED_CONSTANTS, launch, total_bytes=80 * GiB, total_source="test")
         return next(t.bytes for t in waterfall.terms if t.name == "activation_peak")
 
-    assert activation(None) - activation(EncoderLaunch(skipped=True)) == 2_868_903_936
+    assert activation(EncoderLaunch()) - activation(EncoderLaunch(skipped=True)) == 2_868_903_936

@@ -8,6 +8,7 @@ import pytest
 from packaging.version import Version
 
 from harness.calibrate.field_check import run_field_check
+from harness.predict.engine_launch import EngineLaunch
 from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.predict.model_shape import load_model_shape
 from harness.predict.sampler_peak import FLASHINFER, SORT_V0, SORT_V1, TRITON, sampler_path
@@ -18,9 +19,9 @@ QWEN2_7B = load_model_shape(str(CORPUS / "configs" / "Qwen--Qwen2-7B-Instruct.js
 
 
 def _activation(version: str, sampler: str | None = None, gpu: str = "H100-80GB") -> tuple[str, int]:
-    waterfall = plan_waterfall(QWEN2_7B, FITTED_CONSTANTS, total_bytes=int(79.22 * GiB), total_source="test",
-                               gpu_memory_utilization=0.9, max_model_len=4096, engine_version=version,
-                               gpu_name=gpu, sampler=sampler)
+    launch = EngineLaunch(max_model_len=4096, engine_version=version, sampler=sampler)
+    waterfall = plan_waterfall(QWEN2_7B, FITTED_CONSTANTS, launch, total_bytes=int(79.22 * GiB), total_source="test",
+                               gpu_name=gpu)
     assert waterfall.sampler is not None
     return waterfall.sampler.path, next(t.bytes for t in waterfall.terms if t.name == "activation_peak")
 
@@ -62,9 +63,9 @@ def test_fewer_than_128_rows_sort_as_one_array_and_hold_12_bytes_more_per_logit(
     # Qwen2-7B under 0.11.2 on an A100 with max_num_seqs 64: 2,048 tokens, 64 rows. 2,048 × 3,584 × 2 B =
     # 14,680,064 + 64 × 152,064 × 48.71 B = 474,050,396.16, 488,730,460 B in all, above the forward pass's
     # (3 × 3,584 + 3 × 18,944) × 2 B × 2,048 = 276,824,064.
-    waterfall = plan_waterfall(QWEN2_7B, FITTED_CONSTANTS, total_bytes=int(79.22 * GiB), total_source="test",
-                               gpu_memory_utilization=0.9, max_model_len=4096, engine_version="0.11.2",
-                               gpu_name="A100-80GB", max_num_seqs=64)
+    launch = EngineLaunch(max_model_len=4096, engine_version="0.11.2", max_num_seqs=64)
+    waterfall = plan_waterfall(QWEN2_7B, FITTED_CONSTANTS, launch, total_bytes=int(79.22 * GiB), total_source="test",
+                               gpu_name="A100-80GB")
     assert next(t.bytes for t in waterfall.terms if t.name == "activation_peak") == 488_730_460
 
 
