@@ -146,54 +146,79 @@ ONCE_A_START_PROCESS = re.compile(r"APIServer|ApiServer_\d+|EngineCore(?:_DP\d+)
 
 
 def split_starts(lines: list[LogLine]) -> list[list[LogLine]]:
-    """The start-ups a log holds, each with its own lines, in order.
-
-    A new start begins where a line that opens a start-up (the server's version or arguments, an
-    engine's config) follows lines of a start that had already begun loading or sizing, where a
-    process reports loading weights again after it had already sized its cache, where a process (by
-    its pid) prints its memory profile or block count a second time, or where a process that runs once a
-    start (the API server, an engine core, a rank's worker) shows another pid: two pasted excerpts,
-    the second without its header. Every rank printing its own figures, and the API server's lines
-    interleaved with the engine's, stay in one start.
-    """
+    """The start-ups a log holds, each with its own lines, in order (`StartBoundary` says where one begins)."""
     starts: list[list[LogLine]] = [[]]
-    loading: set[str | None] = set()  # processes of the current start that began loading or sizing
-    sized: set[str | None] = set()  # processes of the current start that printed a capacity line
-    # (speaker, ONCE_PER_PROCESS index) printed in the current start, and the (stamp, message) it printed
-    profiled: dict[tuple[object, int], tuple[str | None, str]] = {}
-    pids: dict[str, str] = {}  # the pid each once-a-start process has in the current start
-    latest: str | None = None  # the current start's latest time stamp
+    boundary = StartBoundary()
     for line in lines:
+        if boundary.begins_another(line):
+            starts.append([])
+            boundary = StartBoundary()
+        starts[-1].append(line)
+        boundary.record(line)
+    return [start for start in starts if start] or [[]]
+
+
+class StartBoundary:
+    """What the current start has printed so far, to tell where the next one begins.
+
+    A new start begins where a line that opens a start-up (the server's version or arguments, an engine's
+    config) follows lines of a start that had already begun loading or sizing, where a process reports loading
+    weights again after it had already sized its cache, where a process (by its pid) prints its memory profile
+    or block count a second time, or where a process that runs once a start (the API server, an engine core, a
+    rank's worker) shows another pid: two pasted excerpts, the second without its header. Every rank printing
+    its own figures, and the API server's lines interleaved with the engine's, stay in one start.
+    """
+
+    def __init__(self) -> None:
+        self.loading: set[str | None] = set()  # processes that began loading or sizing
+        self.sized: set[str | None] = set()  # processes that printed a capacity line
+        # (speaker, ONCE_PER_PROCESS index) printed, and the (stamp, message) it printed
+        self.profiled: dict[tuple[object, int], tuple[str | None, str]] = {}
+        self.pids: dict[str, str] = {}  # the pid each once-a-start process has
+        self.latest: str | None = None  # the latest time stamp
+
+    def begins_another(self, line: LogLine) -> bool:
+        """Whether `line` belongs to a start after this one."""
         message = line.message
+        if line.process in self.pids and line.pid is not None and self.pids[line.process] != line.pid:
+            return True  # another pid is another start, whenever it was stamped
+        # A line stamped before the start's latest one was printed during it (excerpts are posted out of order).
+        if line.stamp is not None and self.latest is not None and line.stamp < self.latest:
+            return False
         opens = bool(SERVER_VERSION.search(message) or BANNER_VERSION.search(message)
                      or NON_DEFAULT_ARGS.search(message))
-        engine = bool(ENGINE_CONFIG.search(message))
-        weights = bool(MODEL_LOADING.search(message) or WEIGHTS_MEMORY_V06.search(message))
-        once = {(line.speaker, index) for index, pattern in enumerate(ONCE_PER_PROCESS)
-                if line.pid is not None and pattern.search(message)}  # without a pid, ranks cannot be told apart
         # the same line again (a notebook's output that echoes every line) is not a second print
-        printed_again = any(profiled.get(key, (line.stamp, message)) != (line.stamp, message) for key in once)
-        relaunched = line.process in pids and line.pid is not None and pids[line.process] != line.pid
-        # A line stamped before the start's latest one was printed during it (excerpts are posted out of order);
-        # another pid is another start, whenever it was stamped.
-        later = line.stamp is None or latest is None or line.stamp >= latest
-        if relaunched or (later and ((opens and loading) or (engine and line.process in loading)
-                                     or (weights and line.process in sized) or printed_again)):
-            starts.append([])
-            loading, sized, profiled, pids, latest = set(), set(), {}, {}, None
-        starts[-1].append(line)
-        if line.stamp is not None and (latest is None or line.stamp > latest):
-            latest = line.stamp
-        if weights or STARTING_TO_LOAD.search(message) or is_failure_marker(message):
-            loading.add(line.process)
+        printed_again = any(self.profiled.get(key, (line.stamp, message)) != (line.stamp, message)
+                            for key in _once_per_process_keys(line))
+        return ((opens and bool(self.loading)) or (bool(ENGINE_CONFIG.search(message)) and line.process in self.loading)
+                or (_loads_weights(message) and line.process in self.sized) or printed_again)
+
+    def record(self, line: LogLine) -> None:
+        """Take `line` as the current start's."""
+        message = line.message
+        if line.stamp is not None and (self.latest is None or line.stamp > self.latest):
+            self.latest = line.stamp
+        if _loads_weights(message) or STARTING_TO_LOAD.search(message) or is_failure_marker(message):
+            self.loading.add(line.process)
         if any(pattern.search(message) for pattern in SIZED_MARKERS):
-            loading.add(line.process)
-            sized.add(line.process)
-        for key in once:
-            profiled.setdefault(key, (line.stamp, message))
+            self.loading.add(line.process)
+            self.sized.add(line.process)
+        for key in _once_per_process_keys(line):
+            self.profiled.setdefault(key, (line.stamp, message))
         if line.process is not None and line.pid is not None and ONCE_A_START_PROCESS.fullmatch(line.process):
-            pids.setdefault(line.process, line.pid)
-    return [start for start in starts if start] or [[]]
+            self.pids.setdefault(line.process, line.pid)
+
+
+def _loads_weights(message: str) -> bool:
+    return bool(MODEL_LOADING.search(message) or WEIGHTS_MEMORY_V06.search(message))
+
+
+def _once_per_process_keys(line: LogLine) -> set[tuple[object, int]]:
+    """The lines a process prints once a start that `line` is, keyed by its speaker; none without a pid, where
+    ranks cannot be told apart."""
+    if line.pid is None:
+        return set()
+    return {(line.speaker, index) for index, pattern in enumerate(ONCE_PER_PROCESS) if pattern.search(line.message)}
 
 
 def _parse_start(lines: list[LogLine]) -> StartupCapacity:
