@@ -43,8 +43,8 @@ from harness.predict.sampler_peak import (
     sampler_path,
 )
 from harness.predict.term import Term
-from harness.predict.weight_formats import weight_format
-from harness.predict.weights import drafter_note, drafter_weights_term, weights_term
+from harness.predict.weight_formats import held_in_model_dtype, weight_format
+from harness.predict.weights import drafter_note, drafter_weights_term, weights_term, with_allocator_slack
 from harness.units import GiB
 
 GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
@@ -254,6 +254,8 @@ def plan_waterfall(
     else:
         weights = weights_term(size, dtype_bytes, weight_format(launch.quantization, config, size, config_source),
                                tp, pp)
+    if held_in_model_dtype(launch.quantization, config):
+        weights = with_allocator_slack(weights, size, dtype_bytes, tp, pp)
     weights = with_load_buffers(weights, config, tokens, dtype_bytes, config_source)
     drafter = drafter_weights_term(config, size, launch.speculative, dtype_bytes, tp, pp,
                                    in_checkpoint=checkpoint is not None)

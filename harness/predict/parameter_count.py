@@ -30,6 +30,11 @@ class ModelSize(BaseModel):
     whole_mixer_params: int = 0  # of mixer_params, the MLA down-projections (q_a, kv_a) every rank holds whole
     kv_projection_params: int = 0  # of mixer_params, the attention layers' K and V projections
     kv_heads: int = 0
+    heads: int = 0
+    head_dim: int = 0
+    attention_layers: int = 0  # layers with a fused QKV projection of heads × head_dim (not MLA, not linear attention)
+    gated_mlp: bool = True  # the dense MLP fuses gate and up projections (else one up projection)
+    tied_embeddings: bool = False
     embedding_params: int
     layers: int
     dense_width: int = 0  # intermediate_size of the dense MLP layers
@@ -106,11 +111,14 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
         expert_width = expert_params = shared = shared_width = shared_params = routed = dense_layers = router = 0
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
     attention_layers = layers - linear_layers
+    mla = bool(config.get("kv_lora_rank"))
     return ModelSize(hidden=hidden, vocab=vocab, linear_params=mixers + mlp, mixer_params=mixers,
                      dense_params=dense_params, shared_params=shared_params, expert_params=expert_params,
                      router_params=(layers - dense_layers) * router,
                      whole_mixer_params=attention_layers * whole_attention,
-                     kv_projection_params=attention_layers * kv_projection, kv_heads=kv_heads,
+                     kv_projection_params=attention_layers * kv_projection, kv_heads=kv_heads, heads=heads,
+                     head_dim=head_dim, attention_layers=0 if mla else attention_layers, gated_mlp=projections == 3,
+                     tied_embeddings=bool(config.get("tie_word_embeddings")),
                      embedding_params=embeddings, layers=layers,
                      dense_width=dense_width if dense_layers or not experts else 0,
                      moe_layers=layers - dense_layers if experts else 0, experts=experts or 0,

@@ -103,6 +103,11 @@ def _stated_format(stated: dict[str, Any], method: str, size: ModelSize) -> Weig
                         source=f"config.json quantization_config: {layout.detail}")
 
 
+def held_in_model_dtype(quantization: str | None, config: dict[str, Any]) -> bool:
+    """Whether every decoder linear is held in the model's dtype: no --quantization, no quantization_config."""
+    return quantization is None and _quantization_config(config) is None
+
+
 def checkpoint_kv_dtype(config: dict[str, Any]) -> str | None:
     """The cache's dtype under `--kv-cache-dtype auto` where the checkpoint sets it: FP8 for a compressed-tensors
     checkpoint that states a kv_cache_scheme, which vLLM's Attention layer turns into cache_dtype "fp8"

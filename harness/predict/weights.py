@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.predict.allocator import MiB, block_slack_bytes
 from harness.predict.architectures import language_config
 from harness.predict.model_shape import mtp_layers
 from harness.predict.parameter_count import ModelSize, full_attention_layer_params
@@ -63,6 +64,42 @@ def weights_term(size: ModelSize, dtype_bytes: int, fmt: WeightFormat | None, te
         source += (f"; plus the {size.vision.name}'s {size.vision.split_params + size.vision.whole_params:,} "
                    f"parameters in {dtype_bytes} B each, on every pipeline stage, its linears split over TP")
     return Term(name="weights", bytes=int(total), subtracted=True, source=source)
+
+
+def with_allocator_slack(weights: Term, size: ModelSize, dtype_bytes: int, tensor_parallel_size: int,
+                         pipeline_parallel_size: int = 1) -> Term:
+    """The weights term with the caching allocator's slack over each large 16-bit weight one rank holds
+    (allocator.py): the fused QKV and output projections, the MLP's (gate-)up and down projections, the experts'
+    fused w13 and w2 (FusedMoE `create_weights`), the embedding and the output layer (their vocabulary padded to
+    a multiple of 64, VocabParallelEmbedding), each shaped as vLLM builds it on the rank. MLA, linear-attention and
+    vision-tower weights are not among them; every stage is taken to hold its share of the layers."""
+    tp, width = tensor_parallel_size, size.hidden
+    layer_tensors: list[tuple[int, int]] = []  # (layers, elements of one tensor on the rank)
+    if size.attention_layers:
+        queries = size.heads // tp * size.head_dim
+        keys = (size.kv_heads // tp or 1) * size.head_dim
+        layer_tensors += [(size.attention_layers, (queries + 2 * keys) * width),
+                          (size.attention_layers, queries * width)]
+    dense_layers = size.layers - size.moe_layers
+    if size.dense_width and dense_layers:
+        up = (2 if size.gated_mlp else 1) * size.dense_width // tp
+        layer_tensors += [(dense_layers, up * width), (dense_layers, size.dense_width // tp * width)]
+    if size.moe_layers:
+        experts = size.experts * size.expert_width // tp * width
+        layer_tensors += [(size.moe_layers, 2 * experts), (size.moe_layers, experts)]
+        if size.shared_width:
+            shared = size.shared_width // tp * width
+            layer_tensors += [(size.moe_layers, 2 * shared), (size.moe_layers, shared)]
+    vocabulary = _round_up(size.vocab, 64) // tp * width
+    tensors = [*layer_tensors, (1 if size.tied_embeddings else 2, vocabulary)]
+    slack = sum(count * block_slack_bytes(elements * dtype_bytes) for count, elements in tensors)
+    slack //= pipeline_parallel_size
+    if not slack:
+        return weights
+    return weights.model_copy(update={
+        "bytes": weights.bytes + slack,
+        "source": weights.source + f"; {slack / MiB:.1f} MiB the CUDA caching allocator rounds the large weights' "
+                                   "blocks up to (2 MiB segments it splits only past 1 MiB left)"})
 
 
 def _unsplit_note(size: ModelSize, tensor_parallel_size: int, on_rank: dict[str, float]) -> str:

@@ -83,8 +83,8 @@ def test_nextn_layers_hold_an_eh_proj_each_whole_and_with_pipeline_stages_their_
 
 
 def test_only_the_last_pipeline_stage_holds_the_drafter() -> None:
-    args = {"tensor_parallel_size": 2, "pipeline_parallel_size": 2}
-    plain, mtp = _waterfall(NEXTN, **args), _waterfall(NEXTN, **args, speculative=MTP)
+    plain = _waterfall(NEXTN, tensor_parallel_size=2, pipeline_parallel_size=2)
+    mtp = _waterfall(NEXTN, tensor_parallel_size=2, pipeline_parallel_size=2, speculative=MTP)
     # the 74,711,040 B above come off the even split and off the last stage; the first stage keeps its memory
     assert plain.kv_bytes - mtp.kv_bytes == 74_711_040
     assert mtp.stage_kv_bytes == [plain.stage_kv_bytes[0], plain.stage_kv_bytes[1] - 74_711_040]

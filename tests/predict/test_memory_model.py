@@ -253,3 +253,16 @@ def test_the_encoder_profile_raises_the_activation_peak_by_what_it_holds() -> No
         return next(t.bytes for t in waterfall.terms if t.name == "activation_peak")
 
     assert activation(EncoderLaunch()) - activation(EncoderLaunch(skipped=True)) == 2_868_903_936
+
+
+def test_only_weights_held_in_the_models_dtype_carry_the_allocators_slack() -> None:
+    # The slack is reckoned from the 16-bit tensors' shapes; a quantized layout's packed tensors are other shapes.
+    config = _config("Qwen--Qwen2-7B-Instruct.json")
+
+    def weights(quantization: str | None) -> Term:
+        launch = EngineLaunch(max_model_len=4096, engine_version="0.11.0", quantization=quantization)
+        waterfall = plan_waterfall(config, FITTED_CONSTANTS, launch, total_bytes=80 * GiB, total_source="test")
+        return next(term for term in waterfall.terms if term.name == "weights")
+
+    assert "57.0 MiB the CUDA caching allocator" in weights(None).source
+    assert "allocator" not in weights("fp8").source

@@ -26,10 +26,12 @@ from typing import Any
 import pytest
 
 from harness.errors import HarnessError
+from harness.predict.allocator import MiB, block_slack_bytes
 from harness.predict.parameter_count import model_size
+from harness.predict.term import Term
 from harness.predict.vision_tower import vision_tower
 from harness.predict.weight_formats import weight_format
-from harness.predict.weights import weights_term
+from harness.predict.weights import weights_term, with_allocator_slack
 from harness.units import GiB
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
@@ -248,3 +250,28 @@ def test_mla_down_projections_are_whole_on_every_rank() -> None:
     on_rank = size.rank_params_by_kind(2)
     assert on_rank["mixer"] == 201_719_808
     assert on_rank["router"] == 3_407_872
+
+
+def test_the_allocator_counts_a_large_blocks_slack_only_when_too_little_is_left_to_split() -> None:
+    # Past 10 MiB a tensor gets a segment of its own rounded up to 2 MiB; the rest is split off only when more
+    # than 1 MiB is left. 31.5 MiB: a 32 MiB segment, 0.5 MiB kept. 24.5 MiB: 26 MiB, 1.5 MiB split off. 129 MiB,
+    # an odd count: 130 MiB, 1 MiB kept (not more than 1 MiB). 5 MiB shares a 20 MiB segment, split to 512 B;
+    # 1,000 B rounds up to 1,024.
+    assert block_slack_bytes(63 * MiB // 2) == MiB // 2
+    assert block_slack_bytes(49 * MiB // 2) == 0
+    assert block_slack_bytes(129 * MiB) == MiB
+    assert block_slack_bytes(5 * MiB) == 0 and block_slack_bytes(1000) == 24
+
+
+def test_qwen2_7b_weights_carry_the_allocators_slack_its_logs_load() -> None:
+    # Qwen2-7B, TP=1, per layer: QKV (3,584 + 2 × 512) × 3,584 × 2 B = 31.5 MiB (0.5 kept), o_proj 24.5 MiB (split),
+    # gate_up 259 MiB (1 kept), down 129.5 MiB (0.5 kept): 2 MiB × 28 layers; the embedding and the output layer,
+    # 152,064 × 3,584 × 2 B = 1,039.5 MiB each (0.5 kept): 57 MiB, against the 57.8 MiB its two 0.10.1.1 logs
+    # load beyond the parameters and the RoPE cache. TP=2: QKV 15.75 MiB (0.25 kept), o_proj 12.25 (split), gate_up
+    # 129.5 (0.5), down 64.75 (split): 0.75 × 28, and 519.75 MiB halves of the vocabulary (0.25 each): 21.5 MiB,
+    # against the 22.1 MiB of its three TP=2 logs.
+    size = model_size(json.loads((CONFIGS / "Qwen--Qwen2-7B-Instruct.json").read_text()))
+    bare = Term(name="weights", bytes=0, subtracted=True, source="parameters")
+    assert with_allocator_slack(bare, size, 2, 1).bytes == 57 * MiB
+    assert with_allocator_slack(bare, size, 2, 2).bytes == 43 * MiB // 2
+    assert "57.0 MiB the CUDA caching allocator rounds" in with_allocator_slack(bare, size, 2, 1).source
