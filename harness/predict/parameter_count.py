@@ -32,7 +32,7 @@ class ModelSize(BaseModel):
     kv_heads: int = 0
     heads: int = 0
     head_dim: int = 0
-    attention_layers: int = 0  # layers with a fused QKV projection of heads × head_dim (not MLA, not linear attention)
+    attention_layers: int = 0  # layers whose fused QKV projection is heads × head_dim (not MLA, not a hybrid's)
     gated_mlp: bool = True  # the dense MLP fuses gate and up projections (else one up projection)
     tied_embeddings: bool = False
     embedding_params: int
@@ -117,7 +117,8 @@ def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
                      router_params=(layers - dense_layers) * router,
                      whole_mixer_params=attention_layers * whole_attention,
                      kv_projection_params=attention_layers * kv_projection, kv_heads=kv_heads, heads=heads,
-                     head_dim=head_dim, attention_layers=0 if mla else attention_layers, gated_mlp=projections == 3,
+                     head_dim=head_dim, attention_layers=0 if mla or linear_layers else attention_layers,
+                     gated_mlp=projections == 3,
                      tied_embeddings=bool(config.get("tie_word_embeddings")),
                      embedding_params=embeddings, layers=layers,
                      dense_width=dense_width if dense_layers or not experts else 0,

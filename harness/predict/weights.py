@@ -71,8 +71,8 @@ def with_allocator_slack(weights: Term, size: ModelSize, dtype_bytes: int, tenso
     """The weights term with the caching allocator's slack over each large 16-bit weight one rank holds
     (allocator.py): the fused QKV and output projections, the MLP's (gate-)up and down projections, the experts'
     fused w13 and w2 (FusedMoE `create_weights`), the embedding and the output layer (their vocabulary padded to
-    a multiple of 64, VocabParallelEmbedding), each shaped as vLLM builds it on the rank. MLA, linear-attention and
-    vision-tower weights are not among them; every stage is taken to hold its share of the layers."""
+    a multiple of 64, VocabParallelEmbedding), each shaped as vLLM builds it on the rank. MLA's, a hybrid's attention
+    and a vision tower's weights are not among them; every stage is taken to hold its share of the layers."""
     tp, width = tensor_parallel_size, size.hidden
     layer_tensors: list[tuple[int, int]] = []  # (layers, elements of one tensor on the rank)
     if size.attention_layers:
