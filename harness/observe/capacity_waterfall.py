@@ -60,8 +60,8 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
             dtype_bytes=resolve_kv_dtype("auto", log.dtype or shape.dtype)[1], quantization=log.quantization,
             tensor_parallel_size=log.tensor_parallel_size or 1, pipeline_parallel_size=log.pipeline_parallel_size or 1,
             max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs,
-            sampler=log.top_k_top_p_sampler, speculative=speculative_from_log(log.speculative_method,
-                                                                            log.speculative_tokens),
+            sampler=log.top_k_top_p_sampler,
+            speculative=speculative_from_log(log.speculative_method, log.speculative_tokens),
             encoder=EncoderLaunch.from_arguments(log.non_default_args or {}), enforce_eager=bool(log.enforce_eager))
         waterfall = plan_waterfall(shape.config, FITTED_CONSTANTS, launch, total_bytes=total, total_source=total_source,
                                    gpu_name=gpu, checkpoint=None if log.quantization else shape.checkpoint_weights,

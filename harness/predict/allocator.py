@@ -9,9 +9,10 @@ tensor's block is the whole segment, and `memory_allocated` counts it. Smaller r
 release vLLM has pinned; `expandable_segments:True`, which vLLM does not set, splits every block instead.)
 
 vLLM creates each weight on the GPU as its model is built and reports "Model loading took" from
-`torch.cuda.max_memory_allocated` (DeviceMemoryProfiler), so that slack is in the logged weights: a 3,584-wide
-Qwen2.5 layer's fused QKV (31.5 MiB), o_proj (24.5 MiB), gate_up (259 MiB) and down (129.5 MiB) projections
-leave 0.5 + 0.5 + 1 + 0.5 = 2.5 MiB a layer, the 57-58 MiB Qwen2-7B's logs load beyond its parameters.
+`torch.cuda.max_memory_allocated` (DeviceMemoryProfiler), so that slack is in the logged weights: a Qwen2-7B
+layer's fused QKV (31.5 MiB), o_proj (24.5 MiB), gate_up (259 MiB) and down (129.5 MiB) projections keep
+0.5 + 0 + 1 + 0.5 = 2 MiB, and with the embedding's and the output layer's 0.5 MiB each that is 57 MiB over 28
+layers, where its logs load 57.8 MiB beyond its parameters.
 """
 
 from __future__ import annotations
