@@ -43,7 +43,7 @@ from harness.predict.memory_model import (
     MemoryConstants,
     forward_peak_bytes,
     plan_waterfall,
-    profiling_batch,
+    profile_batch,
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import ModelShape, load_model_shape
@@ -187,14 +187,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
                            held_back=held_back)
     facts, log = case.facts, case.parsed()
     try:  # a checkpoint format the weights are not priced for leaves the case unscored, not the corpus
-        launch = EngineLaunch(
-            engine_version=facts.vllm_version, engine_generation=facts.engine, max_model_len=facts.max_model_len,
-            gpu_memory_utilization=facts.gpu_memory_utilization, quantization=facts.quantization,
-            tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
-            max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
-            sampler=_known_sampler(case), speculative=facts.speculative,
-            encoder=EncoderLaunch.from_arguments(log.non_default_args or {}), enforce_eager=bool(log.enforce_eager))
-        waterfall = plan_waterfall(config, constants, launch, total_bytes=total[0], total_source=total[1],
+        waterfall = plan_waterfall(config, constants, _launch(case), total_bytes=total[0], total_source=total[1],
                                    gpu_name=facts.gpu)
     except HarnessError as error:
         return LaunchCheck(status=f"not modelled: {error}", held_back=held_back)
@@ -267,7 +260,7 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         if config is None:
             continue
         if "activation_peak" in logged and total is not None and _known_sampler(case) \
-                and (path := _path(case, total[0])).bytes_per_logit is None:  # the sort, whose figure is fitted
+                and (path := _path(case, config, total[0])).bytes_per_logit is None:  # the sort, whose figure is fitted
             peak, beside, count = _activation_parts(case, config, total[0])
             rows.append((peak, beside + count * path.sort_extra_bytes_per_logit, count))
             targets.append(logged["activation_peak"])
@@ -353,26 +346,41 @@ def _known_sampler(case: FieldCase) -> str | None:
     return None if fact.source == "assumed" else fact.name
 
 
+def _launch(case: FieldCase) -> EngineLaunch:
+    """The flags the case's start ran with, as the waterfall reads them."""
+    facts, log = case.facts, case.parsed()
+    return EngineLaunch(
+        engine_version=facts.vllm_version, engine_generation=facts.engine, max_model_len=facts.max_model_len,
+        gpu_memory_utilization=facts.gpu_memory_utilization, quantization=facts.quantization,
+        tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
+        max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
+        sampler=_known_sampler(case), speculative=facts.speculative,
+        encoder=EncoderLaunch.from_arguments(log.non_default_args or {}), enforce_eager=bool(log.enforce_eager))
+
+
+def _batch(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[int, int]:
+    """(tokens, sampler rows) of the case's profiling run, as the waterfall takes them."""
+    size, version = model_size(config), Version(case.facts.vllm_version)
+    tokens, rows, _ = profile_batch(config, size, version, _v0(case), _launch(case), total_bytes, case.facts.gpu)
+    return tokens, rows
+
+
 def _activation_parts(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[int, int, int]:
     """(forward peak, the sampler's bytes besides its logits, sampler logits) of the case's profiling run."""
-    facts = case.facts
-    tokens, rows, _ = profiling_batch(Version(facts.vllm_version), _v0(case), total_bytes, facts.max_model_len,
-                                      facts.max_num_batched_tokens, facts.max_num_seqs, facts.gpu)
+    tokens, rows = _batch(case, config, total_bytes)
     size = model_size(config)
-    return (forward_peak_bytes(size, tokens, facts.tensor_parallel_size), sampler_peak_bytes(size, tokens, 0, 0),
+    return (forward_peak_bytes(size, tokens, case.facts.tensor_parallel_size), sampler_peak_bytes(size, tokens, 0, 0),
             rows * size.vocab)
 
 
-def _path(case: FieldCase, total_bytes: int) -> SamplerPath:
-    facts = case.facts
-    _, rows, _ = profiling_batch(Version(facts.vllm_version), _v0(case), total_bytes, facts.max_model_len,
-                                 facts.max_num_batched_tokens, facts.max_num_seqs, facts.gpu)
-    return sampler_path(Version(facts.vllm_version), facts.engine, _sampler(case), rows)
+def _path(case: FieldCase, config: dict[str, Any], total_bytes: int) -> SamplerPath:
+    _, rows = _batch(case, config, total_bytes)
+    return sampler_path(Version(case.facts.vllm_version), case.facts.engine, _sampler(case), rows)
 
 
 def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> float:
     forward, base, logits = _activation_parts(case, config, total_bytes)
-    path = _path(case, total_bytes)
+    path = _path(case, config, total_bytes)
     return max(forward, base + logits * path.priced(per_logit))
 
 

@@ -44,6 +44,9 @@ MAX_ASPECT = 200  # the processors refuse a wider image
 ENCODER_PROFILED_SINCE = Version("0.8.2")
 UNREAD = (Version("0.9"), Version("0.10"))  # 0.9.x's profile_run was not read: not priced
 NEWEST_READ_BEFORE = Version("0.35")  # releases from here on are not priced until their profile_run is read
+V0_READ = ((Version("0.7.2"), Version("0.9")), (Version("0.10"), Version("0.11")))  # V0 _dummy_run, as read
+V0_DUMMY_KEPT_SINCE = Version("0.8.3")  # a V0 dummy prompt longer than its share keeps its placeholders
+V0_LIMIT_PER_PROMPT = 1  # --limit-mm-per-prompt's V0 default per modality ("1 (V0) or 999 (V1)")
 
 
 class VisionProcessor(BaseModel, frozen=True):
@@ -199,6 +202,58 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
                 + (f", {padded / GiB:.2f} GiB of zero-padded copies ({pad_rows:,} rows each)" if padded else "")
                 + (f" and {held_pixels / GiB:.2f} GiB of pixels" if held_pixels else "")
                 + f" through the decoder's dummy run ({processor.source})"),
+    )
+
+
+class V0DecoderDummy(BaseModel, frozen=True):
+    """V0's profiling batch of a Qwen2-VL or Qwen2.5-VL model: how many dummy prompts, and their tokens together."""
+
+    sequences: int
+    tokens: int
+    source: str
+
+
+def v0_decoder_dummy(config: dict[str, Any], engine_version: Version, *, max_model_len: int, batched_tokens: int,
+                     max_num_seqs: int, launch: EncoderLaunch | None = None,
+                     source: str = "config") -> V0DecoderDummy | None:
+    """V0's `_dummy_run` (worker/model_runner.py, read in 0.7.2, 0.8.2-0.8.5 and 0.10.0-0.10.2) gives each dummy
+    prompt every image and video the limits allow, each at its largest, so it first cuts max_num_seqs to
+    max_num_batched_tokens // those tokens (at least one). From 0.8.3 a prompt whose placeholders outgrow its share
+    of the batch keeps them all (multimodal/profiling.py `get_decoder_dummy_data` only warns), and the decoder runs
+    over every one; 0.8.2 and earlier profiled such a prompt as text of its share. None for other models and
+    for releases not read."""
+    launch = launch or EncoderLaunch()
+    geometry = _geometry(config, source)
+    if geometry is None or geometry.qwen3 or not any(start <= engine_version < end for start, end in V0_READ):
+        return None
+    rules = next((r for since, r in reversed(RULES) if engine_version >= since), RULES[0][1])
+    limits = {"image": V0_LIMIT_PER_PROMPT if launch.image_limit is None else launch.image_limit,
+              "video": V0_LIMIT_PER_PROMPT if launch.video_limit is None else launch.video_limit}
+    if not any(limits.values()):
+        return None
+    items = _Items(geometry, QWEN2_VL_PROCESSOR, rules, limits)
+    image_tokens = limits["image"] * (items.image_patches // geometry.merge**2)
+
+    def placeholders(seq_len: int) -> int:
+        """One dummy prompt's image and video tokens for this length (qwen2_vl.py
+        `get_num_frames_with_most_features`: the videos share what the images leave, at least a frame each)."""
+        if not limits["video"]:
+            return image_tokens
+        frames = items._frames(seq_len - (image_tokens if rules.images_before_video else 0), limits["video"])
+        return image_tokens + limits["video"] * (items.video_patches(frames) // geometry.merge**2)
+
+    largest = placeholders(max_model_len)  # the registry's get_max_multimodal_tokens, items sized at max_model_len
+    sequences = max(1, min(max_num_seqs, batched_tokens // largest))
+    shares = [batched_tokens // sequences + (i < batched_tokens % sequences) for i in range(sequences)]
+    grows = engine_version >= V0_DUMMY_KEPT_SINCE
+    tokens = sum(max(share, placeholders(share)) if grows else share for share in shares)
+    return V0DecoderDummy(
+        sequences=sequences, tokens=tokens,
+        source=(f"V0's dummy prompts: {sequences} of {max_num_seqs} sequence(s), each allowed "
+                f"{limits['image']} image(s) and {limits['video']} video(s) of {largest:,} tokens in all at "
+                f"max_model_len" + (f"; kept whole beyond their {shares[0]:,}-token share, {tokens:,} tokens "
+                                    f"through the decoder" if tokens > batched_tokens else "")
+                + "; the encoder's own pass is not priced"),
     )
 
 

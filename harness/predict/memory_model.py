@@ -21,7 +21,7 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile
+from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile, v0_decoder_dummy
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import is_hopper, known_gpu
 from harness.predict.load_buffers import with_load_buffers
@@ -60,6 +60,7 @@ LARGE_BATCH_SINCE = Version("0.8.5")
 A100_SMALL_BATCH_SINCE = Version("0.9")
 LARGE_GPU_BYTES = 70 * GiB
 V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
+V0_MULTIMODAL_BATCHED_TOKENS = 5_120  # V0's floor on a multimodal model's batched tokens
 FUSED_MOE_CHUNK = 32_768  # envs.VLLM_FUSED_MOE_CHUNK_SIZE default: tokens a fused-MoE call caches at once
 SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, or the native path
 # Which one V1 runs before 0.11.2 depends on the install: vLLM's image ships FlashInfer, its wheel lists it
@@ -68,8 +69,8 @@ SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, 
 # larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
 # What the waterfall leaves out for a vision-language model it does not price the encoder's profile of (V0, a family
-# other than Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, a release whose profile_run was not read; encoder_profile.py):
-# Qwen2.5-VL-72B TP4 on V0 was predicted to fit and failed with 0.04 GiB left.
+# other than Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, a release whose profile_run was not read; encoder_profile.py).
+# On V0 the decoder's pass over a Qwen2-VL model's dummy prompts is priced (`v0_decoder_dummy`), the encoder's is not.
 ENCODER_PROFILE_NOTE = ("vision encoder: vLLM profiles it on its largest image or video before sizing the cache, "
                         "which is not priced here (up to several GiB; the KV figure is optimistic); "
                         "--limit-mm-per-prompt with zero images and videos, or --language-model-only, skips it")
@@ -178,17 +179,23 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
 
 def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len: int,
                     max_num_batched_tokens: int | None, max_num_seqs: int | None,
-                    gpu_name: str | None = None) -> tuple[int, int, str]:
+                    gpu_name: str | None = None, multimodal: bool = False) -> tuple[int, int, str]:
     """(tokens, sampler rows) of vLLM's profiling run, and where they come from.
 
     V0's `_dummy_run` spreads the tokens over max_num_seqs sequences and samples each; V1's `_dummy_run`
-    makes min(tokens, max_num_seqs) requests and samples one row per request.
+    makes min(tokens, max_num_seqs) requests and samples one row per request. V0 never chunks a multimodal
+    model's prefill by default and batches at least 5,120 tokens for one (engine/arg_utils.py
+    `_set_default_args_v0`, config.py `SchedulerConfig`: `_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS`, read in
+    0.6.5, 0.7.2, 0.8.3, 0.8.5 and 0.10.2).
     """
     a100 = "a100" in (gpu_name or "").lower() and version >= A100_SMALL_BATCH_SINCE
     large = not v0 and version >= LARGE_BATCH_SINCE and total_bytes >= LARGE_GPU_BYTES and not a100
     rows = max_num_seqs or (1024 if large else 256)
     if max_num_batched_tokens:
         tokens, source = max_num_batched_tokens, "--max-num-batched-tokens"
+    elif v0 and multimodal:
+        tokens = max(max_model_len, 2048, V0_MULTIMODAL_BATCHED_TOKENS)
+        source = "V0 default for a multimodal model, never chunked: max(max_model_len, 2048, 5120)"
     elif v0 and max_model_len > V0_CHUNKED_ABOVE:
         tokens, source = 512, "V0 default with chunked prefill (max_model_len above 32,768)"
     elif v0:
@@ -198,6 +205,21 @@ def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len:
     else:
         tokens, source = 2048, "V1 default (an A100 from 0.9)" if a100 else "V1 default"
     return tokens, rows if v0 else min(rows, tokens), source
+
+
+def profile_batch(config: dict[str, Any], size: ModelSize, version: Version, v0: bool, launch: EngineLaunch,
+                  total_bytes: int, gpu_name: str | None, config_source: str = "config") -> tuple[int, int, str]:
+    """(tokens, sampler rows, source) of this model's profiling run: `profiling_batch`, and for a Qwen2-VL model
+    on V0 the dummy prompts that carry its images and videos (encoder_profile.py `v0_decoder_dummy`)."""
+    tokens, rows, source = profiling_batch(version, v0, total_bytes, launch.max_model_len,
+                                           launch.max_num_batched_tokens, launch.max_num_seqs, gpu_name,
+                                           multimodal=size.vision is not None)
+    dummy = None if not v0 else v0_decoder_dummy(
+        config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
+        launch=launch.encoder, source=config_source)
+    if dummy is None:
+        return tokens, rows, source
+    return dummy.tokens, dummy.sequences, f"{source}; {dummy.source}"
 
 
 def plan_waterfall(
@@ -227,8 +249,8 @@ def plan_waterfall(
     version = release_version(launch.engine_version)
     v0 = runs_v0(version, launch.engine_generation)
     size = model_size(config, config_source)
-    tokens, rows, batch_source = profiling_batch(version, v0, total_bytes, launch.max_model_len,
-                                                 launch.max_num_batched_tokens, launch.max_num_seqs, gpu_name)
+    tokens, rows, batch_source = profile_batch(config, size, version, v0, launch, total_bytes, gpu_name,
+                                               config_source)
     stated = launch.sampler is not None
     sampler = "pytorch" if v0 else (launch.sampler or DEFAULT_V1_SAMPLER)
     if sampler not in SAMPLERS:

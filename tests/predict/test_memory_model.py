@@ -51,6 +51,15 @@ def test_v0_profiles_max_model_len_tokens_without_chunked_prefill() -> None:
     assert profiling_batch(Version("0.7.3"), True, 8 * GiB, 131072, None, None)[:2] == (512, 256)
 
 
+def test_v0_batches_at_least_5120_tokens_for_a_multimodal_model_and_never_chunks_it() -> None:
+    # SchedulerConfig: max(max_model_len, 2048), then at least 5,120 for a multimodal model; arg_utils never turns
+    # chunked prefill on for one in V0, so 131,072 tokens of context profile 131,072 tokens, not 512.
+    assert profiling_batch(Version("0.8.3"), True, 40 * GiB, 4096, None, 2, multimodal=True)[:2] == (5120, 2)
+    assert profiling_batch(Version("0.8.3"), True, 40 * GiB, 131072, None, None, multimodal=True)[:2] \
+        == (131072, 256)
+    assert profiling_batch(Version("0.8.3"), False, 40 * GiB, 4096, None, 2, multimodal=True)[:2] == (2048, 2)
+
+
 def _config(name: str) -> dict:
     return load_model_shape(str(CORPUS / "configs" / name)).config
 
