@@ -355,7 +355,15 @@ def _launch(case: FieldCase) -> EngineLaunch:
         tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
         max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
         sampler=_known_sampler(case), speculative=facts.speculative,
-        encoder=EncoderLaunch.from_arguments(log.non_default_args or {}), enforce_eager=bool(log.enforce_eager))
+        encoder=_encoder_launch(case), enforce_eager=bool(log.enforce_eager))
+
+
+def _encoder_launch(case: FieldCase) -> EncoderLaunch:
+    """The encoder's profile flags: the log's arguments, the limits the thread's command states over them."""
+    arguments = dict(case.parsed().non_default_args or {})
+    if case.facts.limit_mm_per_prompt is not None:
+        arguments["limit_mm_per_prompt"] = case.facts.limit_mm_per_prompt
+    return EncoderLaunch.from_arguments(arguments)
 
 
 def _batch(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[int, int]:

@@ -73,6 +73,8 @@ class CaseFacts(pydantic.BaseModel, extra="forbid"):
     # profile's dummy adapters are not sized before launch, so such a start is scored from its logged memory only
     enable_lora: bool = False
     speculative: SpeculativeDecoding | None = None
+    # --limit-mm-per-prompt as the thread's command gives it, where the log's own arguments line is not kept
+    limit_mm_per_prompt: dict[Literal["image", "video"], Annotated[int, pydantic.Field(ge=0)]] | None = None
     started: bool = True
     failed_after_cache_sized: bool = False  # the cache held a full-length request; the start failed later
     # False where the excerpt leaves out what shares the cache (its KV dtype, a drafter's layers): its figures

@@ -59,7 +59,11 @@ UNSTATED_CACHE_CASES = {"v0201-qwen36-27b-autoround-rtx4090-tp2-dflash", "v024-q
 # 37.235) gives 813,184 … 813,408 tokens, while the logged 813,152 tokens are 37.223 GiB: rank 1 held less.
 KNOWN_OFF = {"v0120-qwen3-vl-30b-a3b-h100-tp2-len65536", "v09-qwen3-235b-a22b-fp8-tp4"}
 # Every before-launch fit / no-fit call is right; a case whose call goes wrong is named here with why.
-KNOWN_WRONG_CALLS: set[str] = set()
+# Qwen2.5-VL-72B over four A100-40GB (V0, images only) failed with 0.04 GiB left for its cache (the driver's, the
+# smallest of the three ranks posted); before launch the calculator leaves 1.25 GiB (16,336 tokens, a 4,096-token
+# request fits): its activation peak is 1.68 GiB against the profile's 2.51, its weights 34.30 against 34.43 and
+# its non-torch memory 0.18 against 0.43 GiB.
+KNOWN_WRONG_CALLS: set[str] = {"v083-qwen25-vl-72b-a100-40gb-tp4-v0-fails"}
 
 
 @pytest.fixture(scope="module")
@@ -117,16 +121,14 @@ def test_qwen3_235b_quotes_two_ranks_by_hand(report) -> None:
     assert (figure.predicted_low, figure.predicted_high, figure.logged) == (180_816, 181_040, 178_880)
 
 
-def test_qwen25_vl_72b_on_v0_profiles_its_whole_dummy_prompt_and_does_not_fit_by_hand(report) -> None:
-    # Qwen2.5-VL-72B over four A100-40GB on V0 0.8.3 failed with 0.04 GiB left for its cache. Its one dummy prompt
-    # keeps a 16,384-token image and a 16,384-token video (encoder_profile.py `v0_decoder_dummy`), so the decoder
-    # runs over 32,768 tokens: (4 × 8,192 hidden-wide + 3 × 29,568 / 4) × 2 B = 109,888 B a token,
-    # 3,600,809,984 B (3.35 GiB; the log states 2.51). Weights 36,832,666,624 and non-torch 198,239,583 B beside
-    # it leave 0.95 × 39.38 GiB − the three < 0: no room for a 4,096-token request, as the start found.
+def test_qwen25_vl_72b_on_v0_profiles_its_whole_dummy_prompt_by_hand(report) -> None:
+    # Qwen2.5-VL-72B over four A100-40GB on V0 0.8.3, --limit-mm-per-prompt image=1,video=0. Its one dummy prompt
+    # keeps its 16,384-token image beyond its 5,120-token share (encoder_profile.py `v0_decoder_dummy`), so the
+    # decoder runs over 16,384 tokens: (4 × 8,192 hidden-wide + 3 × 29,568 / 4) × 2 B = 109,888 B a token,
+    # 1,800,404,992 B (1.68 GiB), where 5,120 tokens gave 0.52 GiB; the log states 2.51.
     case = next(c for c in report.cases if c.id == "v083-qwen25-vl-72b-a100-40gb-tp4-v0-fails")
     activation = next(t for t in case.launch.terms if t.name == "activation_peak")
-    assert activation.predicted_bytes == 32_768 * 109_888 == 3_600_809_984
-    assert (case.launch.fits_predicted, case.cache_fit, case.launch.kv_tokens_predicted) == (False, False, 0)
+    assert activation.predicted_bytes == 16_384 * 109_888 == 1_800_404_992
 
 
 def test_pipeline_and_mla_case_uses_each_stages_smallest_rank(report) -> None:

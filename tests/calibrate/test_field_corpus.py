@@ -137,6 +137,16 @@ def test_speculative_facts_name_mtp_and_nothing_else() -> None:
             type(mtp.facts)(**{**facts, "speculative": bad})
 
 
+def test_a_threads_multimodal_limits_reach_the_encoders_profile_and_nothing_else_is_taken() -> None:
+    cases, _ = load_corpus(CORPUS)
+    case = next(c for c in cases if c.id == "v083-qwen25-vl-72b-a100-40gb-tp4-v0-fails")
+    assert case.facts.limit_mm_per_prompt == {"image": 1, "video": 0}
+    facts = case.facts.model_dump()
+    for bad in ({"image": -1}, {"audio": 1}, {"image": "many"}):
+        with pytest.raises(pydantic.ValidationError):
+            type(case.facts)(**{**facts, "limit_mm_per_prompt": bad})
+
+
 def test_a_case_whose_log_holds_several_starts_names_the_one_it_scores(report) -> None:
     # The 29k case's source comment posts the 20k start's block first; given both blocks, the case must say which
     # start it scores, and scoring start 2 gives the very figures the 29k case gets from its own block.
