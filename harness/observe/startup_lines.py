@@ -83,6 +83,8 @@ TOP_K_TOP_P_SAMPLER = re.compile(r"(?P<flashinfer>Using FlashInfer for top-p & t
 # take memory the before-launch model does not size.
 LORA_WRAPPER = re.compile(r"^Using PunicaWrapper\w*")
 NON_DEFAULT_ARGS = re.compile(r"^non-default args: (?P<args>\{.*\})\s*$")
+ARGS_NAMESPACE = re.compile(r"^args: Namespace\((?P<args>.*)\)\s*$")  # before 0.10: every argument
+NAMESPACE_NAME = re.compile(r"(?:^|, )(?P<name>[A-Za-z_]\w*)=")  # where each of its arguments begins
 ENGINE_CONFIG = re.compile(
     r"^Initializing an? (?:(?P<generation>V\d) )?LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)")
 SERVER_VERSION = re.compile(r"^vLLM (?:API )?server version (?P<version>[^\s,]+)")
@@ -217,6 +219,10 @@ class StartFacts:
         self.found["non_default_args_text"] = match.group("args")
         self.found["non_default_args"] = _literal_dict(match.group("args"))
 
+    def namespace_args(self, match: re.Match[str], process: str | None) -> None:
+        self.found["non_default_args_text"] = match.group("args")
+        self.found["non_default_args"] = _namespace_dict(match.group("args"))
+
     def engine_config(self, match: re.Match[str], process: str | None) -> None:
         self.found["engine_version"] = match.group("version")
         self.found["engine_generation"] = match.group("generation") or "V0"
@@ -263,6 +269,7 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
     (CONTEXT_PARALLEL, StartFacts.context_parallel),
     (RESOLVED_KV_DTYPE, StartFacts.resolved_kv_dtype),
     (NON_DEFAULT_ARGS, StartFacts.non_default_args),
+    (ARGS_NAMESPACE, StartFacts.namespace_args),
     (ENGINE_CONFIG, StartFacts.engine_config),
     (SERVER_VERSION, StartFacts.server_version),
     (BANNER_VERSION, StartFacts.server_version),
@@ -304,6 +311,22 @@ def _engine_config_fields(config: str) -> dict[str, Any]:
         fields["speculative_method"] = method.group("value") if method else "draft_model"  # 0.6-0.8: a draft model
         fields["speculative_tokens"] = logged_count(tokens.group("value")) if tokens else None
     return fields
+
+
+def _namespace_dict(text: str) -> dict[str, Any] | None:
+    """argparse's Namespace repr, `host=None, port=8000, limit_mm_per_prompt={'image': 1}, ...`: each argument whose
+    value is a literal; one that is not (an object's repr, a value masked as a secret) is left out, alone."""
+    names = list(NAMESPACE_NAME.finditer(text))
+    if not names:
+        return None
+    arguments: dict[str, Any] = {}
+    for name, following in zip(names, [*names[1:], None], strict=True):
+        value = text[name.end():following.start() if following else len(text)]
+        try:
+            arguments[name.group("name")] = ast.literal_eval(value)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+    return arguments
 
 
 def _literal_dict(text: str) -> dict[str, Any] | None:

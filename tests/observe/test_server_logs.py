@@ -20,6 +20,7 @@ from harness.observe.log_lines import read_log_text
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.paths import read_bounded_bytes
+from harness.predict.encoder_profile import EncoderLaunch
 from harness.units import GiB
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
@@ -849,3 +850,25 @@ def test_a_mangled_figure_is_left_unread_not_misread(line: str, unread: str) -> 
     capacity = parse_startup_log(header + line + "\n" + header + "GPU KV cache size: 35,648 tokens\n")
     assert getattr(capacity, unread) is None
     assert capacity.kv_cache_tokens == 35_648  # the rest of the log is read as before
+
+
+def test_an_argparse_namespace_line_gives_its_literal_arguments() -> None:
+    # Releases before 0.10 print every argument as one Namespace repr. The TinyLlama case's real 0.8.3 line holds
+    # objects (`config_format=<ConfigFormat.AUTO: 'auto'>`) beside the literals that are read.
+    case = next(c for c in load_corpus(FIELD_CORPUS)[0] if c.id == "v083-tinyllama-11b-bnb-util05")
+    parsed = case.parsed()
+    assert parsed.non_default_args is not None
+    assert (parsed.non_default_args["max_model_len"], parsed.non_default_args["quantization"],
+            parsed.non_default_args["gpu_memory_utilization"]) == (512, "bitsandbytes", 0.5)
+    assert "config_format" not in parsed.non_default_args  # an object, not a literal: left out
+    line = ("INFO 04-15 00:05:01 api_server.py:1035] args: Namespace(model='Qwen/Qwen2.5-VL-72B-Instruct', "
+            "limit_mm_per_prompt={'image': 1, 'video': 0}, func=<function ServeSubcommand.cmd at 0x7f3c>, "
+            "download_dir=PosixPath('/data'), max_num_seqs=2)\n")
+    arguments = parse_startup_log(line).non_default_args
+    assert arguments == {"model": "Qwen/Qwen2.5-VL-72B-Instruct", "limit_mm_per_prompt": {"image": 1, "video": 0},
+                         "max_num_seqs": 2}
+    assert EncoderLaunch.from_arguments(arguments) == EncoderLaunch(image_limit=1, video_limit=0)
+    damaged = {"args: Namespace(((((": None, "args: Namespace(x=" + "[" * 5000 + ")": {},
+               "args: Namespace(x=***, max_num_seqs=4)": {"max_num_seqs": 4}}  # a value masked as a secret
+    for text, kept in damaged.items():
+        assert parse_startup_log(f"INFO 04-15 00:05:01 api_server.py:1035] {text}\n").non_default_args == kept
