@@ -41,6 +41,7 @@ from harness.predict.memory_model import (
     GRAPHS_RESERVED_SINCE,
     LORA_NOT_SIZED,
     MemoryConstants,
+    ProfileBatch,
     forward_peak_bytes,
     plan_waterfall,
     profile_batch,
@@ -366,23 +367,23 @@ def _encoder_launch(case: FieldCase) -> EncoderLaunch:
     return EncoderLaunch.from_arguments(arguments)
 
 
-def _batch(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[int, int]:
-    """(tokens, sampler rows) of the case's profiling run, as the waterfall takes them."""
+def _batch(case: FieldCase, config: dict[str, Any], total_bytes: int) -> ProfileBatch:
+    """The case's profiling run, as the waterfall takes it."""
     size, version = model_size(config), Version(case.facts.vllm_version)
-    tokens, rows, _ = profile_batch(config, size, version, _v0(case), _launch(case), total_bytes, case.facts.gpu)
-    return tokens, rows
+    return profile_batch(config, size, version, _v0(case), _launch(case), total_bytes, case.facts.gpu)
 
 
 def _activation_parts(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[int, int, int]:
-    """(forward peak, the sampler's bytes besides its logits, sampler logits) of the case's profiling run."""
-    tokens, rows = _batch(case, config, total_bytes)
+    """(forward peak, the sampler's bytes besides its logits, sampler logits) of the case's profiling run, each
+    with what the batch's inputs hold beside it."""
+    batch = _batch(case, config, total_bytes)
     size = model_size(config)
-    return (forward_peak_bytes(size, tokens, case.facts.tensor_parallel_size), sampler_peak_bytes(size, tokens, 0, 0),
-            rows * size.vocab)
+    return (batch.held_bytes + forward_peak_bytes(size, batch.tokens, case.facts.tensor_parallel_size),
+            batch.held_bytes + sampler_peak_bytes(size, batch.tokens, 0, 0), batch.rows * size.vocab)
 
 
 def _path(case: FieldCase, config: dict[str, Any], total_bytes: int) -> SamplerPath:
-    _, rows = _batch(case, config, total_bytes)
+    rows = _batch(case, config, total_bytes).rows
     return sampler_path(Version(case.facts.vllm_version), case.facts.engine, _sampler(case), rows)
 
 

@@ -206,22 +206,25 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
 
 
 class V0DecoderDummy(BaseModel, frozen=True):
-    """V0's profiling batch of a Qwen2-VL or Qwen2.5-VL model: how many dummy prompts, and their tokens together."""
+    """V0's profiling batch of a Qwen2-VL or Qwen2.5-VL model: how many dummy prompts, their tokens together, and
+    the pixels their images and videos hold on the GPU through the forward pass."""
 
     sequences: int
     tokens: int
+    pixel_bytes: int
     source: str
 
 
 def v0_decoder_dummy(config: dict[str, Any], engine_version: Version, *, max_model_len: int, batched_tokens: int,
-                     max_num_seqs: int, launch: EncoderLaunch | None = None,
+                     max_num_seqs: int, dtype_bytes: int = 2, launch: EncoderLaunch | None = None,
                      source: str = "config") -> V0DecoderDummy | None:
     """V0's `_dummy_run` (worker/model_runner.py, read in 0.7.2, 0.8.2-0.8.5 and 0.10.0-0.10.2) gives each dummy
     prompt every image and video the limits allow, each at its largest, so it first cuts max_num_seqs to
     max_num_batched_tokens // those tokens (at least one). From 0.8.3 a prompt whose placeholders outgrow its share
     of the batch keeps them all (multimodal/profiling.py `get_decoder_dummy_data` only warns), and the decoder runs
-    over every one; 0.8.2 and earlier profiled such a prompt as text of its share. None for other models and
-    for releases not read."""
+    over every one; 0.8.2 and earlier profiled such a prompt as text of its share. The prompts' pixels reach the
+    model as keyword arguments (`MultiModalKwargs.as_kwargs`, moved to the GPU in the processor's dtype) and are
+    held through its forward pass. None for other models and for releases not read."""
     launch = launch or EncoderLaunch()
     geometry = _geometry(config, source)
     if geometry is None or geometry.qwen3 or not any(start <= engine_version < end for start, end in V0_READ):
@@ -232,28 +235,32 @@ def v0_decoder_dummy(config: dict[str, Any], engine_version: Version, *, max_mod
     if not any(limits.values()):
         return None
     items = _Items(geometry, QWEN2_VL_PROCESSOR, rules, limits)
-    image_tokens = limits["image"] * (items.image_patches // geometry.merge**2)
+    merged = geometry.merge**2
 
-    def placeholders(seq_len: int) -> int:
-        """One dummy prompt's image and video tokens for this length (qwen2_vl.py
+    def patches(seq_len: int) -> int:
+        """One dummy prompt's image and video patches for this length (qwen2_vl.py
         `get_num_frames_with_most_features`: the videos share what the images leave, at least a frame each)."""
+        images = limits["image"] * items.image_patches
         if not limits["video"]:
-            return image_tokens
-        frames = items._frames(seq_len - (image_tokens if rules.images_before_video else 0), limits["video"])
-        return image_tokens + limits["video"] * (items.video_patches(frames) // geometry.merge**2)
+            return images
+        frames = items._frames(seq_len - (images // merged if rules.images_before_video else 0), limits["video"])
+        return images + limits["video"] * items.video_patches(frames)
 
-    largest = placeholders(max_model_len)  # the registry's get_max_multimodal_tokens, items sized at max_model_len
+    largest = patches(max_model_len) // merged  # the registry's get_max_multimodal_tokens, at max_model_len
     sequences = max(1, min(max_num_seqs, batched_tokens // largest))
     shares = [batched_tokens // sequences + (i < batched_tokens % sequences) for i in range(sequences)]
-    grows = engine_version >= V0_DUMMY_KEPT_SINCE
-    tokens = sum(max(share, placeholders(share)) if grows else share for share in shares)
+    kept = engine_version >= V0_DUMMY_KEPT_SINCE
+    carried = [patches(share) if kept or patches(share) // merged <= share else 0 for share in shares]
+    tokens = sum(max(share, count // merged) for share, count in zip(shares, carried, strict=True))
+    pixel_bytes = sum(carried) * geometry.channels * geometry.temporal * geometry.patch**2 * (
+        rules.pixel_bytes or dtype_bytes)
     return V0DecoderDummy(
-        sequences=sequences, tokens=tokens,
+        sequences=sequences, tokens=tokens, pixel_bytes=pixel_bytes,
         source=(f"V0's dummy prompts: {sequences} of {max_num_seqs} sequence(s), each allowed "
                 f"{limits['image']} image(s) and {limits['video']} video(s) of {largest:,} tokens in all at "
                 f"max_model_len" + (f"; kept whole beyond their {shares[0]:,}-token share, {tokens:,} tokens "
                                     f"through the decoder" if tokens > batched_tokens else "")
-                + "; the encoder's own pass is not priced"),
+                + f", beside {pixel_bytes / GiB:.2f} GiB of their pixels; the encoder's own pass is not priced"),
     )
 
 

@@ -15,7 +15,7 @@ never on the cases it is scored on.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.version import Version
 from pydantic import BaseModel
@@ -207,19 +207,29 @@ def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len:
     return tokens, rows if v0 else min(rows, tokens), source
 
 
+class ProfileBatch(NamedTuple):
+    """vLLM's profiling run: the tokens through the forward pass, the rows sampled, and what the batch's own
+    inputs hold beside them (a V0 vision model's pixels)."""
+
+    tokens: int
+    rows: int
+    held_bytes: int
+    source: str
+
+
 def profile_batch(config: dict[str, Any], size: ModelSize, version: Version, v0: bool, launch: EngineLaunch,
-                  total_bytes: int, gpu_name: str | None, config_source: str = "config") -> tuple[int, int, str]:
-    """(tokens, sampler rows, source) of this model's profiling run: `profiling_batch`, and for a Qwen2-VL model
-    on V0 the dummy prompts that carry its images and videos (encoder_profile.py `v0_decoder_dummy`)."""
+                  total_bytes: int, gpu_name: str | None, config_source: str = "config") -> ProfileBatch:
+    """This model's profiling run: `profiling_batch`, and for a Qwen2-VL model on V0 the dummy prompts that carry
+    its images and videos (encoder_profile.py `v0_decoder_dummy`)."""
     tokens, rows, source = profiling_batch(version, v0, total_bytes, launch.max_model_len,
                                            launch.max_num_batched_tokens, launch.max_num_seqs, gpu_name,
                                            multimodal=size.vision is not None)
     dummy = None if not v0 else v0_decoder_dummy(
         config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
-        launch=launch.encoder, source=config_source)
+        dtype_bytes=launch.dtype_bytes, launch=launch.encoder, source=config_source)
     if dummy is None:
-        return tokens, rows, source
-    return dummy.tokens, dummy.sequences, f"{source}; {dummy.source}"
+        return ProfileBatch(tokens, rows, 0, source)
+    return ProfileBatch(dummy.tokens, dummy.sequences, dummy.pixel_bytes, f"{source}; {dummy.source}")
 
 
 def plan_waterfall(
@@ -249,8 +259,8 @@ def plan_waterfall(
     version = release_version(launch.engine_version)
     v0 = runs_v0(version, launch.engine_generation)
     size = model_size(config, config_source)
-    tokens, rows, batch_source = profile_batch(config, size, version, v0, launch, total_bytes, gpu_name,
-                                               config_source)
+    tokens, rows, batch_held, batch_source = profile_batch(config, size, version, v0, launch, total_bytes, gpu_name,
+                                                           config_source)
     stated = launch.sampler is not None
     sampler = "pytorch" if v0 else (launch.sampler or DEFAULT_V1_SAMPLER)
     if sampler not in SAMPLERS:
@@ -262,7 +272,7 @@ def plan_waterfall(
     encoder = None if v0 else encoder_profile(
         config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
         tensor_parallel_size=tp, dtype_bytes=dtype_bytes, launch=launch.encoder, source=config_source)
-    held = encoder.held_bytes if encoder else 0
+    held = (encoder.held_bytes if encoder else 0) + batch_held
     activation = max(encoder.encoder_peak_bytes if encoder else 0, held + max(forward, sampling))
     unsampled = max(encoder.encoder_peak_bytes if encoder else 0, held + forward)  # a stage before the last's peak
     non_torch = non_torch_term(constants, version, v0, tp, pp, gpu_name,

@@ -132,23 +132,25 @@ def test_v0_keeps_a_dummy_prompt_whole_from_0_8_3_so_the_decoder_runs_over_every
     # vllm-project/vllm#16570: Qwen2.5-VL-72B on V0 0.8.3, --max-model-len 4096 --max-num-seqs 2, 5,120 batched
     # tokens. The largest image, 3,584² (the 12,845,056-pixel bound), is 256² = 65,536 patches, 16,384 tokens;
     # 4,096 − 16,384 leaves no room for a frame, so the video keeps one, padded to a temporal pair: 16,384 more.
-    # 5,120 // 32,768 = 0 sequences, so one, with the whole batch as its share; its 32,768 placeholders are kept.
+    # 5,120 // 32,768 = 0 sequences, so one, with the whole batch as its share; its 32,768 placeholders are kept,
+    # and so are its 131,072 patches' float32 pixels: 131,072 × 3 × 2 × 14² × 4 B = 616,562,688 B.
     found = v0_decoder_dummy(QWEN25_VL_72B, Version("0.8.3"), max_model_len=4096, batched_tokens=5120,
                              max_num_seqs=2)
     assert found is not None
-    assert (found.sequences, found.tokens) == (1, 32_768)
-    # 0.8.2 profiled such a prompt as text of its share: one sequence still, of 5,120 tokens.
+    assert (found.sequences, found.tokens, found.pixel_bytes) == (1, 32_768, 616_562_688)
+    # 0.8.2 profiled such a prompt as text of its share: one sequence still, of 5,120 tokens, and no pixels.
     earlier = v0_decoder_dummy(QWEN25_VL_72B, Version("0.8.2"), max_model_len=4096, batched_tokens=5120,
                                max_num_seqs=2)
-    assert earlier is not None and (earlier.sequences, earlier.tokens) == (1, 5120)
+    assert earlier is not None and (earlier.sequences, earlier.tokens, earlier.pixel_bytes) == (1, 5120, 0)
 
 
 def test_v0_cuts_its_sequences_to_the_prompts_whose_placeholders_fit_the_batch() -> None:
     # Images only (video limit 0), 40,960 tokens: one 16,384-token image a prompt, 40,960 // 16,384 = 2 sequences
-    # of 20,480 tokens each, which hold their image: 40,960 tokens, 2 sampled rows.
+    # of 20,480 tokens each, which hold their image: 40,960 tokens, 2 sampled rows. From 0.10 the pixels are in the
+    # model's dtype: 2 × 65,536 patches × 3 × 2 × 14² × 2 B = 308,281,344 B.
     found = v0_decoder_dummy(QWEN25_VL, Version("0.10.1"), max_model_len=40960, batched_tokens=40960,
                              max_num_seqs=256, launch=EncoderLaunch(video_limit=0))
-    assert found is not None and (found.sequences, found.tokens) == (2, 40_960)
+    assert found is not None and (found.sequences, found.tokens, found.pixel_bytes) == (2, 40_960, 308_281_344)
 
 
 def test_v0_dummy_prompts_are_priced_for_qwen2_vl_families_in_the_releases_read() -> None:
