@@ -61,6 +61,7 @@ A100_SMALL_BATCH_SINCE = Version("0.9")
 LARGE_GPU_BYTES = 70 * GiB
 V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
 V0_MULTIMODAL_BATCHED_TOKENS = 5_120  # V0's floor on a multimodal model's batched tokens
+V0_MLA_UNCHUNKED_SINCE = Version("0.8.2")  # V0 keeps an MLA model's prefill whole, whatever its length
 FUSED_MOE_CHUNK = 32_768  # envs.VLLM_FUSED_MOE_CHUNK_SIZE default: tokens a fused-MoE call caches at once
 SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, or the native path
 # Which one V1 runs before 0.11.2 depends on the install: vLLM's image ships FlashInfer, its wheel lists it
@@ -179,14 +180,16 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
 
 def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len: int,
                     max_num_batched_tokens: int | None, max_num_seqs: int | None,
-                    gpu_name: str | None = None, multimodal: bool = False) -> tuple[int, int, str]:
+                    gpu_name: str | None = None, multimodal: bool = False, mla: bool = False) -> tuple[int, int, str]:
     """(tokens, sampler rows) of vLLM's profiling run, and where they come from.
 
     V0's `_dummy_run` spreads the tokens over max_num_seqs sequences and samples each; V1's `_dummy_run`
     makes min(tokens, max_num_seqs) requests and samples one row per request. V0 never chunks a multimodal
     model's prefill by default and batches at least 5,120 tokens for one (engine/arg_utils.py
     `_set_default_args_v0`, config.py `SchedulerConfig`: `_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS`, read in
-    0.6.5, 0.7.2, 0.8.3, 0.8.5 and 0.10.2).
+    0.6.5, 0.7.2, 0.8.3, 0.8.5 and 0.10.2), nor, from 0.8.2, an MLA model's ("Chunked prefill not supported for
+    Multimodal or MLA in V0", read in 0.8.2-0.8.5 and 0.10.0-0.10.2; 0.7.2 turns it off only after sizing the
+    512-token batch).
     """
     a100 = "a100" in (gpu_name or "").lower() and version >= A100_SMALL_BATCH_SINCE
     large = not v0 and version >= LARGE_BATCH_SINCE and total_bytes >= LARGE_GPU_BYTES and not a100
@@ -196,10 +199,11 @@ def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len:
     elif v0 and multimodal:
         tokens = max(max_model_len, 2048, V0_MULTIMODAL_BATCHED_TOKENS)
         source = "V0 default for a multimodal model, never chunked: max(max_model_len, 2048, 5120)"
-    elif v0 and max_model_len > V0_CHUNKED_ABOVE:
+    elif v0 and max_model_len > V0_CHUNKED_ABOVE and not (mla and version >= V0_MLA_UNCHUNKED_SINCE):
         tokens, source = 512, "V0 default with chunked prefill (max_model_len above 32,768)"
     elif v0:
-        tokens, source = max(max_model_len, 2048), "V0 default without chunked prefill: max(max_model_len, 2048)"
+        tokens, source = max(max_model_len, 2048), "V0 default without chunked prefill: max(max_model_len, 2048)" + (
+            " (MLA is never chunked in V0)" if mla and max_model_len > V0_CHUNKED_ABOVE else "")
     elif large:
         tokens, source = 8192, "V1 default on a ≥ 70 GiB GPU"
     else:
@@ -223,7 +227,7 @@ def profile_batch(config: dict[str, Any], size: ModelSize, version: Version, v0:
     its images and videos (encoder_profile.py `v0_decoder_dummy`)."""
     tokens, rows, source = profiling_batch(version, v0, total_bytes, launch.max_model_len,
                                            launch.max_num_batched_tokens, launch.max_num_seqs, gpu_name,
-                                           multimodal=size.vision is not None)
+                                           multimodal=size.vision is not None, mla=size.whole_mixer_params > 0)
     dummy = None if not v0 else v0_decoder_dummy(
         config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
         dtype_bytes=launch.dtype_bytes, launch=launch.encoder, source=config_source)
