@@ -250,7 +250,8 @@ def v0_decoder_dummy(config: dict[str, Any], engine_version: Version, *, max_mod
     sequences = max(1, min(max_num_seqs, batched_tokens // largest))
     shares = [batched_tokens // sequences + (i < batched_tokens % sequences) for i in range(sequences)]
     kept = engine_version >= V0_DUMMY_KEPT_SINCE
-    carried = [patches(share) if kept or patches(share) // merged <= share else 0 for share in shares]
+    counts = [patches(share) for share in shares]  # 0.8.2 and earlier drop them where they outgrow the share
+    carried = [count if kept or count // merged <= share else 0 for share, count in zip(shares, counts, strict=True)]
     tokens = sum(max(share, count // merged) for share, count in zip(shares, carried, strict=True))
     pixel_bytes = sum(carried) * geometry.channels * geometry.temporal * geometry.patch**2 * (
         rules.pixel_bytes or dtype_bytes)
