@@ -59,6 +59,10 @@ CONTEXT_COUNTED_BEFORE = {"V0": Version("0.6.5"), "V1": Version("0.9.1")}
 LARGE_BATCH_SINCE = Version("0.8.5")
 A100_SMALL_BATCH_SINCE = Version("0.9")
 LARGE_GPU_BYTES = 70 * GiB
+# From 0.28 a GPU of ≥ 160 GiB (B200, B300, MI300X), an A100 or not, gets 16,384 batched tokens and 1,024 sequences
+# (`get_batch_defaults`, read in 0.28.0 … 0.34.0).
+LARGEST_BATCH_SINCE = Version("0.28")
+LARGEST_GPU_BYTES = 160 * GiB
 V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
 V0_MULTIMODAL_BATCHED_TOKENS = 5_120  # V0's floor on a multimodal model's batched tokens
 V0_MLA_UNCHUNKED_SINCE = Version("0.8.2")  # V0 keeps an MLA model's prefill whole, whatever its length
@@ -192,7 +196,8 @@ def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len:
     512-token batch).
     """
     a100 = "a100" in (gpu_name or "").lower() and version >= A100_SMALL_BATCH_SINCE
-    large = not v0 and version >= LARGE_BATCH_SINCE and total_bytes >= LARGE_GPU_BYTES and not a100
+    largest = not v0 and version >= LARGEST_BATCH_SINCE and total_bytes >= LARGEST_GPU_BYTES
+    large = largest or (not v0 and version >= LARGE_BATCH_SINCE and total_bytes >= LARGE_GPU_BYTES and not a100)
     rows = max_num_seqs or (1024 if large else 256)
     if max_num_batched_tokens:
         tokens, source = max_num_batched_tokens, "--max-num-batched-tokens"
@@ -204,6 +209,8 @@ def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len:
     elif v0:
         tokens, source = max(max_model_len, 2048), "V0 default without chunked prefill: max(max_model_len, 2048)" + (
             " (MLA is never chunked in V0)" if mla and max_model_len > V0_CHUNKED_ABOVE else "")
+    elif largest:
+        tokens, source = 16384, "V1 default on a ≥ 160 GiB GPU from 0.28"
     elif large:
         tokens, source = 8192, "V1 default on a ≥ 70 GiB GPU"
     else:

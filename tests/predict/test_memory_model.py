@@ -38,6 +38,11 @@ def test_v1_profiles_the_large_gpu_defaults_but_not_on_an_a100() -> None:
     assert profiling_batch(Version("0.8.5"), False, a100, 16384, None, None, "A100-80GB")[:2] == (8192, 1024)
     # V1 samples one row per request and makes no more requests than tokens: 512 tokens, 512 rows.
     assert profiling_batch(Version("0.11.0"), False, h100, 131072, 512, None, "H100-80GB")[:2] == (512, 512)
+    # From 0.28 a card of 160 GiB or more gets 16,384 tokens and 1,024 sequences; a B200 (178.4 GiB) before 0.28
+    # keeps the ≥ 70 GiB defaults.
+    b200 = int(178.36 * GiB)
+    assert profiling_batch(Version("0.28.0"), False, b200, 32768, None, None, "B200")[:2] == (16384, 1024)
+    assert profiling_batch(Version("0.27.1"), False, b200, 32768, None, None, "B200")[:2] == (8192, 1024)
     # A 24 GiB card is below 70 GiB whatever its name.
     assert profiling_batch(Version("0.10.1.1"), False, int(22.18 * GiB), 8192, None, None, "A10-24GB")[:2] \
         == (2048, 256)
