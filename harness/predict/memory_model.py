@@ -57,6 +57,8 @@ CONTEXT_COUNTED_BEFORE = {"V0": Version("0.6.5"), "V1": Version("0.9.1")}
 # (vllm/engine/arg_utils.py `_set_default_args_v1`, read in 0.8.5); from 0.9.0 an A100 keeps the small
 # defaults ("a100" not in device_name, PR #17885, read in 0.9.0, 0.9.2, 0.10.1.1 and 0.11.0).
 LARGE_BATCH_SINCE = Version("0.8.5")
+V1_MANY_SEQUENCES_SINCE = Version("0.8")  # 1,024 sequences on every GPU, until 0.8.4 asks for an H100 or H200 too
+V1_SEQUENCES_BY_NAME_SINCE = Version("0.8.4")
 A100_SMALL_BATCH_SINCE = Version("0.9")
 LARGE_GPU_BYTES = 70 * GiB
 # From 0.28 a GPU of ≥ 160 GiB (B200, B300, MI300X), an A100 or not, gets 16,384 batched tokens and 1,024 sequences
@@ -187,35 +189,54 @@ def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len:
                     gpu_name: str | None = None, multimodal: bool = False, mla: bool = False) -> tuple[int, int, str]:
     """(tokens, sampler rows) of vLLM's profiling run, and where they come from.
 
-    V0's `_dummy_run` spreads the tokens over max_num_seqs sequences and samples each; V1's `_dummy_run`
-    makes min(tokens, max_num_seqs) requests and samples one row per request. V0 never chunks a multimodal
-    model's prefill by default and batches at least 5,120 tokens for one (engine/arg_utils.py
-    `_set_default_args_v0`, config.py `SchedulerConfig`: `_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS`, read in
-    0.6.5, 0.7.2, 0.8.3, 0.8.5 and 0.10.2), nor, from 0.8.2, an MLA model's ("Chunked prefill not supported for
-    Multimodal or MLA in V0", read in 0.8.2-0.8.5 and 0.10.0-0.10.2; 0.7.2 turns it off only after sizing the
-    512-token batch).
+    V0's `_dummy_run` spreads the tokens over max_num_seqs sequences (256 unless set) and samples each; V1's
+    `_dummy_run` makes min(tokens, max_num_seqs) requests and samples one row per request.
     """
-    a100 = "a100" in (gpu_name or "").lower() and version >= A100_SMALL_BATCH_SINCE
-    largest = not v0 and version >= LARGEST_BATCH_SINCE and total_bytes >= LARGEST_GPU_BYTES
-    large = largest or (not v0 and version >= LARGE_BATCH_SINCE and total_bytes >= LARGE_GPU_BYTES and not a100)
-    rows = max_num_seqs or (1024 if large else 256)
+    if v0:
+        tokens, source = ((max_num_batched_tokens, "--max-num-batched-tokens") if max_num_batched_tokens
+                          else _v0_batched_tokens(version, max_model_len, multimodal, mla))
+        return tokens, max_num_seqs or 256, source
+    tokens, rows, source = _v1_defaults(version, total_bytes, gpu_name)
     if max_num_batched_tokens:
         tokens, source = max_num_batched_tokens, "--max-num-batched-tokens"
-    elif v0 and multimodal:
-        tokens = max(max_model_len, 2048, V0_MULTIMODAL_BATCHED_TOKENS)
-        source = "V0 default for a multimodal model, never chunked: max(max_model_len, 2048, 5120)"
-    elif v0 and max_model_len > V0_CHUNKED_ABOVE and not (mla and version >= V0_MLA_UNCHUNKED_SINCE):
-        tokens, source = 512, "V0 default with chunked prefill (max_model_len above 32,768)"
-    elif v0:
-        tokens, source = max(max_model_len, 2048), "V0 default without chunked prefill: max(max_model_len, 2048)" + (
-            " (MLA is never chunked in V0)" if mla and max_model_len > V0_CHUNKED_ABOVE else "")
-    elif largest:
-        tokens, source = 16384, "V1 default on a ≥ 160 GiB GPU from 0.28"
-    elif large:
-        tokens, source = 8192, "V1 default on a ≥ 70 GiB GPU"
-    else:
-        tokens, source = 2048, "V1 default (an A100 from 0.9)" if a100 else "V1 default"
-    return tokens, rows if v0 else min(rows, tokens), source
+    return tokens, min(max_num_seqs or rows, tokens), source
+
+
+def _v0_batched_tokens(version: Version, max_model_len: int, multimodal: bool, mla: bool) -> tuple[int, str]:
+    """V0's default batch: max(max_model_len, 2048) without chunked prefill, 512 tokens with it, which V0 turns on
+    past 32,768 tokens of context. It never chunks a multimodal model's prefill and batches at least 5,120 tokens
+    for one (engine/arg_utils.py `_set_default_args_v0`, config.py `SchedulerConfig`:
+    `_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS`, read in 0.6.5, 0.7.2, 0.8.3, 0.8.5 and 0.10.2), nor, from 0.8.2, an
+    MLA model's ("Chunked prefill not supported for Multimodal or MLA in V0", read in 0.8.2-0.8.5 and
+    0.10.0-0.10.2; 0.7.2 turns it off only after sizing the 512-token batch)."""
+    if multimodal:
+        return (max(max_model_len, 2048, V0_MULTIMODAL_BATCHED_TOKENS),
+                "V0 default for a multimodal model, never chunked: max(max_model_len, 2048, 5120)")
+    unchunked_mla = mla and version >= V0_MLA_UNCHUNKED_SINCE
+    if max_model_len > V0_CHUNKED_ABOVE and not unchunked_mla:
+        return 512, "V0 default with chunked prefill (max_model_len above 32,768)"
+    return max(max_model_len, 2048), "V0 default without chunked prefill: max(max_model_len, 2048)" + (
+        " (MLA is never chunked in V0)" if unchunked_mla and max_model_len > V0_CHUNKED_ABOVE else "")
+
+
+def _v1_defaults(version: Version, total_bytes: int, gpu_name: str | None) -> tuple[int, int, str]:
+    """V1's API-server defaults (engine/arg_utils.py): before 0.8.5 by the device's name, an H100 or H200 batching
+    8,192 tokens and any other 2,048, with 1,024 sequences on every GPU in 0.8.0-0.8.3, on those two in 0.8.4 and 256
+    otherwise (read in 0.7.2, 0.8.2, 0.8.3 and 0.8.4); from 0.8.5 by its memory (`_set_default_args_v1`, later
+    `get_batch_defaults`): ≥ 70 GiB 8,192 tokens and 1,024 sequences, but not an A100 from 0.9 (PR #17885),
+    ≥ 160 GiB 16,384 and 1,024 from 0.28, else 2,048 and 256."""
+    name = (gpu_name or "").lower()
+    if version < LARGE_BATCH_SINCE:
+        hopper = "h100" in name or "h200" in name
+        rows = 1024 if version >= V1_MANY_SEQUENCES_SINCE and (hopper or version < V1_SEQUENCES_BY_NAME_SINCE) else 256
+        return (8192, rows, "V1 default on an H100 or H200, by name (before 0.8.5)") if hopper else (
+            2048, rows, "V1 default")
+    if version >= LARGEST_BATCH_SINCE and total_bytes >= LARGEST_GPU_BYTES:
+        return 16384, 1024, "V1 default on a ≥ 160 GiB GPU from 0.28"
+    a100 = "a100" in name and version >= A100_SMALL_BATCH_SINCE
+    if total_bytes >= LARGE_GPU_BYTES and not a100:
+        return 8192, 1024, "V1 default on a ≥ 70 GiB GPU"
+    return 2048, 256, "V1 default (an A100 from 0.9)" if a100 else "V1 default"
 
 
 class ProfileBatch(NamedTuple):

@@ -43,6 +43,13 @@ def test_v1_profiles_the_large_gpu_defaults_but_not_on_an_a100() -> None:
     b200 = int(178.36 * GiB)
     assert profiling_batch(Version("0.28.0"), False, b200, 32768, None, None, "B200")[:2] == (16384, 1024)
     assert profiling_batch(Version("0.27.1"), False, b200, 32768, None, None, "B200")[:2] == (8192, 1024)
+    # Before 0.8.5 V1 chose by the device's name: an H100 or H200 batched 8,192 tokens, any other GPU 2,048, and
+    # 0.8.0-0.8.3 gave every GPU 1,024 sequences, 0.8.4 only those two (256 for the rest), 0.7 256 to all.
+    assert profiling_batch(Version("0.8.2"), False, h100, 128000, None, None, "H100-80GB")[:2] == (8192, 1024)
+    assert profiling_batch(Version("0.8.3"), False, a100, 4096, None, None, "A100-80GB")[:2] == (2048, 1024)
+    assert profiling_batch(Version("0.8.4"), False, a100, 4096, None, None, "A100-80GB")[:2] == (2048, 256)
+    assert profiling_batch(Version("0.8.4"), False, h100, 4096, None, None, "H200")[:2] == (8192, 1024)
+    assert profiling_batch(Version("0.7.2"), False, h100, 4096, None, None, "H100-80GB")[:2] == (8192, 256)
     # A 24 GiB card is below 70 GiB whatever its name.
     assert profiling_batch(Version("0.10.1.1"), False, int(22.18 * GiB), 8192, None, None, "A10-24GB")[:2] \
         == (2048, 256)
