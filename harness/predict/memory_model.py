@@ -53,17 +53,13 @@ GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabl
 # from them on, only the increase since the worker's first snapshot, taken after the context exists
 # (utils.memory_profiling with a baseline: V0 0.6.5, V1 0.9.1).
 CONTEXT_COUNTED_BEFORE = {"V0": Version("0.6.5"), "V1": Version("0.9.1")}
-# V1 API server defaults on a GPU of ≥ 70 GiB: 8,192 batched tokens and 1,024 sequences, else 2,048 and 256
-# (vllm/engine/arg_utils.py `_set_default_args_v1`, read in 0.8.5); from 0.9.0 an A100 keeps the small
-# defaults ("a100" not in device_name, PR #17885, read in 0.9.0, 0.9.2, 0.10.1.1 and 0.11.0).
+# V1's API-server batch defaults (`_v1_defaults`): by the GPU's memory from 0.8.5, by its name before
 LARGE_BATCH_SINCE = Version("0.8.5")
 V1_MANY_SEQUENCES_SINCE = Version("0.8")  # 1,024 sequences on every GPU, until 0.8.4 asks for an H100 or H200 too
 V1_SEQUENCES_BY_NAME_SINCE = Version("0.8.4")
-A100_SMALL_BATCH_SINCE = Version("0.9")
+A100_SMALL_BATCH_SINCE = Version("0.9")  # "a100" not in device_name, PR #17885 (read in 0.9.0 … 0.34.0)
 LARGE_GPU_BYTES = 70 * GiB
-# From 0.28 a GPU of ≥ 160 GiB (B200, B300, MI300X), an A100 or not, gets 16,384 batched tokens and 1,024 sequences
-# (`get_batch_defaults`, read in 0.28.0 … 0.34.0).
-LARGEST_BATCH_SINCE = Version("0.28")
+LARGEST_BATCH_SINCE = Version("0.28")  # B200, B300, MI300X: `get_batch_defaults` (read in 0.28.0 … 0.34.0)
 LARGEST_GPU_BYTES = 160 * GiB
 V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
 V0_MULTIMODAL_BATCHED_TOKENS = 5_120  # V0's floor on a multimodal model's batched tokens

@@ -72,7 +72,6 @@ def test_v0_batches_at_least_5120_tokens_for_a_multimodal_model_and_never_chunks
     assert profiling_batch(Version("0.8.3"), False, 40 * GiB, 4096, None, 2, multimodal=True)[:2] == (2048, 2)
 
 
-
 def test_v0_keeps_an_mla_models_long_prefill_whole_from_0_8_2() -> None:
     # arg_utils: "Chunked prefill not supported for Multimodal or MLA in V0", so 163,840 tokens of context batch
     # max(163,840, 2,048) tokens; 0.7.2 sized its 512-token chunked batch before turning chunking off for MLA.
