@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.calibrate.field_check import _total_bytes
 from harness.calibrate.field_corpus import FieldCase, load_corpus
+from harness.calibrate.field_launch import gpu_total
 from harness.dev.tiny_model import ensure_tiny_model
 from harness.launch.experiment import with_drift
 from harness.measure.client import ErrorClass, RequestRecord
@@ -147,7 +147,7 @@ def field_drift(case_id: str, **logged: object) -> DriftCheck | str:
     case: FieldCase = next(case for case in cases if case.id == case_id)
     facts = case.facts
     assert facts.config is not None, f"{case_id}: the case has no config"
-    total = _total_bytes(case)
+    total = gpu_total(case)
     assert total is not None, f"{case_id}: the case's GPU total is not established"
     gpus = facts.tensor_parallel_size * facts.pipeline_parallel_size
     device = DeviceFacts(gpu_name=facts.gpu or "GPU", gpu_count=gpus, gpu_memory_total_bytes=total[0] * gpus)

@@ -19,32 +19,35 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.calibrate.field_corpus import FieldCase, architecture, load_corpus
+from harness.calibrate.field_launch import (
+    engine_launch,
+    gpu_total,
+    is_v0,
+    known_sampler,
+    profiling_run,
+    sampler_fact,
+    sampler_name,
+)
 from harness.calibrate.field_results import (
     CaseResult,
     FieldReport,
     FigureCheck,
     LaunchCheck,
     LoggedCheck,
-    SamplerFact,
     TermCheck,
 )
 from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.predict.budget import CapacityPrediction
-from harness.predict.encoder_profile import EncoderLaunch
-from harness.predict.engine_launch import EngineLaunch
-from harness.predict.gpu_catalog import gpu_memory, is_hopper
+from harness.predict.gpu_catalog import is_hopper
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
-    DEFAULT_V1_SAMPLER,
     GRAPHS_RESERVED_SINCE,
     LORA_NOT_SIZED,
     MemoryConstants,
-    ProfileBatch,
     forward_peak_bytes,
     plan_waterfall,
-    profile_batch,
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import ModelShape, load_model_shape
@@ -56,7 +59,7 @@ from harness.predict.non_torch import (
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.releases import runs_v0
-from harness.predict.sampler_peak import SamplerPath, release_default_sampler, sampler_path
+from harness.predict.sampler_peak import SamplerPath, sampler_path
 from harness.predict.warmup import check_warmup
 from harness.units import GiB
 
@@ -161,22 +164,9 @@ def _stage_memory(case: FieldCase, by_rank: dict[int, int], headline: int | None
                         pipeline_parallel_size=case.facts.pipeline_parallel_size)
 
 
-def _total_bytes(case: FieldCase) -> tuple[int, str] | None:
-    facts = case.facts
-    if facts.gpu_total_gib is not None:
-        return int(facts.gpu_total_gib * GiB), f"{facts.gpu_total_gib} GiB as the log states it"
-    if facts.gpu is None:
-        return None
-    try:
-        gpu = gpu_memory(facts.gpu)
-    except HarnessError:
-        return None
-    return int(gpu.total_gib * GiB), gpu.source
-
-
 def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, Any] | None,
                  constants: MemoryConstants, *, held_back: bool) -> LaunchCheck:
-    total = _total_bytes(case)
+    total = gpu_total(case)
     if shape is None or config is None:
         return LaunchCheck(status="no config for this model", held_back=held_back)
     if not case.facts.cache_contents_stated:
@@ -188,7 +178,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
                            held_back=held_back)
     facts, log = case.facts, case.parsed()
     try:  # a checkpoint format the weights are not priced for leaves the case unscored, not the corpus
-        waterfall = plan_waterfall(config, constants, _launch(case), total_bytes=total[0], total_source=total[1],
+        waterfall = plan_waterfall(config, constants, engine_launch(case), total_bytes=total[0], total_source=total[1],
                                    gpu_name=facts.gpu)
     except HarnessError as error:
         return LaunchCheck(status=f"not modelled: {error}", held_back=held_back)
@@ -247,20 +237,20 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
     implied: list[tuple[FieldCase, dict[str, Any], int]] = []
     for case in cases:  # a logged non-torch or graph figure needs no config; what is implied or fitted does
         config = configs.get(case.facts.config or "")
-        total = _total_bytes(case)
+        total = gpu_total(case)
         logged = logged_term_bytes(case.parsed())
         beside_context = _context_counted(case)  # its non-torch figure holds the measured CUDA context: not fitted
         if "non_torch" in logged and not beside_context:
             non_torch.append((case, logged["non_torch"] / GiB))
             used.add(case.id)
-        elif total is not None and config is not None and _known_sampler(case) and not beside_context:
+        elif total is not None and config is not None and known_sampler(case) and not beside_context:
             implied.append((case, config, total[0]))  # nothing in the remainder may rest on an assumed sampler
         if "cuda_graphs" in logged and not case.parsed().enforce_eager:  # an eager start's zero is no estimate
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
         if config is None:
             continue
-        if "activation_peak" in logged and total is not None and _known_sampler(case) \
+        if "activation_peak" in logged and total is not None and known_sampler(case) \
                 and (path := _path(case, config, total[0])).bytes_per_logit is None:  # the sort, whose figure is fitted
             peak, beside, count = _activation_parts(case, config, total[0])
             rows.append((peak, beside + count * path.sort_extra_bytes_per_logit, count))
@@ -290,7 +280,7 @@ def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> NonTorchFit:
     the communicators add where the release counts them (less the custom all-reduce's and the NVLS buffers, which
     the code and NCCL's log size); none of them holds the CUDA context."""
     def communicators(case: FieldCase) -> bool:
-        return communicators_counted(Version(case.facts.vllm_version), _v0(case),
+        return communicators_counted(Version(case.facts.vllm_version), is_v0(case),
                                      case.facts.tensor_parallel_size, case.facts.pipeline_parallel_size)
 
     samples = [(case, gib - nvls_bytes(case.facts.gpu, case.facts.tensor_parallel_size) / GiB)
@@ -312,79 +302,21 @@ def _median(figures: list[float]) -> float:
 
 
 def _context_counted(case: FieldCase) -> bool:
-    return Version(case.facts.vllm_version) < CONTEXT_COUNTED_BEFORE["V0" if _v0(case) else "V1"]
-
-
-def _v0(case: FieldCase) -> bool:
-    version = Version(case.facts.vllm_version)
-    return runs_v0(version, case.facts.engine)
-
-
-def sampler_fact(case: FieldCase) -> SamplerFact:
-    """The sampler as the log prints it, else as the facts state it, else the assumed default."""
-    if _v0(case):
-        return SamplerFact(name="pytorch", source="V0")
-    logged, stated = case.logged_sampler(), case.facts.sampler
-    if logged and stated and logged[0] != stated:
-        raise HarnessError(f"case {case.id}: the log says {logged[0]} sampled, the facts say {stated}")
-    if logged:
-        return SamplerFact(name=logged[0], source="log", evidence=logged[1])
-    if stated:
-        return SamplerFact(name=stated, source="stated")
-    default = release_default_sampler(Version(case.facts.vllm_version))
-    if default:
-        return SamplerFact(name=default, source="default")
-    return SamplerFact(name=DEFAULT_V1_SAMPLER, source="assumed")
-
-
-def _sampler(case: FieldCase) -> str:
-    return sampler_fact(case).name
-
-
-def _known_sampler(case: FieldCase) -> str | None:
-    """The sampler when the log or the facts establish it (V0 always sorts), None when it is assumed."""
-    fact = sampler_fact(case)
-    return None if fact.source == "assumed" else fact.name
-
-
-def _launch(case: FieldCase) -> EngineLaunch:
-    """The flags the case's start ran with, as the waterfall reads them."""
-    facts, log = case.facts, case.parsed()
-    return EngineLaunch(
-        engine_version=facts.vllm_version, engine_generation=facts.engine, max_model_len=facts.max_model_len,
-        gpu_memory_utilization=facts.gpu_memory_utilization, quantization=facts.quantization,
-        tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
-        max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
-        sampler=_known_sampler(case), speculative=facts.speculative,
-        encoder=_encoder_launch(case), enforce_eager=bool(log.enforce_eager))
-
-
-def _encoder_launch(case: FieldCase) -> EncoderLaunch:
-    """The encoder's profile flags: the log's arguments, the limits the thread's command states over them."""
-    arguments = dict(case.parsed().non_default_args or {})
-    if case.facts.limit_mm_per_prompt is not None:
-        arguments["limit_mm_per_prompt"] = case.facts.limit_mm_per_prompt
-    return EncoderLaunch.from_arguments(arguments)
-
-
-def _batch(case: FieldCase, config: dict[str, Any], total_bytes: int) -> ProfileBatch:
-    """The case's profiling run, as the waterfall takes it."""
-    size, version = model_size(config), Version(case.facts.vllm_version)
-    return profile_batch(config, size, version, _v0(case), _launch(case), total_bytes, case.facts.gpu)
+    return Version(case.facts.vllm_version) < CONTEXT_COUNTED_BEFORE["V0" if is_v0(case) else "V1"]
 
 
 def _activation_parts(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[int, int, int]:
     """(forward peak, the sampler's bytes besides its logits, sampler logits) of the case's profiling run, each
     with what the batch's inputs hold beside it."""
-    batch = _batch(case, config, total_bytes)
+    batch = profiling_run(case, config, total_bytes)
     size = model_size(config)
     return (batch.held_bytes + forward_peak_bytes(size, batch.tokens, case.facts.tensor_parallel_size),
             batch.held_bytes + sampler_peak_bytes(size, batch.tokens, 0, 0), batch.rows * size.vocab)
 
 
 def _path(case: FieldCase, config: dict[str, Any], total_bytes: int) -> SamplerPath:
-    rows = _batch(case, config, total_bytes).rows
-    return sampler_path(Version(case.facts.vllm_version), case.facts.engine, _sampler(case), rows)
+    rows = profiling_run(case, config, total_bytes).rows
+    return sampler_path(Version(case.facts.vllm_version), case.facts.engine, sampler_name(case), rows)
 
 
 def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> float:

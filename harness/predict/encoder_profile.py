@@ -44,9 +44,6 @@ MAX_ASPECT = 200  # the processors refuse a wider image
 ENCODER_PROFILED_SINCE = Version("0.8.2")
 UNREAD = (Version("0.9"), Version("0.10"))  # 0.9.x's profile_run was not read: not priced
 NEWEST_READ_BEFORE = Version("0.35")  # releases from here on are not priced until their profile_run is read
-V0_READ = ((Version("0.7.2"), Version("0.9")), (Version("0.10"), Version("0.11")))  # V0 _dummy_run, as read
-V0_DUMMY_KEPT_SINCE = Version("0.8.3")  # a V0 dummy prompt longer than its share keeps its placeholders
-V0_LIMIT_PER_PROMPT = 1  # --limit-mm-per-prompt's V0 default per modality ("1 (V0) or 999 (V1)")
 
 
 class VisionProcessor(BaseModel, frozen=True):
@@ -141,7 +138,7 @@ class EncoderProfile(BaseModel, frozen=True):
     source: str
 
 
-class _Geometry(NamedTuple):
+class VisionGeometry(NamedTuple):
     """A Qwen vision transformer's sizes, as its vision_config states them."""
 
     architecture: str
@@ -163,7 +160,7 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
     models, a launch that skips it, a release whose runner does not profile the encoder or whose rules were not
     read."""
     launch = launch or EncoderLaunch()
-    geometry = _geometry(config, source)
+    geometry = vision_geometry(config, source)
     if geometry is None or launch.skipped or not _read(engine_version, geometry):
         return None
     runner = _runner(engine_version, geometry.architecture)
@@ -175,7 +172,7 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
     if not any(limits.values()):
         return None
     processor = QWEN3_VL_PROCESSOR if geometry.qwen3 else QWEN2_VL_PROCESSOR
-    items = _Items(geometry, processor, rules, limits)
+    items = LargestItems(geometry, processor, rules, limits)
     per_item = {"image": items.image_patches // geometry.merge**2,
                 "video": items.video_budget_tokens(max_model_len)}
     per_item = {name: tokens for name, tokens in per_item.items() if limits[name]}
@@ -205,67 +202,7 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
     )
 
 
-class V0DecoderDummy(BaseModel, frozen=True):
-    """V0's profiling batch of a Qwen2-VL or Qwen2.5-VL model: how many dummy prompts, their tokens together, and
-    the pixels their images and videos hold on the GPU through the forward pass."""
-
-    sequences: int
-    tokens: int
-    pixel_bytes: int
-    source: str
-
-
-def v0_decoder_dummy(config: dict[str, Any], engine_version: Version, *, max_model_len: int, batched_tokens: int,
-                     max_num_seqs: int, dtype_bytes: int = 2, launch: EncoderLaunch | None = None,
-                     source: str = "config") -> V0DecoderDummy | None:
-    """V0's `_dummy_run` (worker/model_runner.py, read in 0.7.2, 0.8.2-0.8.5 and 0.10.0-0.10.2) gives each dummy
-    prompt every image and video the limits allow, each at its largest, so it first cuts max_num_seqs to
-    max_num_batched_tokens // those tokens (at least one). From 0.8.3 a prompt whose placeholders outgrow its share
-    of the batch keeps them all (multimodal/profiling.py `get_decoder_dummy_data` only warns), and the decoder runs
-    over every one; 0.8.2 and earlier profiled such a prompt as text of its share. The prompts' pixels reach the
-    model as keyword arguments (`MultiModalKwargs.as_kwargs`, moved to the GPU in the processor's dtype) and are
-    held through its forward pass. None for other models and for releases not read."""
-    launch = launch or EncoderLaunch()
-    geometry = _geometry(config, source)
-    if geometry is None or geometry.qwen3 or not any(start <= engine_version < end for start, end in V0_READ):
-        return None
-    rules = next((r for since, r in reversed(RULES) if engine_version >= since), RULES[0][1])
-    limits = {"image": V0_LIMIT_PER_PROMPT if launch.image_limit is None else launch.image_limit,
-              "video": V0_LIMIT_PER_PROMPT if launch.video_limit is None else launch.video_limit}
-    if not any(limits.values()):
-        return None
-    items = _Items(geometry, QWEN2_VL_PROCESSOR, rules, limits)
-    merged = geometry.merge**2
-
-    def patches(seq_len: int) -> int:
-        """One dummy prompt's image and video patches for this length (qwen2_vl.py
-        `get_num_frames_with_most_features`: the videos share what the images leave, at least a frame each)."""
-        images = limits["image"] * items.image_patches
-        if not limits["video"]:
-            return images
-        frames = items._frames(seq_len - (images // merged if rules.images_before_video else 0), limits["video"])
-        return images + limits["video"] * items.video_patches(frames)
-
-    largest = patches(max_model_len) // merged  # the registry's get_max_multimodal_tokens, at max_model_len
-    sequences = max(1, min(max_num_seqs, batched_tokens // largest))
-    shares = [batched_tokens // sequences + (i < batched_tokens % sequences) for i in range(sequences)]
-    kept = engine_version >= V0_DUMMY_KEPT_SINCE
-    counts = [patches(share) for share in shares]  # 0.8.2 and earlier drop them where they outgrow the share
-    carried = [count if kept or count // merged <= share else 0 for share, count in zip(shares, counts, strict=True)]
-    tokens = sum(max(share, count // merged) for share, count in zip(shares, carried, strict=True))
-    pixel_bytes = sum(carried) * geometry.channels * geometry.temporal * geometry.patch**2 * (
-        rules.pixel_bytes or dtype_bytes)
-    return V0DecoderDummy(
-        sequences=sequences, tokens=tokens, pixel_bytes=pixel_bytes,
-        source=(f"V0's dummy prompts: {sequences} of {max_num_seqs} sequence(s), each allowed "
-                f"{limits['image']} image(s) and {limits['video']} video(s) of {largest:,} tokens in all at "
-                f"max_model_len" + (f"; kept whole beyond their {shares[0]:,}-token share, {tokens:,} tokens "
-                                    f"through the decoder" if tokens > batched_tokens else "")
-                + f", beside {pixel_bytes / GiB:.2f} GiB of their pixels; the encoder's own pass is not priced"),
-    )
-
-
-def _read(engine_version: Version, geometry: _Geometry) -> bool:
+def _read(engine_version: Version, geometry: VisionGeometry) -> bool:
     """Whether this release's profile of this family was read: 0.8.2 to 0.34 but 0.9, Qwen3-VL from 0.11."""
     since = QWEN3_VL_SINCE.get(geometry.architecture, Version("0.11") if geometry.qwen3 else ENCODER_PROFILED_SINCE)
     return since <= engine_version < NEWEST_READ_BEFORE and not UNREAD[0] <= engine_version < UNREAD[1]
@@ -280,7 +217,8 @@ def _runner(engine_version: Version, architecture: str) -> Literal["first", "sec
     return "none" if engine_version < Version("0.27") else "second"
 
 
-def _geometry(config: dict[str, Any], source: str) -> _Geometry | None:
+def vision_geometry(config: dict[str, Any], source: str) -> VisionGeometry | None:
+    """A Qwen2-VL, Qwen2.5-VL, Qwen3-VL or Qwen3.5 checkpoint's vision transformer; None for any other model."""
     declared = config.get("architectures")
     architecture = declared[0] if isinstance(declared, list) and declared else None
     vision = config.get("vision_config")
@@ -302,16 +240,17 @@ def _geometry(config: dict[str, Any], source: str) -> _Geometry | None:
     out = field("hidden_size") if qwen2 else field("out_hidden_size")
     deepstack = vision.get("deepstack_visual_indexes") or []
     levels = 1 + (len(deepstack) if qwen3 and isinstance(deepstack, list) else 0)
-    return _Geometry(architecture=architecture, qwen3=qwen3, patch=field("patch_size"),
+    return VisionGeometry(architecture=architecture, qwen3=qwen3, patch=field("patch_size"),
                      merge=field("spatial_merge_size"), temporal=optional("temporal_patch_size", 2),
                      channels=optional("in_channels", 3), width=width, inner=inner,
                      gated=architecture == "Qwen2_5_VLForConditionalGeneration", out_width=out * levels)
 
 
-class _Items:
+class LargestItems:
     """The processing info's sizes of the largest image and video (qwen2_vl.py, qwen3_vl.py `_get_vision_info`)."""
 
-    def __init__(self, geometry: _Geometry, processor: VisionProcessor, rules: Rules, limits: dict[str, int]) -> None:
+    def __init__(self, geometry: VisionGeometry, processor: VisionProcessor, rules: Rules,
+                 limits: dict[str, int]) -> None:
         self.geometry, self.processor, self.rules, self.limits = geometry, processor, rules, limits
         self.unit = geometry.patch * geometry.merge
         self.size = self._largest_image(processor.image_max_pixels)
@@ -350,7 +289,7 @@ class _Items:
         image_tokens = self.image_patches // self.geometry.merge**2
         available = max_model_len - (images * image_tokens if self.rules.images_before_video else 0)
         videos = self.limits["video"] if counts_limits else 1
-        tokens = self.video_patches(self._frames(available, videos)) // self.geometry.merge**2
+        tokens = self.video_patches(self.frames(available, videos)) // self.geometry.merge**2
         return int(tokens * self.rules.qwen3_timestamp_factor) if self.geometry.qwen3 else tokens
 
     def dummy_video_patches(self, seq_len: int) -> int:
@@ -359,7 +298,7 @@ class _Items:
             return self._two_frame_video()
         counted = self.rules.dummy_counts_limits and self.rules.images_before_video
         images = self.limits["image"] * self.image_patches // self.geometry.merge**2 if counted else 0
-        frames = self._frames(seq_len - images, self.limits["video"] if self.rules.dummy_counts_limits else 1)
+        frames = self.frames(seq_len - images, self.limits["video"] if self.rules.dummy_counts_limits else 1)
         return self.video_patches(max(frames, 2) if self.geometry.qwen3 else frames)
 
     def _two_frame_video(self) -> int:
@@ -367,7 +306,7 @@ class _Items:
         bound = (self.processor.video_max_pixels or 0) // self.geometry.temporal
         return self.video_patches(2, self._largest_image(bound))
 
-    def _frames(self, max_tokens: int, videos: int) -> int:
+    def frames(self, max_tokens: int, videos: int) -> int:
         """`get_num_frames_with_most_features`: the most frames whose tokens fit (`_get_max_video_frames`), shared
         by `videos` videos, capped per video."""
         cap = QWEN3_VL_MAX_FRAMES if self.geometry.qwen3 else self.rules.qwen2_max_frames
@@ -387,7 +326,7 @@ def _item_count(rules: Rules, budget: int, largest: int, max_model_len: int, max
     return max(1, min(budget // largest, max_num_seqs * per_prompt))
 
 
-def _widest_block_bytes(geometry: _Geometry, patches: int, tensor_parallel_size: int, dtype_bytes: int) -> int:
+def _widest_block_bytes(geometry: VisionGeometry, patches: int, tensor_parallel_size: int, dtype_bytes: int) -> int:
     """One vision block's MLP over every patch of the batch: the residual and the norm's output beside the MLP's
     intermediates (gate and up, then their product, for Qwen2.5-VL's; fc1 and its activation otherwise), the
     output's and, for Qwen3-VL, the deepstack levels' tokens so far."""

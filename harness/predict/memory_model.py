@@ -15,13 +15,13 @@ never on the cases it is scored on.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile, v0_decoder_dummy
+from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import is_hopper, known_gpu
 from harness.predict.load_buffers import with_load_buffers
@@ -36,6 +36,7 @@ from harness.predict.non_torch import (
 )
 from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
+from harness.predict.profile_batch import profile_batch
 from harness.predict.releases import release_version, runs_v0
 from harness.predict.sampler_peak import (
     FLASHINFER_OPT_IN_SINCE,
@@ -53,17 +54,6 @@ GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabl
 # from them on, only the increase since the worker's first snapshot, taken after the context exists
 # (utils.memory_profiling with a baseline: V0 0.6.5, V1 0.9.1).
 CONTEXT_COUNTED_BEFORE = {"V0": Version("0.6.5"), "V1": Version("0.9.1")}
-# V1's API-server batch defaults (`_v1_defaults`): by the GPU's memory from 0.8.5, by its name before
-LARGE_BATCH_SINCE = Version("0.8.5")
-V1_MANY_SEQUENCES_SINCE = Version("0.8")  # 1,024 sequences on every GPU, until 0.8.4 asks for an H100 or H200 too
-V1_SEQUENCES_BY_NAME_SINCE = Version("0.8.4")
-A100_SMALL_BATCH_SINCE = Version("0.9")  # "a100" not in device_name, PR #17885 (read in 0.9.0 … 0.34.0)
-LARGE_GPU_BYTES = 70 * GiB
-LARGEST_BATCH_SINCE = Version("0.28")  # B200, B300, MI300X: `get_batch_defaults` (read in 0.28.0 … 0.34.0)
-LARGEST_GPU_BYTES = 160 * GiB
-V0_CHUNKED_ABOVE = 32_768  # V0 turns chunked prefill on (512-token batches) above this length
-V0_MULTIMODAL_BATCHED_TOKENS = 5_120  # V0's floor on a multimodal model's batched tokens
-V0_MLA_UNCHUNKED_SINCE = Version("0.8.2")  # V0 keeps an MLA model's prefill whole, whatever its length
 FUSED_MOE_CHUNK = 32_768  # envs.VLLM_FUSED_MOE_CHUNK_SIZE default: tokens a fused-MoE call caches at once
 SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, or the native path
 # Which one V1 runs before 0.11.2 depends on the install: vLLM's image ships FlashInfer, its wheel lists it
@@ -178,86 +168,6 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
         source += (f" + {nvls / GiB:.2f} GiB of NCCL NVLS buffers (288 MiB per rank × {tensor_parallel_size} ranks "
                    f"on an NVSwitch {gpu_name}), connected in the profile's all-reduce")
     return Term(name="non_torch", bytes=total, subtracted=True, source=source)
-
-
-def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len: int,
-                    max_num_batched_tokens: int | None, max_num_seqs: int | None,
-                    gpu_name: str | None = None, multimodal: bool = False, mla: bool = False) -> tuple[int, int, str]:
-    """(tokens, sampler rows) of vLLM's profiling run, and where they come from.
-
-    V0's `_dummy_run` spreads the tokens over max_num_seqs sequences (256 unless set) and samples each; V1's
-    `_dummy_run` makes min(tokens, max_num_seqs) requests and samples one row per request.
-    """
-    if v0:
-        tokens, source = ((max_num_batched_tokens, "--max-num-batched-tokens") if max_num_batched_tokens
-                          else _v0_batched_tokens(version, max_model_len, multimodal, mla))
-        return tokens, max_num_seqs or 256, source
-    tokens, rows, source = _v1_defaults(version, total_bytes, gpu_name)
-    if max_num_batched_tokens:
-        tokens, source = max_num_batched_tokens, "--max-num-batched-tokens"
-    return tokens, min(max_num_seqs or rows, tokens), source
-
-
-def _v0_batched_tokens(version: Version, max_model_len: int, multimodal: bool, mla: bool) -> tuple[int, str]:
-    """V0's default batch: max(max_model_len, 2048) without chunked prefill, 512 tokens with it, which V0 turns on
-    past 32,768 tokens of context. It never chunks a multimodal model's prefill and batches at least 5,120 tokens
-    for one (engine/arg_utils.py `_set_default_args_v0`, config.py `SchedulerConfig`:
-    `_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS`, read in 0.6.5, 0.7.2, 0.8.3, 0.8.5 and 0.10.2), nor, from 0.8.2, an
-    MLA model's ("Chunked prefill not supported for Multimodal or MLA in V0", read in 0.8.2-0.8.5 and
-    0.10.0-0.10.2; 0.7.2 turns it off only after sizing the 512-token batch)."""
-    if multimodal:
-        return (max(max_model_len, 2048, V0_MULTIMODAL_BATCHED_TOKENS),
-                "V0 default for a multimodal model, never chunked: max(max_model_len, 2048, 5120)")
-    unchunked_mla = mla and version >= V0_MLA_UNCHUNKED_SINCE
-    if max_model_len > V0_CHUNKED_ABOVE and not unchunked_mla:
-        return 512, "V0 default with chunked prefill (max_model_len above 32,768)"
-    return max(max_model_len, 2048), "V0 default without chunked prefill: max(max_model_len, 2048)" + (
-        " (MLA is never chunked in V0)" if unchunked_mla and max_model_len > V0_CHUNKED_ABOVE else "")
-
-
-def _v1_defaults(version: Version, total_bytes: int, gpu_name: str | None) -> tuple[int, int, str]:
-    """V1's API-server defaults (engine/arg_utils.py): before 0.8.5 by the device's name, an H100 or H200 batching
-    8,192 tokens and any other 2,048, with 1,024 sequences on every GPU in 0.8.0-0.8.3, on those two in 0.8.4 and 256
-    otherwise (read in 0.7.2, 0.8.2, 0.8.3 and 0.8.4); from 0.8.5 by its memory (`_set_default_args_v1`, later
-    `get_batch_defaults`): ≥ 70 GiB 8,192 tokens and 1,024 sequences, but not an A100 from 0.9 (PR #17885),
-    ≥ 160 GiB 16,384 and 1,024 from 0.28, else 2,048 and 256."""
-    name = (gpu_name or "").lower()
-    if version < LARGE_BATCH_SINCE:
-        hopper = "h100" in name or "h200" in name
-        rows = 1024 if version >= V1_MANY_SEQUENCES_SINCE and (hopper or version < V1_SEQUENCES_BY_NAME_SINCE) else 256
-        return (8192, rows, "V1 default on an H100 or H200, by name (before 0.8.5)") if hopper else (
-            2048, rows, "V1 default")
-    if version >= LARGEST_BATCH_SINCE and total_bytes >= LARGEST_GPU_BYTES:
-        return 16384, 1024, "V1 default on a ≥ 160 GiB GPU from 0.28"
-    a100 = "a100" in name and version >= A100_SMALL_BATCH_SINCE
-    if total_bytes >= LARGE_GPU_BYTES and not a100:
-        return 8192, 1024, "V1 default on a ≥ 70 GiB GPU"
-    return 2048, 256, "V1 default (an A100 from 0.9)" if a100 else "V1 default"
-
-
-class ProfileBatch(NamedTuple):
-    """vLLM's profiling run: the tokens through the forward pass, the rows sampled, and what the batch's own
-    inputs hold beside them (a V0 vision model's pixels)."""
-
-    tokens: int
-    rows: int
-    held_bytes: int
-    source: str
-
-
-def profile_batch(config: dict[str, Any], size: ModelSize, version: Version, v0: bool, launch: EngineLaunch,
-                  total_bytes: int, gpu_name: str | None, config_source: str = "config") -> ProfileBatch:
-    """This model's profiling run: `profiling_batch`, and for a Qwen2-VL model on V0 the dummy prompts that carry
-    its images and videos (encoder_profile.py `v0_decoder_dummy`)."""
-    tokens, rows, source = profiling_batch(version, v0, total_bytes, launch.max_model_len,
-                                           launch.max_num_batched_tokens, launch.max_num_seqs, gpu_name,
-                                           multimodal=size.vision is not None, mla=size.whole_mixer_params > 0)
-    dummy = None if not v0 else v0_decoder_dummy(
-        config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
-        dtype_bytes=launch.dtype_bytes, launch=launch.encoder, source=config_source)
-    if dummy is None:
-        return ProfileBatch(tokens, rows, 0, source)
-    return ProfileBatch(dummy.tokens, dummy.sequences, dummy.pixel_bytes, f"{source}; {dummy.source}")
 
 
 def plan_waterfall(

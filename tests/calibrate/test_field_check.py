@@ -15,9 +15,9 @@ from harness.calibrate.field_check import (
     fit_constants,
     implied_overhead_bytes,
     run_field_check,
-    sampler_fact,
 )
 from harness.calibrate.field_corpus import architecture, load_corpus
+from harness.calibrate.field_launch import sampler_fact
 from harness.calibrate.field_report import concurrency_within, score, summary_lines
 from harness.calibrate.field_results import FieldReport, LaunchCheck, SamplerFact
 from harness.calibrate.field_split import fit_case_ids, source_key

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile, v0_decoder_dummy
+from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
 
@@ -21,7 +21,6 @@ def _config(name: str) -> dict[str, Any]:
 
 QWEN3_VL = _config("Qwen--Qwen3-VL-30B-A3B-Instruct.json")
 QWEN25_VL = _config("Qwen--Qwen2.5-VL-7B-Instruct.json")
-QWEN25_VL_72B = _config("Qwen--Qwen2.5-VL-72B-Instruct.json")
 
 
 def profile(config: dict[str, Any], release: str, max_model_len: int, batched_tokens: int = 8192,
@@ -126,40 +125,3 @@ def test_only_the_qwen_vl_families_and_the_releases_read_are_priced() -> None:
     assert profile(QWEN25_VL, "0.8.1", 65536) is None
     assert profile(QWEN25_VL, "0.9.2", 65536) is None  # 0.9's profile_run was not read
     assert profile(QWEN25_VL, "0.35.0", 65536) is None
-
-
-def test_v0_keeps_a_dummy_prompt_whole_from_0_8_3_so_the_decoder_runs_over_every_placeholder() -> None:
-    # vllm-project/vllm#16570: Qwen2.5-VL-72B on V0 0.8.3, --max-model-len 4096 --max-num-seqs 2, 5,120 batched
-    # tokens. The largest image, 3,584² (the 12,845,056-pixel bound), is 256² = 65,536 patches, 16,384 tokens;
-    # 4,096 − 16,384 leaves no room for a frame, so the video keeps one, padded to a temporal pair: 16,384 more.
-    # 5,120 // 32,768 = 0 sequences, so one, with the whole batch as its share; its 32,768 placeholders are kept,
-    # and so are its 131,072 patches' float32 pixels: 131,072 × 3 × 2 × 14² × 4 B = 616,562,688 B.
-    found = v0_decoder_dummy(QWEN25_VL_72B, Version("0.8.3"), max_model_len=4096, batched_tokens=5120,
-                             max_num_seqs=2)
-    assert found is not None
-    assert (found.sequences, found.tokens, found.pixel_bytes) == (1, 32_768, 616_562_688)
-    # 0.8.2 profiled such a prompt as text of its share: one sequence still, of 5,120 tokens, and no pixels.
-    earlier = v0_decoder_dummy(QWEN25_VL_72B, Version("0.8.2"), max_model_len=4096, batched_tokens=5120,
-                               max_num_seqs=2)
-    assert earlier is not None and (earlier.sequences, earlier.tokens, earlier.pixel_bytes) == (1, 5120, 0)
-
-
-def test_v0_cuts_its_sequences_to_the_prompts_whose_placeholders_fit_the_batch() -> None:
-    # Images only (video limit 0), 40,960 tokens: one 16,384-token image a prompt, 40,960 // 16,384 = 2 sequences
-    # of 20,480 tokens each, which hold their image: 40,960 tokens, 2 sampled rows. From 0.10 the pixels are in the
-    # model's dtype: 2 × 65,536 patches × 3 × 2 × 14² × 2 B = 308,281,344 B.
-    found = v0_decoder_dummy(QWEN25_VL, Version("0.10.1"), max_model_len=40960, batched_tokens=40960,
-                             max_num_seqs=256, launch=EncoderLaunch(video_limit=0))
-    assert found is not None and (found.sequences, found.tokens, found.pixel_bytes) == (2, 40_960, 308_281_344)
-
-
-def test_v0_dummy_prompts_are_priced_for_qwen2_vl_families_in_the_releases_read() -> None:
-    def dummy(config: dict[str, Any], release: str, launch: EncoderLaunch | None = None) -> object:
-        return v0_decoder_dummy(config, Version(release), max_model_len=4096, batched_tokens=5120, max_num_seqs=2,
-                                launch=launch)
-
-    assert dummy(QWEN25_VL, "0.9.2") is None  # 0.9's model runner was not read
-    assert dummy(QWEN25_VL, "0.6.5") is None
-    assert dummy(QWEN3_VL, "0.10.2") is None
-    assert dummy(_config("llava-hf--llava-1.5-7b-hf.json"), "0.8.3") is None
-    assert dummy(QWEN25_VL, "0.8.3", EncoderLaunch(image_limit=0, video_limit=0)) is None

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
-
 from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.memory_model import (
@@ -16,7 +14,6 @@ from harness.predict.memory_model import (
     Waterfall,
     forward_peak_bytes,
     plan_waterfall,
-    profiling_batch,
     sampler_peak_bytes,
 )
 from harness.predict.model_shape import load_model_shape
@@ -26,58 +23,6 @@ from harness.predict.term import Term
 from harness.units import GiB
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
-
-
-def test_v1_profiles_the_large_gpu_defaults_but_not_on_an_a100() -> None:
-    # vllm/engine/arg_utils.py `_set_default_args_v1`: an API server on a GPU of 70 GiB or more gets
-    # 8,192 batched tokens and 1,024 sequences; from 0.9.0 a device named "a100" keeps 2,048 and 256.
-    h100, a100 = int(79.22 * GiB), int(79.25 * GiB)
-    assert profiling_batch(Version("0.10.1.1"), False, h100, 16384, None, None, "H100-80GB")[:2] == (8192, 1024)
-    assert profiling_batch(Version("0.10.1.1"), False, a100, 16384, None, None, "A100-80GB")[:2] == (2048, 256)
-    # 0.8.5 has no A100 check: the 80 GB card gets the large defaults too.
-    assert profiling_batch(Version("0.8.5"), False, a100, 16384, None, None, "A100-80GB")[:2] == (8192, 1024)
-    # V1 samples one row per request and makes no more requests than tokens: 512 tokens, 512 rows.
-    assert profiling_batch(Version("0.11.0"), False, h100, 131072, 512, None, "H100-80GB")[:2] == (512, 512)
-    # From 0.28 a card of 160 GiB or more gets 16,384 tokens and 1,024 sequences; a B200 (178.4 GiB) before 0.28
-    # keeps the ≥ 70 GiB defaults.
-    b200 = int(178.36 * GiB)
-    assert profiling_batch(Version("0.28.0"), False, b200, 32768, None, None, "B200")[:2] == (16384, 1024)
-    assert profiling_batch(Version("0.27.1"), False, b200, 32768, None, None, "B200")[:2] == (8192, 1024)
-    # Before 0.8.5 V1 chose by the device's name: an H100 or H200 batched 8,192 tokens, any other GPU 2,048, and
-    # 0.8.0-0.8.3 gave every GPU 1,024 sequences, 0.8.4 only those two (256 for the rest), 0.7 256 to all.
-    assert profiling_batch(Version("0.8.2"), False, h100, 128000, None, None, "H100-80GB")[:2] == (8192, 1024)
-    assert profiling_batch(Version("0.8.3"), False, a100, 4096, None, None, "A100-80GB")[:2] == (2048, 1024)
-    assert profiling_batch(Version("0.8.4"), False, a100, 4096, None, None, "A100-80GB")[:2] == (2048, 256)
-    assert profiling_batch(Version("0.8.4"), False, h100, 4096, None, None, "H200")[:2] == (8192, 1024)
-    assert profiling_batch(Version("0.7.2"), False, h100, 4096, None, None, "H100-80GB")[:2] == (8192, 256)
-    # A 24 GiB card is below 70 GiB whatever its name.
-    assert profiling_batch(Version("0.10.1.1"), False, int(22.18 * GiB), 8192, None, None, "A10-24GB")[:2] \
-        == (2048, 256)
-
-
-def test_v0_profiles_max_model_len_tokens_without_chunked_prefill() -> None:
-    # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048), max_num_seqs 256;
-    # above 32,768 tokens of context V0 turns chunked prefill on with 512-token batches.
-    assert profiling_batch(Version("0.7.3"), True, 8 * GiB, 32768, None, None)[:2] == (32768, 256)
-    assert profiling_batch(Version("0.7.3"), True, 8 * GiB, 1024, None, None)[:2] == (2048, 256)
-    assert profiling_batch(Version("0.7.3"), True, 8 * GiB, 131072, None, None)[:2] == (512, 256)
-
-
-def test_v0_batches_at_least_5120_tokens_for_a_multimodal_model_and_never_chunks_it() -> None:
-    # SchedulerConfig: max(max_model_len, 2048), then at least 5,120 for a multimodal model; arg_utils never turns
-    # chunked prefill on for one in V0, so 131,072 tokens of context profile 131,072 tokens, not 512.
-    assert profiling_batch(Version("0.8.3"), True, 40 * GiB, 4096, None, 2, multimodal=True)[:2] == (5120, 2)
-    assert profiling_batch(Version("0.8.3"), True, 40 * GiB, 131072, None, None, multimodal=True)[:2] \
-        == (131072, 256)
-    assert profiling_batch(Version("0.8.3"), False, 40 * GiB, 4096, None, 2, multimodal=True)[:2] == (2048, 2)
-
-
-def test_v0_keeps_an_mla_models_long_prefill_whole_from_0_8_2() -> None:
-    # arg_utils: "Chunked prefill not supported for Multimodal or MLA in V0", so 163,840 tokens of context batch
-    # max(163,840, 2,048) tokens; 0.7.2 sized its 512-token chunked batch before turning chunking off for MLA.
-    assert profiling_batch(Version("0.8.5"), True, 80 * GiB, 163840, None, None, mla=True)[:2] == (163840, 256)
-    assert profiling_batch(Version("0.7.2"), True, 80 * GiB, 163840, None, None, mla=True)[:2] == (512, 256)
-    assert profiling_batch(Version("0.8.5"), True, 80 * GiB, 163840, None, None)[:2] == (512, 256)
 
 
 def _config(name: str) -> dict:
