@@ -58,6 +58,7 @@ from harness.predict.non_torch import (
 )
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
+from harness.predict.profile_batch import ProfileBatch
 from harness.predict.releases import runs_v0
 from harness.predict.sampler_peak import SamplerPath, sampler_path
 from harness.predict.warmup import check_warmup
@@ -248,11 +249,11 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         if "cuda_graphs" in logged and not case.parsed().enforce_eager:  # an eager start's zero is no estimate
             graphs.append(logged["cuda_graphs"] / GiB)
             used.add(case.id)
-        if config is None:
+        if config is None or "activation_peak" not in logged or total is None or not known_sampler(case):
             continue
-        if "activation_peak" in logged and total is not None and known_sampler(case) \
-                and (path := _path(case, config, total[0])).bytes_per_logit is None:  # the sort, whose figure is fitted
-            peak, beside, count = _activation_parts(case, config, total[0])
+        batch = profiling_run(case, config, total[0])
+        if (path := _path(case, batch)).bytes_per_logit is None:  # the sort, whose figure is fitted
+            peak, beside, count = _activation_parts(case, config, batch)
             rows.append((peak, beside + count * path.sort_extra_bytes_per_logit, count))
             targets.append(logged["activation_peak"])
             used.add(case.id)
@@ -305,24 +306,22 @@ def _context_counted(case: FieldCase) -> bool:
     return Version(case.facts.vllm_version) < CONTEXT_COUNTED_BEFORE["V0" if is_v0(case) else "V1"]
 
 
-def _activation_parts(case: FieldCase, config: dict[str, Any], total_bytes: int) -> tuple[int, int, int]:
+def _activation_parts(case: FieldCase, config: dict[str, Any], batch: ProfileBatch) -> tuple[int, int, int]:
     """(forward peak, the sampler's bytes besides its logits, sampler logits) of the case's profiling run, each
     with what the batch's inputs hold beside it."""
-    batch = profiling_run(case, config, total_bytes)
     size = model_size(config)
     return (batch.held_bytes + forward_peak_bytes(size, batch.tokens, case.facts.tensor_parallel_size),
             batch.held_bytes + sampler_peak_bytes(size, batch.tokens, 0, 0), batch.rows * size.vocab)
 
 
-def _path(case: FieldCase, config: dict[str, Any], total_bytes: int) -> SamplerPath:
-    rows = profiling_run(case, config, total_bytes).rows
-    return sampler_path(Version(case.facts.vllm_version), case.facts.engine, sampler_name(case), rows)
+def _path(case: FieldCase, batch: ProfileBatch) -> SamplerPath:
+    return sampler_path(Version(case.facts.vllm_version), case.facts.engine, sampler_name(case), batch.rows)
 
 
 def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> float:
-    forward, base, logits = _activation_parts(case, config, total_bytes)
-    path = _path(case, config, total_bytes)
-    return max(forward, base + logits * path.priced(per_logit))
+    batch = profiling_run(case, config, total_bytes)
+    forward, base, logits = _activation_parts(case, config, batch)
+    return max(forward, base + logits * _path(case, batch).priced(per_logit))
 
 
 def implied_overhead_bytes(case: FieldCase, total_bytes: int) -> int | None:
