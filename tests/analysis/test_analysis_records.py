@@ -19,6 +19,7 @@ from harness.errors import HarnessError
 from harness.schema import RunFile
 from harness.track.tracking import track_run
 
+from conftest import create_project
 from run_records import STARVED_LOG, write_failed_run, write_run
 
 
@@ -116,9 +117,7 @@ def test_a_figure_no_table_column_holds_is_refused_naming_it(tmp_path: Path) -> 
 
 @pytest.mark.sandbox
 def test_polyaxon_api_runs_read_back_with_their_series_and_query(tmp_path: Path, polyaxon_api: str) -> None:
-    from polyaxon.client import ProjectClient
-
-    ProjectClient(owner="default").create({"name": "analysis-api"})
+    create_project("analysis-api")
     two = write_run(tmp_path / "runs", limits={"max_num_seqs": 2}, samples=[(1, 2, 0.1, 0), (0, 2, 0.2, 0)])
     four = write_run(tmp_path / "runs", limits={"max_num_seqs": 4}, ttft_ms=75.0, samples=[(0, 3, 0.1, 0)])
     two_uuid, four_uuid = (track_run(run_dir, project="default/analysis-api").run_uuid for run_dir in (two, four))

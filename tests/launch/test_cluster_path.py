@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from polyaxon.client import ProjectClient, RunClient
+from polyaxon.client import RunClient
 from polyaxon.schemas import V1CompiledOperation
 
 from harness.inventory.build import build_token_id_inventory
@@ -30,7 +30,7 @@ from harness.observe.server_logs import parse_startup_log
 from harness.schema import Output, RunFile
 from harness.track.point_name import name_matrix_child, swept_inputs
 
-from conftest import emulator, polyaxon_cli
+from conftest import create_project, emulator, polyaxon_cli
 from run_records import field_drift
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def children(project: str, expected: int, deadline_s: float = 90) -> list:
 
 @pytest.mark.sandbox
 def test_a_resubmitted_sweep_is_measured_again_not_served_from_the_cache(polyaxon_api: str) -> None:
-    ProjectClient(owner="default").create({"name": "fresh-sweeps"})
+    create_project("fresh-sweeps")
     points = len(render([SWEEP], {"concurrency": 32}).matrix_points)  # 6 values of max_num_seqs
     submit("fresh-sweeps", "-f", str(SWEEP), "-P", "concurrency=32")
     children("fresh-sweeps", points)
@@ -145,7 +145,7 @@ def test_no_output_shadows_an_input_of_the_same_name() -> None:
 
 @pytest.mark.sandbox
 def test_each_child_of_a_sweep_names_and_tags_itself_after_its_point(polyaxon_api: str) -> None:
-    ProjectClient(owner="default").create({"name": "named-points"})
+    create_project("named-points")
     points = [point["max_num_seqs"] for point in render([SWEEP], {"concurrency": 32}).matrix_points]
     submit("named-points", "-f", str(SWEEP), "-P", "concurrency=32")
     jobs = children("named-points", len(points))
@@ -206,7 +206,7 @@ def test_the_weights_preset_mounts_the_volume_and_points_hf_home_at_it_keeping_t
 
 @pytest.mark.sandbox
 def test_the_report_operation_joins_every_child_of_a_sweep(polyaxon_api: str) -> None:
-    ProjectClient(owner="default").create({"name": "joined-report"})
+    create_project("joined-report")
     points = len(render([SWEEP], {"concurrency": 32}).matrix_points)
     submit("joined-report", "-f", str(SWEEP), "-P", "concurrency=32")
     jobs = children("joined-report", points)

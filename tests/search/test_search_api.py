@@ -23,7 +23,7 @@ from harness.loopback import free_port
 from harness.measure.figures import read_run_figures
 from harness.polyaxon_client import polyaxon_call
 
-from conftest import HARNESS
+from conftest import HARNESS, create_project
 from run_records import STARVED_LOG, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,9 +96,9 @@ def project_runs(project: str) -> list[Any]:
 @pytest.mark.sandbox
 def test_the_api_search_starts_the_service_probes_it_in_order_and_reads_the_answer_back(
         polyaxon_api: str, tmp_path: Path) -> None:
-    from polyaxon.client import ProjectClient, RunClient
+    from polyaxon.client import RunClient
 
-    ProjectClient(owner="default").create({"name": "search-api"})
+    create_project("search-api")
     cluster = Cluster("search-api", tmp_path / "played")
     player = threading.Thread(target=cluster.play)
     player.start()

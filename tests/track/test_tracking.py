@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from polyaxon.client import ProjectClient, RunClient
+from polyaxon.client import RunClient
 
 from harness.errors import HarnessError
 from harness.inventory.build import build_token_id_inventory
@@ -33,7 +33,7 @@ from harness.observe.server_metrics import Histogram, HistogramBucket, MetricsSn
 from harness.schema import RunFile
 from harness.track.tracking import live_series, track_run
 
-from conftest import emulator, polyaxon_cli
+from conftest import create_project, emulator, polyaxon_cli
 
 POLYAXON = str(Path(sys.executable).with_name("polyaxon"))
 LIMITS = {"max_num_seqs": 4, "max_model_len": 1024, "kv_cache_memory_bytes": 4_194_304}
@@ -87,7 +87,7 @@ def test_offline_run_is_listed_pushed_and_read_back_by_uuid(
                             capture_output=True, text=True, timeout=60)
     assert tracked.run_uuid in listed.stdout
 
-    ProjectClient(owner="default").create({"name": "harness-tests"})
+    create_project("harness-tests")
     pushed = polyaxon_cli("ops", "push", "-p", "harness-tests", "--path", str(offline), "-uid", tracked.run_uuid,
                           timeout_s=120)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
@@ -98,7 +98,7 @@ def test_offline_run_is_listed_pushed_and_read_back_by_uuid(
 
 @pytest.mark.sandbox
 def test_run_tracked_against_the_api_shows_inputs_and_outputs(run_record: Path, polyaxon_api: str) -> None:
-    ProjectClient(owner="default").create({"name": "harness-online"})
+    create_project("harness-online")
     fresh = run_record.parent / "online-run"
     subprocess.run(["cp", "-r", str(run_record), str(fresh)], check=True, timeout=60)
     config = json.loads((fresh / "config.json").read_text())
@@ -217,7 +217,7 @@ def test_a_run_that_fails_ends_failed_offline_and_on_the_api(
     stored = json.loads((offline / "runs" / config.run_id / "run.plx.json").read_text())
     assert stored["status"] == "failed" and stored["inputs"]["concurrency"] == 2
 
-    ProjectClient(owner="default").create({"name": "failing"})
+    create_project("failing")
     config, inventory = build_config(inventory_dir, nobody)
     with pytest.raises(HarnessError, match="not ready"):
         measure(config, inventory, tmp_path / "api-run", engine_argv=None, ready_timeout_s=1,
