@@ -78,6 +78,7 @@ def run_field_check(directory: Path) -> FieldReport:
     results = []
     for case in cases:
         config, shape = modelled.get(case.facts.config or ""), shapes.get(case.facts.config or "")
+        shape = shape.served_in(case.facts.dtype) if shape else None
         held_back, refusal = case.id not in fit_ids, refusals.get(case.facts.config or "")
         results.append(CaseResult(
             id=case.id, source=str(case.source), source_key=source_key(case), release=case.facts.vllm_version,

@@ -13,6 +13,7 @@ from harness.errors import HarnessError
 from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import gpu_memory
+from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import DEFAULT_V1_SAMPLER
 from harness.predict.parameter_count import model_size
 from harness.predict.profile_batch import ProfileBatch, profile_batch
@@ -73,8 +74,9 @@ def engine_launch(case: FieldCase) -> EngineLaunch:
     facts, log = case.facts, case.parsed()
     return EngineLaunch(
         engine_version=facts.vllm_version, engine_generation=facts.engine, max_model_len=facts.max_model_len,
-        gpu_memory_utilization=facts.gpu_memory_utilization, quantization=facts.quantization,
-        tensor_parallel_size=facts.tensor_parallel_size, pipeline_parallel_size=facts.pipeline_parallel_size,
+        gpu_memory_utilization=facts.gpu_memory_utilization, dtype_bytes=resolve_kv_dtype("auto", facts.dtype)[1],
+        quantization=facts.quantization, tensor_parallel_size=facts.tensor_parallel_size,
+        pipeline_parallel_size=facts.pipeline_parallel_size,
         max_num_batched_tokens=facts.max_num_batched_tokens, max_num_seqs=facts.max_num_seqs,
         sampler=known_sampler(case), speculative=facts.speculative,
         encoder=_encoder_launch(case), enforce_eager=bool(log.enforce_eager))

@@ -132,7 +132,8 @@ def build_capacity_report(
     waterfall: WaterfallComparison | None = None
     if inputs is not None and log is not None:
         try:
-            shape = load_model_shape(inputs.model, revision if model is not None else log.model_revision)
+            shape = load_model_shape(inputs.model, revision if model is not None else log.model_revision
+                                     ).served_in(log.dtype)
         except HarnessError as error:
             if model is not None:
                 raise

@@ -16,7 +16,7 @@ from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.fit_answer import gpu_total
 from harness.predict.kv_bytes import resolve_kv_dtype
-from harness.predict.memory_model import FITTED_CONSTANTS, LORA_NOT_SIZED, plan_waterfall
+from harness.predict.memory_model import FITTED_CONSTANTS, LORA_NOT_SIZED, Waterfall, plan_waterfall
 from harness.predict.model_shape import ModelShape
 from harness.predict.releases import PRODUCTION_ENGINE
 from harness.predict.speculative import speculative_from_log
@@ -54,18 +54,11 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
     if max_model_len is None:
         return None
     try:
-        launch = EngineLaunch(
-            engine_version=log.engine_version or PRODUCTION_ENGINE, engine_generation=log.engine_generation,
-            max_model_len=max_model_len, gpu_memory_utilization=float(utilization),
-            dtype_bytes=resolve_kv_dtype("auto", log.dtype or shape.dtype)[1], quantization=log.quantization,
+        waterfall = log_waterfall(
+            log, shape, total_bytes=total, total_source=total_source, gpu_name=gpu, max_model_len=max_model_len,
+            gpu_memory_utilization=float(utilization), quantization=log.quantization,
             tensor_parallel_size=log.tensor_parallel_size or 1, pipeline_parallel_size=log.pipeline_parallel_size or 1,
-            max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs,
-            sampler=log.top_k_top_p_sampler,
-            speculative=speculative_from_log(log.speculative_method, log.speculative_tokens),
-            encoder=EncoderLaunch.from_arguments(log.non_default_args or {}), enforce_eager=bool(log.enforce_eager))
-        waterfall = plan_waterfall(shape.config, FITTED_CONSTANTS, launch, total_bytes=total, total_source=total_source,
-                                   gpu_name=gpu, checkpoint=None if log.quantization else shape.checkpoint_weights,
-                                   config_source=shape.source)
+            max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs)
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,
                                    gpu_memory_utilization=float(utilization), rows=[], notes=[str(error)])
@@ -79,6 +72,28 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
         notes.append(f"the engine serves {LORA_NOT_SIZED}: the predicted terms leave them out")
     return WaterfallComparison(total_bytes=total, total_source=total_source, gpu_memory_utilization=float(utilization),
                                rows=rows, notes=notes)
+
+
+def log_waterfall(log: StartupCapacity, shape: ModelShape, *, total_bytes: int, total_source: str,
+                  gpu_name: str | None, max_model_len: int, gpu_memory_utilization: float, quantization: str | None,
+                  tensor_parallel_size: int, pipeline_parallel_size: int, max_num_batched_tokens: int | None,
+                  max_num_seqs: int | None, enforce_eager: bool = False) -> Waterfall:
+    """The before-launch waterfall for the start a log shows, its shape served in the log's dtype. `harness
+    capacity` reads the limits from the log's arguments and the drift check from the run's engine.json; what only
+    the log says (the release, the engine, the sampler, the encoder's profile, a draft model, --enforce-eager) is
+    read here, once."""
+    launch = EngineLaunch(
+        engine_version=log.engine_version or PRODUCTION_ENGINE, engine_generation=log.engine_generation,
+        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+        dtype_bytes=resolve_kv_dtype("auto", shape.dtype)[1], quantization=quantization,
+        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, sampler=log.top_k_top_p_sampler,
+        speculative=speculative_from_log(log.speculative_method, log.speculative_tokens),
+        encoder=EncoderLaunch.from_arguments(log.non_default_args or {}),
+        enforce_eager=bool(log.enforce_eager) or enforce_eager)
+    return plan_waterfall(shape.config, FITTED_CONSTANTS, launch, total_bytes=total_bytes, total_source=total_source,
+                          gpu_name=gpu_name, checkpoint=None if quantization else shape.checkpoint_weights,
+                          config_source=shape.source)
 
 
 def gib(value: int | None) -> str:

@@ -16,17 +16,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from harness.errors import HarnessError
+from harness.observe.capacity_waterfall import log_waterfall
 from harness.observe.device import DeviceFacts
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity
-from harness.predict.encoder_profile import EncoderLaunch
-from harness.predict.engine_launch import EngineLaunch
-from harness.predict.kv_bytes import resolve_kv_dtype
-from harness.predict.memory_model import FITTED_CONSTANTS, LORA_NOT_SIZED, plan_waterfall
+from harness.predict.memory_model import LORA_NOT_SIZED
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.pipeline import predict_pipeline_capacity
 from harness.predict.releases import PRODUCTION_ENGINE
-from harness.predict.speculative import SpeculativeDecoding, speculative_from_log
+from harness.predict.speculative import speculative_from_log
 from harness.units import GiB
 
 DRIFT_THRESHOLD_SHARE = 0.02
@@ -80,6 +78,7 @@ def drift_for_run(log: StartupCapacity, limits: dict[str, Any], device: DeviceFa
 def check_drift(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any],
                 device: DeviceFacts | None) -> DriftCheck | str:
     """The check, or one line saying why it cannot be made for this run."""
+    shape = shape.served_in(log.dtype)
     if not log.capacity_found or (log.kv_cache_tokens is None and log.num_gpu_blocks is None):
         return "no drift check: the log states neither KV tokens nor blocks"
     if log.lora_adapters_line is not None:
@@ -99,8 +98,7 @@ def check_drift(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any],
             basis, total, stages = "kv_cache_memory_bytes", None, [given_kv] * pp
         elif on_gpu and device is not None and device.gpu_memory_total_bytes:
             total = device.gpu_memory_total_bytes // (device.gpu_count or 1)
-            stages, terms = _gpu_waterfall(log, shape, limits, total, device.gpu_name, max_model_len, tp, pp, logged,
-                                           speculative)
+            stages, terms = _gpu_waterfall(log, shape, limits, total, device.gpu_name, max_model_len, tp, pp, logged)
             basis = "gpu waterfall"
         else:
             return "no drift check: no GPU memory total (device.json) and no kv_cache_memory_bytes limit"
@@ -175,22 +173,15 @@ def _named(term: DriftTerm, kv: DriftTerm | None, missing: list[str]) -> str:
 
 
 def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, Any], total: int, gpu_name: str | None,
-                   max_model_len: int, tp: int, pp: int, logged: dict[str, int],
-                   speculative: SpeculativeDecoding | None) -> tuple[list[int], list[DriftTerm]]:
+                   max_model_len: int, tp: int, pp: int, logged: dict[str, int]) -> tuple[list[int], list[DriftTerm]]:
     """Each stage's KV bytes and the terms, as `harness budget --gpu` computes them, from the limits and device."""
     quantization = limits.get("quantization")
-    launch = EngineLaunch(
-        engine_version=log.engine_version or PRODUCTION_ENGINE, engine_generation=log.engine_generation,
-        max_model_len=max_model_len, gpu_memory_utilization=float(limits.get("gpu_memory_utilization") or 0.9),
-        dtype_bytes=resolve_kv_dtype("auto", shape.dtype)[1],
+    waterfall = log_waterfall(
+        log, shape, total_bytes=total, total_source="device.json", gpu_name=gpu_name, max_model_len=max_model_len,
+        gpu_memory_utilization=float(limits.get("gpu_memory_utilization") or 0.9),
         quantization=quantization if isinstance(quantization, str) else None, tensor_parallel_size=tp,
         pipeline_parallel_size=pp, max_num_batched_tokens=_int(limits.get("max_num_batched_tokens")),
-        max_num_seqs=_int(limits.get("max_num_seqs")), sampler=log.top_k_top_p_sampler, speculative=speculative,
-        encoder=EncoderLaunch.from_arguments(log.non_default_args or {}),
-        enforce_eager=bool(log.enforce_eager or limits.get("enforce_eager") is True))
-    waterfall = plan_waterfall(shape.config, FITTED_CONSTANTS, launch, total_bytes=total, total_source="device.json",
-                               gpu_name=gpu_name, checkpoint=None if quantization else shape.checkpoint_weights,
-                               config_source=shape.source)
+        max_num_seqs=_int(limits.get("max_num_seqs")), enforce_eager=limits.get("enforce_eager") is True)
     terms = [DriftTerm(name=term.name, predicted_bytes=term.bytes, logged_bytes=logged.get(term.name),
                        subtracted=term.subtracted) for term in waterfall.terms]
     # the log's headline is its smallest rank's figure: the stage with the least memory is the one to compare

@@ -89,6 +89,10 @@ class ModelShape(BaseModel):
             return None
         return self.weights_bytes, self.weights_source
 
+    def served_in(self, dtype: str | None) -> ModelShape:
+        """The shape as `--dtype` serves it: activations and an 'auto' KV cache take that dtype (None: the config's)."""
+        return self if dtype is None else self.model_copy(update={"dtype": dtype})
+
     def layer_counts(self) -> dict[LayerKind, int]:
         counts: dict[LayerKind, int] = {}
         for layer in self.layers:
@@ -378,11 +382,8 @@ def _snapshot_dir(model: str, revision: str) -> Path | None:
 
 
 def _bundled_names() -> list[str]:
-    return sorted(
-        f"{p.parent.parent.name}/{p.parent.name}@{p.name[:8]}"
-        for p in SNAPSHOTS_DIR.glob("*/*/*")
-        if (p / "config.json").is_file()
-    )
+    return sorted(f"{p.parent.parent.name}/{p.parent.name}@{p.name[:8]}" for p in SNAPSHOTS_DIR.glob("*/*/*")
+                  if (p / "config.json").is_file())
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -52,6 +52,21 @@ def test_a_start_within_two_percent_is_not_qualified() -> None:
     assert check.qualification is None and check.term_off is None
 
 
+def test_a_start_served_in_float32_is_priced_in_four_bytes_not_the_configs_two() -> None:
+    """The same Qwen3-0.6B start as above, its log saying dtype=float32 (--dtype float32 over a bfloat16 config):
+    vLLM then holds the weights, the activations and an 'auto' KV cache in 4 B. Weights: 595,984,384 parameters
+    × 4 B = 2,383,937,536, + 0.5 MiB the allocator rounds the large blocks up to (524,288) + the RoPE cache,
+    40,960 × 128 × 4 B = 20,971,520: 2,405,433,344 B. The activation peak doubles, 201,326,592 → 402,653,184.
+    KV: 68,023,692,033 usable − 2,405,433,344 − 402,653,184 − 38,654,705 = 65,176,950,800 B; at 28 layers × 2 ×
+    8 heads × 128 × 4 B = 229,376 B per token, 284,152.6 tokens, 17,759 blocks of 16 = 284,144 tokens."""
+    check = field_drift("v09-qwen3-06b-v0-util08", dtype="float32")
+    assert isinstance(check, DriftCheck), check
+    predicted = {term.name: term.predicted_bytes for term in check.terms}
+    assert predicted["weights"] == 2_405_433_344 and predicted["activation_peak"] == 402_653_184
+    assert predicted["kv_memory"] == 65_176_950_800
+    assert check.kv_cache_tokens_predicted == 284_144
+
+
 def test_a_log_without_a_profile_says_which_terms_it_does_not_state() -> None:
     """gpt-oss-20b (MXFP4) on a GB10 at util 0.25, NVIDIA's build of 0.13.0: the log states the weights (13.72 GiB
     logged, 13.69 predicted, which leans the wrong way to explain more tokens logged than predicted) and the KV

@@ -103,6 +103,16 @@ def test_vllm_0_11_2_tensor_parallel_log_against_the_pinned_model() -> None:
     assert report.disagreements == []
 
 
+def test_a_start_served_in_float32_holds_its_cache_in_four_bytes() -> None:
+    """The same start, its engine config saying dtype=torch.float32 over the config's bfloat16: an 'auto' cache is
+    then float32, 2,359,296 B a block per rank, so the 28.65 GiB hold half the blocks."""
+    log = parse_startup_log(read_log_text(LOGS / "vllm-0.11.2" / "tp2-qwen3-4b-debug.log"))
+    report = build_capacity_report(log.model_copy(update={"dtype": "float32"}), None, model="Qwen/Qwen3-4B")
+    assert report.prediction is not None
+    assert report.prediction.num_blocks == round(28.65 * 2**30) // 2_359_296 == 13_038
+    assert report.prediction.kv_cache_tokens == 13_038 * 16
+
+
 def test_the_model_and_revision_the_log_names_are_used_when_none_is_given() -> None:
     log = parse_startup_log(read_log_text(LOGS / "vllm-0.11.2" / "tp2-qwen3-4b-debug.log"))
     report = build_capacity_report(log, None)
