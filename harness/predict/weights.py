@@ -12,6 +12,7 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.predict.allocator import MiB, block_slack_bytes
 from harness.predict.architectures import language_config
+from harness.predict.kv_bytes import kv_heads_per_rank
 from harness.predict.model_shape import mtp_layers
 from harness.predict.parameter_count import ModelSize, full_attention_layer_params
 from harness.predict.speculative import EAGLE_METHODS, SpeculativeDecoding
@@ -77,7 +78,7 @@ def with_allocator_slack(weights: Term, size: ModelSize, dtype_bytes: int, tenso
     layer_tensors: list[tuple[int, int]] = []  # (layers, elements of one tensor on the rank)
     if size.attention_layers:
         queries = size.heads // tp * size.head_dim
-        keys = (size.kv_heads // tp or 1) * size.head_dim
+        keys = kv_heads_per_rank(size.kv_heads, tp) * size.head_dim
         layer_tensors += [(size.attention_layers, (queries + 2 * keys) * width),
                           (size.attention_layers, queries * width)]
     dense_layers = size.layers - size.moe_layers
