@@ -128,14 +128,16 @@ def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distrib
     # take their snapshot before init_worker_distributed_environment, so TP=2 counts 0.25 + 0.5 GiB + the custom
     # all-reduce's 2 × 8,192 × 1,024 = 16,777,216 B: 268,435,456 + 536,870,912 + 16,777,216 = 822,083,584 B. TP=3 has no
     # custom all-reduce (world sizes 2, 4, 6, 8 only): 805,306,368 B. V1 0.11.0 initialises NCCL first:
-    # 268,435,456 B whatever the TP, as for one GPU.
+    # 268,435,456 B whatever the TP, as for one GPU. (Three ranks need a KV head count they divide or exceed: the
+    # config's 4 KV heads become 1 there, which changes no communicator.)
     config = _config("Qwen--Qwen2-7B-Instruct.json")
     constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25, "nccl_gib": 0.5})
 
     def non_torch(version: str, tp: int, generation: str | None = None) -> int:
         launch = EngineLaunch(max_model_len=4096, engine_version=version, tensor_parallel_size=tp,
                               engine_generation=generation)
-        waterfall = plan_waterfall(config, constants, launch, total_bytes=80 * GiB, total_source="test")
+        heads = {**config, "num_key_value_heads": 1 if tp == 3 else 4}
+        waterfall = plan_waterfall(heads, constants, launch, total_bytes=80 * GiB, total_source="test")
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
 
     assert non_torch("0.7.3", 2) == non_torch("0.10.1.1", 2) == 822_083_584
