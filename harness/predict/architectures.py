@@ -32,6 +32,8 @@ MODELLED_ARCHITECTURES = frozenset({
     # Llama-shaped, full attention on every layer as their layer_types say; SmolLM3's NoPE layers (no_rope_layers)
     # skip only the rotary embedding and keep their KV cache, Exaone4's extra norms are not counted
     "SmolLM3ForCausalLM", "Exaone4ForCausalLM",
+    # per-layer-type heads and shared-KV layers (layer_variants.py); their weights are not counted (below)
+    "Gemma4ForConditionalGeneration", "Gemma4ForCausalLM",
 })
 # Architectures vLLM serves whose memory this calculator would misstate, and why: refused by name, with the reason.
 REFUSED_ARCHITECTURES = {
@@ -48,6 +50,12 @@ REFUSED_ARCHITECTURES = {
                                "(cross-layer attention), and its shared expert is intermediate_size × "
                                "num_shared_expert wide: neither is sized here",
 }
+# Architectures whose KV cache is sized here but whose weights are not counted, and why: a budget from given or
+# logged KV memory serves them, the before-launch waterfall refuses them by name.
+UNCOUNTED_WEIGHTS = dict.fromkeys(
+    ("Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"),
+    "Gemma 4's per-layer embeddings, its full-attention layers without a V projection (attention_k_eq_v), the "
+    "dense MLP beside its experts and its vision and audio towers are not counted here")
 # Families whose MLP is one up and one down projection (fc1/fc2, c_fc/c_proj), not a gated gate/up/down triple.
 UNGATED_MLP_ARCHITECTURES = frozenset({"OPTForCausalLM", "GPT2LMHeadModel", "PhiForCausalLM", "Starcoder2ForCausalLM"})
 # Field names some families use for what the calculator reads; GPT-2's come from its transformers config class.
@@ -62,7 +70,7 @@ COUNT_FIELDS = (
     "n_routed_experts", "num_local_experts", "n_shared_experts", "num_experts_per_tok", "experts_per_token",
     "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
     "max_position_embeddings", "sliding_window", "max_window_layers", "attn_layer_offset", "mamba_expand",
-    "mamba_d_conv",
+    "mamba_d_conv", "global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers",
 )
 # Of them, the ones a model cannot hold none of (a zero would be read as "not stated" and take a fallback).
 POSITIVE_FIELDS = frozenset({"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -135,6 +143,17 @@ def check_architectures(config: dict[str, Any], source: str, notes: list[str]) -
             "JambaForCausalLM; pure state-space models are not among them)"
         )
     notes.append(f"architecture {declared[0]}")
+
+
+def check_weights_counted(config: dict[str, Any], source: str) -> None:
+    """Refuse, by name, an architecture whose KV cache is sized here but whose weights are not counted."""
+    declared = config.get("architectures")
+    uncounted = [name for name in declared if name in UNCOUNTED_WEIGHTS] if isinstance(declared, list) else []
+    if uncounted:
+        name = uncounted[0]
+        raise HarnessError(f"{source}: the weights of {name} are not modelled: {UNCOUNTED_WEIGHTS[name]}; give the "
+                           "KV memory instead (--available-kv-gib or --kv-cache-memory-bytes, or the start-up log "
+                           "to harness capacity)")
 
 
 def language_config(config: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ Every choice that is not forced by the inputs is written to `assumptions`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 
@@ -22,7 +23,7 @@ from harness.predict.kv_bytes import (
     layer_state_bytes,
     resolve_kv_dtype,
 )
-from harness.predict.kv_groups import block_groups, state_block_size, state_blocks_per_request
+from harness.predict.kv_groups import attention_block_sizes, block_groups, state_block_size, state_blocks_per_request
 from harness.predict.model_shape import LayerKind, LayerSpec, ModelShape
 from harness.predict.releases import DERIVED_TOKENS_SINCE, engine_release, runs_v0
 from harness.predict.speculative import SpeculativeDecoding, draft_layers
@@ -237,18 +238,21 @@ def predict_capacity(
     if max_num_batched_tokens is None and any(layer.kind is LayerKind.SLIDING_WINDOW for layer in layers):
         assumptions.append(f"max_num_batched_tokens {batched} (sizes sliding-window blocks per request)")
 
+    token_bytes = functools.partial(layer_bytes_per_token, element_bytes=element,
+                                    tensor_parallel_size=tensor_parallel_size)
+    layer_block = attention_block_sizes(layers, block_size, token_bytes, version, assumptions)
+
     def page(layer: LayerSpec) -> int:
         if layer.kind is LayerKind.STATE:  # padded to one attention page, if there is attention
-            attention = max(layer_bytes_per_token(x, element, tensor_parallel_size) for x in layers)
-            return block_size * attention or state_bytes(layer)
-        return block_size * layer_bytes_per_token(layer, element, tensor_parallel_size)
+            return block_size * max(token_bytes(x) for x in layers) or state_bytes(layer)
+        return layer_block[layer] * token_bytes(layer)
 
     def blocks_per_request(layer: LayerSpec) -> int:
         if layer.kind is LayerKind.STATE:
             return state_blocks
         if layer.kind is LayerKind.SLIDING_WINDOW:
-            return math.ceil(min(layer.window - 1 + batched, max_model_len) / block_size) + 1
-        return math.ceil(math.ceil(max_model_len / decode_context_parallel_size) / block_size)
+            return math.ceil(min(layer.window - 1 + batched, max_model_len) / layer_block[layer]) + 1
+        return math.ceil(math.ceil(max_model_len / decode_context_parallel_size) / layer_block[layer])
 
     groups, bytes_per_block, per_request = block_groups(
         shape.name, layers, version, page, blocks_per_request, assumptions

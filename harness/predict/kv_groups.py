@@ -13,7 +13,7 @@ from packaging.version import Version
 from harness.errors import HarnessError
 from harness.predict.kv_bytes import layer_bytes_per_token
 from harness.predict.model_shape import LayerKind, LayerSpec
-from harness.predict.releases import WIDE_GROUP_PADDING_SINCE
+from harness.predict.releases import UNIFIED_PAGES_SINCE, WIDE_GROUP_PADDING_SINCE
 
 STATE_BLOCK_ALIGNMENT = 16  # attention block sizes are raised in multiples of this to hold one state page
 
@@ -43,6 +43,28 @@ def block_groups(
     per_request = sum(blocks_per_request(representative[key]) * n for key, n in groups_by_kind.items())
     assumptions.append(f"hybrid KV cache: {groups} groups of {group_size} layers sharing one block pool")
     return groups, pages.pop() * group_size, per_request
+
+
+def attention_block_sizes(
+    layers: list[LayerSpec], block_size: int, bytes_per_token: Callable[[LayerSpec], int], version: Version,
+    assumptions: list[str],
+) -> dict[LayerSpec, int]:
+    """Each attention layer's block size. Where a hybrid's attention layers hold pages of different sizes (Gemma 4's
+    full layers, with their own heads), vLLM from 0.12 multiplies each smaller page's block size until its page
+    is the largest (kv_cache_utils.py `unify_kv_cache_spec_page_size`); a page that does not divide the largest,
+    or a release before 0.12, keeps its size, and `block_groups` refuses the layout."""
+    attention = {layer for layer in layers if layer.kind is not LayerKind.STATE}
+    pages = {layer: block_size * bytes_per_token(layer) for layer in attention}
+    largest = max(pages.values(), default=0)
+    sizes = dict.fromkeys(attention, block_size)
+    if len(Counter(layer.kind for layer in layers)) == 1 or version < UNIFIED_PAGES_SINCE:
+        return sizes  # one kind is one group whatever its pages (vLLM's uniform-type case)
+    for layer, page in pages.items():
+        if page and page != largest and largest % page == 0:
+            sizes[layer] = block_size * (largest // page)
+            assumptions.append(f"{layer.kind.value} layers' block size raised from {block_size} to {sizes[layer]} "
+                               "tokens so their page matches the largest")
+    return sizes
 
 
 def state_blocks_per_request(

@@ -23,6 +23,7 @@ from harness.errors import HarnessError
 from harness.paths import read_bounded_bytes
 from harness.predict.architectures import check_architectures, check_counts, language_config
 from harness.predict.config_counts import needed_count, stated_count
+from harness.predict.layer_variants import full_attention_heads, kv_shared_layers
 
 SNAPSHOTS_DIR = Path(__file__).resolve().parents[1] / "snapshots"  # data of the package, beside its stages
 PINNED_MODEL = "Qwen/Qwen3-4B"
@@ -117,7 +118,7 @@ def load_model_shape(model: str, revision: str | None = None) -> ModelShape:
 
 
 def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[list[LayerSpec], list[str]]:
-    """One LayerSpec per hidden layer, and the notes on how they were derived."""
+    """One LayerSpec per layer that keeps a KV cache or state, and the notes on how they were derived."""
     notes: list[str] = []
     check_architectures(config, source, notes)
     if isinstance(config.get("text_config"), dict):
@@ -139,7 +140,10 @@ def parse_config(config: dict[str, Any], *, source: str = "config") -> tuple[lis
             raise HarnessError(f"{source}: sliding-window layers but field 'sliding_window' is missing")
         spec_of[LayerKind.SLIDING_WINDOW] = spec_of[LayerKind.SLIDING_WINDOW].model_copy(
             update={"kind": LayerKind.SLIDING_WINDOW, "window_tokens": window})
-    return [spec_of[kind] for kind in kinds], notes
+    if LayerKind.FULL_ATTENTION in present and (full := full_attention_heads(config, source, notes)):
+        spec_of[LayerKind.FULL_ATTENTION] = LayerSpec(kind=LayerKind.FULL_ATTENTION, kv_heads=full[0], head_dim=full[1])
+    cached = num_layers - kv_shared_layers(config, num_layers, source, notes)
+    return [spec_of[kind] for kind in kinds[:cached]], notes
 
 
 def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: list[str]) -> list[LayerKind]:
@@ -164,14 +168,9 @@ def _layer_kinds(config: dict[str, Any], num_layers: int, source: str, notes: li
 
 
 def _listed_kinds(types: list[str], num_layers: int, source: str, notes: list[str]) -> list[LayerKind]:
-    names = {
-        "full_attention": LayerKind.FULL_ATTENTION,
-        "attention": LayerKind.FULL_ATTENTION,
-        "sliding_attention": LayerKind.SLIDING_WINDOW,
-        "sliding_window": LayerKind.SLIDING_WINDOW,
-        "linear_attention": LayerKind.STATE,
-        "mamba": LayerKind.STATE,
-    }
+    names = {"full_attention": LayerKind.FULL_ATTENTION, "attention": LayerKind.FULL_ATTENTION,
+             "sliding_attention": LayerKind.SLIDING_WINDOW, "sliding_window": LayerKind.SLIDING_WINDOW,
+             "linear_attention": LayerKind.STATE, "mamba": LayerKind.STATE}
     unknown = sorted({t for t in types if t not in names})
     if unknown:
         raise HarnessError(f"{source}: field 'layer_types' has unknown layer type(s) {unknown}")

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.predict.architectures import check_counts, language_config, mlp_projections
+from harness.predict.architectures import check_counts, check_weights_counted, language_config, mlp_projections
 from harness.predict.config_counts import needed_count
 from harness.predict.vision_tower import VisionTower, vision_tower
 
@@ -67,6 +67,7 @@ class ModelSize(BaseModel):
 
 def model_size(config: dict[str, Any], source: str = "config") -> ModelSize:
     """Parameter counts from a config.json: attention (or MLA), dense or MoE MLP, embeddings, vision tower."""
+    check_weights_counted(config, source)
     vision = vision_tower(config, source)
     projections = mlp_projections(config)
     config = language_config(config)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.predict.architectures import language_config
 from harness.predict.budget import CapacityPrediction, predict_capacity
 from harness.predict.kv_bytes import check_attention_heads
 from harness.predict.model_shape import ModelShape
@@ -30,7 +31,11 @@ def layer_shares(count: int, pipeline_parallel_size: int) -> list[int]:
 
 
 def pipeline_stages(shape: ModelShape, pipeline_parallel_size: int) -> list[ModelShape]:
-    """One shape per stage, holding that stage's share of the layers."""
+    """One shape per stage, holding that stage's share of the layers. Layers that reuse an earlier layer's cache
+    are left out of `shape.layers`, so the split over all the model's layers is not known: refused past one stage."""
+    if pipeline_parallel_size > 1 and language_config(shape.config).get("num_kv_shared_layers"):
+        raise HarnessError(f"{shape.name}: pipeline parallelism over layers that share another layer's KV cache "
+                           "(num_kv_shared_layers) is not modelled")
     stages, start = [], 0
     for share in layer_shares(len(shape.layers), pipeline_parallel_size):
         stages.append(shape.model_copy(update={"layers": shape.layers[start:start + share]}))

@@ -16,6 +16,7 @@ NEWEST_CHECKED = Version("0.33.99")  # releases after this are priced by 0.33's 
 # Logged tokens = int(max concurrency × max_model_len) from here on (vllm-project/vllm#40691: the old
 # blocks // groups × block size misstated hybrids); the corpus's 0.20.1rc1.dev16 log still prints the old figure.
 DERIVED_TOKENS_SINCE = Version("0.20.1")
+UNIFIED_PAGES_SINCE = Version("0.12")  # hybrid attention layers of unequal pages: smaller pages take larger blocks
 WIDE_GROUP_PADDING_SINCE = Version("0.32")  # hybrid groups pad up to the most layers under 1.5× the fewest (1.25×)
 V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on
 
