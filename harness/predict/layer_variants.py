@@ -1,10 +1,11 @@
-"""Attention layers that keep a cache other than the config's headline heads give them (Gemma 4, Gemma 3n).
+"""Attention layers that keep a cache other than the config's headline heads give them (Gemma 4).
 
 Gemma 4's full-attention layers have a head size of their own, `global_head_dim`, and where the config sets
-`attention_k_eq_v` (K reused as V) their own K/V head count, `num_global_key_value_heads`; the sliding layers
-keep `head_dim` and `num_key_value_heads` (gemma4.py `Gemma4DecoderLayer`, read in vLLM 0.19.0 to 0.34.0).
-The last `num_kv_shared_layers` layers read an earlier layer's cache and keep none of their own: vLLM gives
-them no KV cache spec (gpu_model_runner.py `get_kv_cache_spec`, `kv_sharing_target_layer_name`).
+`attention_k_eq_v` (K reused as V) their own K/V head count, `num_global_key_value_heads`; the cache still holds a
+K and a V for each such head. The sliding layers keep `head_dim` and `num_key_value_heads` (gemma4.py
+`Gemma4DecoderLayer`, read in vLLM 0.19.0 to 0.34.0). The last `num_kv_shared_layers` layers read an earlier
+layer's cache and keep none of their own: vLLM gives them no KV cache spec (gpu_model_runner.py
+`get_kv_cache_spec`, `kv_sharing_target_layer_name`).
 """
 
 from __future__ import annotations
