@@ -133,25 +133,37 @@ def estimate_budget(
     tensor_parallel_size: int = 1,
     block_size: int = 16,
     hybrid_kv_manager: bool = True,
+    engine_version: str | None = None,
 ) -> BudgetResult:
-    """KV bytes a live-token population holds on one rank, raw and padded to whole blocks."""
+    """KV bytes a live-token population holds on one rank, raw and padded to whole blocks of each layer's size as
+    the release sets it (a Mamba hybrid's raised attention blocks, the larger block of a smaller page)."""
     population = population.validated()
     _check_positive(tensor_parallel_size=tensor_parallel_size, block_size=block_size)
     check_attention_heads(shape.config, tensor_parallel_size)
     dtype, element = resolve_kv_dtype(kv_cache_dtype, checkpoint_kv_dtype(shape.config) or shape.dtype)
     model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     layers = _effective_layers(shape.layers, hybrid_kv_manager)
-    token_bytes = [layer_bytes_per_token(layer, element, tensor_parallel_size) for layer in layers]
-    state_bytes = [layer_state_bytes(layer, model_element, tensor_parallel_size) for layer in layers]
+    per_token_of = functools.partial(layer_bytes_per_token, element_bytes=element,
+                                     tensor_parallel_size=tensor_parallel_size)
+    state_of = functools.partial(layer_state_bytes, model_element_bytes=model_element,
+                                 tensor_parallel_size=tensor_parallel_size)
+    token_bytes, state_bytes = [per_token_of(x) for x in layers], [state_of(x) for x in layers]
+    block_notes: list[str] = []
+    block_size = state_block_size(layers, element, tensor_parallel_size, block_size, state_of, block_notes)
+    layer_block = attention_block_sizes(layers, block_size, per_token_of, engine_release(engine_version), block_notes)
+    state_page = block_size * max(token_bytes)  # a state block is padded to one attention page, where there is one
     sequences = []
     for tokens, count in sorted(Counter(population.sequence_tokens).items()):
         raw = padded = 0
         for layer, per_token, state in zip(layers, token_bytes, state_bytes, strict=True):
-            held_tokens, held_blocks = _held(layer, tokens, block_size)
-            raw += held_tokens * per_token + state
-            padded += held_blocks * block_size * per_token + state
+            if layer.kind is LayerKind.STATE:
+                raw, padded = raw + state, padded + max(state, state_page)
+                continue
+            held_tokens, held_blocks = _held(layer, tokens, layer_block[layer])
+            raw += held_tokens * per_token
+            padded += held_blocks * layer_block[layer] * per_token
         sequences.append(SequenceBudget(tokens=tokens, count=count, kv_bytes_raw=raw, kv_bytes_padded=padded))
-    shared_raw, shared_padded = _shared_prefix_savings(layers, token_bytes, population, block_size)
+    shared_raw, shared_padded = _shared_prefix_savings(layers, token_bytes, population, layer_block)
     population_raw = sum(s.kv_bytes_raw * s.count for s in sequences) - shared_raw
     population_padded = sum(s.kv_bytes_padded * s.count for s in sequences) - shared_padded
     weights = None if shape.weights_bytes is None else math.ceil(shape.weights_bytes / tensor_parallel_size)
@@ -178,6 +190,7 @@ def estimate_budget(
         assumptions=[
             *shape.notes,
             *_budget_assumptions(shape, dtype, kv_cache_dtype, tensor_parallel_size, hybrid_kv_manager, population),
+            *block_notes,
         ],
     )
 
@@ -314,19 +327,19 @@ def _held(layer: LayerSpec, tokens: int, block_size: int) -> tuple[int, int]:
 
 
 def _shared_prefix_savings(
-    layers: list[LayerSpec], token_bytes: list[int], population: Population, block_size: int
+    layers: list[LayerSpec], token_bytes: list[int], population: Population, layer_block: dict[LayerSpec, int]
 ) -> tuple[int, int]:
-    """Bytes not stored twice when every sequence starts with the same cached prefix."""
+    """Bytes not stored twice when every sequence starts with the same cached prefix: only whole blocks of the
+    full-attention layers are shared."""
     copies = len(population.sequence_tokens) - 1
     prefix = population.shared_prefix_tokens
     if copies <= 0 or prefix == 0:
         return 0, 0
-    full_layer_bytes = sum(
-        per_token for layer, per_token in zip(layers, token_bytes, strict=True)
-        if layer.kind in (LayerKind.FULL_ATTENTION, LayerKind.MLA)
-    )
-    shared_blocks = prefix // block_size  # only whole blocks are shared by the prefix cache
-    return copies * prefix * full_layer_bytes, copies * shared_blocks * block_size * full_layer_bytes
+    full = [(layer_block[layer], per_token) for layer, per_token in zip(layers, token_bytes, strict=True)
+            if layer.kind in (LayerKind.FULL_ATTENTION, LayerKind.MLA)]
+    raw = sum(per_token for _, per_token in full) * prefix
+    padded = sum(prefix // block * block * per_token for block, per_token in full)
+    return copies * raw, copies * padded
 
 
 def _kinds(layers: list[LayerSpec], token_bytes: list[int], state_bytes: list[int]) -> list[KindBudget]:

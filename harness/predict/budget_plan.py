@@ -158,7 +158,7 @@ def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     result = estimate_budget(first_stage(shape, options.pipeline_parallel_size), _population(options),
                              kv_cache_dtype=options.kv_cache_dtype,
                              tensor_parallel_size=options.tensor_parallel_size, block_size=options.block_size,
-                             hybrid_kv_manager=options.hybrid_kv_manager)
+                             hybrid_kv_manager=options.hybrid_kv_manager, engine_version=options.engine_version)
     capacity = plan_capacity(shape, options, result.weights_bytes, warnings)
     assumptions = result.assumptions
     if options.speculative is not None:

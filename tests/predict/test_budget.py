@@ -205,6 +205,18 @@ def test_qwen3_5_state_keeps_its_recurrent_state_in_float32(qwen36_35b) -> None:
     assert {k.kind: k for k in fp8.kinds}[LayerKind.STATE].state_bytes_per_sequence == 30 * 2_146_304
 
 
+def test_a_hybrid_sequence_is_padded_to_the_raised_attention_block_and_a_state_page(qwen36_35b) -> None:
+    # One state is 2,146,304 B and an attention layer holds 2 KV heads × 256 × 2 (K, V) × 2 B = 2,048 B a token,
+    # so vLLM raises the block to 16 × ⌈2,146,304 / (16 × 2,048)⌉ = 1,056 tokens. A sequence of 100 tokens then
+    # holds one 1,056-token block in each of the 10 attention layers, 1,056 × 2,048 × 10 = 21,626,880 B, and each
+    # of the 30 states is padded to one attention page, 1,056 × 2,048 = 2,162,688 B: 64,880,640 B.
+    # Raw: 100 × 10 × 2,048 + 30 × 2,146,304 = 66,437,120 B.
+    result = estimate_budget(qwen36_35b, Population.uniform(2, 100))
+    assert result.block_size == 1_056
+    assert (result.sequences[0].kv_bytes_raw, result.sequences[0].kv_bytes_padded) == (66_437_120, 86_507_520)
+    assert result.population_kv_bytes_padded == 2 * 86_507_520
+
+
 def test_qwen36_35b_fp8_kv_with_prefix_caching_matches_its_0_24_log(qwen36_35b) -> None:
     # v024-qwen36-35b-a3b-rtx5090-fp8kv: "Available KV cache memory: 6.01 GiB", 569,878 tokens, 4.35x at 131,072.
     # attention per token and layer: 2 × 2 KV heads × 256 × 1 byte (fp8) = 1,024 bytes; one state is

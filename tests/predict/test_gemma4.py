@@ -17,7 +17,7 @@ import pytest
 from harness.calibrate.field_corpus import load_corpus
 from harness.errors import HarnessError
 from harness.observe.capacity import build_capacity_report
-from harness.predict.budget import predict_capacity
+from harness.predict.budget import Population, estimate_budget, predict_capacity
 from harness.predict.memory_model import model_size
 from harness.predict.model_shape import LayerKind, load_model_shape, parse_config
 from harness.predict.pipeline import pipeline_stages
@@ -96,6 +96,21 @@ def test_three_real_gemma4_starts_are_predicted_within_their_logs_rounding(
     prediction = report.prediction
     assert (prediction.num_blocks, prediction.blocks_per_request, prediction.kv_cache_tokens) == expected
     assert report.prediction_matches_log is True and report.disagreements == []
+
+
+def test_a_sequence_is_padded_to_each_layer_kinds_own_block(tmp_path: Path) -> None:
+    shape = load_model_shape(written(tmp_path, A4B_TEXT))
+    # 26B-A4B, one sequence of 1,000 tokens, under 0.20.2: the 25 sliding layers hold 8,192 B a token in 16-token
+    # blocks, ⌈1,000 / 16⌉ = 63 of them (the 1,024-token window is not reached): 25 × 63 × 16 × 8,192 = 206,438,400;
+    # the 5 full layers hold 4,096 B a token in blocks raised to 32 tokens, ⌈1,000 / 32⌉ = 32 of them:
+    # 5 × 32 × 32 × 4,096 = 20,971,520. Raw: 1,000 × (25 × 8,192 + 5 × 4,096) = 225,280,000.
+    result = estimate_budget(shape, Population.uniform(1, 1000), engine_version="0.20.2")
+    assert (result.sequences[0].kv_bytes_raw, result.sequences[0].kv_bytes_padded) == (
+        225_280_000, 206_438_400 + 20_971_520)
+    assert any("block size raised from 16 to 32" in note for note in result.assumptions)
+    # before 0.12 no page is unified: the full layers pad to 16 tokens, 63 × 16 = 1,008 of them
+    older = estimate_budget(shape, Population.uniform(1, 1000), engine_version="0.11.2")
+    assert older.sequences[0].kv_bytes_padded == 206_438_400 + 5 * 63 * 16 * 4_096
 
 
 def test_before_0_12_unequal_pages_are_refused_as_vllm_could_not_unify_them(tmp_path: Path) -> None:
