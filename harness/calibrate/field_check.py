@@ -43,7 +43,6 @@ from harness.predict.budget import CapacityPrediction
 from harness.predict.gpu_catalog import is_hopper
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
-    GRAPHS_RESERVED_SINCE,
     LORA_NOT_SIZED,
     MemoryConstants,
     forward_peak_bytes,
@@ -59,7 +58,7 @@ from harness.predict.non_torch import (
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.profile_batch import ProfileBatch
-from harness.predict.releases import runs_v0
+from harness.predict.releases import GRAPHS_RESERVED_SINCE, runs_v0
 from harness.predict.sampler_peak import SamplerPath, sampler_path
 from harness.predict.warmup import check_warmup
 from harness.units import GiB

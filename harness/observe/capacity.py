@@ -179,8 +179,8 @@ def _prediction_inputs(
 ) -> tuple[PredictionInputs | None, str | None]:
     if log is None:
         return None, "no prediction: it needs a start-up log (the KV memory and max_model_len come from it)"
-    if not log.capacity_found:
-        return None, "no prediction: the log has no capacity line"
+    if not log.capacity_found and log.available_kv_cache_bytes is None:
+        return None, "no prediction: the log states neither its capacity nor its KV memory"
     model_name = model or log.model
     if model_name is None:
         return None, "no prediction: the log does not name the model; pass it explicitly"

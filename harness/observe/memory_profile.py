@@ -7,8 +7,10 @@ import re
 from typing import Any
 
 import pydantic
+from packaging.version import InvalidVersion, Version
 
 from harness.observe.log_lines import LOGGED_NUMBER, Fraction
+from harness.predict.releases import GRAPHS_RESERVED_SINCE
 from harness.units import gib_to_bytes, logged_figure
 
 # DEBUG breakdown, 0.11+: `Memory profiling takes 1.2 seconds. Total non KV cache memory: 9.1GiB; …`
@@ -41,6 +43,18 @@ USAGE_V1 = re.compile(
     rf"^Free memory on device \({LOGGED_NUMBER}/(?P<total>{LOGGED_NUMBER}) GiB\) on startup\. Desired GPU memory "
     rf"utilization is \((?P<util>\d+(?:\.\d+)?), {LOGGED_NUMBER} GiB\)\. Actual usage is (?P<parts>.*?)\. Replace"
 )
+# The same line's close, from 0.11: `… Current kv cache memory in use is 12.26 GiB.` (available_kv_cache_memory_bytes)
+KV_IN_USE = re.compile(rf"Current kv cache memory in use is (?P<gib>{LOGGED_NUMBER}) GiB")
+# 0.21+, beside "Available KV cache memory" (gpu_worker.py `determine_available_memory`): `CUDA graph memory profiling
+# is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9764 is equivalent to …`, or with
+# VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 `… is disabled … increasing --gpu-memory-utilization from 0.9000 to …`
+GRAPH_PROFILING = re.compile(
+    r"^CUDA graph memory profiling is (?:enabled|disabled)\b.*?--gpu-memory-utilization(?:=| from )"
+    r"(?P<util>\d+(?:\.\d+)?)"
+)
+# 0.21+ (gpu_model_runner.py `profile_cudagraph_memory`): `Estimated CUDA graph memory: 0.52 GiB total`, the figure
+# subtracted before the cache while that profiling is enabled
+GRAPH_ESTIMATE = re.compile(rf"^Estimated CUDA graph memory: (?P<gib>{LOGGED_NUMBER}) GiB total")
 USAGE_PART = re.compile(rf"(?:and )?(?P<gib>{LOGGED_NUMBER}) GiB for (?P<label>[^,]+?)$")
 USAGE_KEYS = {"weight": "model_weights_bytes", "peak activation": "pytorch_activation_peak_memory_bytes",
               "non-torch memory": "non_torch_memory_bytes", "CUDAGraph memory": "cuda_graph_memory_bytes",
@@ -66,23 +80,17 @@ class MemoryProfile(pydantic.BaseModel):
 
 
 def memory_profile_line(message: str, profile: MemoryProfile | None) -> MemoryProfile | None:
-    """Fold one of the three memory-profiling formats into the running breakdown of the process that printed it."""
-    return _fold_summary_line(message, profile) or _fold_table_line(message, profile) or profile
+    """Fold one of the memory-profiling formats into the running breakdown of the process that printed it."""
+    return (_fold_v1_line(message, profile) or _fold_v0_line(message, profile)
+            or _fold_table_line(message, profile) or profile)
 
 
-def _fold_summary_line(message: str, profile: MemoryProfile | None) -> MemoryProfile | None:
-    """V1's one-line summary or V0's budget-and-parts lines; None when the line is neither."""
+def _fold_v1_line(message: str, profile: MemoryProfile | None) -> MemoryProfile | None:
+    """V1's one-line summary, its usage line after the cache and the CUDA-graph estimate; None when none."""
     if match := PROFILE_V1.search(message):
         profile = profile or MemoryProfile()
         profile.profiling_seconds = logged_figure(match.group("seconds"))
         profile.components_bytes.update(_gib_parts(match.group("parts")))
-    elif match := PROFILE_V0_START.search(message):
-        profile = profile or MemoryProfile()
-        profile.profiling_seconds = logged_figure(match.group("seconds"))
-    elif match := PROFILE_V0_BUDGET.search(message):
-        profile = profile or MemoryProfile()
-        profile.gpu_memory_utilization = logged_figure(match.group("util"))
-        profile.components_bytes["total_gpu_memory_bytes"] = gib_to_bytes(match.group("total"))
     elif match := USAGE_V1.search(message):
         profile = profile or MemoryProfile()
         profile.gpu_memory_utilization = logged_figure(match.group("util"))
@@ -90,6 +98,28 @@ def _fold_summary_line(message: str, profile: MemoryProfile | None) -> MemoryPro
         for part in match.group("parts").split(", "):
             if (usage := USAGE_PART.search(part.strip())) and (key := USAGE_KEYS.get(usage.group("label"))):
                 profile.components_bytes[key] = gib_to_bytes(usage.group("gib"))
+        if in_use := KV_IN_USE.search(message):
+            profile.kv_cache_bytes = gib_to_bytes(in_use.group("gib"))
+    elif match := GRAPH_PROFILING.search(message):
+        profile = profile or MemoryProfile()
+        profile.gpu_memory_utilization = logged_figure(match.group("util"))
+    elif match := GRAPH_ESTIMATE.search(message):
+        profile = profile or MemoryProfile()
+        profile.components_bytes["cuda_graph_estimate_bytes"] = gib_to_bytes(match.group("gib"))
+    else:
+        return None
+    return profile
+
+
+def _fold_v0_line(message: str, profile: MemoryProfile | None) -> MemoryProfile | None:
+    """V0's three lines: the profile's duration, the budget, and the parts; None when the line is none of them."""
+    if match := PROFILE_V0_START.search(message):
+        profile = profile or MemoryProfile()
+        profile.profiling_seconds = logged_figure(match.group("seconds"))
+    elif match := PROFILE_V0_BUDGET.search(message):
+        profile = profile or MemoryProfile()
+        profile.gpu_memory_utilization = logged_figure(match.group("util"))
+        profile.components_bytes["total_gpu_memory_bytes"] = gib_to_bytes(match.group("total"))
     elif PROFILE_V0_PARTS.search(message):
         profile = profile or MemoryProfile()
         profile.components_bytes.update(_gib_parts(message))
@@ -145,10 +175,25 @@ def logged_term_bytes(log: Any) -> dict[str, int]:
         found["weights"] = log.model_weights_bytes
     if "non_torch" not in found and "consumed_memory_bytes" in parts and "weights" in found:
         found["non_torch"] = parts["consumed_memory_bytes"] - found["weights"]  # 0.30 logs the two together
-    graphs = log.cuda_graph_bytes if log.cuda_graph_bytes is not None else parts.get("cuda_graph_memory_bytes")
-    if graphs is not None:
+    if (graphs := _graph_bytes(log, parts)) is not None:
         found["cuda_graphs"] = graphs
     return found
+
+
+def _graph_bytes(log: Any, parts: dict[str, int]) -> int | None:
+    """The CUDA-graph memory the release accounts: from 0.21 the estimate the cache is sized without (0.19 and 0.20
+    print it too, but capture after the cache), else, or where the excerpt lacks it, what the capture took."""
+    estimate = parts.get("cuda_graph_estimate_bytes")
+    if estimate is not None and _graphs_reserved(log.engine_version):
+        return estimate
+    return log.cuda_graph_bytes if log.cuda_graph_bytes is not None else parts.get("cuda_graph_memory_bytes")
+
+
+def _graphs_reserved(engine_version: str | None) -> bool:
+    try:
+        return engine_version is not None and Version(engine_version) >= GRAPHS_RESERVED_SINCE
+    except InvalidVersion:  # a log naming its release `dev`
+        return False
 
 
 def _snake(label: str) -> str:

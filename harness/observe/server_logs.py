@@ -31,6 +31,7 @@ from harness.observe.startup_lines import (
     MODEL_LOADING,
     NON_DEFAULT_ARGS,
     ONCE_PER_PROCESS,
+    PROCESS_RANK,
     SERVER_VERSION,
     SIZED_MARKERS,
     STARTING_TO_LOAD,
@@ -227,11 +228,20 @@ def _parse_start(lines: list[LogLine]) -> StartupCapacity:
         facts.read(line)
     profiles = list(facts.profiles.values())
     if not facts.available:  # the profiles' own KV figures, where no "Available KV cache memory" line states them
-        facts.available.extend(profile.kv_cache_bytes for profile in profiles if profile.kv_cache_bytes is not None)
+        _read_profiles_kv(facts)
     if facts.by_rank:
         facts.found["available_kv_cache_bytes_by_rank"] = dict(sorted(facts.by_rank.items()))
     return _assemble(facts.found, facts.tokens, facts.concurrency, facts.available, binding_profile(profiles),
                      facts.stage, lines)
+
+
+def _read_profiles_kv(facts: StartFacts) -> None:
+    """Each process's KV memory as its profile states it, by rank where its prefix names one."""
+    for process, profile in facts.profiles.items():
+        if profile.kv_cache_bytes is not None:
+            facts.available.append(profile.kv_cache_bytes)
+            if process and (rank := PROCESS_RANK.search(process)):
+                facts.by_rank[logged_count(rank.group("rank"))] = profile.kv_cache_bytes
 
 
 def binding_profile(profiles: list[MemoryProfile]) -> MemoryProfile | None:

@@ -37,7 +37,7 @@ from harness.predict.non_torch import (
 from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
 from harness.predict.profile_batch import profile_batch
-from harness.predict.releases import release_version, runs_v0
+from harness.predict.releases import GRAPHS_RESERVED_SINCE, release_version, runs_v0
 from harness.predict.sampler_peak import (
     FLASHINFER_OPT_IN_SINCE,
     SamplerPath,
@@ -48,7 +48,6 @@ from harness.predict.weight_formats import held_in_model_dtype, weight_format
 from harness.predict.weights import drafter_note, drafter_weights_term, weights_term, with_allocator_slack
 from harness.units import GiB
 
-GRAPHS_RESERVED_SINCE = Version("0.21")  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
 # Before these releases vLLM took non-torch memory as everything on the device outside torch's allocator, the
 # CUDA context included (V0 worker.py 0.6.4 and V1 gpu_worker.py 0.9.0: mem_get_info used − torch allocated);
 # from them on, only the increase since the worker's first snapshot, taken after the context exists
@@ -307,7 +306,7 @@ FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=36.71,
     non_torch_gib=0.036,
     hopper_non_torch_gib=0.596,
-    cuda_graph_gib=0.51,
+    cuda_graph_gib=0.54,
     nccl_gib=0.133,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
@@ -341,6 +340,12 @@ FITTED_CONSTANTS = MemoryConstants(
         "v0221-llama3-8b-w2a16-rtn-util085-len4096",
         "v0221-llama3-8b-w5a16-rtn-util085-len4096",
         "v0221-llama3-8b-w7a16-rtn-util085-len4096",
+        "v0251-gemma4-26b-a4b-awq-gb10-len262144",
+        "v0251-laguna-s21-int4-dflash-gb10-len262144-fails",
+        "v0251-laguna-s21-int4-dflash-gb10-pinned-len262144",
+        "v0251-laguna-s21-nvfp4-dflash-gb10-len65536",
+        "v0251-qwen36-35b-a3b-nvfp4-mtp-gb10-len262144",
+        "v0251-qwen38-27b-int4-mtp-gb10-len262144",
         "v0300-qwen25-15b-fp16-util085-len4096",
         "v0300-qwen25-3b-awq-eager-util045-len1024",
         "v064-llama31-8b-tp2-len131072",

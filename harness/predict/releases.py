@@ -18,6 +18,8 @@ NEWEST_CHECKED = Version("0.33.99")  # releases after this are priced by 0.33's 
 DERIVED_TOKENS_SINCE = Version("0.20.1")
 UNIFIED_PAGES_SINCE = Version("0.12")  # hybrid attention layers of unequal pages: smaller pages take larger blocks
 WIDE_GROUP_PADDING_SINCE = Version("0.32")  # hybrid groups pad up to the most layers under 1.5× the fewest (1.25×)
+# "CUDA graph memory profiling is enabled (default since v0.21.0)": the estimate is reserved before the cache
+GRAPHS_RESERVED_SINCE = Version("0.21")
 V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on
 
 

@@ -180,7 +180,24 @@ def test_crashed_start_has_no_prediction(tiny_model_dir: Path) -> None:
     report = capacity_from_sources(log=str(CPU / "crash-kv64k-len1024.log"), model=str(tiny_model_dir))
     assert report.log is not None and not report.log.capacity_found
     assert report.prediction is None
-    assert report.prediction_note == "no prediction: the log has no capacity line"
+    assert report.prediction_note == "no prediction: the log states neither its capacity nor its KV memory"
+
+
+def test_a_log_stating_only_its_kv_memory_is_still_sized_from_it(tmp_path: Path) -> None:
+    # Two ranks' "Current kv cache memory in use is 12.26 / 12.24 GiB" (0.27, no capacity line) under Qwen3-8B at
+    # TP 2: 36 layers × 2 (K, V) × 4 KV heads a rank × 128 × 2 B = 73,728 B a token, 1,179,648 B a 16-token block;
+    # round(12.24 GiB) = 13,142,599,926 B hold 11,141 blocks, 178,256 tokens, 11,141 / 8,192 = 1.36 requests of
+    # 131,072 tokens.
+    from test_server_logs import KV_IN_USE_LINES
+    arguments = ("(APIServer pid=1) INFO 08-22 04:40:00 [utils.py:233] non-default args: {'max_model_len': 131072, "
+                 "'tensor_parallel_size': 2}\n")
+    (tmp_path / "engine.log").write_text("INFO 08-22 04:40:00 [api_server.py:1] vLLM API server version 0.27.1\n"
+                                         + arguments + KV_IN_USE_LINES)
+    report = capacity_from_sources(log=str(tmp_path / "engine.log"), model=str(FIELD_CONFIGS / "Qwen--Qwen3-8B.json"))
+    assert report.prediction is not None, report.prediction_note
+    assert (report.prediction.num_blocks, report.prediction.kv_cache_tokens) == (11_141, 178_256)
+    assert report.prediction.max_concurrency == 11_141 / 8_192
+    assert report.comparison == []  # nothing logged to compare with
 
 
 def test_metrics_alone(tiny_model_dir: Path) -> None:

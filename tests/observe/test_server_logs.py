@@ -736,6 +736,52 @@ def test_the_usage_line_after_the_cache_states_the_gpu_total_and_each_term() -> 
     assert terms["non_torch"] == round(2.18 * GiB) - round(1.93 * GiB) and terms["activation_peak"] == round(0.15 * GiB)
 
 
+# Lines of two 0.2x starts as users posted them: a 24 GB card running Qwen3-8B (LMCache#3430) and rank 1 of two
+# RTX 5090s (club-3090#1087), whose excerpt holds no capacity line.
+GRAPH_ESTIMATE_LINES = (
+    "INFO 05-28 07:59:50 [api_server.py:1] vLLM API server version 0.21.0\n"
+    "(EngineCore pid=4108) INFO 05-28 08:00:25 [gpu_model_runner.py:6142] Estimated CUDA graph memory: 0.52 GiB total\n"
+    "(EngineCore pid=4108) INFO 05-28 08:00:26 [gpu_worker.py:462] Available KV cache memory: 6.37 GiB\n"
+    "(EngineCore pid=4108) INFO 05-28 08:00:26 [gpu_worker.py:477] CUDA graph memory profiling is enabled (default "
+    "since v0.21.0). The current --gpu-memory-utilization=0.9764 is equivalent to --gpu-memory-utilization=0.9543 "
+    "without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase "
+    "--gpu-memory-utilization to 0.9984. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.\n"
+)
+KV_IN_USE_LINES = "".join(
+    f"(Worker_TP{rank} pid={pid}) INFO 08-22 04:42:13 [gpu_worker.py:789] Free memory on device ({free}/31.4 GiB) on "
+    "startup. Desired GPU memory utilization is (0.92, 28.88 GiB). Actual usage is 15.03 GiB for consumed memory "
+    "(weights + non-torch), 1.59 GiB for peak activation, and 0.09 GiB for CUDAGraph memory. Replace "
+    "gpu_memory_utilization config with `--kv-cache-memory=12917635953` (12.03 GiB) to fit into requested memory, or "
+    f"`--kv-cache-memory=14405811712` (13.42 GiB) to fully utilize gpu memory. Current kv cache memory in use is "
+    f"{in_use} GiB.\n"
+    for rank, pid, free, in_use in ((0, 223, 30.27, 12.26), (1, 238, 30.5, 12.24)))
+
+
+def test_the_graph_estimate_and_the_utilisation_it_prints_beside_are_read() -> None:
+    # From 0.21 the cache is sized without the estimated graph pool, so that estimate is the logged graph term, and
+    # the notice beside it states the utilisation the launch set.
+    log = parse_startup_log(GRAPH_ESTIMATE_LINES)
+    assert log.memory_profile is not None and log.memory_profile.gpu_memory_utilization == 0.9764
+    assert logged_term_bytes(log)["cuda_graphs"] == round(0.52 * GiB)
+    # 0.19 and 0.20 print the estimate too but capture the graphs after the cache: their term is the capture's
+    captured = "INFO 05-28 08:00:40 [gpu_model_runner.py:4000] Graph capturing finished in 9 secs, took 0.31 GiB\n"
+    older = parse_startup_log(GRAPH_ESTIMATE_LINES.replace("version 0.21.0", "version 0.20.2") + captured)
+    assert logged_term_bytes(older)["cuda_graphs"] == round(0.31 * GiB)
+    disabled = ("INFO 05-28 08:00:26 [gpu_worker.py:486] CUDA graph memory profiling is disabled "
+                "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Without it, CUDA graph memory is not accounted for "
+                "during KV cache allocation, which may require lowering --gpu-memory-utilization to avoid OOM. "
+                "Consider re-enabling it (the default as of v0.21.0) and increasing --gpu-memory-utilization from "
+                "0.8500 to 0.8672.\n")
+    assert parse_startup_log(disabled).memory_profile.gpu_memory_utilization == 0.85  # type: ignore[union-attr]
+
+
+def test_the_cache_in_use_closing_the_usage_line_is_each_ranks_kv_memory() -> None:
+    log = parse_startup_log(KV_IN_USE_LINES)
+    assert not log.capacity_found  # no tokens, blocks or concurrency line
+    assert log.available_kv_cache_bytes_by_rank == {0: round(12.26 * GiB), 1: round(12.24 * GiB)}
+    assert log.available_kv_cache_bytes == round(12.24 * GiB)  # vLLM sizes every rank's cache by the smallest
+
+
 def rendered_as_a_page(text: str) -> str:
     """What a copy of an issue page gives for a pasted log: every `[file.py:N]` auto-linked by the tracker,
     quotes as HTML entities, and non-breaking spaces after each header's level."""

@@ -157,7 +157,7 @@ def test_eager_mode_before_launch_reserves_no_cuda_graphs() -> None:
         assert result.returncode == 0, result.stderr
         graphs[bool(flags)] = next(line for line in result.stdout.splitlines() if "cuda_graphs" in line)
     assert "none: --enforce-eager" in graphs[True] and "0.00" in graphs[True]
-    assert "0.51" in graphs[False] and "reserved before the cache" in graphs[False]
+    assert "0.54" in graphs[False] and "reserved before the cache" in graphs[False]
 
 
 def test_gpu_waterfall_says_it_fits_with_each_terms_source() -> None:

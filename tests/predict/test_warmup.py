@@ -23,15 +23,15 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "400"}
         # Left after the cache: total × (1 − utilisation) + the activation peak − the graphs (captured out of
         # what the cache left before 0.21). 0.11.0 sorts (no FlashInfer stated): the warm-up over 1,024 rows ×
         # 201,088 logits × 36.71 B + 1,024 × 2,880 hidden × 2 B = 7.05 GiB; the profile's peak is the same sort
-        # beside 8,192 tokens' hidden states, 7.08 GiB. At 0.9 of 79.22 GiB: 7.92 + 7.08 − 0.51 = 14.49 GiB left.
+        # beside 8,192 tokens' hidden states, 7.08 GiB. At 0.9 of 79.22 GiB: 7.92 + 7.08 − 0.54 = 14.46 GiB left.
         ("0.9", "fits: "),
-        # At 0.99: 0.79 + 7.08 − 0.51 = 7.37 GiB left (unrounded, 0.792 + 7.084 − 0.510), more than 7.05, but not
-        # with twice the graph estimate (6.86).
+        # At 0.99: 0.79 + 7.08 − 0.54 = 7.34 GiB left (unrounded, 0.792 + 7.084 − 0.540), more than 7.05, but not
+        # with twice the graph estimate (6.80).
         ("0.99", "at risk: the sampler's warm-up after the cache (1,024 rows × 201,088 logits, sort) needs 7.05 "
-                 "GiB; 7.37 GiB are left"),
-        # At 1.0: 7.08 − 0.51 = 6.57 GiB left, less than the 7.05 the warm-up needs.
+                 "GiB; 7.34 GiB are left"),
+        # At 1.0: 7.08 − 0.54 = 6.54 GiB left, less than the 7.05 the warm-up needs.
         ("1.0", "does not fit: the sampler's warm-up after the cache (1,024 rows × 201,088 logits, sort) needs "
-                "7.05 GiB; 6.57 GiB are left"),
+                "7.05 GiB; 6.54 GiB are left"),
     ],
 )
 def test_budget_answers_a_warm_up_without_room_with_its_figures(utilization: str, words: str) -> None:
