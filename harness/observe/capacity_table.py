@@ -8,6 +8,7 @@ from rich.text import Text
 
 from harness.observe.capacity_report import LOG_FIGURES, CapacityReport, PredictionInputs, shown_figure
 from harness.observe.capacity_waterfall import WaterfallComparison, gib
+from harness.predict.releases import PRODUCTION_ENGINE
 
 
 def capacity_renderable(report: CapacityReport) -> Group:
@@ -53,7 +54,7 @@ def _predicted_parts(report: CapacityReport) -> list[RenderableType]:
                      f"{inputs.block_size}, {inputs.block_size_source}, until one page holds a hybrid layer's state)")
         parts.append(Text(
             f"prediction from {_kv_memory(inputs)} KV bytes ({inputs.available_kv_source}), {block}, "
-            f"max_model_len {inputs.max_model_len}"
+            f"max_model_len {inputs.max_model_len}, {_rules(inputs)}"
         ))
     if report.comparison:
         table = Table("figure", "predicted", "logged", "logged − predicted", "exact", "source",
@@ -68,6 +69,14 @@ def _predicted_parts(report: CapacityReport) -> list[RenderableType]:
     if report.prediction_note:
         parts.append(Text(report.prediction_note))
     return parts
+
+
+def _rules(inputs: PredictionInputs) -> str:
+    """Whose rules sized the prediction; a log that hides its release is priced as the pinned image, loudly."""
+    if inputs.engine_version:
+        return f"vLLM {inputs.engine_version}'s rules"
+    return (f"vLLM {PRODUCTION_ENGINE}'s rules (the pinned image's): the log does not state its release; give "
+            "--engine-version, as the release changes the grouping, the block sizes and the logged figures")
 
 
 def _waterfall_table(waterfall: WaterfallComparison) -> RenderableType:

@@ -200,6 +200,25 @@ def test_a_log_stating_only_its_kv_memory_is_still_sized_from_it(tmp_path: Path)
     assert report.comparison == []  # nothing logged to compare with
 
 
+def test_a_log_hiding_its_release_says_whose_rules_priced_it(tmp_path: Path) -> None:
+    # The same memory lines with and without the server's version line: the second is priced by the pinned
+    # image's rules, and the report says so where the prediction's inputs are listed.
+    from test_server_logs import KV_IN_USE_LINES
+    arguments = ("(APIServer pid=1) INFO 08-22 04:40:00 [utils.py:233] non-default args: {'max_model_len': 131072, "
+                 "'tensor_parallel_size': 2}\n")
+    stated, hidden = tmp_path / "stated.log", tmp_path / "hidden.log"
+    stated.write_text("INFO 08-22 04:40:00 [api_server.py:1] vLLM API server version 0.27.1\n" + arguments
+                      + KV_IN_USE_LINES)
+    hidden.write_text(arguments + KV_IN_USE_LINES)
+    model = str(FIELD_CONFIGS / "Qwen--Qwen3-8B.json")
+    runner = CliRunner(env={"COLUMNS": "400"})
+    said = {path.name: " ".join(runner.invoke(app, ["capacity", "--log", str(path), "--model", model]).output.split())
+            for path in (stated, hidden)}
+    assert "max_model_len 131072, vLLM 0.27.1's rules" in said["stated.log"]
+    assert ("vLLM 0.11.2's rules (the pinned image's): the log does not state its release; give --engine-version"
+            in said["hidden.log"])
+
+
 def test_metrics_alone(tiny_model_dir: Path) -> None:
     report = capacity_from_sources(metrics=str(CPU / "kv16m-len2048.metrics.txt"))
     assert report.log is None
