@@ -51,8 +51,11 @@ def budget(
                                                       "(with --speculative-method)"),
     enable_prefix_caching: bool = typer.Option(False, help="vLLM's --enable-prefix-caching as launched: a hybrid "
                                                "keeps a second state block per request"),
-    skip_mm_profiling: bool = typer.Option(False, help="vLLM's --skip-mm-profiling or --language-model-only as "
-                                           "launched: a vision-language model's encoder is not profiled (with --gpu)"),
+    skip_mm_profiling: bool = typer.Option(False, help="vLLM's --skip-mm-profiling as launched: a "
+                                           "vision-language model's encoder is not profiled (with --gpu)"),
+    language_model_only: bool = typer.Option(False, help="vLLM's --language-model-only as launched: a Qwen "
+                                             "vision-language model builds no vision tower and profiles no encoder "
+                                             "(with --gpu)"),
     sampler: str | None = typer.Option(None, help="V1's top-k/top-p sampler as the install runs it, with --gpu: "
                                        "flashinfer (vLLM's image before 0.11.2) or pytorch (pip's); unset, "
                                        "PyTorch's before 0.11.2 and the release's own choice after"),
@@ -86,7 +89,8 @@ def budget(
         max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version, max_num_seqs=max_num_seqs,
         quantization=quantization, concurrency=concurrency, num_gpu_blocks=num_gpu_blocks,
         kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=enable_prefix_caching,
-        skip_mm_profiling=skip_mm_profiling, sampler=sampler, enforce_eager=enforce_eager,
+        skip_mm_profiling=skip_mm_profiling, language_model_only=language_model_only, sampler=sampler,
+        enforce_eager=enforce_eager,
         speculative=speculative_from_options(speculative_method, num_speculative_tokens),
     ))
     if inventory is not None:

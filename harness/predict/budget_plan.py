@@ -88,7 +88,8 @@ class BudgetOptions(BaseModel):
     quantization: Named | None = None  # the before-launch answer's (--gpu)
     speculative: SpeculativeDecoding | None = None  # --speculative-method and --num-speculative-tokens
     enable_prefix_caching: bool = False  # what it changes is a hybrid's state blocks per request
-    skip_mm_profiling: bool = False  # --skip-mm-profiling or --language-model-only: no encoder profile (with --gpu)
+    skip_mm_profiling: bool = False  # --skip-mm-profiling: no encoder profile (with --gpu)
+    language_model_only: bool = False  # --language-model-only: no vision tower, no encoder profile (with --gpu)
     sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's top-k/top-p sampler as installed (with --gpu)
     enforce_eager: bool = False  # vLLM's --enforce-eager: no CUDA graphs (with --gpu)
 
@@ -145,14 +146,16 @@ class BudgetOptions(BaseModel):
             quantization=self.quantization, tensor_parallel_size=self.tensor_parallel_size,
             pipeline_parallel_size=self.pipeline_parallel_size, max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs, sampler=self.sampler, speculative=self.speculative,
-            encoder=EncoderLaunch(skipped=self.skip_mm_profiling), enforce_eager=self.enforce_eager)
+            encoder=EncoderLaunch(skipped=self.skip_mm_profiling or self.language_model_only,
+                                  language_model_only=self.language_model_only),
+            enforce_eager=self.enforce_eager)
 
 
 def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     """The forward budget, plus the capacity prediction when a KV memory figure is given one way or another."""
     warnings = engine_version_warnings(options.engine_version)
-    unread = [flag_of(name) for name in ("max_num_seqs", "quantization", "skip_mm_profiling", "sampler",
-                                         "enforce_eager") if getattr(options, name)]
+    unread = [flag_of(name) for name in ("max_num_seqs", "quantization", "skip_mm_profiling", "language_model_only",
+                                         "sampler", "enforce_eager") if getattr(options, name)]
     if unread:
         warnings.append(f"{' and '.join(unread)}: read only with --gpu (the before-launch answer); ignored here")
     result = estimate_budget(first_stage(shape, options.pipeline_parallel_size), _population(options),

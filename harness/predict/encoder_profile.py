@@ -42,6 +42,7 @@ QWEN3_VL_MAX_FRAMES = 24_576  # qwen3_vl.py _MAX_FRAMES_PER_VIDEO (0.11.0-0.14.1
 LARGEST_SIDE = 9_999_999  # before 0.13 the largest image is what the processor makes of a 9,999,999² one
 MAX_ASPECT = 200  # the processors refuse a wider image
 ENCODER_PROFILED_SINCE = Version("0.8.2")
+TOWER_LEFT_OUT_SINCE = Version("0.10.2")  # the oldest release read that skips a tower with no modality to serve
 UNREAD = (Version("0.9"), Version("0.10"))  # 0.9.x's profile_run was not read: not priced
 NEWEST_READ_BEFORE = Version("0.35")  # releases from here on are not priced until their profile_run is read
 
@@ -71,8 +72,17 @@ class EncoderLaunch(BaseModel, frozen=True):
     modality out of the profile)."""
 
     skipped: bool = False
+    language_model_only: bool = False  # --language-model-only: every modality's limit is 0
     image_limit: int | None = None
     video_limit: int | None = None
+
+    def builds_tower(self, engine_version: Version) -> bool:
+        """Whether vLLM builds the vision tower: from 0.10.2 (read in 0.10.2, 0.11.0, 0.12.0, 0.15.1, 0.19.1 and
+        0.25.1) a Qwen VL model leaves it out where image and video both have a limit of 0 (qwen2_5_vl.py
+        `self.visual = None`, later interfaces.py `_mark_tower_model`), as --language-model-only sets them."""
+        if engine_version < TOWER_LEFT_OUT_SINCE:
+            return True
+        return not (self.language_model_only or (self.image_limit == 0 and self.video_limit == 0))
 
     @classmethod
     def from_arguments(cls, args: dict[str, Any]) -> EncoderLaunch:
@@ -80,7 +90,8 @@ class EncoderLaunch(BaseModel, frozen=True):
         modality's limit also as `{'count': 0, ...}`)."""
         limits = args.get("limit_mm_per_prompt")
         limits = limits if isinstance(limits, dict) else {}
-        return cls(skipped=args.get("skip_mm_profiling") is True or args.get("language_model_only") is True,
+        language_only = args.get("language_model_only") is True
+        return cls(skipped=args.get("skip_mm_profiling") is True or language_only, language_model_only=language_only,
                    image_limit=_count(limits.get("image")), video_limit=_count(limits.get("video")))
 
 

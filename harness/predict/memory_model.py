@@ -196,6 +196,9 @@ def plan_waterfall(
     version = release_version(launch.engine_version)
     v0 = runs_v0(version, launch.engine_generation)
     size = model_size(config, config_source)
+    tower_left_out = size.vision is not None and not launch.encoder.builds_tower(version)
+    if tower_left_out:
+        size = size.model_copy(update={"vision": None})
     tokens, rows, batch_held, batch_source = profile_batch(config, size, version, v0, launch, total_bytes, gpu_name,
                                                            config_source)
     stated = launch.sampler is not None
@@ -261,10 +264,15 @@ def plan_waterfall(
                      "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
                      *drafter_note(launch.speculative),
                      *_encoder_note(size.vision is not None, encoder, launch.encoder),
+                     *([TOWER_LEFT_OUT_NOTE] if tower_left_out else []),
                      *([] if v0 or stated or path.path == "triton" or version >= FLASHINFER_OPT_IN_SINCE
                        else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
                               "image samples with FlashInfer, a smaller activation peak (--sampler flashinfer)")])],
     )
+
+
+TOWER_LEFT_OUT_NOTE = ("vision tower: not built, as image and video both have a limit of 0 (--language-model-only "
+                       "or --limit-mm-per-prompt): neither its weights nor its profile are counted")
 
 
 def _encoder_note(vision: bool, encoder: EncoderProfile | None, launch: EncoderLaunch) -> list[str]:

@@ -26,8 +26,10 @@ from harness.predict.config_counts import needed_count, stated_count
 # LlavaConfig's default `vision_feature_layer`: the tower is built only up to the layer the features come from.
 LLAVA_FEATURE_LAYER = -2
 MAX_RATIO = 1024  # an MLP wider than this many times its input is a malformed config, not a tower
+QWEN3_TOWER_ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+                             "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
 TOWER_ARCHITECTURES = ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration",
-                       "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+                       *QWEN3_TOWER_ARCHITECTURES,
                        "Gemma3ForConditionalGeneration", "LlavaForConditionalGeneration",
                        "Mistral3ForConditionalGeneration")  # the architectures whose tower is sized here
 ENCODER_NAMES = {"clip_vision_model": "CLIP", "siglip_vision_model": "SigLIP", "pixtral": "Pixtral"}
@@ -63,7 +65,7 @@ def vision_tower(config: dict[str, Any], source: str = "config") -> VisionTower 
         qwen25 = architecture.startswith("Qwen2_5")
         count = (_qwen2_5_vl if qwen25 else _qwen2_vl)(vision, source)
         return _tower(f"{'Qwen2.5-VL' if qwen25 else 'Qwen2-VL'} vision transformer", count)
-    if architecture in ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"):
+    if architecture in QWEN3_TOWER_ARCHITECTURES:  # qwen3_5.py builds qwen3_vl.py's Qwen3_VisionTransformer
         return _tower("Qwen3-VL vision transformer", _qwen3_vl(vision, source))
     if architecture == "Gemma3ForConditionalGeneration":
         width = _field(vision, "hidden_size", source)

@@ -111,7 +111,9 @@ def test_a_launch_that_leaves_a_modality_out_profiles_the_other_or_nothing() -> 
 
 
 def test_the_launch_is_read_from_a_logs_arguments_as_vllm_prints_them() -> None:
-    assert EncoderLaunch.from_arguments({"language_model_only": True}).skipped
+    language_only = EncoderLaunch.from_arguments({"language_model_only": True})
+    assert language_only.skipped and language_only.language_model_only
+    assert not EncoderLaunch.from_arguments({"skip_mm_profiling": True}).language_model_only  # the tower is built
     assert EncoderLaunch.from_arguments({"skip_mm_profiling": True}).skipped
     limits = EncoderLaunch.from_arguments({"limit_mm_per_prompt": {"image": 0, "video": {"count": 2}}})
     assert (limits.skipped, limits.image_limit, limits.video_limit) == (False, 0, 2)

@@ -24,9 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
 from harness.errors import HarnessError
 from harness.predict.allocator import MiB, block_slack_bytes
+from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.engine_launch import EngineLaunch
+from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.predict.parameter_count import model_size
 from harness.predict.term import Term
 from harness.predict.vision_tower import vision_tower
@@ -130,6 +134,29 @@ def test_qwen3_vl_tower_by_hand_with_its_deepstack_mergers() -> None:
     assert (tower.split_params, tower.whole_params) == (533_981_808, 4_649_600)
     # TP=2 in bf16: (533,981,808 / 2 + 4,649,600) × 2 B = 543,281,008 B a GPU.
     assert tower.bytes_per_gpu(2, 2) == 543_281_008
+
+
+def test_qwen36_builds_qwen3_vl_s_tower_unless_the_launch_serves_no_image_or_video() -> None:
+    # Qwen3.6-27B (Qwen3_5ForConditionalGeneration) builds qwen3_vl.py's tower: the Qwen3-VL blocks above, split
+    # 411,279,984 and whole 186,624; no deepstack mergers; its merger's fc2 maps 4,608 to the decoder's 5,120:
+    # 4,608 × 5,120 = 23,592,960 split, 5,120 bias whole, beside fc1's 21,238,272 and the LayerNorm's 2,304.
+    # Split 411,279,984 + 44,831,232 = 456,111,216; whole 186,624 + 7,424 + 4,424,832 embeddings = 4,618,880.
+    config = json.loads((CONFIGS / "Qwen--Qwen3.6-27B.json").read_text())
+    tower = vision_tower(config)
+    assert tower is not None and tower.name == "Qwen3-VL vision transformer"
+    assert (tower.split_params, tower.whole_params) == (456_111_216, 4_618_880)
+    # TP=2 in bf16: (456,111,216 / 2 + 4,618,880) × 2 B = 465,348,976 B on each GPU, unless image and video both
+    # have a limit of 0 (--language-model-only), where from 0.10.2 vLLM does not build it.
+    def weights(version: str, **encoder: Any) -> int:
+        launch = EngineLaunch(engine_version=version, max_model_len=4096, tensor_parallel_size=2,
+                              encoder=EncoderLaunch(**encoder))
+        return next(t.bytes for t in plan_waterfall(config, FITTED_CONSTANTS, launch, total_bytes=80 * GiB,
+                                                    total_source="test").terms if t.name == "weights")
+    built = weights("0.22.0")
+    assert built - weights("0.22.0", skipped=True, language_model_only=True) == 465_348_976
+    assert built - weights("0.22.0", image_limit=0, video_limit=0) == 465_348_976
+    assert weights("0.22.0", image_limit=0) == built  # video still served
+    assert EncoderLaunch(language_model_only=True).builds_tower(Version("0.10.1"))  # not read before 0.10.2
 
 
 def test_llava_tower_stops_at_the_feature_layer_and_stays_16_bit_under_awq() -> None:
