@@ -146,8 +146,7 @@ class BudgetOptions(BaseModel):
             quantization=self.quantization, tensor_parallel_size=self.tensor_parallel_size,
             pipeline_parallel_size=self.pipeline_parallel_size, max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs, sampler=self.sampler, speculative=self.speculative,
-            encoder=EncoderLaunch(skipped=self.skip_mm_profiling or self.language_model_only,
-                                  language_model_only=self.language_model_only),
+            encoder=EncoderLaunch(skipped=self.skip_mm_profiling, language_model_only=self.language_model_only),
             enforce_eager=self.enforce_eager)
 
 

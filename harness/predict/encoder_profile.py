@@ -71,8 +71,12 @@ class EncoderLaunch(BaseModel, frozen=True):
     and each modality's items per prompt (`--limit-mm-per-prompt`; None is the release's default, 0 leaves the
     modality out of the profile)."""
 
-    skipped: bool = False
-    language_model_only: bool = False  # --language-model-only: every modality's limit is 0
+    skipped: bool = False  # --skip-mm-profiling
+    language_model_only: bool = False  # --language-model-only: every modality's limit is 0, nothing is profiled
+
+    @property
+    def profiles_encoder(self) -> bool:
+        return not (self.skipped or self.language_model_only)
     image_limit: int | None = None
     video_limit: int | None = None
 
@@ -90,8 +94,8 @@ class EncoderLaunch(BaseModel, frozen=True):
         modality's limit also as `{'count': 0, ...}`)."""
         limits = args.get("limit_mm_per_prompt")
         limits = limits if isinstance(limits, dict) else {}
-        language_only = args.get("language_model_only") is True
-        return cls(skipped=args.get("skip_mm_profiling") is True or language_only, language_model_only=language_only,
+        return cls(skipped=args.get("skip_mm_profiling") is True,
+                   language_model_only=args.get("language_model_only") is True,
                    image_limit=_count(limits.get("image")), video_limit=_count(limits.get("video")))
 
 
@@ -172,7 +176,7 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
     read."""
     launch = launch or EncoderLaunch()
     geometry = vision_geometry(config, source)
-    if geometry is None or launch.skipped or not _read(engine_version, geometry):
+    if geometry is None or not launch.profiles_encoder or not _read(engine_version, geometry):
         return None
     runner = _runner(engine_version, geometry.architecture)
     if runner == "none":

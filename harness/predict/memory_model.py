@@ -276,7 +276,7 @@ TOWER_LEFT_OUT_NOTE = ("vision tower: not built, as image and video both have a 
 
 
 def _encoder_note(vision: bool, encoder: EncoderProfile | None, launch: EncoderLaunch) -> list[str]:
-    if not vision or (encoder is None and launch.skipped):
+    if not vision or (encoder is None and not launch.profiles_encoder):
         return []
     return [ENCODER_PROFILE_NOTE if encoder is None else ENCODER_PRICED_NOTE]
 

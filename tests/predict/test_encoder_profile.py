@@ -112,9 +112,10 @@ def test_a_launch_that_leaves_a_modality_out_profiles_the_other_or_nothing() -> 
 
 def test_the_launch_is_read_from_a_logs_arguments_as_vllm_prints_them() -> None:
     language_only = EncoderLaunch.from_arguments({"language_model_only": True})
-    assert language_only.skipped and language_only.language_model_only
-    assert not EncoderLaunch.from_arguments({"skip_mm_profiling": True}).language_model_only  # the tower is built
-    assert EncoderLaunch.from_arguments({"skip_mm_profiling": True}).skipped
+    assert language_only.language_model_only and not language_only.profiles_encoder
+    skipped = EncoderLaunch.from_arguments({"skip_mm_profiling": True})
+    assert skipped.skipped and not skipped.profiles_encoder and not skipped.language_model_only  # a tower is built
+    assert profile(QWEN3_VL, "0.12.0", 65536, launch=language_only) is None
     limits = EncoderLaunch.from_arguments({"limit_mm_per_prompt": {"image": 0, "video": {"count": 2}}})
     assert (limits.skipped, limits.image_limit, limits.video_limit) == (False, 0, 2)
     assert EncoderLaunch.from_arguments({"limit_mm_per_prompt": "{'image': 0}"}) == EncoderLaunch()
