@@ -26,6 +26,8 @@ def capacity(
     pipeline_parallel_size: int | None = typer.Option(None, help="pipeline stages, when the log does not state "
                                                       "them"),
     kv_cache_dtype: str | None = typer.Option(None, help="KV cache dtype, when the log does not state it"),
+    quantization: str | None = typer.Option(None, help="the weights' quantization (vLLM's --quantization), when "
+                                            "the log does not state it"),
     start: int | None = typer.Option(None, help="which start of a log holding several, counted from 1 "
                                      "(default: the last)"),
     json_output: bool = typer.Option(False, "--json", help="print the versioned JSON report"),
@@ -39,7 +41,7 @@ def capacity(
 
     stated = LogOverrides.from_command_line(engine_version=engine_version, tensor_parallel_size=tensor_parallel_size,
                                             pipeline_parallel_size=pipeline_parallel_size,
-                                            kv_cache_dtype=kv_cache_dtype)
+                                            kv_cache_dtype=kv_cache_dtype, quantization=quantization)
 
     report = capacity_from_sources(
         log=log, run_dir=run, polyaxon_run=polyaxon_run, project=project, metrics=metrics, model=model,

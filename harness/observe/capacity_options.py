@@ -11,6 +11,7 @@ from harness.predict.budget import MAX_TENSOR_PARALLEL_SIZE
 from harness.predict.fit_answer import gpu_total
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.releases import engine_release
+from harness.predict.weight_formats import check_quantization
 
 
 class LogOverrides(pydantic.BaseModel):
@@ -22,6 +23,7 @@ class LogOverrides(pydantic.BaseModel):
     tensor_parallel_size: int | None = pydantic.Field(None, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     pipeline_parallel_size: int | None = pydantic.Field(None, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     kv_cache_dtype: str | None = pydantic.Field(None, min_length=1)
+    quantization: str | None = pydantic.Field(None, min_length=1)  # the weights' format, for the waterfall
 
     @classmethod
     def from_command_line(cls, **values: object) -> LogOverrides:
@@ -31,6 +33,8 @@ class LogOverrides(pydantic.BaseModel):
             engine_release(stated.engine_version)
         if stated.kv_cache_dtype is not None:
             resolve_kv_dtype(stated.kv_cache_dtype, "auto")
+        if stated.quantization is not None:
+            check_quantization(stated.quantization)
         return stated
 
     def apply(self, log: StartupCapacity) -> StartupCapacity:

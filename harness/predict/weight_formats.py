@@ -103,6 +103,13 @@ def _stated_format(stated: dict[str, Any], method: str, size: ModelSize) -> Weig
                         source=f"config.json quantization_config: {layout.detail}")
 
 
+def check_quantization(quantization: str) -> None:
+    """Refuse a --quantization this module cannot price, before any log or config is read."""
+    if _method(quantization) not in {*QUANTIZED_BITS, *LAYOUT_READERS}:
+        raise HarnessError(f"quantization '{quantization}' is not priced here (known: "
+                           f"{', '.join(sorted({*QUANTIZED_BITS, *LAYOUT_READERS, *ALIASES}))})")
+
+
 def held_in_model_dtype(quantization: str | None, config: dict[str, Any]) -> bool:
     """Whether every decoder linear is held in the model's dtype: no --quantization, no quantization_config."""
     return quantization is None and _quantization_config(config) is None

