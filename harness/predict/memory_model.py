@@ -25,6 +25,7 @@ from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encod
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import is_hopper, known_gpu
 from harness.predict.load_buffers import with_load_buffers
+from harness.predict.mxfp4_layout import mxfp4_layout
 from harness.predict.non_torch import (
     CUDA_CONTEXT_REST_BYTES,
     MOST_RESIDENT_THREADS,
@@ -225,7 +226,7 @@ def plan_waterfall(
                        source=f"{checkpoint[1]}, split over {tp * pp} GPU(s)")
     else:
         weights = weights_term(size, dtype_bytes, weight_format(launch.quantization, config, size, config_source),
-                               tp, pp)
+                               tp, pp, mxfp4_layout(version, gpu_name, total_bytes))
     if held_in_model_dtype(launch.quantization, config):
         weights = with_allocator_slack(weights, size, dtype_bytes, tp, pp)
     weights = with_load_buffers(weights, config, tokens, dtype_bytes, config_source)

@@ -14,6 +14,7 @@ from harness.predict.allocator import MiB, block_slack_bytes
 from harness.predict.architectures import language_config
 from harness.predict.kv_bytes import kv_heads_per_rank
 from harness.predict.model_shape import mtp_layers
+from harness.predict.mxfp4_layout import MARLIN, ExpertShape, Mxfp4Layout, describe, expert_layer_bytes
 from harness.predict.parameter_count import ModelSize, full_attention_layer_params
 from harness.predict.speculative import EAGLE_METHODS, SpeculativeDecoding
 from harness.predict.term import Term
@@ -23,7 +24,7 @@ OWN_CHECKPOINT_DRAFTERS = EAGLE_METHODS | {"medusa"}  # drafters loaded from a c
 
 
 def weights_term(size: ModelSize, dtype_bytes: int, fmt: WeightFormat | None, tensor_parallel_size: int,
-                 pipeline_parallel_size: int = 1) -> Term:
+                 pipeline_parallel_size: int = 1, mxfp4: Mxfp4Layout = MARLIN) -> Term:
     """Checkpoint bytes one GPU holds: the kinds of linear the format quantizes in its bits, the rest in the dtype.
 
     A VL checkpoint's vision tower is held in the dtype, whatever the format. vLLM hands the tower its
@@ -34,10 +35,8 @@ def weights_term(size: ModelSize, dtype_bytes: int, fmt: WeightFormat | None, te
     refused (weight_formats.py). GPTQ's per-module `dynamic` rules and an online `--quantization fp8` of a 16-bit
     checkpoint, which would quantize the tower too, are not modelled.
 
-    MXFP4 experts are held as vLLM lays them out for its Marlin kernel, the MoE path on GPUs without
-    FP4 units (A100, H100; mxfp4.py `create_weights`, 0.10.1-0.11): each rank's expert width rounded
-    up to 128 and the hidden size to 256, 4 bits per weight and one scale byte per 32, and each expert's
-    gate-up and down biases in 16 bits over the same padded widths (`w13_bias`, `w2_bias`). Other formats
+    MXFP4 experts are held as the MoE kernel the release picks on the GPU lays them out (`mxfp4_layout.py`:
+    Marlin's unless `mxfp4` names Hopper's Triton or Blackwell's TRT-LLM kernel). Other formats
     store each kind of linear they quantize (attention, dense MLP, shared and routed experts; Kimi-K2-Thinking's
     int4 the routed experts alone) at their own widths; routers and gates stay 16-bit, as vLLM builds them
     without a quantization method. Routers, MLA's down-projections and K/V heads beyond one per rank are not
@@ -47,16 +46,17 @@ def weights_term(size: ModelSize, dtype_bytes: int, fmt: WeightFormat | None, te
     tp = tensor_parallel_size
     on_rank = size.rank_params_by_kind(tp)
     if fmt and fmt.method in EXPERTS_ONLY_FORMATS:
-        width, hidden = _round_up(math.ceil(size.expert_width / tp), 128), _round_up(size.hidden, 256)
-        padded = size.moe_layers * size.experts * 3 * width * hidden
-        biases = size.moe_layers * size.experts * (2 * width + hidden)  # w13_bias and w2_bias, 16-bit
-        linear = padded * bits / 8 + biases * dtype_bytes + (sum(on_rank.values()) - on_rank["routed"]) * dtype_bytes
+        experts = size.moe_layers * expert_layer_bytes(
+            mxfp4, ExpertShape(size.experts, math.ceil(size.expert_width / tp), size.hidden))
+        linear = experts + (sum(on_rank.values()) - on_rank["routed"]) * dtype_bytes
     else:
         stored = sum(params for kind, params in on_rank.items() if fmt and kind in fmt.quantized)
         linear = stored * bits / 8 + (sum(on_rank.values()) - stored) * dtype_bytes  # routers stay 16-bit
     total = (linear + size.embedding_params * dtype_bytes / tp) / pipeline_parallel_size
     described = (f"{fmt.method} ({bits:.4g} bits per weight of the {', '.join(fmt.quantized) or 'no'} linears, "
                  f"the rest {dtype_bytes} B; {fmt.source})" if fmt else f"{dtype_bytes} B per weight")
+    if fmt and fmt.method in EXPERTS_ONLY_FORMATS:
+        described += f", the experts {describe(mxfp4)}"
     source = (f"{size.linear_params + size.embedding_params:,} parameters from config.json, {described}, "
               f"split over {tensor_parallel_size * pipeline_parallel_size} GPU(s)")
     source += _unsplit_note(size, tp, on_rank)
