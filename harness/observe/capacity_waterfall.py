@@ -80,8 +80,8 @@ def log_waterfall(log: StartupCapacity, shape: ModelShape, *, total_bytes: int, 
                   max_num_seqs: int | None, enforce_eager: bool = False) -> Waterfall:
     """The before-launch waterfall for the start a log shows, its shape served in the log's dtype. `harness
     capacity` reads the limits from the log's arguments and the drift check from the run's engine.json; what only
-    the log says (the release, the engine, the sampler, the encoder's profile, a draft model, --enforce-eager) is
-    read here, once."""
+    the log says (the release, the engine, the sampler, the encoder's profile, a draft model, --enforce-eager, a
+    CUDA-graph estimate switched off) is read here, once."""
     launch = EngineLaunch(
         engine_version=log.engine_version or PRODUCTION_ENGINE, engine_generation=log.engine_generation,
         max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
@@ -90,7 +90,8 @@ def log_waterfall(log: StartupCapacity, shape: ModelShape, *, total_bytes: int, 
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, sampler=log.top_k_top_p_sampler,
         speculative=speculative_from_log(log.speculative_method, log.speculative_tokens),
         encoder=EncoderLaunch.from_arguments(log.non_default_args or {}),
-        enforce_eager=bool(log.enforce_eager) or enforce_eager)
+        enforce_eager=bool(log.enforce_eager) or enforce_eager,
+        graph_memory_profiled=not (log.memory_profile and log.memory_profile.graph_memory_profiled is False))
     return plan_waterfall(shape.config, FITTED_CONSTANTS, launch, total_bytes=total_bytes, total_source=total_source,
                           gpu_name=gpu_name, checkpoint=None if quantization else shape.checkpoint_weights,
                           config_source=shape.source)

@@ -49,7 +49,7 @@ KV_IN_USE = re.compile(rf"Current kv cache memory in use is (?P<gib>{LOGGED_NUMB
 # is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9764 is equivalent to …`, or with
 # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 `… is disabled … increasing --gpu-memory-utilization from 0.9000 to …`
 GRAPH_PROFILING = re.compile(
-    r"^CUDA graph memory profiling is (?:enabled|disabled)\b.*?--gpu-memory-utilization(?:=| from )"
+    r"^CUDA graph memory profiling is (?P<state>enabled|disabled)\b.*?--gpu-memory-utilization(?:=| from )"
     r"(?P<util>\d+(?:\.\d+)?)"
 )
 # 0.21+ (gpu_model_runner.py `profile_cudagraph_memory`): `Estimated CUDA graph memory: 0.52 GiB total`, the figure
@@ -77,6 +77,7 @@ class MemoryProfile(pydantic.BaseModel):
     gpu_memory_utilization: Fraction | None = None
     components_bytes: dict[str, int] = {}
     kv_cache_bytes: int | None = None  # what this rank's profile left for the cache, where the format states it
+    graph_memory_profiled: bool | None = None  # 0.21+: whether the CUDA-graph estimate was reserved before the cache
 
 
 def memory_profile_line(message: str, profile: MemoryProfile | None) -> MemoryProfile | None:
@@ -103,6 +104,7 @@ def _fold_v1_line(message: str, profile: MemoryProfile | None) -> MemoryProfile 
     elif match := GRAPH_PROFILING.search(message):
         profile = profile or MemoryProfile()
         profile.gpu_memory_utilization = logged_figure(match.group("util"))
+        profile.graph_memory_profiled = match.group("state") == "enabled"
     elif match := GRAPH_ESTIMATE.search(message):
         profile = profile or MemoryProfile()
         profile.components_bytes["cuda_graph_estimate_bytes"] = gib_to_bytes(match.group("gib"))

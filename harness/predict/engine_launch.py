@@ -32,3 +32,4 @@ class EngineLaunch(BaseModel):
     speculative: SpeculativeDecoding | None = None
     encoder: EncoderLaunch = EncoderLaunch()  # a VL model's encoder profile: skipped, and the limits per prompt
     enforce_eager: bool = False  # --enforce-eager: no CUDA graphs
+    graph_memory_profiled: bool = True  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (0.21+) turns it off

@@ -218,7 +218,7 @@ def plan_waterfall(
     unsampled = max(encoder.encoder_peak_bytes if encoder else 0, held + forward)  # a stage before the last's peak
     non_torch = non_torch_term(constants, version, v0, tp, pp, gpu_name,
                                total_bytes)
-    graphs_reserved = version >= GRAPHS_RESERVED_SINCE
+    graphs_reserved = version >= GRAPHS_RESERVED_SINCE and launch.graph_memory_profiled
     # the source shows this figure, rounded as the table rounds it; eager mode captures none
     graph_bytes = 0 if launch.enforce_eager else int(constants.cuda_graph_gib * GiB)
     if checkpoint is not None:
@@ -245,6 +245,8 @@ def plan_waterfall(
              source="none: --enforce-eager captures no CUDA graphs" if launch.enforce_eager else
                     f"fitted {graph_bytes / GiB:.2f} GiB; "
                     + ("reserved before the cache from 0.21 on" if graphs_reserved
+                       else "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0: captured after the cache, not subtracted"
+                       if version >= GRAPHS_RESERVED_SINCE
                        else f"captured after the cache is sized in {version}: not subtracted")),
     ]
     usable = int(total_bytes * utilization)

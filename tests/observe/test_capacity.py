@@ -507,6 +507,29 @@ def test_a_stated_quantization_prices_the_waterfalls_weights_in_that_format() ->
     assert "2 B per weight" in weights_row(LogOverrides())
 
 
+def test_a_start_with_the_graph_estimate_switched_off_reserves_no_graphs_before_its_cache() -> None:
+    # From 0.21 the estimate is taken off before the cache; VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0, which the log
+    # announces, captures the graphs after it, so the waterfall's KV memory keeps their bytes.
+    from test_server_logs import GRAPH_ESTIMATE_LINES
+    enabled = parse_startup_log(GRAPH_ESTIMATE_LINES)
+    disabled_line = ("(EngineCore pid=4108) INFO 05-28 08:00:26 [gpu_worker.py:486] CUDA graph memory profiling is "
+                     "disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Without it, CUDA graph memory is not "
+                     "accounted for during KV cache allocation, which may require lowering --gpu-memory-utilization "
+                     "to avoid OOM. Consider re-enabling it (the default as of v0.21.0) and increasing "
+                     "--gpu-memory-utilization from 0.9764 to 0.9985.\n")
+    disabled = parse_startup_log("\n".join(line for line in GRAPH_ESTIMATE_LINES.splitlines()
+                                           if "CUDA graph memory profiling" not in line) + "\n" + disabled_line)
+    shape = load_model_shape(str(FIELD_CONFIGS / "Qwen--Qwen3-8B.json"))
+    rows = {name: {row.name: row for row in waterfall.rows}
+            for name, waterfall in (("enabled", waterfall_beside_log(enabled, shape, "RTX-3090")),
+                                    ("disabled", waterfall_beside_log(disabled, shape, "RTX-3090")))
+            if waterfall is not None}
+    graphs = rows["enabled"]["cuda_graphs"].predicted_bytes
+    assert "reserved before the cache" in rows["enabled"]["cuda_graphs"].source
+    assert "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" in rows["disabled"]["cuda_graphs"].source
+    assert rows["disabled"]["kv_memory"].predicted_bytes - rows["enabled"]["kv_memory"].predicted_bytes == graphs
+
+
 def test_the_waterfall_beside_a_lora_start_says_what_its_terms_leave_out() -> None:
     # The corpus's Qwen3-8B TP2 start on two T4s serving LoRA: the rows are shown, captioned with what they omit.
     case = FIELD_CONFIGS.parent / "cases" / "v0220-qwen3-8b-t4-tp2-lora-eager-len8192.yaml"
