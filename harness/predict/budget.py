@@ -13,12 +13,15 @@ import functools
 import math
 from collections import Counter
 
+from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.predict.architectures import MAX_TOKENS
 from harness.predict.kv_bytes import (
+    KvFormat,
     check_attention_heads,
+    kv_format,
     layer_bytes_per_token,
     layer_state_bytes,
     resolve_kv_dtype,
@@ -140,17 +143,17 @@ def estimate_budget(
     population = population.validated()
     _check_positive(tensor_parallel_size=tensor_parallel_size, block_size=block_size)
     check_attention_heads(shape.config, tensor_parallel_size)
-    dtype, element = resolve_kv_dtype(kv_cache_dtype, checkpoint_kv_dtype(shape.config) or shape.dtype)
+    version = engine_release(engine_version)
+    cache = kv_format(kv_cache_dtype, checkpoint_kv_dtype(shape.config) or shape.dtype, version)
     model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     layers = _effective_layers(shape.layers, hybrid_kv_manager)
-    per_token_of = functools.partial(layer_bytes_per_token, element_bytes=element,
-                                     tensor_parallel_size=tensor_parallel_size)
+    per_token_of = functools.partial(layer_bytes_per_token, cache=cache, tensor_parallel_size=tensor_parallel_size)
     state_of = functools.partial(layer_state_bytes, model_element_bytes=model_element,
                                  tensor_parallel_size=tensor_parallel_size)
     token_bytes, state_bytes = [per_token_of(x) for x in layers], [state_of(x) for x in layers]
     block_notes: list[str] = []
-    block_size = state_block_size(layers, element, tensor_parallel_size, block_size, state_of, block_notes)
-    layer_block = attention_block_sizes(layers, block_size, per_token_of, engine_release(engine_version), block_notes)
+    block_size = state_block_size(layers, per_token_of, block_size, state_of, block_notes)
+    layer_block = attention_block_sizes(layers, block_size, per_token_of, version, block_notes)
     state_page = block_size * max(token_bytes)  # a state block is padded to one attention page, where there is one
     sequences = []
     for tokens, count in sorted(Counter(population.sequence_tokens).items()):
@@ -171,8 +174,8 @@ def estimate_budget(
         model=shape.name,
         revision=shape.revision,
         model_source=shape.source,
-        kv_cache_dtype=dtype,
-        kv_bytes_per_element=element,
+        kv_cache_dtype=cache.name,
+        kv_bytes_per_element=cache.element_bytes,
         tensor_parallel_size=tensor_parallel_size,
         block_size=block_size,
         hybrid_kv_manager=hybrid_kv_manager,
@@ -189,7 +192,8 @@ def estimate_budget(
         weights_plus_kv_bytes=None if weights is None else weights + population_padded,
         assumptions=[
             *shape.notes,
-            *_budget_assumptions(shape, dtype, kv_cache_dtype, tensor_parallel_size, hybrid_kv_manager, population),
+            *_budget_assumptions(shape, cache.name, kv_cache_dtype, tensor_parallel_size, hybrid_kv_manager,
+                                 population),
             *block_notes,
         ],
     )
@@ -236,7 +240,7 @@ def predict_capacity(
         raise HarnessError(f"available KV memory must not be negative, got {available_kv_bytes} bytes")
     version = engine_release(engine_version)
     assumptions = [f"grouping and log rules of vLLM {version}"]
-    element = _cache_element(shape, kv_cache_dtype, assumptions)
+    cache = _cache_format(shape, kv_cache_dtype, version, assumptions)
     model_element = resolve_kv_dtype("auto", shape.dtype)[1]
     drafter = draft_layers(speculative, shape, assumptions) if holds_drafter else []
     layers = _effective_layers(shape.layers, hybrid_kv_manager) + drafter
@@ -245,14 +249,13 @@ def predict_capacity(
     def state_bytes(layer: LayerSpec) -> int:
         return layer_state_bytes(layer, model_element, tensor_parallel_size, speculative_tokens)
 
-    block_size = state_block_size(layers, element, tensor_parallel_size, block_size, state_bytes, assumptions)
+    token_bytes = functools.partial(layer_bytes_per_token, cache=cache, tensor_parallel_size=tensor_parallel_size)
+    block_size = state_block_size(layers, token_bytes, block_size, state_bytes, assumptions)
     state_blocks = state_blocks_per_request(layers, prefix_caching, speculative_tokens, assumptions)
     batched = max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
     if max_num_batched_tokens is None and any(layer.kind is LayerKind.SLIDING_WINDOW for layer in layers):
         assumptions.append(f"max_num_batched_tokens {batched} (sizes sliding-window blocks per request)")
 
-    token_bytes = functools.partial(layer_bytes_per_token, element_bytes=element,
-                                    tensor_parallel_size=tensor_parallel_size)
     layer_block = attention_block_sizes(layers, block_size, token_bytes, version, assumptions)
 
     def page(layer: LayerSpec) -> int:
@@ -353,13 +356,13 @@ def _kinds(layers: list[LayerSpec], token_bytes: list[int], state_bytes: list[in
     return list(kinds.values())
 
 
-def _cache_element(shape: ModelShape, kv_cache_dtype: str, assumptions: list[str]) -> int:
-    """Bytes per cached element; `auto` follows the checkpoint's own KV scheme where it states one."""
+def _cache_format(shape: ModelShape, kv_cache_dtype: str, version: Version, assumptions: list[str]) -> KvFormat:
+    """How the cache stores its values; `auto` follows the checkpoint's own KV scheme where it states one."""
     checkpoint = checkpoint_kv_dtype(shape.config)
-    cached, element = resolve_kv_dtype(kv_cache_dtype, checkpoint or shape.dtype)
+    cache = kv_format(kv_cache_dtype, checkpoint or shape.dtype, version)
     if kv_cache_dtype.lower() == "auto" and checkpoint:
-        assumptions.append(f"KV cache {cached}: auto follows the checkpoint's kv_cache_scheme")
-    return element
+        assumptions.append(f"KV cache {cache.name}: auto follows the checkpoint's kv_cache_scheme")
+    return cache
 
 
 def _budget_assumptions(

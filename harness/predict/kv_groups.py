@@ -11,7 +11,6 @@ from collections.abc import Callable
 from packaging.version import Version
 
 from harness.errors import HarnessError
-from harness.predict.kv_bytes import layer_bytes_per_token
 from harness.predict.model_shape import LayerKind, LayerSpec
 from harness.predict.releases import UNIFIED_PAGES_SINCE, WIDE_GROUP_PADDING_SINCE
 
@@ -81,13 +80,12 @@ def state_blocks_per_request(
 
 
 def state_block_size(
-    layers: list[LayerSpec], element: int, tensor_parallel_size: int, block_size: int,
+    layers: list[LayerSpec], bytes_per_token: Callable[[LayerSpec], int], block_size: int,
     state_bytes: Callable[[LayerSpec], int], assumptions: list[str],
 ) -> int:
     """vLLM raises the attention block size of Mamba hybrids until one attention page holds one state."""
     states = [state_bytes(x) for x in layers if x.kind is LayerKind.STATE]
-    per_token = [layer_bytes_per_token(x, element, tensor_parallel_size)
-                 for x in layers if x.kind is not LayerKind.STATE]
+    per_token = [bytes_per_token(x) for x in layers if x.kind is not LayerKind.STATE]
     if not states or not per_token:
         return block_size
     needed = STATE_BLOCK_ALIGNMENT * math.ceil(max(states) / (STATE_BLOCK_ALIGNMENT * max(per_token)))

@@ -292,6 +292,24 @@ def test_multimodal_config_uses_text_config(tmp_path) -> None:
     assert budget_for(config).kv_bytes_per_token == 2 * 2 * 2 * 64 * 2
 
 
+@pytest.mark.parametrize(("kv_cache_dtype", "release", "head_bytes"), [
+    # Qwen3-4B: 36 layers of 8 KV heads of 128. Per token and head, K and V each hold:
+    ("int8_per_token_head", "0.20.0", 128 + 4),  # a byte a value and a float32 scale
+    ("fp8_per_token_head", "0.24.0", 128 + 4),
+    ("int4_per_token_head", "0.25.0", 64 + 4),  # two values a byte
+    ("nvfp4", "0.21.0", 64 + 8),  # two FP4 values a byte and an FP8 scale per 16
+])
+def test_packed_kv_caches_hold_their_values_and_scales(qwen3_4b, kv_cache_dtype, release, head_bytes) -> None:
+    one = Population.uniform(1, 16)
+    result = estimate_budget(qwen3_4b, one, kv_cache_dtype=kv_cache_dtype, engine_version=release)
+    assert result.kv_bytes_per_token == 36 * 2 * 8 * head_bytes
+    with pytest.raises(HarnessError, match=f"kv cache dtype '{kv_cache_dtype}' arrived in vLLM"):
+        estimate_budget(qwen3_4b, one, kv_cache_dtype=kv_cache_dtype, engine_version="0.19.1")
+    mla = load_model_shape(str(QWEN36_35B.parent / "deepseek-ai--DeepSeek-V2-Lite.json"))
+    with pytest.raises(HarnessError, match=f"kv cache dtype '{kv_cache_dtype}' for MLA's latent cache"):
+        estimate_budget(mla, one, kv_cache_dtype=kv_cache_dtype, engine_version="0.25.0")
+
+
 def test_tensor_parallel_and_fp8(qwen3_4b) -> None:
     one = Population.uniform(1, 16)
     assert estimate_budget(qwen3_4b, one, tensor_parallel_size=2).kv_bytes_per_token == QWEN3_4B_PER_TOKEN // 2
