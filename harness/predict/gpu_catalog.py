@@ -164,12 +164,19 @@ def gpu_memory(name: str) -> GpuMemory:
 NVSWITCH_CHIPS = ("h100", "h200", "h800", "h20", "b200", "b300")
 NVSWITCH_EXCEPTIONS = ("pcie", "nvl", "96gb", "gh200")
 HOPPER_CHIPS = ("h100", "h200", "h800", "h20")  # compute capability 9.0, GH200's GPU included
+BLACKWELL_DATACENTRE_CHIPS = ("b100", "b200", "b300")  # compute capability 10.x, GB200's and GB300's included
 
 
 def is_hopper(name: str | None) -> bool:
     """Whether a GPU of this name (the catalogue's, or nvidia-smi's) is a Hopper part (sm90)."""
     spelt = _spelling(name or "")
     return any(chip in spelt for chip in HOPPER_CHIPS)
+
+
+def is_blackwell_datacentre(name: str | None) -> bool:
+    """Whether a GPU of this name is a data-centre Blackwell part (sm100), not an RTX card or GB10 (sm120/121)."""
+    spelt = _spelling(name or "")
+    return any(chip in spelt for chip in BLACKWELL_DATACENTRE_CHIPS)
 
 
 def on_nvswitch(name: str | None) -> bool:

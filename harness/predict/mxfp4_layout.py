@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from harness.predict.gpu_catalog import known_gpu
+from harness.predict.gpu_catalog import is_blackwell_datacentre, is_hopper, known_gpu
 
 TRITON_VENDORED_SINCE = Version("0.12")
 HOPPER_VALUES_PADDED_TO_64 = (Version("0.17"), Version("0.22"))
@@ -57,12 +57,15 @@ MARLIN = Mxfp4Layout("marlin", TRITON_VENDORED_SINCE)  # Marlin's layout is the 
 
 
 def mxfp4_layout(engine_version: Version, gpu_name: str | None, total_bytes: int | None = None) -> Mxfp4Layout:
-    """The kernel, and so the layout, this release picks on this GPU (found by name, else by its total)."""
+    """The kernel, and so the layout, this release picks on this GPU (by its name as the catalogue or nvidia-smi
+    spells it, else by its total)."""
     gpu = known_gpu(gpu_name, total_bytes)
     capability = gpu.compute_capability if gpu is not None else None
-    if engine_version >= TRITON_VENDORED_SINCE and capability == "9.0":
+    if engine_version < TRITON_VENDORED_SINCE:
+        return MARLIN
+    if capability == "9.0" or is_hopper(gpu_name):
         return Mxfp4Layout("triton", engine_version)
-    if engine_version >= TRITON_VENDORED_SINCE and capability == "10.0":
+    if capability == "10.0" or is_blackwell_datacentre(gpu_name):
         return Mxfp4Layout("trtllm", engine_version)
     return MARLIN
 

@@ -24,6 +24,10 @@ def test_the_kernel_follows_the_release_and_the_gpu() -> None:
     assert mxfp4_layout(Version("0.15.1"), "B200") == Mxfp4Layout("trtllm", Version("0.15.1"))
     assert mxfp4_layout(Version("0.30.0"), "A100-80GB") == mxfp4_layout(Version("0.30.0"), "GB10") == MARLIN
     assert mxfp4_layout(Version("0.30.0"), None) == MARLIN  # a GPU given by its total alone
+    # as a run's device.json names them (nvidia-smi)
+    assert mxfp4_layout(Version("0.30.0"), "NVIDIA H100 80GB HBM3").backend == "triton"
+    assert mxfp4_layout(Version("0.30.0"), "NVIDIA GB200").backend == "trtllm"
+    assert mxfp4_layout(Version("0.30.0"), "NVIDIA GeForce RTX 5090") == MARLIN
 
 
 @pytest.mark.parametrize(("release", "layer_bytes"), [
