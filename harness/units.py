@@ -14,6 +14,11 @@ GiB = 1 << 30
 MAX_LOGGED_VALUE = 2**53
 
 
+def round_up(value: int, multiple: int) -> int:
+    """`value` rounded up to a whole number of `multiple`s, as vLLM pads a tensor's dimension or a vocabulary."""
+    return -(-value // multiple) * multiple
+
+
 def logged_figure(printed: str) -> float:
     """A figure as a log prints it ("8.11", "1,024"), refused past what vLLM prints."""
     digits = printed.replace(",", "")

@@ -17,6 +17,8 @@ layers, where its logs load 57.8 MiB beyond its parameters.
 
 from __future__ import annotations
 
+from harness.units import round_up
+
 MiB = 1 << 20
 MIN_BLOCK_BYTES = 512  # kMinBlockSize: every request is rounded up to it
 MIN_LARGE_ALLOC_BYTES = 10 * MiB  # kMinLargeAlloc: from here a request gets a segment of its own
@@ -26,7 +28,7 @@ SMALL_SIZE_BYTES = 1 * MiB  # kSmallSize: a large block is split only when more 
 
 def block_slack_bytes(nbytes: int) -> int:
     """The bytes beyond `nbytes` the allocator counts for a tensor placed in a fresh segment."""
-    requested = -(-nbytes // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
+    requested = round_up(nbytes, MIN_BLOCK_BYTES)
     if requested < MIN_LARGE_ALLOC_BYTES:
         return requested - nbytes
     left = -requested % ROUND_LARGE_BYTES

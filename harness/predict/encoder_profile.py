@@ -73,12 +73,12 @@ class EncoderLaunch(BaseModel, frozen=True):
 
     skipped: bool = False  # --skip-mm-profiling
     language_model_only: bool = False  # --language-model-only: every modality's limit is 0, nothing is profiled
+    image_limit: int | None = None
+    video_limit: int | None = None
 
     @property
     def profiles_encoder(self) -> bool:
         return not (self.skipped or self.language_model_only)
-    image_limit: int | None = None
-    video_limit: int | None = None
 
     def builds_tower(self, engine_version: Version) -> bool:
         """Whether vLLM builds the vision tower: from 0.10.2 (read in 0.10.2, 0.11.0, 0.12.0, 0.15.1, 0.19.1 and

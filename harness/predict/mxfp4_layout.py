@@ -28,6 +28,7 @@ from typing import NamedTuple
 from packaging.version import Version
 
 from harness.predict.gpu_catalog import is_blackwell_datacentre, is_hopper, known_gpu
+from harness.units import round_up
 
 TRITON_VENDORED_SINCE = Version("0.12")
 HOPPER_VALUES_PADDED_TO_64 = (Version("0.17"), Version("0.22"))
@@ -76,7 +77,7 @@ def expert_layer_bytes(layout: Mxfp4Layout, shape: ExpertShape) -> int:
     if backend == "triton":
         return _hopper_triton_bytes(shape, engine_version)
     multiple = 128 if backend == "marlin" or engine_version >= TRTLLM_INTERMEDIATE_TO_128_SINCE else 256
-    width, hidden = _round_up(shape.intermediate, multiple), _round_up(shape.hidden, 256)
+    width, hidden = round_up(shape.intermediate, multiple), round_up(shape.hidden, 256)
     weights = 3 * width * hidden  # gate and up (2 × width rows) and down, over the padded hidden size
     bias_bytes = 2 if backend == "marlin" else 4
     extra = 0 if backend == "marlin" else 3 * 4  # TRT-LLM's three float32 vectors, one entry an expert
@@ -84,14 +85,14 @@ def expert_layer_bytes(layout: Mxfp4Layout, shape: ExpertShape) -> int:
 
 
 def _hopper_triton_bytes(shape: ExpertShape, engine_version: Version) -> int:
-    width, hidden = _round_up(shape.intermediate, 64), shape.hidden
+    width, hidden = round_up(shape.intermediate, 64), shape.hidden
     rows, columns = (64, 64) if HOPPER_VALUES_PADDED_TO_64[0] <= engine_version < HOPPER_VALUES_PADDED_TO_64[1] \
         else (16, 32)
-    values = (_round_up(2 * width, rows) * _round_up(hidden // 2, columns)
-              + _round_up(hidden, rows) * _round_up(width // 2, columns))
+    values = (round_up(2 * width, rows) * round_up(hidden // 2, columns)
+              + round_up(hidden, rows) * round_up(width // 2, columns))
     scale_columns = 4 if engine_version >= HOPPER_SCALE_COLUMNS_TO_4_SINCE else 2
-    swizzled = (_round_up(2 * width, HOPPER_SCALE_ROWS) * _round_up(math.ceil(hidden / BLOCK), scale_columns)
-                + _round_up(hidden, HOPPER_SCALE_ROWS) * _round_up(math.ceil(width / BLOCK), scale_columns))
+    swizzled = (round_up(2 * width, HOPPER_SCALE_ROWS) * round_up(math.ceil(hidden / BLOCK), scale_columns)
+                + round_up(hidden, HOPPER_SCALE_ROWS) * round_up(math.ceil(width / BLOCK), scale_columns))
     loaded = 0 if engine_version >= HOPPER_SCALES_FREED_SINCE else (2 * width * hidden + hidden * width) // BLOCK
     return shape.experts * (values + swizzled + loaded + 4 * (2 * width + hidden))
 
@@ -108,7 +109,3 @@ def describe(layout: Mxfp4Layout) -> str:
                 "widths, float32 biases; assumes FlashInfer's kernels are installed, else Triton's layout applies)")
     return ("held as vLLM's Marlin MoE kernel lays them out (each rank's expert width rounded up to 128 and the "
             "hidden size to 256, 16-bit biases)")
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple

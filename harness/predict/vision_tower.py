@@ -22,14 +22,12 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.predict.config_counts import needed_count, stated_count
+from harness.predict.encoder_profile import QWEN2_VL_ARCHITECTURES, QWEN3_VL_ARCHITECTURES
 
 # LlavaConfig's default `vision_feature_layer`: the tower is built only up to the layer the features come from.
 LLAVA_FEATURE_LAYER = -2
 MAX_RATIO = 1024  # an MLP wider than this many times its input is a malformed config, not a tower
-QWEN3_TOWER_ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
-                             "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
-TOWER_ARCHITECTURES = ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration",
-                       *QWEN3_TOWER_ARCHITECTURES,
+TOWER_ARCHITECTURES = (*QWEN2_VL_ARCHITECTURES, *QWEN3_VL_ARCHITECTURES,
                        "Gemma3ForConditionalGeneration", "LlavaForConditionalGeneration",
                        "Mistral3ForConditionalGeneration")  # the architectures whose tower is sized here
 ENCODER_NAMES = {"clip_vision_model": "CLIP", "siglip_vision_model": "SigLIP", "pixtral": "Pixtral"}
@@ -61,11 +59,11 @@ def vision_tower(config: dict[str, Any], source: str = "config") -> VisionTower 
                            f"sizes, got {reprlib.repr(vision)}")
     text_config = config.get("text_config")
     text = {**config, **text_config} if isinstance(text_config, dict) else config
-    if architecture in ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration"):
+    if architecture in QWEN2_VL_ARCHITECTURES:
         qwen25 = architecture.startswith("Qwen2_5")
         count = (_qwen2_5_vl if qwen25 else _qwen2_vl)(vision, source)
         return _tower(f"{'Qwen2.5-VL' if qwen25 else 'Qwen2-VL'} vision transformer", count)
-    if architecture in QWEN3_TOWER_ARCHITECTURES:  # qwen3_5.py builds qwen3_vl.py's Qwen3_VisionTransformer
+    if architecture in QWEN3_VL_ARCHITECTURES:  # qwen3_5.py builds qwen3_vl.py's Qwen3_VisionTransformer
         return _tower("Qwen3-VL vision transformer", _qwen3_vl(vision, source))
     if architecture == "Gemma3ForConditionalGeneration":
         width = _field(vision, "hidden_size", source)

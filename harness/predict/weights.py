@@ -19,6 +19,7 @@ from harness.predict.parameter_count import ModelSize, full_attention_layer_para
 from harness.predict.speculative import EAGLE_METHODS, SpeculativeDecoding
 from harness.predict.term import Term
 from harness.predict.weight_formats import EXPERTS_ONLY_FORMATS, WeightFormat
+from harness.units import round_up
 
 OWN_CHECKPOINT_DRAFTERS = EAGLE_METHODS | {"medusa"}  # drafters loaded from a checkpoint of their own
 
@@ -91,7 +92,7 @@ def with_allocator_slack(weights: Term, size: ModelSize, dtype_bytes: int, tenso
         if size.shared_width:
             shared = size.shared_width // tp * width
             layer_tensors += [(size.moe_layers, 2 * shared), (size.moe_layers, shared)]
-    vocabulary = _round_up(size.vocab, 64) // tp * width
+    vocabulary = round_up(size.vocab, 64) // tp * width
     tensors = [*layer_tensors, (1 if size.tied_embeddings else 2, vocabulary)]
     slack = sum(count * block_slack_bytes(elements * dtype_bytes) for count, elements in tensors)
     slack //= pipeline_parallel_size
@@ -113,10 +114,6 @@ def _unsplit_note(size: ModelSize, tensor_parallel_size: int, on_rank: dict[str,
                                      ("MLA's down-projections", size.whole_mixer_params),
                                      ("K/V heads (fewer than the ranks)", kv_copied)) if held]
     return f", each rank holding {unsplit:,.0f} parameters more than its share ({' and '.join(whole)}: not split)"
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 def drafter_weights_term(config: dict[str, Any], size: ModelSize, speculative: SpeculativeDecoding | None,
