@@ -153,7 +153,7 @@ def _flag_format(method: str, quantization: str, size: ModelSize) -> WeightForma
 
 
 def _method(name: str) -> str:
-    key = name.strip().lower().split()[0] if name.strip() else ""
+    key = name.strip().lower()
     return ALIASES.get(key, key)
 
 

@@ -438,6 +438,8 @@ def test_start_picks_one_start_of_a_log_that_holds_two() -> None:
      "--start 1: picks one start of a log; give the log too"),
     (["--log", str(LOGS / "issue-10517-two-starts.log"), "--quantization", "fp9"],
      "quantization 'fp9' is not priced here (known: 4-bit, auto-round"),
+    (["--log", str(LOGS / "issue-10517-two-starts.log"), "--quantization", "awq\nrm -rf ~"],
+     "quantization 'awq; rm -rf ~' is not priced here"),  # a name is taken whole, not its first word
 ])
 def test_a_start_the_log_does_not_hold_is_one_line_of_bad_input(arguments: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["capacity", *arguments])
