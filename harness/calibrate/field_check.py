@@ -122,6 +122,7 @@ def fits(prediction: CapacityPrediction) -> bool:
 
 UNSTATED_CACHE = "not scored: the excerpt leaves out what the cache holds (its KV dtype or a drafter)"
 LORA_UNMODELLED = f"not modelled: {LORA_NOT_SIZED}"
+DEVELOPMENT_BUILD = "not scored before launch: an unreleased build's memory accounting, no release's"
 
 
 def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
@@ -174,6 +175,8 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         return LaunchCheck(status=UNSTATED_CACHE, held_back=held_back)
     if case.facts.enable_lora:
         return LaunchCheck(status=LORA_UNMODELLED, held_back=held_back)
+    if case.facts.development_build:
+        return LaunchCheck(status=f"{DEVELOPMENT_BUILD} ({case.facts.development_build})", held_back=held_back)
     if total is None:
         return LaunchCheck(status=f"GPU memory not established ({case.facts.gpu or 'GPU not named'})",
                            held_back=held_back)
@@ -232,7 +235,8 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
     weights and the KV memory, the remainder less the predicted activation is what the profile held outside
     torch, counted only where the sampler behind that activation is known.
     """
-    cases = [case for case in cases if not case.facts.enable_lora]  # their terms hold what is not modelled
+    # LoRA's terms hold what is not modelled; a development build's accounting is no release's
+    cases = [case for case in cases if not case.facts.enable_lora and not case.facts.development_build]
     rows, targets, graphs, used = [], [], [], set()
     non_torch: list[tuple[FieldCase, float]] = []  # GiB outside torch, as logged or implied
     implied: list[tuple[FieldCase, dict[str, Any], int]] = []

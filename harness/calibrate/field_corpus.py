@@ -51,6 +51,9 @@ DType = Annotated[str, pydantic.AfterValidator(_kv_dtype)]
 
 class CaseFacts(pydantic.BaseModel, extra="forbid"):
     vllm_version: Annotated[str, pydantic.AfterValidator(_release)]
+    # The pull request whose unreleased build printed the log: its memory accounting is that commit's, not the
+    # release's, so the case is scored from its logged memory only
+    development_build: pydantic.HttpUrl | None = None
     model: str
     config: str | None = pydantic.Field(None, pattern=r"^[^/\\]+\.json$")  # a file in configs/, nowhere else
     dtype: DType = "bfloat16"
