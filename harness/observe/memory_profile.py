@@ -38,10 +38,11 @@ TABLE_KEYS = {"total_gpu_memory": "total_gpu_memory_bytes", "model weights take"
 # GiB) on startup. Desired GPU memory utilization is (0.9, 71.26 GiB). Actual usage is 56.93 GiB for weight, 5.58
 # GiB for peak activation, 0.07 GiB for non-torch memory, and 0.69 GiB for CUDAGraph memory. Replace …`; from 0.30
 # `… Actual usage is 2.18 GiB for consumed memory (weights + non-torch), 0.15 GiB for peak activation, and 0.0 GiB
-# for CUDAGraph memory. …`
+# for CUDAGraph memory. …`; an excerpt may end the line at the usage's full stop
 USAGE_V1 = re.compile(
     rf"^Free memory on device \({LOGGED_NUMBER}/(?P<total>{LOGGED_NUMBER}) GiB\) on startup\. Desired GPU memory "
-    rf"utilization is \((?P<util>\d+(?:\.\d+)?), {LOGGED_NUMBER} GiB\)\. Actual usage is (?P<parts>.*?)\. Replace"
+    rf"utilization is \((?P<util>\d+(?:\.\d+)?), {LOGGED_NUMBER} GiB\)\. Actual usage is (?P<parts>.*?)\."
+    r"(?: Replace|\s*$)"
 )
 # The same line's close, from 0.11: `… Current kv cache memory in use is 12.26 GiB.` (available_kv_cache_memory_bytes)
 KV_IN_USE = re.compile(rf"Current kv cache memory in use is (?P<gib>{LOGGED_NUMBER}) GiB")

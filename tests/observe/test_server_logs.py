@@ -782,6 +782,18 @@ def test_the_cache_in_use_closing_the_usage_line_is_each_ranks_kv_memory() -> No
     assert log.available_kv_cache_bytes == round(12.24 * GiB)  # vLLM sizes every rank's cache by the smallest
 
 
+def test_a_usage_line_an_excerpt_ends_at_its_full_stop_is_still_read() -> None:
+    # Excerpts often keep the usage line only up to "… for CUDAGraph memory." and cut the advice after it.
+    whole = KV_IN_USE_LINES.splitlines()[0]
+    cut = whole[: whole.index(" Replace")]
+    assert cut.endswith("CUDAGraph memory.")
+    profile = parse_startup_log(cut).memory_profile
+    assert profile is not None and profile.gpu_memory_utilization == 0.92
+    assert profile.components_bytes["consumed_memory_bytes"] == round(15.03 * GiB)
+    assert profile.components_bytes["cuda_graph_memory_bytes"] == round(0.09 * GiB)
+    assert parse_startup_log(cut[:-1]).memory_profile is None  # cut inside the usage: nothing half-read
+
+
 def rendered_as_a_page(text: str) -> str:
     """What a copy of an issue page gives for a pasted log: every `[file.py:N]` auto-linked by the tracker,
     quotes as HTML entities, and non-breaking spaces after each header's level."""
