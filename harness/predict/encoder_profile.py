@@ -342,13 +342,18 @@ def _item_count(rules: Rules, budget: int, largest: int, max_model_len: int, max
 
 
 def _widest_block_bytes(geometry: VisionGeometry, patches: int, tensor_parallel_size: int, dtype_bytes: int) -> int:
-    """One vision block's MLP over every patch of the batch: the residual and the norm's output beside the MLP's
-    intermediates (gate and up, then their product, for Qwen2.5-VL's; fc1 and its activation otherwise), the
-    output's and, for Qwen3-VL, the deepstack levels' tokens so far."""
+    """One vision block's MLP over every patch of the batch, at its widest, beside the block's input and its norm's
+    output. Qwen2-VL's and Qwen3-VL's fc1 output is freed once activated, so fc2's output sits beside the activation
+    alone; Qwen2.5-VL's `Qwen2_5_VisionMLP.forward` keeps gate_up's output and its activated half in locals while
+    down_proj writes its output. With TP the down projection's partial sum and its all-reduced copy are both alive.
+    Qwen3-VL also holds the merged tokens of the deepstack levels passed; Qwen2-VL and Qwen2.5-VL merge only after
+    the last block."""
     g, tp = geometry, tensor_parallel_size
-    mlp = (3 if g.gated else 2) * g.inner / tp
-    outputs = patches // g.merge**2 * g.out_width
-    return int((patches * (2 * g.width + mlp) + outputs) * dtype_bytes)
+    inner = g.inner / tp
+    output = g.width * (2 if tp > 1 else 1)
+    mlp = 3 * inner + output if g.gated else max(2 * inner, inner + output)
+    deepstack = patches // g.merge**2 * g.out_width if g.qwen3 else 0
+    return int((patches * (2 * g.width + mlp) + deepstack) * dtype_bytes)
 
 
 def _image_resize(side: int, factor: int, min_pixels: int, max_pixels: int) -> int:

@@ -128,3 +128,17 @@ def test_only_the_qwen_vl_families_and_the_releases_read_are_priced() -> None:
     assert profile(QWEN25_VL, "0.8.1", 65536) is None
     assert profile(QWEN25_VL, "0.9.2", 65536) is None  # 0.9's profile_run was not read
     assert profile(QWEN25_VL, "0.35.0", 65536) is None
+
+
+def test_qwen25_vl_encoder_peaks_at_the_down_projection_beside_its_gated_inputs() -> None:
+    # Qwen2.5-VL-7B at 0.12.0, 32,768 tokens: one 131,072-patch video. Qwen2_5_VisionMLP.forward keeps gate_up
+    # (2 × 3,420) and its activated half (3,420) in locals while down_proj writes its output (1,280), beside the
+    # block's input and its norm's output (2 × 1,280): 14,100 values a patch, 131,072 × 14,100 × 2 B =
+    # 3,696,230,400 B, plus the bf16 pixels, 131,072 × 3 × 2 × 14² × 2 B = 308,281,344 B. No merged output yet:
+    # the merger runs after the last block.
+    one = profile(QWEN25_VL, "0.12.0", 32768)
+    assert one is not None and one.encoder_peak_bytes == 3_696_230_400 + 308_281_344 == 4_004_511_744
+    # Over two GPUs each rank holds half the MLP's widths (3 × 1,710) but the whole down output twice, its partial
+    # sum and the all-reduced copy: 2,560 + 5,130 + 2,560 = 10,250 a patch, 2,686,976,000 B, plus the same pixels.
+    two = profile(QWEN25_VL, "0.12.0", 32768, tensor_parallel_size=2)
+    assert two is not None and two.encoder_peak_bytes == 131_072 * 10_250 * 2 + 308_281_344
