@@ -38,7 +38,10 @@ class LogOverrides(pydantic.BaseModel):
         return stated
 
     def apply(self, log: StartupCapacity) -> StartupCapacity:
-        return log.model_copy(update={k: v for k, v in self.model_dump().items() if v is not None})
+        stated = {k: v for k, v in self.model_dump().items() if v is not None}
+        if self.tensor_parallel_size is not None:
+            stated["tensor_parallel_size_from_ranks"] = False  # stated, no longer counted from the workers
+        return log.model_copy(update=stated)
 
 
 def check_given(*, project: str | None, polyaxon_run: str | None, gpu: str | None, **named: str | None) -> None:

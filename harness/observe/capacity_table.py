@@ -35,6 +35,11 @@ def _observed_parts(report: CapacityReport) -> list[RenderableType]:
             if value is not None:
                 facts.add_row(name, f"{value:,}" if isinstance(value, int) else str(value))
         parts.append(facts)
+        if log.tensor_parallel_size_from_ranks:
+            parts.append(Text(
+                f"tensor_parallel_size {log.tensor_parallel_size} is counted from the workers' TP<n> prefixes (no "
+                "engine config line states it): more ranks may have printed nothing here; give "
+                "--tensor-parallel-size if the launch used more", style="yellow"))
     if report.metrics_cache_config is not None:
         keys = ("num_gpu_blocks", "block_size", "cache_dtype", "kv_cache_size_tokens", "kv_cache_max_concurrency")
         config = report.metrics_cache_config

@@ -219,6 +219,29 @@ def test_a_log_hiding_its_release_says_whose_rules_priced_it(tmp_path: Path) -> 
             in said["hidden.log"])
 
 
+def test_a_tensor_parallel_size_counted_from_worker_prefixes_is_named_as_a_floor(tmp_path: Path) -> None:
+    # Only Worker_TP0 and Worker_TP1 print here and nothing states the launch's size: 2 is what the prefixes show,
+    # and a launch over four GPUs whose other ranks were cut would print the same, so the report says so until the
+    # size is given.
+    from test_server_logs import KV_IN_USE_LINES
+    (tmp_path / "engine.log").write_text("INFO 08-22 04:40:00 [api_server.py:1] vLLM API server version 0.27.1\n"
+                                         + KV_IN_USE_LINES)
+    model = str(FIELD_CONFIGS / "Qwen--Qwen3-8B.json")
+    runner = CliRunner(env={"COLUMNS": "400"})
+
+    def said(*given: str) -> str:
+        result = runner.invoke(app, ["capacity", "--log", str(tmp_path / "engine.log"), "--model", model, *given])
+        return " ".join(result.output.split())
+
+    floor = "tensor_parallel_size 2 is counted from the workers' TP<n> prefixes"
+    assert floor in said()
+    assert floor not in said("--tensor-parallel-size", "4")
+    report = capacity_from_sources(log=str(tmp_path / "engine.log"), model=model,
+                                   stated=LogOverrides(tensor_parallel_size=4))
+    assert report.log is not None
+    assert (report.log.tensor_parallel_size, report.log.tensor_parallel_size_from_ranks) == (4, False)
+
+
 def test_metrics_alone(tiny_model_dir: Path) -> None:
     report = capacity_from_sources(metrics=str(CPU / "kv16m-len2048.metrics.txt"))
     assert report.log is None
