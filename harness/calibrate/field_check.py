@@ -268,8 +268,9 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
     per_logit = round(float(SAMPLER_GRID[int(np.argmin(errors))]), 2)
     for case, config, total_bytes in implied:
         rest = implied_overhead_bytes(case, total_bytes)
-        if rest is not None:
-            non_torch.append((case, (rest - _activation(case, config, total_bytes, per_logit)) / GiB))
+        activation = _activation(case, config, total_bytes, per_logit)
+        if rest is not None and activation is not None:
+            non_torch.append((case, (rest - activation) / GiB))
             used.add(case.id)
     fit = _fit_non_torch(non_torch)
     return MemoryConstants(
@@ -322,10 +323,16 @@ def _path(case: FieldCase, batch: ProfileBatch) -> SamplerPath:
     return sampler_path(Version(case.facts.vllm_version), case.facts.engine, sampler_name(case), batch.rows)
 
 
-def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> float:
-    batch = profiling_run(case, config, total_bytes)
-    forward, base, logits = _activation_parts(case, config, batch)
-    return max(forward, base + logits * _path(case, batch).priced(per_logit))
+def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> int | None:
+    """The waterfall's activation term at this sampler figure (a V1 vision model's encoder profile included);
+    None where the waterfall does not price the case's checkpoint."""
+    constants = MemoryConstants(sampler_bytes_per_logit=per_logit, non_torch_gib=0.0, cuda_graph_gib=0.0, fitted_on=[])
+    try:
+        waterfall = plan_waterfall(config, constants, engine_launch(case), total_bytes=total_bytes,
+                                   total_source="the case's GPU", gpu_name=case.facts.gpu)
+    except HarnessError:
+        return None
+    return next(term.bytes for term in waterfall.terms if term.name == "activation_peak")
 
 
 def implied_overhead_bytes(case: FieldCase, total_bytes: int) -> int | None:
