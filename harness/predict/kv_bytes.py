@@ -20,10 +20,10 @@ KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "f
 
 
 class KvFormat(NamedTuple):
-    """How the cache stores one token's K (or V) of one head: whole elements, or packed values with their scales."""
+    """How the cache stores one token's K (or V) of one head: whole elements, or quantized values with their scales."""
 
     name: str
-    element_bytes: int  # bytes per stored element: the dtype's, one for the packed formats
+    element_bytes: int  # bytes per stored element: the dtype's, one for the scaled formats
     values_per_byte: int = 1  # int4 and FP4 pack two values a byte
     scale_bytes: int = 0  # a float32 scale per token and head (the per-token-head formats)
     values_per_block_scale: int = 0  # NVFP4: one FP8 scale per 16 values
@@ -34,15 +34,16 @@ class KvFormat(NamedTuple):
         return head_dim * self.element_bytes // self.values_per_byte + block_scales + self.scale_bytes
 
     @property
-    def packed(self) -> bool:
-        return self.values_per_byte > 1 or self.scale_bytes > 0 or self.values_per_block_scale > 0
+    def scaled(self) -> bool:
+        """Values stored beside their scales (and, for int4 and FP4, two to a byte)."""
+        return self.scale_bytes > 0 or self.values_per_block_scale > 0
 
 
 # The quantized caches of 0.20 on (vllm/v1/kv_cache_interface.py `AttentionSpec.page_size_bytes` 0.20-0.29, the
 # Triton and FlashInfer backends' `customize_spec` from 0.30, read to 0.34): per-token-head int8 and FP8 keep each
 # head's values and a float32 scale; int4 packs two values a byte (0.25 on); NVFP4 packs two FP4 values a byte and
 # an FP8 scale per 16 (0.21 on). vLLM's TurboQuant caches are not priced.
-PACKED_KV_FORMATS = {
+SCALED_KV_FORMATS = {
     "int8_per_token_head": KvFormat("int8_per_token_head", 1, scale_bytes=4, since=Version("0.20")),
     "fp8_per_token_head": KvFormat("fp8_per_token_head", 1, scale_bytes=4, since=Version("0.20")),
     "int4_per_token_head": KvFormat("int4_per_token_head", 1, values_per_byte=2, scale_bytes=4,
@@ -55,24 +56,24 @@ def resolve_kv_dtype(kv_cache_dtype: str, model_dtype: str) -> tuple[str, int]:
     """vLLM's --kv-cache-dtype name → (dtype, bytes per element); 'auto' follows the model."""
     name = model_dtype if kv_cache_dtype.lower() == "auto" else kv_cache_dtype.lower()
     name = KV_DTYPE_ALIASES.get(name, name)
-    if name in PACKED_KV_FORMATS:
-        return name, PACKED_KV_FORMATS[name].element_bytes
+    if name in SCALED_KV_FORMATS:
+        return name, SCALED_KV_FORMATS[name].element_bytes
     if name not in KV_DTYPE_BYTES:
-        choices = ", ".join(["auto", *KV_DTYPE_ALIASES, *KV_DTYPE_BYTES, *PACKED_KV_FORMATS])
+        choices = ", ".join(["auto", *KV_DTYPE_ALIASES, *KV_DTYPE_BYTES, *SCALED_KV_FORMATS])
         raise HarnessError(f"unknown kv cache dtype '{kv_cache_dtype}' (choose from {choices})")
     return name, KV_DTYPE_BYTES[name]
 
 
 def kv_format(kv_cache_dtype: str, model_dtype: str, engine_version: Version) -> KvFormat:
-    """The cache's storage for a --kv-cache-dtype under a release; a packed format the release lacks is refused."""
+    """The cache's storage for a --kv-cache-dtype under a release; a scaled format the release lacks is refused."""
     name, element = resolve_kv_dtype(kv_cache_dtype, model_dtype)
-    packed = PACKED_KV_FORMATS.get(name)
-    if packed is None:
+    scaled = SCALED_KV_FORMATS.get(name)
+    if scaled is None:
         return KvFormat(name, element)
-    if packed.since is not None and engine_version < packed.since:
-        raise HarnessError(f"kv cache dtype '{name}' arrived in vLLM {packed.since}; the release priced is "
+    if scaled.since is not None and engine_version < scaled.since:
+        raise HarnessError(f"kv cache dtype '{name}' arrived in vLLM {scaled.since}; the release priced is "
                            f"{engine_version} (give --engine-version)")
-    return packed
+    return scaled
 
 
 def check_attention_heads(config: dict[str, Any], tensor_parallel_size: int) -> None:
@@ -96,7 +97,7 @@ def kv_heads_per_rank(kv_heads: int, tensor_parallel_size: int) -> int:
 
 def layer_bytes_per_token(layer: LayerSpec, cache: KvFormat, tensor_parallel_size: int) -> int:
     if layer.kind is LayerKind.MLA:  # one shared latent, replicated on every rank
-        if cache.packed:
+        if cache.scaled:
             raise HarnessError(f"kv cache dtype '{cache.name}' for MLA's latent cache is not modelled")
         return layer.latent_dim * cache.element_bytes
     if layer.kind is LayerKind.STATE:
