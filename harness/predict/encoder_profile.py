@@ -204,7 +204,8 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
     pixel_bytes = rules.pixel_bytes or dtype_bytes
     pixels = count * patches * geometry.channels * geometry.temporal * geometry.patch**2 * pixel_bytes
     held_pixels = pixels if runner == "first" else 0  # the second runner frees them before the decoder's run
-    peak = pixels + _widest_block_bytes(geometry, count * patches, tensor_parallel_size, dtype_bytes)
+    gathers = _gathers_qkv(geometry.architecture, engine_version)
+    peak = pixels + _widest_block_bytes(geometry, count * patches, tensor_parallel_size, dtype_bytes, gathers)
     return EncoderProfile(
         modality=modality, items=count, patches_per_item=patches, tokens_per_item=tokens, budget_tokens=budget,
         held_bytes=outputs + padded + held_pixels, encoder_peak_bytes=peak,
@@ -341,19 +342,32 @@ def _item_count(rules: Rules, budget: int, largest: int, max_model_len: int, max
     return max(1, min(budget // largest, max_num_seqs * per_prompt))
 
 
-def _widest_block_bytes(geometry: VisionGeometry, patches: int, tensor_parallel_size: int, dtype_bytes: int) -> int:
-    """One vision block's MLP over every patch of the batch, at its widest, beside the block's input and its norm's
-    output. Qwen2-VL's and Qwen3-VL's fc1 output is freed once activated, so fc2's output sits beside the activation
+def _gathers_qkv(architecture: str, engine_version: Version) -> bool:
+    """Whether the vision attention all-gathers qkv over the TP ranks before taking its heads (`split_qkv`, read in
+    0.8.3, 0.10.2, 0.11.0, 0.12.0, 0.13.0, 0.23.0 and 0.34.0): Qwen2-VL's in every release but 0.12, Qwen2.5-VL's
+    before 0.12, Qwen3-VL's never."""
+    if architecture == "Qwen2VLForConditionalGeneration":
+        return not Version("0.12") <= engine_version < Version("0.13")
+    return architecture == "Qwen2_5_VLForConditionalGeneration" and engine_version < Version("0.12")
+
+
+def _widest_block_bytes(geometry: VisionGeometry, patches: int, tensor_parallel_size: int, dtype_bytes: int,
+                        gathers_qkv: bool) -> int:
+    """One vision block over every patch of the batch at its widest, beside the block's input and its norm's output.
+
+    The MLP: Qwen2-VL's and Qwen3-VL's fc1 output is freed once activated, so fc2's output sits beside the activation
     alone; Qwen2.5-VL's `Qwen2_5_VisionMLP.forward` keeps gate_up's output and its activated half in locals while
-    down_proj writes its output. With TP the down projection's partial sum and its all-reduced copy are both alive.
-    Qwen3-VL also holds the merged tokens of the deepstack levels passed; Qwen2-VL and Qwen2.5-VL merge only after
-    the last block."""
+    down_proj writes its output; with TP the down projection's partial sum and its all-reduced copy are both alive.
+    The attention, where it all-gathers qkv with TP: this rank's qkv beside the gathered whole and the copy that
+    reorders it (`all_gather`'s movedim, or `all_gather_interleave`'s cat). Qwen3-VL also holds the merged tokens
+    of the deepstack levels passed; Qwen2-VL and Qwen2.5-VL merge only after the last block."""
     g, tp = geometry, tensor_parallel_size
     inner = g.inner / tp
     output = g.width * (2 if tp > 1 else 1)
     mlp = 3 * inner + output if g.gated else max(2 * inner, inner + output)
+    gather = 3 * g.width / tp + 2 * 3 * g.width if gathers_qkv and tp > 1 else 0
     deepstack = patches // g.merge**2 * g.out_width if g.qwen3 else 0
-    return int((patches * (2 * g.width + mlp) + deepstack) * dtype_bytes)
+    return int((patches * (2 * g.width + max(mlp, gather)) + deepstack) * dtype_bytes)
 
 
 def _image_resize(side: int, factor: int, min_pixels: int, max_pixels: int) -> int:

@@ -142,3 +142,14 @@ def test_qwen25_vl_encoder_peaks_at_the_down_projection_beside_its_gated_inputs(
     # sum and the all-reduced copy: 2,560 + 5,130 + 2,560 = 10,250 a patch, 2,686,976,000 B, plus the same pixels.
     two = profile(QWEN25_VL, "0.12.0", 32768, tensor_parallel_size=2)
     assert two is not None and two.encoder_peak_bytes == 131_072 * 10_250 * 2 + 308_281_344
+
+
+def test_before_0_12_qwen25_vl_attention_gathers_qkv_and_outgrows_the_mlp_with_tp() -> None:
+    # 0.11.0's split_qkv all-gathers qkv over the ranks (all_gather_interleave): this rank's qkv (3 × 1,280 / 2 =
+    # 1,920) beside the gathered whole (3,840) and its reordered cat (3,840), with the block's input and norm
+    # (2,560): 12,160 values a patch, more than the MLP's 10,250. 131,072 patches × 12,160 × 2 B = 3,187,671,040 B,
+    # plus the same bf16 pixels as in 0.12.0 (308,281,344 B), which no longer gathers.
+    gathered = profile(QWEN25_VL, "0.11.0", 32768, tensor_parallel_size=2)
+    assert gathered is not None and gathered.encoder_peak_bytes == 3_187_671_040 + 308_281_344
+    one_gpu = profile(QWEN25_VL, "0.11.0", 32768)
+    assert one_gpu is not None and one_gpu.encoder_peak_bytes == 4_004_511_744  # nothing to gather on one GPU
