@@ -354,20 +354,21 @@ def _gathers_qkv(architecture: str, engine_version: Version) -> bool:
 def _widest_block_bytes(geometry: VisionGeometry, patches: int, tensor_parallel_size: int, dtype_bytes: int,
                         gathers_qkv: bool) -> int:
     """One vision block over every patch of the batch at its widest, beside the block's input and its norm's output.
-
     The MLP: Qwen2-VL's and Qwen3-VL's fc1 output is freed once activated, so fc2's output sits beside the activation
     alone; Qwen2.5-VL's `Qwen2_5_VisionMLP.forward` keeps gate_up's output and its activated half in locals while
     down_proj writes its output; with TP the down projection's partial sum and its all-reduced copy are both alive.
-    The attention, where it all-gathers qkv with TP: this rank's qkv beside the gathered whole and the copy that
-    reorders it (`all_gather`'s movedim, or `all_gather_interleave`'s cat). Qwen3-VL also holds the merged tokens
-    of the deepstack levels passed; Qwen2-VL and Qwen2.5-VL merge only after the last block."""
+    The attention (`Qwen2_5_VisionAttention.forward`, Qwen3-VL's too, from 0.12): this rank's qkv, its q and k copied
+    out and rotated, the attention's output and the projection's. Where qkv is all-gathered with TP, this rank's qkv
+    beside the whole and its reordered copy (`all_gather`'s movedim, `all_gather_interleave`'s cat). Qwen3-VL holds
+    the deepstack levels' merged tokens too; Qwen2-VL and Qwen2.5-VL merge only after the last block."""
     g, tp = geometry, tensor_parallel_size
     inner = g.inner / tp
     output = g.width * (2 if tp > 1 else 1)
     mlp = 3 * inner + output if g.gated else max(2 * inner, inner + output)
+    attention = (3 + 2 + 2 + 1) * g.width / tp + output
     gather = 3 * g.width / tp + 2 * 3 * g.width if gathers_qkv and tp > 1 else 0
     deepstack = patches // g.merge**2 * g.out_width if g.qwen3 else 0
-    return int((patches * (2 * g.width + max(mlp, gather)) + deepstack) * dtype_bytes)
+    return int((patches * (2 * g.width + max(mlp, attention, gather)) + deepstack) * dtype_bytes)
 
 
 def _image_resize(side: int, factor: int, min_pixels: int, max_pixels: int) -> int:

@@ -153,3 +153,15 @@ def test_before_0_12_qwen25_vl_attention_gathers_qkv_and_outgrows_the_mlp_with_t
     assert gathered is not None and gathered.encoder_peak_bytes == 3_187_671_040 + 308_281_344
     one_gpu = profile(QWEN25_VL, "0.11.0", 32768)
     assert one_gpu is not None and one_gpu.encoder_peak_bytes == 4_004_511_744  # nothing to gather on one GPU
+
+
+def test_qwen3_vl_encoder_peaks_in_its_attention() -> None:
+    # Qwen3-VL-30B-A3B at 0.13.0 profiles one 65,536-patch image. Its blocks use Qwen2_5_VisionAttention: qkv
+    # (3 × 1,152), the q and k it copies out (2 × 1,152), their rotated copy (2 × 1,152) and the attention's output
+    # (1,152) are alive as the projection writes its own (1,152): 10,368 values a patch, more than the MLP's fc1
+    # output and activation (2 × 4,304 = 8,608). With the block's input and norm (2 × 1,152): 12,672 a patch,
+    # 65,536 × 12,672 × 2 B = 1,660,944,384 B; plus the bf16 pixels (65,536 × 3 × 2 × 16² × 2 B = 201,326,592 B)
+    # and the deepstack levels' merged tokens at most (16,384 × 2,048 × 4 × 2 B = 268,435,456 B).
+    found = profile(QWEN3_VL, "0.13.0", 65536)
+    assert found is not None
+    assert found.encoder_peak_bytes == 1_660_944_384 + 201_326_592 + 268_435_456 == 2_130_706_432
