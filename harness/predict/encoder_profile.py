@@ -357,10 +357,10 @@ def _widest_block_bytes(geometry: VisionGeometry, patches: int, tensor_parallel_
     The MLP: Qwen2-VL's and Qwen3-VL's fc1 output is freed once activated, so fc2's output sits beside the activation
     alone; Qwen2.5-VL's `Qwen2_5_VisionMLP.forward` keeps gate_up's output and its activated half in locals while
     down_proj writes its output; with TP the down projection's partial sum and its all-reduced copy are both alive.
-    The attention (`Qwen2_5_VisionAttention.forward`, Qwen3-VL's too, from 0.12): this rank's qkv, its q and k copied
-    out and rotated, the attention's output and the projection's. Where qkv is all-gathered with TP, this rank's qkv
-    beside the whole and its reordered copy (`all_gather`'s movedim, `all_gather_interleave`'s cat). Qwen3-VL holds
-    the deepstack levels' merged tokens too; Qwen2-VL and Qwen2.5-VL merge only after the last block."""
+    The attention (`Qwen2_5_VisionAttention.forward` from 0.12, Qwen3-VL's too; earlier code holds no less): this
+    rank's qkv, its q and k copied out and rotated, the attention's output, the projection's. Where it all-gathers
+    qkv with TP: this rank's, the whole and its reordered copy (`all_gather`'s movedim, `all_gather_interleave`'s
+    cat). Qwen3-VL holds the deepstack levels' merged tokens too; Qwen2-VL and Qwen2.5-VL merge after the last block."""
     g, tp = geometry, tensor_parallel_size
     inner = g.inner / tp
     output = g.width * (2 if tp > 1 else 1)
