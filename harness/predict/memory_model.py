@@ -24,6 +24,7 @@ from harness.errors import HarnessError
 from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import is_hopper, known_gpu
+from harness.predict.kv_bytes import check_attention_heads
 from harness.predict.load_buffers import with_load_buffers
 from harness.predict.mxfp4_layout import mxfp4_layout
 from harness.predict.non_torch import (
@@ -194,6 +195,7 @@ def plan_waterfall(
     tp, pp = launch.tensor_parallel_size, launch.pipeline_parallel_size
     if not (math.isfinite(utilization) and 0 < utilization <= 1):
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
+    check_attention_heads(config, tp)  # vLLM refuses a size that does not divide the heads: no waterfall for one
     version = release_version(launch.engine_version)
     v0 = runs_v0(version, launch.engine_generation)
     size = model_size(config, config_source)

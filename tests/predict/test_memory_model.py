@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from harness.errors import HarnessError
 from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.memory_model import (
@@ -128,16 +131,16 @@ def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distrib
     # take their snapshot before init_worker_distributed_environment, so TP=2 counts 0.25 + 0.5 GiB + the custom
     # all-reduce's 2 × 8,192 × 1,024 = 16,777,216 B: 268,435,456 + 536,870,912 + 16,777,216 = 822,083,584 B. TP=3 has no
     # custom all-reduce (world sizes 2, 4, 6, 8 only): 805,306,368 B. V1 0.11.0 initialises NCCL first:
-    # 268,435,456 B whatever the TP, as for one GPU. (Three ranks need a KV head count they divide or exceed: the
-    # config's 4 KV heads become 1 there, which changes no communicator.)
-    config = _config("Qwen--Qwen2-7B-Instruct.json")
+    # 268,435,456 B whatever the TP, as for one GPU. (Llama-3.1-8B's 32 attention heads split over 2, 4 and 8 ranks;
+    # three ranks need 24 heads of 128 and one KV head, which changes no communicator.)
+    config = _config("meta-llama--Llama-3.1-8B-Instruct.json")
     constants = FITTED_CONSTANTS.model_copy(update={"non_torch_gib": 0.25, "nccl_gib": 0.5})
 
     def non_torch(version: str, tp: int, generation: str | None = None) -> int:
         launch = EngineLaunch(max_model_len=4096, engine_version=version, tensor_parallel_size=tp,
                               engine_generation=generation)
-        heads = {**config, "num_key_value_heads": 1 if tp == 3 else 4}
-        waterfall = plan_waterfall(heads, constants, launch, total_bytes=80 * GiB, total_source="test")
+        three = {"num_attention_heads": 24, "head_dim": 128, "num_key_value_heads": 1} if tp == 3 else {}
+        waterfall = plan_waterfall({**config, **three}, constants, launch, total_bytes=80 * GiB, total_source="test")
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
 
     assert non_torch("0.7.3", 2) == non_torch("0.10.1.1", 2) == 822_083_584
@@ -150,8 +153,8 @@ def test_nvls_buffers_join_the_non_torch_memory_on_an_nvswitch_board_past_two_gp
     # NCCL's "nvlsPerRankSize 301989888" (24 channels × 2 × (4 MiB + 2 MiB)) times the ranks: TP=4 on H100s
     # holds 4 × 301,989,888 = 1,207,959,552 B more, in 0.9.2 (communicators counted) and in 0.11.0 (not) alike,
     # since NCCL connects NVLS in the profile's all-reduce. TP=2, a PCIe H100 or an A100 add nothing. (One base
-    # for every GPU here, so that only the NVLS buffers differ.)
-    config = _config("Qwen--Qwen2-7B-Instruct.json")
+    # for every GPU here, so that only the NVLS buffers differ; Llama-3.1-8B's 32 heads split over 8 ranks.)
+    config = _config("meta-llama--Llama-3.1-8B-Instruct.json")
     constants = FITTED_CONSTANTS.model_copy(update={"hopper_non_torch_gib": FITTED_CONSTANTS.non_torch_gib})
 
     def non_torch(version: str, tp: int, gpu: str | None) -> int:
@@ -242,3 +245,19 @@ def test_only_weights_held_in_the_models_dtype_carry_the_allocators_slack() -> N
 
     assert "57.0 MiB the CUDA caching allocator" in weights(None).source
     assert "allocator" not in weights("fp8").source
+
+
+def test_no_waterfall_for_a_tensor_parallel_size_vllm_refuses() -> None:
+    # Qwen3-8B has 32 attention heads; vLLM refuses a size that does not divide them, so the waterfall gives no
+    # figure for one (a log's `Worker_TP<n>` prefixes can claim any size) and names why, as the block arithmetic does.
+    config = _config("Qwen--Qwen3-8B.json")
+
+    def waterfall(tensor_parallel_size: int) -> Waterfall:
+        return plan_waterfall(config, FITTED_CONSTANTS,
+                              EngineLaunch(engine_version="0.11.2", max_model_len=4096,
+                                           tensor_parallel_size=tensor_parallel_size),
+                              total_bytes=80 * GiB, total_source="test")
+
+    assert waterfall(4).kv_bytes > 0
+    with pytest.raises(HarnessError, match="tensor_parallel_size 3 does not divide the model's 32 attention heads"):
+        waterfall(3)
