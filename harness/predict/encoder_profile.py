@@ -204,8 +204,7 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
     pixel_bytes = rules.pixel_bytes or dtype_bytes
     pixels = count * patches * geometry.channels * geometry.temporal * geometry.patch**2 * pixel_bytes
     held_pixels = pixels if runner == "first" else 0  # the second runner frees them before the decoder's run
-    gathers = _gathers_qkv(geometry.architecture, engine_version)
-    peak = pixels + _widest_block_bytes(geometry, count * patches, tensor_parallel_size, dtype_bytes, gathers)
+    peak = pixels + widest_block_bytes(geometry, count * patches, tensor_parallel_size, dtype_bytes, engine_version)
     return EncoderProfile(
         modality=modality, items=count, patches_per_item=patches, tokens_per_item=tokens, budget_tokens=budget,
         held_bytes=outputs + padded + held_pixels, encoder_peak_bytes=peak,
@@ -351,8 +350,8 @@ def _gathers_qkv(architecture: str, engine_version: Version) -> bool:
     return architecture == "Qwen2_5_VLForConditionalGeneration" and engine_version < Version("0.12")
 
 
-def _widest_block_bytes(geometry: VisionGeometry, patches: int, tensor_parallel_size: int, dtype_bytes: int,
-                        gathers_qkv: bool) -> int:
+def widest_block_bytes(geometry: VisionGeometry, patches: int, tensor_parallel_size: int, dtype_bytes: int,
+                       engine_version: Version) -> int:
     """One vision block over every patch of the batch at its widest, beside the block's input and its norm's output.
     The MLP: Qwen2-VL's and Qwen3-VL's fc1 output is freed once activated, so fc2's output sits beside the activation
     alone; Qwen2.5-VL's `Qwen2_5_VisionMLP.forward` keeps gate_up's output and its activated half in locals while
@@ -366,7 +365,8 @@ def _widest_block_bytes(geometry: VisionGeometry, patches: int, tensor_parallel_
     output = g.width * (2 if tp > 1 else 1)
     mlp = 3 * inner + output if g.gated else max(2 * inner, inner + output)
     attention = (3 + 2 + 2 + 1) * g.width / tp + output
-    gather = 3 * g.width / tp + 2 * 3 * g.width if gathers_qkv and tp > 1 else 0
+    gathers = _gathers_qkv(g.architecture, engine_version) and tp > 1
+    gather = 3 * g.width / tp + 2 * 3 * g.width if gathers else 0
     deepstack = patches // g.merge**2 * g.out_width if g.qwen3 else 0
     return int((patches * (2 * g.width + max(mlp, attention, gather)) + deepstack) * dtype_bytes)
 

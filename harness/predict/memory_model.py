@@ -62,9 +62,9 @@ SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, 
 # install vllm` takes the native path. Unstated, the native path is assumed: it is the pip default and the
 # larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
 DEFAULT_V1_SAMPLER = "pytorch"
-# What the waterfall leaves out for a vision-language model it does not price the encoder's profile of (V0, a family
+# What the waterfall leaves out for a vision-language model it does not price the encoder's profile of (a family
 # other than Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, a release whose profile_run was not read; encoder_profile.py).
-# On V0 the decoder's pass over a Qwen2-VL model's dummy prompts is priced (`v0_decoder_dummy`), the encoder's is not.
+# On V0 a Qwen2-VL model's encoder runs inside the forward pass over its dummy prompts (`v0_decoder_dummy`).
 ENCODER_PROFILE_NOTE = ("vision encoder: vLLM profiles it on its largest image or video before sizing the cache, "
                         "which is not priced here (up to several GiB; the KV figure is optimistic); "
                         "--limit-mm-per-prompt with zero images and videos, or --language-model-only, skips it")
@@ -74,6 +74,8 @@ LORA_NOT_SIZED = "LoRA adapters (their slots and the profile's dummy adapters ar
 ENCODER_PRICED_NOTE = ("vision encoder: profiled on its largest item before the cache is sized, priced from the "
                        "checkpoint family's published processor bounds; --skip-mm-profiling or "
                        "--language-model-only removes it")
+V0_ENCODER_PRICED_NOTE = ("vision encoder: run inside V0's profiling forward pass over the dummy prompts' largest "
+                          "images and videos, priced from the checkpoint family's published processor bounds")
 
 
 class MemoryConstants(BaseModel, frozen=True):
@@ -202,8 +204,8 @@ def plan_waterfall(
     tower_left_out = size.vision is not None and not launch.encoder.builds_tower(version)
     if tower_left_out:
         size = size.model_copy(update={"vision": None})
-    tokens, rows, batch_held, batch_source = profile_batch(config, size, version, v0, launch, total_bytes, gpu_name,
-                                                           config_source)
+    batch = profile_batch(config, size, version, v0, launch, total_bytes, gpu_name, config_source)
+    tokens, rows = batch.tokens, batch.rows
     stated = launch.sampler is not None
     sampler = "pytorch" if v0 else (launch.sampler or DEFAULT_V1_SAMPLER)
     if sampler not in SAMPLERS:
@@ -215,9 +217,10 @@ def plan_waterfall(
     encoder = None if v0 else encoder_profile(
         config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
         tensor_parallel_size=tp, dtype_bytes=dtype_bytes, launch=launch.encoder, source=config_source)
-    held = (encoder.held_bytes if encoder else 0) + batch_held
-    activation = max(encoder.encoder_peak_bytes if encoder else 0, held + max(forward, sampling))
-    unsampled = max(encoder.encoder_peak_bytes if encoder else 0, held + forward)  # a stage before the last's peak
+    held = (encoder.held_bytes if encoder else 0) + batch.held_bytes
+    encoder_peak = encoder.encoder_peak_bytes if encoder else batch.encoder_peak_bytes
+    activation = max(encoder_peak, held + max(forward, sampling))
+    unsampled = max(encoder_peak, held + forward)  # a stage before the last's peak
     non_torch = non_torch_term(constants, version, v0, tp, pp, gpu_name,
                                total_bytes)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE and launch.graph_memory_profiled
@@ -238,7 +241,7 @@ def plan_waterfall(
         weights,
         *([] if drafter is None else [drafter]),
         Term(name="activation_peak", bytes=int(activation), subtracted=True,
-             source=f"profiling run of {tokens:,} tokens ({batch_source}): the larger of the forward pass "
+             source=f"profiling run of {tokens:,} tokens ({batch.source}): the larger of the forward pass "
                     f"({forward / GiB:.2f} GiB) and the {path.path} sampler over {rows} rows × {size.vocab:,} "
                     f"logits at {per_logit:.4g} B each ({sampling / GiB:.2f} GiB; {path.origin})"
                     + ("" if encoder is None else f"; first {encoder.source}")),
@@ -268,7 +271,7 @@ def plan_waterfall(
                      "weights: the checkpoint's own size" if checkpoint is not None else
                      "weights from the parameter count; a checkpoint's own size differs by its unlisted tensors",
                      *drafter_note(launch.speculative),
-                     *_encoder_note(size.vision is not None, encoder, launch.encoder),
+                     *_encoder_note(size.vision is not None, encoder, launch.encoder, batch.encoder_peak_bytes > 0),
                      *([TOWER_LEFT_OUT_NOTE] if tower_left_out else []),
                      *([] if v0 or stated or path.path == "triton" or version >= FLASHINFER_OPT_IN_SINCE
                        else [("sampler: PyTorch's sort, as `pip install vllm` runs it; vLLM's "
@@ -280,7 +283,10 @@ TOWER_LEFT_OUT_NOTE = ("vision tower: not built, as image and video both have a 
                        "or --limit-mm-per-prompt): neither its weights nor its profile are counted")
 
 
-def _encoder_note(vision: bool, encoder: EncoderProfile | None, launch: EncoderLaunch) -> list[str]:
+def _encoder_note(vision: bool, encoder: EncoderProfile | None, launch: EncoderLaunch,
+                  in_v0_forward: bool) -> list[str]:
+    if in_v0_forward:
+        return [V0_ENCODER_PRICED_NOTE]
     if not vision or (encoder is None and not launch.profiles_encoder):
         return []
     return [ENCODER_PROFILE_NOTE if encoder is None else ENCODER_PRICED_NOTE]

@@ -11,7 +11,14 @@ from typing import Any, NamedTuple
 from packaging.version import Version
 from pydantic import BaseModel
 
-from harness.predict.encoder_profile import QWEN2_VL_PROCESSOR, RULES, EncoderLaunch, LargestItems, vision_geometry
+from harness.predict.encoder_profile import (
+    QWEN2_VL_PROCESSOR,
+    RULES,
+    EncoderLaunch,
+    LargestItems,
+    vision_geometry,
+    widest_block_bytes,
+)
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.parameter_count import ModelSize
 from harness.units import GiB
@@ -88,25 +95,33 @@ def _v1_defaults(version: Version, total_bytes: int, gpu_name: str | None) -> tu
 
 
 class V0DecoderDummy(BaseModel, frozen=True):
-    """V0's profiling batch of a Qwen2-VL or Qwen2.5-VL model: how many dummy prompts, their tokens together, and
-    the pixels their images and videos hold on the GPU through the forward pass."""
+    """V0's profiling batch of a Qwen2-VL or Qwen2.5-VL model: how many dummy prompts, their tokens together, the
+    pixels their images and videos bring, what the forward pass holds of them beside the decoder, and its
+    encoder's widest moment."""
 
     sequences: int
     tokens: int
     pixel_bytes: int
+    held_bytes: int
+    encoder_peak_bytes: int
     source: str
 
 
 def v0_decoder_dummy(config: dict[str, Any], engine_version: Version, *, max_model_len: int, batched_tokens: int,
-                     max_num_seqs: int, dtype_bytes: int = 2, launch: EncoderLaunch | None = None,
-                     source: str = "config") -> V0DecoderDummy | None:
+                     max_num_seqs: int, hidden: int, tensor_parallel_size: int = 1, dtype_bytes: int = 2,
+                     launch: EncoderLaunch | None = None, source: str = "config") -> V0DecoderDummy | None:
     """V0's `_dummy_run` (worker/model_runner.py, read in 0.7.2, 0.8.2-0.8.5 and 0.10.0-0.10.2) gives each dummy
     prompt every image and video the limits allow, each at its largest, so it first cuts max_num_seqs to
     max_num_batched_tokens // those tokens (at least one). From 0.8.3 a prompt whose placeholders outgrow its share
     of the batch keeps them all (multimodal/profiling.py `get_decoder_dummy_data` only warns), and the decoder runs
-    over every one; 0.8.2 and earlier profiled such a prompt as text of its share. The prompts' pixels reach the
-    model as keyword arguments (`MultiModalKwargs.as_kwargs`, moved to the GPU in the processor's dtype) and are
-    held through its forward pass. None for other models and for releases not read."""
+    over every one; 0.8.2 and earlier profiled such a prompt as text of its share. None for other models and for
+    releases not read.
+
+    The pixels reach the model as keyword arguments (`MultiModalKwargs.as_kwargs`, moved to the GPU in the
+    processor's dtype, batched as [sequences, patches, values]), and the model concatenates them into a copy of
+    its own (qwen2_vl.py and qwen2_5_vl.py `_validate_and_reshape_mm_tensor`, read in 0.7.2, 0.8.3 and 0.10.2):
+    both are held through the forward pass. V0 runs the encoder inside it (`get_input_embeddings_v0`), images then
+    videos, after the text's input embeddings exist and with each modality's pixels cast to the model's dtype."""
     launch = launch or EncoderLaunch()
     geometry = vision_geometry(config, source)
     if geometry is None or geometry.qwen3 or not any(start <= engine_version < end for start, end in V0_READ):
@@ -119,41 +134,51 @@ def v0_decoder_dummy(config: dict[str, Any], engine_version: Version, *, max_mod
     items = LargestItems(geometry, QWEN2_VL_PROCESSOR, rules, limits)
     merged = geometry.merge**2
 
-    def patches(seq_len: int) -> int:
+    def patches(seq_len: int) -> tuple[int, int]:
         """One dummy prompt's image and video patches for this length (qwen2_vl.py
         `get_num_frames_with_most_features`: the videos share what the images leave, at least a frame each)."""
         images = limits["image"] * items.image_patches
         if not limits["video"]:
-            return images
+            return images, 0
         frames = items.frames(seq_len - (images // merged if rules.images_before_video else 0), limits["video"])
-        return images + limits["video"] * items.video_patches(frames)
+        return images, limits["video"] * items.video_patches(frames)
 
-    largest = patches(max_model_len) // merged  # the registry's get_max_multimodal_tokens, at max_model_len
+    largest = sum(patches(max_model_len)) // merged  # the registry's get_max_multimodal_tokens, at max_model_len
     sequences = max(1, min(max_num_seqs, batched_tokens // largest))
     shares = [batched_tokens // sequences + (i < batched_tokens % sequences) for i in range(sequences)]
     kept = engine_version >= V0_DUMMY_KEPT_SINCE
     counts = [patches(share) for share in shares]  # 0.8.2 and earlier drop them where they outgrow the share
-    carried = [count if kept or count // merged <= share else 0 for share, count in zip(shares, counts, strict=True)]
-    tokens = sum(max(share, count // merged) for share, count in zip(shares, carried, strict=True))
-    pixel_bytes = sum(carried) * geometry.channels * geometry.temporal * geometry.patch**2 * (
-        rules.pixel_bytes or dtype_bytes)
+    carried = [count if kept or sum(count) // merged <= share else (0, 0)
+               for share, count in zip(shares, counts, strict=True)]
+    tokens = sum(max(share, sum(count) // merged) for share, count in zip(shares, carried, strict=True))
+    values = geometry.channels * geometry.temporal * geometry.patch**2  # each patch's pixel values
+    pixel_bytes = sum(map(sum, carried)) * values * (rules.pixel_bytes or dtype_bytes)
+    cast = dtype_bytes if rules.pixel_bytes not in (None, dtype_bytes) else 0  # `.type(self.visual.dtype)`
+    before_encoder = 2 * pixel_bytes + tokens * hidden * dtype_bytes
+    encoder_peak = max((before_encoder + count * values * cast
+                        + widest_block_bytes(geometry, count, tensor_parallel_size, dtype_bytes, engine_version)
+                        for count in map(sum, zip(*carried, strict=True)) if count), default=0)
     return V0DecoderDummy(
-        sequences=sequences, tokens=tokens, pixel_bytes=pixel_bytes,
+        sequences=sequences, tokens=tokens, pixel_bytes=pixel_bytes, held_bytes=2 * pixel_bytes,
+        encoder_peak_bytes=encoder_peak,
         source=(f"V0's dummy prompts: {sequences} of {max_num_seqs} sequence(s), each allowed "
                 f"{limits['image']} image(s) and {limits['video']} video(s) of {largest:,} tokens in all at "
                 f"max_model_len" + (f"; kept whole beyond their {shares[0]:,}-token share, {tokens:,} tokens "
                                     f"through the decoder" if tokens > batched_tokens else "")
-                + f", beside {pixel_bytes / GiB:.2f} GiB of their pixels; the encoder's own pass is not priced"),
+                + f", beside {2 * pixel_bytes / GiB:.2f} GiB of their pixels and the model's copy"
+                + (f"; the encoder inside the forward pass at its widest {encoder_peak / GiB:.2f} GiB, with the "
+                   "text's input embeddings" if encoder_peak else "")),
     )
 
 
 class ProfileBatch(NamedTuple):
-    """vLLM's profiling run: the tokens through the forward pass, the rows sampled, and what the batch's own
-    inputs hold beside them (a V0 vision model's pixels)."""
+    """vLLM's profiling run: the tokens through the forward pass, the rows sampled, what the batch's own inputs
+    hold beside them (a V0 vision model's pixels), and the widest moment of an encoder run inside that pass (V0)."""
 
     tokens: int
     rows: int
     held_bytes: int
+    encoder_peak_bytes: int
     source: str
 
 
@@ -166,7 +191,9 @@ def profile_batch(config: dict[str, Any], size: ModelSize, version: Version, v0:
                                            multimodal=size.vision is not None, mla=size.whole_mixer_params > 0)
     dummy = None if not v0 else v0_decoder_dummy(
         config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
-        dtype_bytes=launch.dtype_bytes, launch=launch.encoder, source=config_source)
+        hidden=size.hidden, tensor_parallel_size=launch.tensor_parallel_size, dtype_bytes=launch.dtype_bytes,
+        launch=launch.encoder, source=config_source)
     if dummy is None:
-        return ProfileBatch(tokens, rows, 0, source)
-    return ProfileBatch(dummy.tokens, dummy.sequences, dummy.pixel_bytes, f"{source}; {dummy.source}")
+        return ProfileBatch(tokens, rows, 0, 0, source)
+    return ProfileBatch(dummy.tokens, dummy.sequences, dummy.held_bytes, dummy.encoder_peak_bytes,
+                        f"{source}; {dummy.source}")

@@ -154,11 +154,14 @@ def test_qwen25_vl_72b_on_v0_profiles_its_whole_dummy_prompt_by_hand(report) -> 
     # Qwen2.5-VL-72B over four A100-40GB on V0 0.8.3, --limit-mm-per-prompt image=1,video=0. Its one dummy prompt
     # keeps its 16,384-token image beyond its 5,120-token share (encoder_profile.py `v0_decoder_dummy`), so the
     # decoder runs over 16,384 tokens: (4 × 8,192 hidden-wide + 3 × 29,568 / 4) × 2 B = 109,888 B a token,
-    # 1,800,404,992 B, beside the image's float32 pixels, 65,536 patches × 3 × 2 × 14² × 4 B = 308,281,344 B:
-    # 2,108,686,336 B (1.96 GiB), where 5,120 tokens gave 0.52 GiB; the log states 2.51.
+    # 1,800,404,992 B, beside the image's float32 pixels twice (the keyword arguments and the model's concatenated
+    # copy), 2 × 65,536 patches × 3 × 2 × 14² × 4 B = 616,562,688 B: 2,416,967,680 B. The encoder, run inside that
+    # pass first, peaks higher: the same pixels, their bf16 cast (154,140,672 B), the text's input embeddings
+    # (16,384 × 8,192 × 2 B = 268,435,456 B) and the qkv all-gather's 11,200 values a patch (65,536 × 11,200 × 2 B
+    # = 1,468,006,400 B): 2,507,145,216 B (2.33 GiB), where the decoder alone gave 1.96; the log states 2.51.
     case = next(c for c in report.cases if c.id == "v083-qwen25-vl-72b-a100-40gb-tp4-v0-fails")
     activation = next(t for t in case.launch.terms if t.name == "activation_peak")
-    assert activation.predicted_bytes == 16_384 * 109_888 + 65_536 * 1_176 * 4 == 2_108_686_336
+    assert activation.predicted_bytes == 616_562_688 + 154_140_672 + 268_435_456 + 1_468_006_400 == 2_507_145_216
 
 
 def test_pipeline_and_mla_case_uses_each_stages_smallest_rank(report) -> None:

@@ -14,6 +14,7 @@ from harness.predict.memory_model import (
     ENCODER_PRICED_NOTE,
     ENCODER_PROFILE_NOTE,
     FITTED_CONSTANTS,
+    V0_ENCODER_PRICED_NOTE,
     Waterfall,
     forward_peak_bytes,
     plan_waterfall,
@@ -213,11 +214,12 @@ def test_a_vision_language_waterfall_says_whether_the_encoder_profile_is_priced(
 
     assert ENCODER_PRICED_NOTE in assumptions("Qwen--Qwen3-VL-30B-A3B-Instruct.json")
     assert ENCODER_PRICED_NOTE in assumptions("Qwen--Qwen2.5-VL-7B-Instruct.json")
-    assert ENCODER_PROFILE_NOTE in assumptions("Qwen--Qwen2.5-VL-7B-Instruct.json", "0.8.3", "V0")
+    assert V0_ENCODER_PRICED_NOTE in assumptions("Qwen--Qwen2.5-VL-7B-Instruct.json", "0.8.3", "V0")
+    assert ENCODER_PROFILE_NOTE in assumptions("Qwen--Qwen2.5-VL-7B-Instruct.json", "0.9.2", "V0")  # not read
     assert ENCODER_PROFILE_NOTE in assumptions("llava-hf--llava-1.5-7b-hf.json")
     skipped = assumptions("Qwen--Qwen3-VL-30B-A3B-Instruct.json", skipped=True)
     text_only = assumptions("Qwen--Qwen3-30B-A3B.json")
-    assert not {ENCODER_PROFILE_NOTE, ENCODER_PRICED_NOTE} & {*skipped, *text_only}
+    assert not {ENCODER_PROFILE_NOTE, ENCODER_PRICED_NOTE, V0_ENCODER_PRICED_NOTE} & {*skipped, *text_only}
 
 
 def test_the_encoder_profile_raises_the_activation_peak_by_what_it_holds() -> None:

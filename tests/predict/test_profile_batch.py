@@ -81,15 +81,24 @@ def test_v0_keeps_a_dummy_prompt_whole_from_0_8_3_so_the_decoder_runs_over_every
     # tokens. The largest image, 3,584² (the 12,845,056-pixel bound), is 256² = 65,536 patches, 16,384 tokens;
     # 4,096 − 16,384 leaves no room for a frame, so the video keeps one, padded to a temporal pair: 16,384 more.
     # 5,120 // 32,768 = 0 sequences, so one, with the whole batch as its share; its 32,768 placeholders are kept,
-    # and so are its 131,072 patches' float32 pixels: 131,072 × 3 × 2 × 14² × 4 B = 616,562,688 B.
+    # and so are its 131,072 patches' float32 pixels: 131,072 × 3 × 2 × 14² × 4 B = 616,562,688 B, held twice
+    # through the forward pass (the keyword arguments and the model's concatenated copy).
     found = v0_decoder_dummy(QWEN25_VL_72B, Version("0.8.3"), max_model_len=4096, batched_tokens=5120,
-                             max_num_seqs=2)
+                             max_num_seqs=2, hidden=8192, tensor_parallel_size=4)
     assert found is not None
     assert (found.sequences, found.tokens, found.pixel_bytes) == (1, 32_768, 616_562_688)
+    assert found.held_bytes == 2 * 616_562_688
+    # The encoder runs on the image, then on the video, 65,536 patches each. Beside both pixel copies it holds the
+    # pass's bf16 cast of them (65,536 × 1,176 × 2 B = 154,140,672 B) and the text's input embeddings (32,768 ×
+    # 8,192 × 2 B = 536,870,912 B); at TP 4 its widest moment is 0.8.3's qkv all-gather: this rank's qkv (960),
+    # the gathered whole and its reordered copy (2 × 3,840), the block's input and norm (2,560): 11,200 values a
+    # patch, 65,536 × 11,200 × 2 B = 1,468,006,400 B. The two passes are alike: 3,392,143,360 B.
+    assert found.encoder_peak_bytes == 2 * 616_562_688 + 154_140_672 + 536_870_912 + 1_468_006_400 == 3_392_143_360
     # 0.8.2 profiled such a prompt as text of its share: one sequence still, of 5,120 tokens, and no pixels.
     earlier = v0_decoder_dummy(QWEN25_VL_72B, Version("0.8.2"), max_model_len=4096, batched_tokens=5120,
-                               max_num_seqs=2)
+                               max_num_seqs=2, hidden=8192)
     assert earlier is not None and (earlier.sequences, earlier.tokens, earlier.pixel_bytes) == (1, 5120, 0)
+    assert earlier.encoder_peak_bytes == 0  # no pixels, no encoder pass
 
 
 def test_v0_cuts_its_sequences_to_the_prompts_whose_placeholders_fit_the_batch() -> None:
@@ -97,14 +106,19 @@ def test_v0_cuts_its_sequences_to_the_prompts_whose_placeholders_fit_the_batch()
     # of 20,480 tokens each, which hold their image: 40,960 tokens, 2 sampled rows. From 0.10 the pixels are in the
     # model's dtype: 2 × 65,536 patches × 3 × 2 × 14² × 2 B = 308,281,344 B.
     found = v0_decoder_dummy(QWEN25_VL, Version("0.10.1"), max_model_len=40960, batched_tokens=40960,
-                             max_num_seqs=256, launch=EncoderLaunch(video_limit=0))
+                             max_num_seqs=256, hidden=3584, launch=EncoderLaunch(video_limit=0))
     assert found is not None and (found.sequences, found.tokens, found.pixel_bytes) == (2, 40_960, 308_281_344)
+    # One encoder call over both images' 131,072 patches, with nothing to cast: the two pixel copies, the input
+    # embeddings (40,960 × 3,584 × 2 B = 293,601,280 B) and on one GPU the MLP's moment, gate_up, its activated half
+    # and down_proj's output (3 × 3,420 + 1,280) beside the block's input and norm (2,560): 14,100 values a patch,
+    # 131,072 × 14,100 × 2 B = 3,696,230,400 B.
+    assert found.encoder_peak_bytes == 2 * 308_281_344 + 293_601_280 + 3_696_230_400 == 4_606_394_368
 
 
 def test_v0_dummy_prompts_are_priced_for_qwen2_vl_families_in_the_releases_read() -> None:
     def dummy(config: dict[str, Any], release: str, launch: EncoderLaunch | None = None) -> object:
         return v0_decoder_dummy(config, Version(release), max_model_len=4096, batched_tokens=5120, max_num_seqs=2,
-                                launch=launch)
+                                hidden=3584, launch=launch)
 
     assert dummy(QWEN25_VL, "0.9.2") is None  # 0.9's model runner was not read
     assert dummy(QWEN25_VL, "0.6.5") is None
