@@ -39,6 +39,7 @@ from harness.calibrate.field_results import (
 from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
+from harness.observe.server_logs import StartupCapacity
 from harness.predict.budget import CapacityPrediction
 from harness.predict.gpu_catalog import is_hopper
 from harness.predict.memory_model import (
@@ -123,6 +124,8 @@ def fits(prediction: CapacityPrediction) -> bool:
 UNSTATED_CACHE = "not scored: the excerpt leaves out what the cache holds (its KV dtype or a drafter)"
 LORA_UNMODELLED = f"not modelled: {LORA_NOT_SIZED}"
 DEVELOPMENT_BUILD = "not scored before launch: an unreleased build's memory accounting, no release's"
+BOUNDED = "bounded"  # the log gives fewer ranks' KV memory than ran: its figures are at most the quoted rank's
+MEMORY_BOUND_FIGURES = ("num_blocks", "kv_cache_tokens", "max_concurrency")  # what a smaller rank's memory lowers
 
 
 def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
@@ -139,6 +142,22 @@ def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
         high = predict_from_memory(case, shape, [b + HALF_STEP for b in stage_bytes])
     except HarnessError as error:
         return LoggedCheck(status=f"not modelled: {error}")
+    figures = _capacity_figures(log, low, high)
+    if log.kv_cache_bytes_needed is not None:  # a refused V1 start states what one request needs
+        needed = round(high.blocks_per_request * high.bytes_per_block / GiB, 2)
+        logged_needed = round(log.kv_cache_bytes_needed / GiB, 2)
+        figures.append(FigureCheck(name="kv_gib_needed_per_request", logged=logged_needed, predicted_low=needed,
+                                   predicted_high=needed, within=needed == logged_needed))
+    if not figures:
+        return LoggedCheck(status="no capacity figure to compare", fits=fits(high))
+    status = "exact" if all(figure.within for figure in figures) else "off"
+    if status == "off" and _bounded_by_quoted_ranks(case, log.available_kv_cache_bytes_by_rank, figures):
+        status = BOUNDED
+    return LoggedCheck(status=status, figures=figures, fits=fits(high) if fits(low) == fits(high) else None)
+
+
+def _capacity_figures(log: StartupCapacity, low: CapacityPrediction, high: CapacityPrediction) -> list[FigureCheck]:
+    """Each capacity figure the log prints against what its memory holds at either end of the log's rounding."""
     logged = {"num_blocks": log.num_gpu_blocks, "kv_cache_tokens": log.kv_cache_tokens,
               "max_concurrency": log.max_concurrency}
     figures = []
@@ -150,15 +169,21 @@ def check_logged(case: FieldCase, shape: ModelShape | None) -> LoggedCheck:
             lo, hi = round(lo, 2), round(hi, 2)
         figures.append(FigureCheck(name=name, logged=value, predicted_low=lo, predicted_high=hi,
                                    within=lo <= value <= hi))
-    if log.kv_cache_bytes_needed is not None:  # a refused V1 start states what one request needs
-        needed = round(high.blocks_per_request * high.bytes_per_block / GiB, 2)
-        logged_needed = round(log.kv_cache_bytes_needed / GiB, 2)
-        figures.append(FigureCheck(name="kv_gib_needed_per_request", logged=logged_needed, predicted_low=needed,
-                                   predicted_high=needed, within=needed == logged_needed))
-    if not figures:
-        return LoggedCheck(status="no capacity figure to compare", fits=fits(high))
-    status = "exact" if all(figure.within for figure in figures) else "off"
-    return LoggedCheck(status=status, figures=figures, fits=fits(high) if fits(low) == fits(high) else None)
+    return figures
+
+
+def _bounded_by_quoted_ranks(case: FieldCase, by_rank: dict[int, int], figures: list[FigureCheck]) -> bool:
+    """Whether a log that gives fewer ranks' KV memory than the start ran has its cache figures at most what the
+    quoted memory holds. vLLM gives every rank the smallest rank's blocks (V0 executor_base.py
+    `determine_num_available_blocks`, read in 0.8.3; V1 kv_cache_utils.py `get_kv_cache_configs`, read in 0.12.0),
+    and a rank the log does not quote may have had less: in 0.12.0 each node's first worker alone prints "Available
+    KV cache memory" (`info_once(..., scope="local")`), and an excerpt may quote one worker's line of several. Such a
+    start is no check of exactness, only of that bound."""
+    ranks = case.facts.tensor_parallel_size * case.facts.pipeline_parallel_size
+    if ranks == 1 or set(by_rank) == set(range(ranks)):
+        return False
+    return all(figure.within or (figure.name in MEMORY_BOUND_FIGURES and figure.logged < figure.predicted_low)
+               for figure in figures)
 
 
 def _stage_memory(case: FieldCase, by_rank: dict[int, int], headline: int | None) -> list[int] | None:

@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness.calibrate.field_check import KV_TOKENS_TOLERANCE
+from harness.calibrate.field_check import BOUNDED, KV_TOKENS_TOLERANCE
 from harness.calibrate.field_results import CaseResult, FieldReport, LaunchCheck
 from harness.units import GiB
 
@@ -34,6 +34,7 @@ class Score(BaseModel):
     cases: int
     logged_exact: int
     logged_scored: int
+    logged_bounded: int  # fewer ranks' memory logged than ran, the figures below what it holds: no exactness check
     launch_within: int
     launch_scored: int
     fit_calls_right: int
@@ -53,6 +54,7 @@ def score(cases: list[CaseResult], held_back_only: bool = True) -> Score:
     return Score(
         cases=len(cases),
         logged_exact=sum(c.logged.status == "exact" for c in logged), logged_scored=len(logged),
+        logged_bounded=sum(c.logged.status == BOUNDED for c in cases),
         launch_within=sum(abs(residual) <= KV_TOKENS_TOLERANCE for residual in residuals),
         launch_scored=len(residuals),
         fit_calls_right=sum(c.launch.fits_predicted == c.cache_fit for c in calls), fit_calls=len(calls),
@@ -71,7 +73,9 @@ def summary_lines(report: FieldReport) -> list[str]:
     return [
         f"field corpus: {len(report.cases)} start-up logs",
         f"from logged KV memory: {held.logged_exact} of {held.logged_scored} scored cases exact within the "
-        "log's rounding (blocks, tokens and concurrency)",
+        "log's rounding (blocks, tokens and concurrency); "
+        f"{held.logged_bounded} more log fewer ranks' memory than ran and a cache below what it holds (vLLM sizes "
+        "it by the smallest rank): bounded, not checked for exactness",
         f"before launch, held-back cases: {held.launch_within} of {held.launch_scored} within ±5% KV tokens "
         f"({_share(held.launch_within, held.launch_scored)}); all scored cases: {every.launch_within} of "
         f"{every.launch_scored}",
@@ -117,7 +121,8 @@ def _logged_table(report: FieldReport) -> Table:
             span = _number(figure.predicted_low) if figure.predicted_low == figure.predicted_high else \
                 f"{_number(figure.predicted_low)} … {_number(figure.predicted_high)}"
             table.add_row(case.id, case.release, figure.name, _number(figure.logged), span,
-                          "exact" if figure.within else "OFF")
+                          "exact" if figure.within else
+                          "below: a rank not logged" if case.logged.status == BOUNDED else "OFF")
     return table
 
 

@@ -19,7 +19,7 @@ class FigureCheck(BaseModel):
 
 
 class LoggedCheck(BaseModel):
-    status: str  # "exact", "off", or why it is not scored
+    status: str  # "exact", "off", "bounded" (below what the fewer ranks it quotes hold), or why it is not scored
     figures: list[FigureCheck] = []
     fits: bool | None = None
 
