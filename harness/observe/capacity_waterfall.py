@@ -1,8 +1,8 @@
 """The before-launch waterfall beside what a start-up log says each term took.
 
-A log that states its memory profile (V0 and 0.6 releases print the GPU's total and every term) or a
-GPU named by the user is enough to run the before-launch model for the same start and set each
-predicted term beside the logged one: the run then shows which term the prediction missed.
+A log that states its memory profile (V0 and 0.6 releases print the GPU's total and every term), a GPU
+named by the user, or one a line of the log names is enough to run the before-launch model for the same start
+and set each predicted term beside the logged one: the run then shows which term the prediction missed.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from harness.observe.server_logs import StartupCapacity
 from harness.predict.encoder_profile import EncoderLaunch
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.fit_answer import gpu_total
+from harness.predict.gpu_catalog import GpuMemory, gpu_memory
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, LORA_NOT_SIZED, Waterfall, plan_waterfall
 from harness.predict.model_shape import ModelShape
@@ -39,15 +40,21 @@ class WaterfallComparison(BaseModel):
 
 
 def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | None) -> WaterfallComparison | None:
-    """None when neither the log nor the user gives the GPU's total memory."""
+    """None when neither the log nor the user gives the GPU's total memory. Without `gpu`, the GPU a line of the
+    log names sets what depends on the part (a Hopper's non-torch figure, NVLS buffers, the batch defaults), and
+    its catalogued total serves where the log states none."""
     profile = log.memory_profile
     logged_total = profile.components_bytes.get("total_gpu_memory_bytes") if profile else None
+    named = _logged_gpu(log) if gpu is None else None
     if gpu is not None:
         total, total_source = gpu_total(gpu)
     elif logged_total:
         total, total_source = logged_total, "the GPU total the log states"
+    elif named is not None:
+        total, total_source = int(named.total_gib * GiB), f"{named.name}, as the log names it: {named.source}"
     else:
         return None
+    gpu_name = gpu or log.gpu_name
     utilization = (profile.gpu_memory_utilization if profile and profile.gpu_memory_utilization else None) \
         or log.gpu_memory_utilization or 0.9
     max_model_len = log.max_model_len or log.max_concurrency_model_len or shape.max_position_embeddings
@@ -55,7 +62,7 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
         return None
     try:
         waterfall = log_waterfall(
-            log, shape, total_bytes=total, total_source=total_source, gpu_name=gpu, max_model_len=max_model_len,
+            log, shape, total_bytes=total, total_source=total_source, gpu_name=gpu_name, max_model_len=max_model_len,
             gpu_memory_utilization=float(utilization), quantization=log.quantization,
             tensor_parallel_size=log.tensor_parallel_size or 1, pipeline_parallel_size=log.pipeline_parallel_size or 1,
             max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs)
@@ -68,10 +75,20 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
     rows.append(WaterfallRow(name="kv_memory", predicted_bytes=waterfall.kv_bytes,
                              logged_bytes=log.available_kv_cache_bytes, source="usable − the terms above"))
     notes = [] if logged_total or gpu is None else ["the log does not state the GPU's total: the given GPU is used"]
+    if gpu is None and log.gpu_name is not None:
+        notes.append(f"the GPU is {log.gpu_name}, as a line of the log names it (gpu_name_line; --gpu for another)")
     if log.lora_adapters_line is not None:
         notes.append(f"the engine serves {LORA_NOT_SIZED}: the predicted terms leave them out")
     return WaterfallComparison(total_bytes=total, total_source=total_source, gpu_memory_utilization=float(utilization),
                                rows=rows, notes=notes)
+
+
+def _logged_gpu(log: StartupCapacity) -> GpuMemory | None:
+    """The catalogue's entry for the GPU the log names, if it has one."""
+    try:
+        return gpu_memory(log.gpu_name) if log.gpu_name else None
+    except HarnessError:
+        return None
 
 
 def log_waterfall(log: StartupCapacity, shape: ModelShape, *, total_bytes: int, total_source: str,

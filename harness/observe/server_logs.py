@@ -77,6 +77,8 @@ class StartupCapacity(pydantic.BaseModel):
     top_k_top_p_sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's, where the log names it
     top_k_top_p_sampler_line: str | None = None  # the first line that names it
     lora_adapters_line: str | None = None  # the line that shows LoRA adapters served (or the arguments' enable_lora)
+    gpu_name: str | None = None  # the GPU a line names (a fused-MoE config's device_name, a dtype warning, nvidia-smi)
+    gpu_name_line: str | None = None  # the first line that names it
     enforce_eager: bool | None = None  # the engine config's (else the arguments'): no CUDA graphs captured
     kv_cache_device: str | None = None
     kv_cache_tokens: int | None = None
@@ -231,6 +233,8 @@ def _parse_start(lines: list[LogLine]) -> StartupCapacity:
         _read_profiles_kv(facts)
     if facts.by_rank:
         facts.found["available_kv_cache_bytes_by_rank"] = dict(sorted(facts.by_rank.items()))
+    if "gpu_name" not in facts.found and len(facts.smi_rows) == 1:  # the engine names none; the table one model
+        facts.found["gpu_name"], facts.found["gpu_name_line"] = next(iter(facts.smi_rows.items()))
     return _assemble(facts.found, facts.tokens, facts.concurrency, facts.available, binding_profile(profiles),
                      facts.stage, lines)
 

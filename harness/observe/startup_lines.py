@@ -90,6 +90,14 @@ ENGINE_CONFIG = re.compile(
 SERVER_VERSION = re.compile(r"^vLLM (?:API )?server version (?P<version>[^\s,]+)")
 BANNER_VERSION = re.compile(r"█\s+version (?P<version>\d+\.\d+\S*)")
 STARTING_TO_LOAD = re.compile(r"^Starting to load model")
+# The GPU the engine names: the fused-MoE config it looks up (`E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3.json`,
+# torch's device name with spaces as underscores), and the model config's warning on a GPU without bfloat16 (`Your
+# device 'Tesla T4' (with compute capability 7.5) doesn't support torch.bfloat16`).
+ENGINE_GPU_NAMES = (re.compile(r"device_name=(?P<name>NVIDIA_[A-Za-z0-9_-]{1,80}?)(?:,|\.json)"),
+                    re.compile(r"Your device '(?P<name>[^']{1,80})' \(with compute capability"))
+# A pasted nvidia-smi table's row (`|   0  NVIDIA A100-SXM4-40GB          On  |`): the machine's GPUs, of which
+# the start may use any, so only a table whose rows all name one model names the start's.
+SMI_GPU_ROW = re.compile(r"^\|\s+\d+\s+(?P<name>(?:NVIDIA|Tesla) [^|]{1,60}?)\s{2,}(?:On|Off)\s+\|")
 # Lines a start prints once it has sized its cache: memory, blocks, tokens or concurrency.
 SIZED_MARKERS = (KV_CACHE_SIZE, MAX_CONCURRENCY, BLOCKS, AVAILABLE_KV, V0_KV_REST, PROFILE_V06)
 # Of those, the lines a process prints once a start: its own memory profile and the executor's block count. The
@@ -116,6 +124,7 @@ class StartFacts:
     available: list[int] = field(default_factory=list)
     profiles: dict[str | None, MemoryProfile] = field(default_factory=dict)
     by_rank: dict[int, int] = field(default_factory=dict)
+    smi_rows: dict[str, str] = field(default_factory=dict)  # each GPU model a pasted nvidia-smi table names, its row
     stage: Stage = "starting"
 
     def read(self, line: LogLine) -> None:
@@ -234,6 +243,13 @@ class StartFacts:
     def lora(self, match: re.Match[str], process: str | None) -> None:
         self.found.setdefault("lora_adapters_line", match.string)
 
+    def engine_gpu(self, match: re.Match[str], process: str | None) -> None:
+        self.found.setdefault("gpu_name", match.group("name").replace("_", " "))
+        self.found.setdefault("gpu_name_line", match.string)
+
+    def smi_gpu(self, match: re.Match[str], process: str | None) -> None:
+        self.smi_rows.setdefault(match.group("name"), match.string)
+
     def sampler(self, match: re.Match[str], process: str | None) -> None:
         name = "flashinfer" if match.group("flashinfer") else "pytorch"
         if self.found.setdefault("top_k_top_p_sampler", name) != name:
@@ -275,6 +291,8 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
     (BANNER_VERSION, StartFacts.server_version),
     (TOP_K_TOP_P_SAMPLER, StartFacts.sampler),
     (LORA_WRAPPER, StartFacts.lora),
+    *((pattern, StartFacts.engine_gpu) for pattern in ENGINE_GPU_NAMES),
+    (SMI_GPU_ROW, StartFacts.smi_gpu),
 )
 
 

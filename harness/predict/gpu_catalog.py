@@ -17,6 +17,8 @@ specifications and architecture whitepapers), which size the CUDA context's loca
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
@@ -143,14 +145,16 @@ SYSTEM_GPUS = {"dgxspark": "gb10"}
 
 def gpu_memory(name: str) -> GpuMemory:
     """The catalogue entry for a GPU name, matched without regard to case, spaces, hyphens or underscores
-    ("rtx 4090" is RTX-4090), or for a system named by its GPU ("DGX Spark" is GB10); a name that only begins one
-    or more entries ("H100") is refused with them."""
+    ("rtx 4090" is RTX-4090), as CUDA names the device ("NVIDIA A100-SXM4-40GB" is A100-40GB), or for a system
+    named by its GPU ("DGX Spark" is GB10); a name that only begins one or more entries ("H100") is refused with
+    them."""
     spelt = _spelling(name)
-    asked = SYSTEM_GPUS.get(spelt, spelt)
-    for known, gpu in GPUS.items():
-        if _spelling(known) == asked:
-            return gpu
-    meant = [known for known in GPUS if asked and _spelling(known).startswith(asked)]
+    spellings = (SYSTEM_GPUS.get(spelt, spelt), _device_spelling(name))
+    for spelling in spellings:
+        for known, gpu in GPUS.items():
+            if _spelling(known) == spelling:
+                return gpu
+    meant = [known for known in GPUS if any(asked and _spelling(known).startswith(asked) for asked in spellings)]
     hint = f"did you mean {' or '.join(meant)}?" if meant else f"known: {', '.join(GPUS)}"
     raise HarnessError(
         f"GPU '{name}' has no sourced memory figure here ({hint}); or give its total in GiB as vLLM logs it, "
@@ -188,3 +192,15 @@ def on_nvswitch(name: str | None) -> bool:
 
 def _spelling(name: str) -> str:
     return "".join(character for character in name.lower() if character.isalnum())
+
+
+# Words CUDA's device names (torch's, nvidia-smi's) carry beside what the catalogue names: the vendor and brand,
+# and a form factor or memory type the card's total does not depend on.
+DEVICE_NAME_EXTRAS = frozenset({"nvidia", "tesla", "geforce", "sxm", "sxm2", "sxm4", "sxm5", "pcie", "hbm2", "hbm2e",
+                                "hbm3", "hbm3e", "workstation", "server", "edition"})
+
+
+def _device_spelling(name: str) -> str:
+    """A device name as CUDA prints it ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "Tesla T4") spelt as the
+    catalogue's ("h10080gb", "a10040gb", "t4")."""
+    return "".join(word for word in re.split(r"[^a-z0-9]+", name.lower()) if word not in DEVICE_NAME_EXTRAS)

@@ -26,6 +26,7 @@ from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import parse_metrics
 from harness.predict.model_shape import load_model_shape
+from harness.units import GiB
 
 from conftest import create_project
 
@@ -627,3 +628,22 @@ def test_a_log_that_names_its_release_dev_asks_for_the_release_instead_of_failin
                                  "--engine-version", "0.11.2"], input=log)
     assert stated.exit_code == 0, stated.output
     assert "│ kv_memory " in stated.output and "│ 20.00 " in stated.output
+
+
+def test_a_log_that_names_its_gpu_gets_the_waterfall_of_that_gpu() -> None:
+    """The corpus's Qwen3-30B-A3B TP2 start on 0.12.0 states no GPU total, but its fused-MoE warning looks up
+    device_name=NVIDIA_H100_80GB_HBM3: the catalogue's H100-80GB gives the total, and the part's Hopper figure
+    prices the non-torch memory, without --gpu."""
+    case = FIELD_CONFIGS.parent / "cases" / "v0120-qwen3-30b-a3b-h100-tp2-len40960.yaml"
+    log = parse_startup_log(yaml.safe_load(case.read_text())["log"])
+    shape = load_model_shape(str(FIELD_CONFIGS / "Qwen--Qwen3-30B-A3B.json"))
+    assert log.gpu_name == "NVIDIA H100 80GB HBM3"
+    named = waterfall_beside_log(log, shape, None)
+    given = waterfall_beside_log(log, shape, "H100-80GB")
+    assert named is not None and given is not None
+    assert named.total_bytes == given.total_bytes == int(79.22 * GiB)
+    assert [row.predicted_bytes for row in named.rows] == [row.predicted_bytes for row in given.rows]
+    assert "on a Hopper part" in next(row.source for row in named.rows if row.name == "non_torch")
+    assert any("NVIDIA H100 80GB HBM3, as a line of the log names it" in note for note in named.notes)
+    unnamed = log.model_copy(update={"gpu_name": None, "gpu_name_line": None})
+    assert waterfall_beside_log(unnamed, shape, None) is None  # no total, no name: nothing to size

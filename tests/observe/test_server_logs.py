@@ -930,3 +930,35 @@ def test_an_argparse_namespace_line_gives_its_literal_arguments() -> None:
                "args: Namespace(x=***, max_num_seqs=4)": {"max_num_seqs": 4}}  # a value masked as a secret
     for text, kept in damaged.items():
         assert parse_startup_log(f"INFO 04-15 00:05:01 api_server.py:1035] {text}\n").non_default_args == kept
+
+
+MOE_WARNING = ("Using default MoE config. Performance might be sub-optimal! Config file not found at "
+               "['/x/configs/E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3.json']")
+BF16_WARNING = ("Your device 'Tesla T4' (with compute capability 7.5) doesn't support torch.bfloat16. Falling back "
+                "to torch.float16 for compatibility.")
+SMI_ROW = "|   4  NVIDIA A100-SXM4-40GB          On  | 00000000:C2:00.0 Off |                    0 |"
+
+
+@pytest.mark.parametrize(("line", "name", "message"), [
+    (f"(Worker_TP0 pid=7) WARNING 01-13 02:22:23 [fused_moe.py:888] {MOE_WARNING}", "NVIDIA H100 80GB HBM3",
+     MOE_WARNING),
+    (f"(APIServer pid=5) WARNING 01-12 06:14:26 [model.py:1682] {BF16_WARNING}", "Tesla T4", BF16_WARNING),
+    (SMI_ROW, "NVIDIA A100-SXM4-40GB", SMI_ROW),
+])
+def test_the_gpu_a_line_names_is_read_with_that_line(line, name, message) -> None:
+    log = parse_startup_log(line)
+    assert (log.gpu_name, log.gpu_name_line) == (name, message)
+
+
+def test_an_nvidia_smi_row_without_a_name_names_no_gpu() -> None:
+    log = parse_startup_log("| N/A   32C    P0              56W / 275W |      0MiB / 40960MiB |      0%      Default |")
+    assert log.gpu_name is None
+
+
+def test_an_nvidia_smi_table_of_several_models_names_no_gpu_and_the_engines_own_name_comes_first() -> None:
+    # tokenkaki's machine lists four A100s and a "DGX Display": which one served is not the table's to say.
+    display = "|   3  NVIDIA DGX Display             On  | 00000000:C1:00.0 Off |                  N/A |"
+    assert parse_startup_log(f"{SMI_ROW}\n{display}").gpu_name is None
+    assert parse_startup_log(f"{SMI_ROW}\n{SMI_ROW.replace('|   4', '|   5')}").gpu_name == "NVIDIA A100-SXM4-40GB"
+    engine = f"(Worker_TP0 pid=7) WARNING 01-13 02:22:23 [fused_moe.py:888] {MOE_WARNING}"
+    assert parse_startup_log(f"{SMI_ROW}\n{engine}").gpu_name == "NVIDIA H100 80GB HBM3"

@@ -6,8 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.errors import HarnessError
+from harness.observe.server_logs import parse_startup_log
 from harness.predict.gpu_catalog import GPUS, gpu_memory, known_gpu, on_nvswitch
 from harness.units import GiB
 
@@ -93,3 +95,31 @@ def test_resident_threads_are_multiprocessors_times_the_capabilitys_threads() ->
     assert gpu_memory("RTX-3090").resident_threads == 125_952
     assert gpu_memory("T4").resident_threads == 40_960
     assert [name for name, gpu in GPUS.items() if gpu.resident_threads is None] == ["MI300X"]
+
+
+@pytest.mark.parametrize(("device", "name"), [("NVIDIA H100 80GB HBM3", "H100-80GB"),
+                                              ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+                                              ("NVIDIA A100 80GB PCIe", "A100-80GB"), ("Tesla T4", "T4"),
+                                              ("NVIDIA GeForce RTX 4090 D", "RTX-4090-D"),
+                                              ("NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                                               "RTX-PRO-6000-Blackwell")])
+def test_a_device_name_as_cuda_prints_it_finds_its_entry(device, name) -> None:
+    assert gpu_memory(device).name == name
+
+
+def test_a_device_name_the_catalogue_cannot_tell_apart_is_refused_with_its_entries() -> None:
+    # "NVIDIA H100 PCIe" names neither memory size: both H100 entries begin with what is left, "h100".
+    with pytest.raises(HarnessError, match=r"did you mean H100-80GB or H100-96GB\?"):
+        gpu_memory("NVIDIA H100 PCIe")
+
+
+def test_every_gpu_a_field_log_names_is_the_one_its_case_states() -> None:
+    # The log's own device name (a fused-MoE config, a dtype warning, nvidia-smi) checks each case's stated GPU.
+    checked = 0
+    for path in CASES.glob("*.yaml"):
+        case = yaml.safe_load(path.read_text())
+        named = parse_startup_log(case["log"], case.get("start")).gpu_name
+        if named is not None:
+            assert gpu_memory(named).name == case["facts"]["gpu"], path.name
+            checked += 1
+    assert checked >= 10
