@@ -323,10 +323,10 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=36.71,
-    non_torch_gib=0.036,
+    non_torch_gib=0.04,
     hopper_non_torch_gib=0.596,
     cuda_graph_gib=0.54,
-    nccl_gib=0.133,
+    nccl_gib=0.129,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
         "v0101-gpt-oss-120b-a100-tp4-util08",
@@ -352,6 +352,7 @@ FITTED_CONSTANTS = MemoryConstants(
         "v0160-qwen25-7b-bnb-unsloth-len32768",
         "v0171-llama31-8b-len32768",
         "v0171-qwen25-3b-len32768",
+        "v0180-qwen25-7b-v100-fp16-eager",
         "v0191-phi3-mini-rtx3090-fp16-util085",
         "v0192-gemma4-e4b-len16384-util085",
         "v0192-nemotron3-nano-4b-mamba-gb10-len49152",

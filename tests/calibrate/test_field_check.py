@@ -228,9 +228,9 @@ def test_before_launch_fit_calls_are_right_but_the_named_ones_and_the_score_is_p
     assert lines[4].startswith("before launch, maximum concurrency at max_model_len within ±1 sequence or ±2% "
                                f"(the larger): held-back {held.concurrency_within} of {held.concurrency_scored} ")
     assert held.concurrency_scored >= 10
-    # Six logs are the most any one source holds (two repositories hold six each): 6 of 149 = 4.0%, "4%".
-    assert lines[-1].startswith("split by source: 112 sources, each on the side its key's hash gives; the largest "
-                                "source holds 6 of 149 cases (4%): ")
+    # Six logs are the most any one source holds (two repositories hold six each): 6 of 150 = 4.0%, "4%".
+    assert lines[-1].startswith("split by source: 113 sources, each on the side its key's hash gives; the largest "
+                                "source holds 6 of 150 cases (4%): ")
     assert lines[-1].split("(4%): ")[1].split(", ") == [
         "github.com/dennislee22/vllm-benchmarking", "github.com/sostrowsk/dgx-spark-local-llm"]
 

@@ -173,8 +173,8 @@ def test_nvls_buffers_join_the_non_torch_memory_on_an_nvswitch_board_past_two_gp
 
 def test_a_hopper_part_gets_the_base_fitted_on_hopper_starts() -> None:
     # One GPU, 0.11.0 (no context, no communicators): the base alone, 0.596 GiB on an H100 or H200 (the median of
-    # the fit half's Hopper starts), 0.036 GiB elsewhere: int(0.596 × 2³⁰) = 639,950,127 B and
-    # int(0.036 × 2³⁰) = 38,654,705 B.
+    # the fit half's Hopper starts), 0.04 GiB elsewhere: int(0.596 × 2³⁰) = 639,950,127 B and
+    # int(0.04 × 2³⁰) = 42,949,672 B.
     config = _config("Qwen--Qwen2-7B-Instruct.json")
 
     def non_torch(gpu: str | None) -> int:
@@ -183,7 +183,7 @@ def test_a_hopper_part_gets_the_base_fitted_on_hopper_starts() -> None:
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
 
     assert non_torch("H100-80GB") == non_torch("NVIDIA H200") == non_torch("GH200") == 639_950_127
-    assert non_torch("A100-80GB") == non_torch("RTX-PRO-6000-Blackwell") == non_torch(None) == 38_654_705
+    assert non_torch("A100-80GB") == non_torch("RTX-PRO-6000-Blackwell") == non_torch(None) == 42_949_672
 
 
 def test_eager_mode_captures_no_cuda_graphs_so_from_0_21_their_reservation_goes_to_the_cache() -> None:
