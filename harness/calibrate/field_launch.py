@@ -10,7 +10,7 @@ from packaging.version import Version
 from harness.calibrate.field_corpus import FieldCase
 from harness.calibrate.field_results import SamplerFact
 from harness.errors import HarnessError
-from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.kv_bytes import resolve_kv_dtype

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity
-from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.fit_answer import gpu_total
 from harness.predict.gpu_catalog import GpuMemory, gpu_memory

@@ -26,7 +26,7 @@ from harness.predict.budget import (
     available_kv_bytes_from_gpu,
     estimate_budget,
 )
-from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.model_shape import ModelShape

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.speculative import SpeculativeDecoding
 
 

@@ -21,7 +21,8 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile
+from harness.predict.encoder_launch import EncoderLaunch
+from harness.predict.encoder_profile import EncoderProfile, encoder_profile
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import is_hopper, known_gpu
 from harness.predict.kv_bytes import check_attention_heads
@@ -190,7 +191,7 @@ def plan_waterfall(
     parameter-count estimate of the weights. The launch's `sampler` is V1's top-k/top-p implementation
     (FlashInfer when the install has it, as vLLM's image does; unstated, PyTorch's, see DEFAULT_V1_SAMPLER);
     V0 always uses PyTorch's. Its `speculative` adds an MTP drafter's weights, its `encoder` says whether a VL
-    model's encoder is profiled and with which limits (encoder_profile.py), and `enforce_eager` captures no CUDA
+    model's encoder is profiled and with which limits (encoder_launch.py), and `enforce_eager` captures no CUDA
     graphs. `config_source` names the config in an error about its fields.
     """
     utilization, dtype_bytes = launch.gpu_memory_utilization, launch.dtype_bytes

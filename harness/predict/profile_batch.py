@@ -11,14 +11,8 @@ from typing import Any, NamedTuple
 from packaging.version import Version
 from pydantic import BaseModel
 
-from harness.predict.encoder_profile import (
-    QWEN2_VL_PROCESSOR,
-    RULES,
-    EncoderLaunch,
-    LargestItems,
-    vision_geometry,
-    widest_block_bytes,
-)
+from harness.predict.encoder_launch import EncoderLaunch
+from harness.predict.encoder_profile import QWEN2_VL_PROCESSOR, RULES, LargestItems, vision_geometry, widest_block_bytes
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.parameter_count import ModelSize
 from harness.units import GiB

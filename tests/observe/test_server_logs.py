@@ -20,7 +20,7 @@ from harness.observe.log_lines import read_log_text
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.paths import read_bounded_bytes
-from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.encoder_launch import EncoderLaunch
 from harness.units import GiB
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from harness.predict.encoder_profile import EncoderLaunch, EncoderProfile, encoder_profile
+from harness.predict.encoder_launch import EncoderLaunch
+from harness.predict.encoder_profile import EncoderProfile, encoder_profile
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
 

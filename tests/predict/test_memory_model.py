@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from harness.errors import HarnessError
-from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.memory_model import (
     ENCODER_PRICED_NOTE,

@@ -8,7 +8,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.profile_batch import profiling_batch, v0_decoder_dummy
 from harness.units import GiB
 

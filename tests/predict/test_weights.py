@@ -28,7 +28,7 @@ from packaging.version import Version
 
 from harness.errors import HarnessError
 from harness.predict.allocator import MiB, block_slack_bytes
-from harness.predict.encoder_profile import EncoderLaunch
+from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.predict.parameter_count import model_size
