@@ -45,6 +45,11 @@ MAX_ASPECT = 200  # the processors refuse a wider image
 ENCODER_PROFILED_SINCE = Version("0.8.2")
 UNREAD = (Version("0.9"), Version("0.10"))  # 0.9.x's profile_run was not read: not priced
 NEWEST_READ_BEFORE = Version("0.35")  # releases from here on are not priced until their profile_run is read
+# Before 0.12 the dummy batch reaches the model stacked, [items, patches, values] (`MultiModalKwargs.batch`), and the
+# model concatenates it into a copy of its own (`_validate_and_reshape_mm_tensor`, qwen2_vl.py, qwen2_5_vl.py and
+# qwen3_vl.py, read in 0.8.3, 0.10.2 and 0.11.0); from 0.12 these models take it flat (`merge_by_field_config`).
+# Float32 pixels (before 0.10) are also cast to the model's dtype for the encoder (`.type(self.visual.dtype)`).
+FLAT_BATCH_SINCE = Version("0.12")
 
 
 class VisionProcessor(BaseModel, frozen=True):
@@ -110,7 +115,7 @@ class EncoderProfile(BaseModel, frozen=True):
     tokens_per_item: int  # the encoder's output tokens for one dummy item
     budget_tokens: int  # the encoder budget: the larger of the batched tokens and the largest item's tokens
     held_bytes: int  # outputs, padded copies and pixels, alive through the decoder's and the sampler's runs
-    encoder_peak_bytes: int  # the encoder call's widest moment, the pixels included
+    encoder_peak_bytes: int  # the encoder call's widest moment, the pixels and the model's copies of them included
     source: str
 
 
@@ -165,7 +170,10 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
     pixel_bytes = rules.pixel_bytes or dtype_bytes
     pixels = count * patches * geometry.channels * geometry.temporal * geometry.patch**2 * pixel_bytes
     held_pixels = pixels if runner == "first" else 0  # the second runner frees them before the decoder's run
-    peak = pixels + widest_block_bytes(geometry, count * patches, tensor_parallel_size, dtype_bytes, engine_version)
+    copied = pixels if engine_version < FLAT_BATCH_SINCE else 0
+    cast = pixels // pixel_bytes * dtype_bytes if pixel_bytes != dtype_bytes else 0
+    peak = pixels + copied + cast + widest_block_bytes(geometry, count * patches, tensor_parallel_size, dtype_bytes,
+                                                       engine_version)
     return EncoderProfile(
         modality=modality, items=count, patches_per_item=patches, tokens_per_item=tokens, budget_tokens=budget,
         held_bytes=outputs + padded + held_pixels, encoder_peak_bytes=peak,

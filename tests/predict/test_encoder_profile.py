@@ -92,6 +92,10 @@ def test_qwen25_vl_before_0_11_profiles_a_small_dummy_in_a_video_sized_budget() 
     assert found is not None
     assert (found.modality, found.items, found.budget_tokens) == ("video", 1, 98_304)
     assert (found.patches_per_item, found.held_bytes) == (65_536, 117_440_512 + 308_281_344)
+    # The encoder call holds those float32 pixels, the model's concatenated copy of them (308,281,344 B again) and
+    # their bf16 cast (`.type(self.visual.dtype)`, 154,140,672 B) beside its widest moment, 0.12.0's on one GPU
+    # (14,100 values a patch: 65,536 × 14,100 × 2 B = 1,848,115,200 B).
+    assert found.encoder_peak_bytes == 2 * 308_281_344 + 154_140_672 + 1_848_115_200
 
 
 def test_from_0_11_the_qwen25_vl_dummy_video_fills_max_model_len() -> None:
@@ -149,11 +153,12 @@ def test_before_0_12_qwen25_vl_attention_gathers_qkv_and_outgrows_the_mlp_with_t
     # 0.11.0's split_qkv all-gathers qkv over the ranks (all_gather_interleave): this rank's qkv (3 × 1,280 / 2 =
     # 1,920) beside the gathered whole (3,840) and its reordered cat (3,840), with the block's input and norm
     # (2,560): 12,160 values a patch, more than the MLP's 10,250. 131,072 patches × 12,160 × 2 B = 3,187,671,040 B,
-    # plus the same bf16 pixels as in 0.12.0 (308,281,344 B), which no longer gathers.
+    # plus the same bf16 pixels as in 0.12.0 (308,281,344 B), which no longer gathers, and, before 0.12, the copy
+    # the model concatenates the stacked dummy batch into (`_validate_and_reshape_mm_tensor`): as many bytes again.
     gathered = profile(QWEN25_VL, "0.11.0", 32768, tensor_parallel_size=2)
-    assert gathered is not None and gathered.encoder_peak_bytes == 3_187_671_040 + 308_281_344
-    one_gpu = profile(QWEN25_VL, "0.11.0", 32768)
-    assert one_gpu is not None and one_gpu.encoder_peak_bytes == 4_004_511_744  # nothing to gather on one GPU
+    assert gathered is not None and gathered.encoder_peak_bytes == 3_187_671_040 + 2 * 308_281_344
+    one_gpu = profile(QWEN25_VL, "0.11.0", 32768)  # nothing to gather on one GPU: 0.12.0's moment, and the copy
+    assert one_gpu is not None and one_gpu.encoder_peak_bytes == 4_004_511_744 + 308_281_344
 
 
 def test_qwen3_vl_encoder_peaks_in_its_attention() -> None:
