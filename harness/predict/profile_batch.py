@@ -147,9 +147,9 @@ def v0_decoder_dummy(config: dict[str, Any], engine_version: Version, *, max_mod
     tokens = sum(max(share, sum(count) // merged) for share, count in zip(shares, carried, strict=True))
     values = geometry.channels * geometry.temporal * geometry.patch**2  # each patch's pixel values
     pixel_bytes = sum(map(sum, carried)) * values * (rules.pixel_bytes or dtype_bytes)
-    cast = dtype_bytes if rules.pixel_bytes not in (None, dtype_bytes) else 0  # `.type(self.visual.dtype)`
+    cast_each = dtype_bytes if rules.pixel_bytes not in (None, dtype_bytes) else 0  # `.type(self.visual.dtype)`
     before_encoder = 2 * pixel_bytes + tokens * hidden * dtype_bytes
-    encoder_peak = max((before_encoder + count * values * cast
+    encoder_peak = max((before_encoder + count * values * cast_each
                         + widest_block_bytes(geometry, count, tensor_parallel_size, dtype_bytes, engine_version)
                         for count in map(sum, zip(*carried, strict=True)) if count), default=0)
     return V0DecoderDummy(
