@@ -337,10 +337,12 @@ def _context_counted(case: FieldCase) -> bool:
 
 
 def _activation_parts(case: FieldCase, config: dict[str, Any], batch: ProfileBatch) -> tuple[int, int, int]:
-    """(forward peak, the sampler's bytes besides its logits, sampler logits) of the case's profiling run, each
-    with what the batch's inputs hold beside it."""
+    """(the peak before sampling, the sampler's bytes besides its logits, sampler logits) of the case's profiling
+    run, each with what the batch's inputs hold beside it; the peak before sampling is the forward pass's, or the
+    encoder's that V0 runs inside it, whichever is larger (as the waterfall takes them)."""
     size = model_size(config)
-    return (batch.held_bytes + forward_peak_bytes(size, batch.tokens, case.facts.tensor_parallel_size),
+    forward = batch.held_bytes + forward_peak_bytes(size, batch.tokens, case.facts.tensor_parallel_size)
+    return (max(batch.encoder_peak_bytes, forward),
             batch.held_bytes + sampler_peak_bytes(size, batch.tokens, 0, 0), batch.rows * size.vocab)
 
 

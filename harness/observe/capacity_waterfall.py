@@ -45,12 +45,11 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
     its catalogued total serves where the log states none."""
     profile = log.memory_profile
     logged_total = profile.components_bytes.get("total_gpu_memory_bytes") if profile else None
-    named = _logged_gpu(log) if gpu is None else None
     if gpu is not None:
         total, total_source = gpu_total(gpu)
     elif logged_total:
         total, total_source = logged_total, "the GPU total the log states"
-    elif named is not None:
+    elif (named := _logged_gpu(log)) is not None:
         total, total_source = int(named.total_gib * GiB), f"{named.name}, as the log names it: {named.source}"
     else:
         return None
