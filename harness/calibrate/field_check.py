@@ -40,16 +40,10 @@ from harness.calibrate.field_split import fit_case_ids, source_key
 from harness.errors import HarnessError
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity
+from harness.predict.activation import activation_parts
 from harness.predict.budget import CapacityPrediction
 from harness.predict.gpu_catalog import is_hopper
-from harness.predict.memory_model import (
-    CONTEXT_COUNTED_BEFORE,
-    LORA_NOT_SIZED,
-    MemoryConstants,
-    forward_peak_bytes,
-    plan_waterfall,
-    sampler_peak_bytes,
-)
+from harness.predict.memory_model import CONTEXT_COUNTED_BEFORE, LORA_NOT_SIZED, MemoryConstants, plan_waterfall
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.non_torch import (
     communicator_bytes,
@@ -253,7 +247,7 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
     """Least squares for the sorting sampler's bytes per logit; medians for non-torch and graph memory.
 
     The activation peak is the larger of the forward pass and the sampler (both from vLLM's code, see
-    `harness/predict/memory_model.py` and `sampler_peak.py`); only the sort's bytes per logit are fitted, on
+    `harness/predict/activation.py` and `sampler_peak.py`); only the sort's bytes per logit are fitted, on
     the logs that print their activation and sorted (V0, or V1 before 0.17 whose native path is known from
     its log, its facts or its release). Non-torch and graph memory are read from the profile where a release
     prints them (with or without a config: the figure needs none); where a log gives only the GPU total, the
@@ -337,13 +331,11 @@ def _context_counted(case: FieldCase) -> bool:
 
 
 def _activation_parts(case: FieldCase, config: dict[str, Any], batch: ProfileBatch) -> tuple[int, int, int]:
-    """(the peak before sampling, the sampler's bytes besides its logits, sampler logits) of the case's profiling
-    run, each with what the batch's inputs hold beside it; the peak before sampling is the forward pass's, or the
-    encoder's that V0 runs inside it, whichever is larger (as the waterfall takes them)."""
-    size = model_size(config)
-    forward = batch.held_bytes + forward_peak_bytes(size, batch.tokens, case.facts.tensor_parallel_size)
-    return (max(batch.encoder_peak_bytes, forward),
-            batch.held_bytes + sampler_peak_bytes(size, batch.tokens, 0, 0), batch.rows * size.vocab)
+    """(the peak apart from the sampler, the sampler's bytes besides its logits with what the batch's inputs hold
+    beside them, sampler logits) of the case's profiling run, from the parts the waterfall prices it by."""
+    version = Version(case.facts.vllm_version)
+    parts = activation_parts(config, model_size(config), version, is_v0(case), engine_launch(case), batch)
+    return parts.unsampled_bytes(), parts.held_bytes + parts.hidden_states_bytes, parts.logits
 
 
 def _path(case: FieldCase, batch: ProfileBatch) -> SamplerPath:

@@ -21,8 +21,9 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.activation import activation_parts
 from harness.predict.encoder_launch import EncoderLaunch
-from harness.predict.encoder_profile import EncoderProfile, encoder_profile
+from harness.predict.encoder_profile import EncoderProfile
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import is_hopper, known_gpu
 from harness.predict.kv_bytes import check_attention_heads
@@ -56,7 +57,6 @@ from harness.units import GiB
 # from them on, only the increase since the worker's first snapshot, taken after the context exists
 # (utils.memory_profiling with a baseline: V0 0.6.5, V1 0.9.1).
 CONTEXT_COUNTED_BEFORE = {"V0": Version("0.6.5"), "V1": Version("0.9.1")}
-FUSED_MOE_CHUNK = 32_768  # envs.VLLM_FUSED_MOE_CHUNK_SIZE default: tokens a fused-MoE call caches at once
 SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, or the native path
 # Which one V1 runs before 0.11.2 depends on the install: vLLM's image ships FlashInfer, its wheel lists it
 # only as an extra (`Requires-Dist: flashinfer-python; extra == "flashinfer"`, 0.10.1.1 and 0.11.0), so `pip
@@ -106,38 +106,6 @@ class Waterfall(BaseModel):
     engine_version: str
     sampler: SamplerPath | None = None  # the top-k/top-p path that priced the sampler, and its origin
     assumptions: list[str]
-
-
-def forward_peak_bytes(size: ModelSize, tokens: int, tensor_parallel_size: int, dtype_bytes: int = 2) -> int:
-    """The widest moment of one decoder layer in the profiling forward pass, on one rank.
-
-    Dense MLP (LlamaMLP, Qwen2MLP `forward`): `gate_up` (2 × intermediate / TP) and the activated half
-    (intermediate / TP) beside three hidden-wide tensors (the residual, the MLP input, the output or the
-    norm's), and with TP the all-reduce's hidden-wide output; Llama-3.1-8B's V0 profiles of 20,000 and
-    29,000 tokens (2.07 and 2.99 GiB logged) come out within 1%. MoE layer (fused_moe.py
-    `fused_experts_impl`, 0.8-0.11): per token and routed expert a shared cache of max(2 × width / TP,
-    hidden) and a second one of width / TP, for at most VLLM_FUSED_MOE_CHUNK_SIZE (32,768) tokens at
-    a time, beside the residual, the input, the output and the shared experts' output.
-    """
-    tp, hidden = tensor_parallel_size, size.hidden
-    base = 3 * hidden + (hidden if tp > 1 else 0)
-    dense = tokens * (base + 3 * size.dense_width / tp) if size.dense_width else 0
-    moe = 0.0
-    if size.moe_layers:
-        width = size.expert_width / tp
-        routed = min(tokens, FUSED_MOE_CHUNK) * size.top_k * (max(2 * width, hidden) + width)
-        moe = tokens * (base + (hidden if size.shared_experts else 0)) + routed
-    return int(max(dense, moe) * dtype_bytes)
-
-
-def sampler_peak_bytes(size: ModelSize, tokens: int, rows: int, bytes_per_logit: float, dtype_bytes: int = 2) -> int:
-    """The sampler's peak over `rows` logits rows of the whole vocabulary, beside the batch's hidden states.
-
-    vLLM samples the profiling batch with top-k = vocabulary − 1 and top-p < 1 (V1 gpu_model_runner.py
-    `_dummy_sampler_run`, V0 model_runner.py `_dummy_run`), and vocabulary-parallel logits are gathered
-    first, so every row is the full vocabulary. The hidden states of all tokens are still held.
-    """
-    return int(tokens * size.hidden * dtype_bytes + rows * size.vocab * bytes_per_logit)
 
 
 def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tensor_parallel_size: int,
@@ -213,15 +181,9 @@ def plan_waterfall(
         raise HarnessError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler}")
     path = sampler_path(version, launch.engine_generation, sampler, rows)
     per_logit = path.priced(constants.sampler_bytes_per_logit)
-    forward = forward_peak_bytes(size, tokens, tp, dtype_bytes)
-    sampling = sampler_peak_bytes(size, tokens, rows, per_logit, dtype_bytes)
-    encoder = None if v0 else encoder_profile(
-        config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
-        tensor_parallel_size=tp, dtype_bytes=dtype_bytes, launch=launch.encoder, source=config_source)
-    held = (encoder.held_bytes if encoder else 0) + batch.held_bytes
-    encoder_peak = encoder.encoder_peak_bytes if encoder else batch.encoder_peak_bytes
-    activation = max(encoder_peak, held + max(forward, sampling))
-    unsampled = max(encoder_peak, held + forward)  # a stage before the last's peak
+    parts = activation_parts(config, size, version, v0, launch, batch, config_source)
+    encoder, forward, sampling = parts.encoder, parts.forward_bytes, parts.sampler_bytes(per_logit)
+    activation, unsampled = parts.peak_bytes(per_logit), parts.unsampled_bytes()
     non_torch = non_torch_term(constants, version, v0, tp, pp, gpu_name,
                                total_bytes)
     graphs_reserved = version >= GRAPHS_RESERVED_SINCE and launch.graph_memory_profiled

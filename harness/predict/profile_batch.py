@@ -1,7 +1,7 @@
 """Before launch: the batch vLLM's profiling run pushes through the model, by engine, release and GPU.
 
 The activation peak the profile measures is the forward pass over this batch's tokens and the sampler over its
-rows (`memory_model.py`), beside what its inputs hold. Each default is the release's own, read in its wheel.
+rows (`activation.py`), beside what its inputs hold. Each default is the release's own, read in its wheel.
 """
 
 from __future__ import annotations

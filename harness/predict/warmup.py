@@ -20,11 +20,8 @@ from typing import Literal
 from packaging.version import Version
 from pydantic import BaseModel, ConfigDict
 
-from harness.predict.memory_model import (
-    FITTED_CONSTANTS,
-    Waterfall,
-    sampler_peak_bytes,
-)
+from harness.predict.activation import sampler_peak_bytes
+from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall
 from harness.predict.parameter_count import ModelSize
 from harness.units import GiB
 
