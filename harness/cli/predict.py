@@ -41,6 +41,8 @@ def budget(
     max_model_len: int | None = typer.Option(None, help="request length for maximum concurrency"),
     max_num_batched_tokens: int | None = typer.Option(None, help="vLLM's --max-num-batched-tokens"),
     engine_version: str | None = typer.Option(None, help="vLLM version whose rules to follow (default 0.11.2)"),
+    engine: str | None = typer.Option(None, help="the engine as launched, V0 or V1 (VLLM_USE_V1=0 or 1: 0.8 to 0.10 "
+                                      "run either); unset, the release's default"),
     gpu: str | None = typer.Option(None, help="before launch: a GPU name (H100-80GB, L40S, ...) or its total GiB"),
     max_num_seqs: int | None = typer.Option(None, help="vLLM's --max-num-seqs (with --gpu)"),
     quantization: str | None = typer.Option(None, help="checkpoint format with --gpu (fp8, awq, gptq, mxfp4, "
@@ -56,6 +58,9 @@ def budget(
     language_model_only: bool = typer.Option(False, help="vLLM's --language-model-only as launched: a Qwen "
                                              "vision-language model builds no vision tower and profiles no encoder "
                                              "(with --gpu)"),
+    limit_mm_per_prompt: str | None = typer.Option(None, help="vLLM's --limit-mm-per-prompt as launched, "
+                                                   "'{\"image\": 1, \"video\": 0}': the images and videos the "
+                                                   "encoder's profile carries (with --gpu)"),
     sampler: str | None = typer.Option(None, help="V1's top-k/top-p sampler as the install runs it, with --gpu: "
                                        "flashinfer (vLLM's image before 0.11.2) or pytorch (pip's); unset, "
                                        "PyTorch's before 0.11.2 and the release's own choice after"),
@@ -86,10 +91,12 @@ def budget(
         hybrid_kv_manager=hybrid_kv_manager, available_kv_gib=available_kv_gib,
         kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_gib=gpu_memory_gib,
         gpu_memory_utilization=gpu_memory_utilization, overhead_gib=overhead_gib, max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, engine_version=engine_version, engine=engine,
+        max_num_seqs=max_num_seqs,
         quantization=quantization, concurrency=concurrency, num_gpu_blocks=num_gpu_blocks,
         kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=enable_prefix_caching,
-        skip_mm_profiling=skip_mm_profiling, language_model_only=language_model_only, sampler=sampler,
+        skip_mm_profiling=skip_mm_profiling, language_model_only=language_model_only,
+        limit_mm_per_prompt=limit_mm_per_prompt, sampler=sampler,
         enforce_eager=enforce_eager,
         speculative=speculative_from_options(speculative_method, num_speculative_tokens),
     ))

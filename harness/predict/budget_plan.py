@@ -7,6 +7,7 @@ total), and the assumptions each way makes are written beside the result.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Annotated, Literal
@@ -31,7 +32,12 @@ from harness.predict.engine_launch import EngineLaunch
 from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.model_shape import ModelShape
 from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity
-from harness.predict.releases import PRODUCTION_ENGINE, engine_version_warnings
+from harness.predict.releases import (
+    PRODUCTION_ENGINE,
+    check_engine_generation,
+    engine_release,
+    engine_version_warnings,
+)
 from harness.predict.speculative import SpeculativeDecoding
 from harness.units import GiB
 
@@ -52,9 +58,38 @@ def sequence_lengths(lengths: object) -> object:
     return [int(part) for part in parts]
 
 
+MAX_ITEMS_PER_PROMPT = 10_000  # vLLM bounds no modality's items a prompt; the profile's arithmetic wants a bound
+
+
+def items_per_prompt(limits: object) -> object:
+    """vLLM's --limit-mm-per-prompt as typed: '{"image": 1, "video": 0}' (JSON, a modality also as
+    '{"count": 1, ...}'), or 'image=1,video=0' (before 0.10); only images and videos are priced."""
+    if not isinstance(limits, str):
+        return limits
+    example = "'{\"image\": 1, \"video\": 0}'"
+    if limits.lstrip().startswith("{"):
+        try:
+            parsed = json.loads(limits)
+        except json.JSONDecodeError:
+            raise ValueError(f"must be a JSON object such as {example}") from None
+    else:
+        pairs = [part.split("=") for part in limits.split(",")]
+        if not all(len(pair) == 2 and re.fullmatch(r"\s*[0-9]{1,6}\s*", pair[1]) for pair in pairs):
+            raise ValueError(f"must be 'image=N,video=N' or a JSON object such as {example}")
+        parsed = {key.strip(): int(value) for key, value in pairs}
+    counts = {key: value.get("count") if isinstance(value, dict) else value for key, value in parsed.items()}
+    for key, count in counts.items():
+        if key not in ("image", "video"):
+            raise ValueError(f"'{key}' is not priced here (image, video)")
+        if not (isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= MAX_ITEMS_PER_PROMPT):
+            raise ValueError(f"{key} must be a whole number of items from 0 to {MAX_ITEMS_PER_PROMPT:,}")
+    return counts
+
+
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Gib = Annotated[float, Field(gt=0, le=MAX_MEMORY_GIB, allow_inf_nan=False)]
 Named = Annotated[str, Field(min_length=1)]
+ItemsPerPrompt = Annotated[dict[Literal["image", "video"], int], BeforeValidator(items_per_prompt)]
 
 
 class BudgetOptions(BaseModel):
@@ -81,6 +116,7 @@ class BudgetOptions(BaseModel):
     max_model_len: Tokens | None = None
     max_num_batched_tokens: Tokens | None = None
     engine_version: Named | None = None
+    engine: Literal["V0", "V1"] | None = None  # VLLM_USE_V1 as launched (0.8 to 0.10 run either); unset, the default
     max_num_seqs: int | None = Field(None, ge=1, le=MAX_SEQUENCES)  # read with --gpu and with --inventory
     concurrency: int | None = Field(None, ge=1, le=MAX_SEQUENCES)  # requests in flight, with --inventory
     num_gpu_blocks: int | None = Field(None, ge=2, le=MAX_TOKENS)  # as vLLM logs it, null block included
@@ -90,6 +126,8 @@ class BudgetOptions(BaseModel):
     enable_prefix_caching: bool = False  # what it changes is a hybrid's state blocks per request
     skip_mm_profiling: bool = False  # --skip-mm-profiling: no encoder profile (with --gpu)
     language_model_only: bool = False  # --language-model-only: no vision tower, no encoder profile (with --gpu)
+    # --limit-mm-per-prompt: images and videos each dummy prompt of the encoder's profile carries (with --gpu)
+    limit_mm_per_prompt: ItemsPerPrompt | None = None
     sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's top-k/top-p sampler as installed (with --gpu)
     enforce_eager: bool = False  # vLLM's --enforce-eager: no CUDA graphs (with --gpu)
 
@@ -140,21 +178,27 @@ class BudgetOptions(BaseModel):
         model_len = self.max_model_len or shape.max_position_embeddings
         if model_len is None:
             raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
+        check_engine_generation(engine_release(self.engine_version), self.engine)
         return EngineLaunch(
-            engine_version=self.engine_version or PRODUCTION_ENGINE, max_model_len=model_len,
+            engine_version=self.engine_version or PRODUCTION_ENGINE, engine_generation=self.engine,
+            max_model_len=model_len,
             gpu_memory_utilization=self.gpu_memory_utilization, dtype_bytes=resolve_kv_dtype("auto", shape.dtype)[1],
             quantization=self.quantization, tensor_parallel_size=self.tensor_parallel_size,
             pipeline_parallel_size=self.pipeline_parallel_size, max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs, sampler=self.sampler, speculative=self.speculative,
-            encoder=EncoderLaunch(skipped=self.skip_mm_profiling, language_model_only=self.language_model_only),
+            encoder=EncoderLaunch(skipped=self.skip_mm_profiling, language_model_only=self.language_model_only,
+                                  image_limit=(self.limit_mm_per_prompt or {}).get("image"),
+                                  video_limit=(self.limit_mm_per_prompt or {}).get("video")),
             enforce_eager=self.enforce_eager)
 
 
 def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     """The forward budget, plus the capacity prediction when a KV memory figure is given one way or another."""
     warnings = engine_version_warnings(options.engine_version)
+    check_engine_generation(engine_release(options.engine_version), options.engine)
     unread = [flag_of(name) for name in ("max_num_seqs", "quantization", "skip_mm_profiling", "language_model_only",
-                                         "sampler", "enforce_eager") if getattr(options, name)]
+                                         "limit_mm_per_prompt", "sampler", "enforce_eager")
+              if getattr(options, name)]
     if unread:
         warnings.append(f"{' and '.join(unread)}: read only with --gpu (the before-launch answer); ignored here")
     result = estimate_budget(first_stage(shape, options.pipeline_parallel_size), _population(options),
@@ -198,6 +242,7 @@ def plan_capacity(shape: ModelShape, options: BudgetOptions, weights_bytes: int 
         shape, [available] * options.pipeline_parallel_size, block_size=options.block_size, max_model_len=model_len,
         kv_cache_dtype=options.kv_cache_dtype, tensor_parallel_size=options.tensor_parallel_size,
         max_num_batched_tokens=options.max_num_batched_tokens, engine_version=options.engine_version,
+        engine_generation=options.engine,
         hybrid_kv_manager=options.hybrid_kv_manager, available_kv_source=source, speculative=options.speculative,
         prefix_caching=options.enable_prefix_caching, decode_context_parallel_size=options.decode_context_parallel_size)
 

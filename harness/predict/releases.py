@@ -21,6 +21,8 @@ WIDE_GROUP_PADDING_SINCE = Version("0.32")  # hybrid groups pad up to the most l
 # "CUDA graph memory profiling is enabled (default since v0.21.0)": the estimate is reserved before the cache
 GRAPHS_RESERVED_SINCE = Version("0.21")
 V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on
+V1_FIRST = Version("0.7")  # VLLM_USE_V1=1 runs V1 from 0.7.0 on
+V0_REMOVED_IN = Version("0.11")  # 0.11.0's wheel has no V0 worker (vllm/worker/worker.py)
 
 
 def release_version(engine_version: str) -> Version:
@@ -49,6 +51,15 @@ def engine_version_warnings(engine_version: str | None) -> list[str]:
         return [f"engine version {version} is newer than any release the rules were checked against "
                 f"(0.6 to 0.33): priced by 0.33's rules"]
     return []
+
+
+def check_engine_generation(version: Version, engine_generation: str | None) -> None:
+    """A launch's stated engine must be one its release has: V1 from 0.7, V0 until 0.10."""
+    if engine_generation == "V1" and version < V1_FIRST:
+        raise HarnessError(f"--engine V1: vLLM {version} has no V1 engine (VLLM_USE_V1=1 runs it from {V1_FIRST})")
+    if engine_generation == "V0" and version >= V0_REMOVED_IN:
+        raise HarnessError(f"--engine V0: vLLM {version} has no V0 engine (removed in {V0_REMOVED_IN}); "
+                           "give --engine-version 0.10.2 or earlier")
 
 
 def runs_v0(version: Version, engine_generation: str | None = None) -> bool:

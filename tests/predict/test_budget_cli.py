@@ -111,6 +111,19 @@ def write(path: Path, text: str | bytes) -> Path:
          "--max-num-batched-tokens 8 must be at least --max-num-seqs 16: vLLM refuses a batch smaller than its"),
         ("unknown sampler", ["--gpu", "H100-80GB", "--sampler", "triton"],
          "--sampler: Input should be 'flashinfer' or 'pytorch', not 'triton'"),
+        ("V0 after its removal", ["--gpu", "H100-80GB", "--engine", "V0"],
+         "--engine V0: vLLM 0.11.2 has no V0 engine (removed in 0.11)"),
+        ("V1 before it shipped", ["--tokens", "10", "--engine", "V1", "--engine-version", "0.6.5"],
+         "--engine V1: vLLM 0.6.5 has no V1 engine"),
+        ("an unknown engine", ["--tokens", "10", "--engine", "V2"], "--engine: Input should be 'V0' or 'V1'"),
+        ("a modality not priced", ["--gpu", "H100-80GB", "--limit-mm-per-prompt", '{{"image": 1, "audio": 0}}'],
+         "--limit-mm-per-prompt: 'audio' is not priced here (image, video)"),
+        ("a fraction of an image", ["--gpu", "H100-80GB", "--limit-mm-per-prompt", "image=1.5"],
+         "--limit-mm-per-prompt: must be 'image=N,video=N' or a JSON object"),
+        ("items as a flag", ["--gpu", "H100-80GB", "--limit-mm-per-prompt", '{{"video": true}}'],
+         "--limit-mm-per-prompt: video must be a whole number of items from 0 to 10,000"),
+        ("broken JSON items", ["--gpu", "H100-80GB", "--limit-mm-per-prompt", '{{"image": 1'],
+         "--limit-mm-per-prompt: must be a JSON object"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
@@ -139,6 +152,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
         ("newer engine", ["--engine-version", "0.40.0"], "engine version 0.40.0 is newer"),
         ("sampler without --gpu", ["--sampler", "flashinfer"], "--sampler: read only with --gpu"),
         ("eager without --gpu", ["--enforce-eager"], "--enforce-eager: read only with --gpu"),
+        ("items without --gpu", ["--limit-mm-per-prompt", "image=0"], "--limit-mm-per-prompt: read only with --gpu"),
     ],
 )
 def test_suspect_input_is_warned_by_name(case, args, warned) -> None:
@@ -147,6 +161,26 @@ def test_suspect_input_is_warned_by_name(case, args, warned) -> None:
     assert result.stderr.startswith("warning: ")
     assert warned in " ".join(result.stderr.split()), case
     assert "Traceback" not in result.stderr
+
+
+def test_a_v0_vision_launch_is_priced_as_the_field_check_prices_its_log() -> None:
+    # vllm#16570: Qwen2.5-VL-72B over four A100-40GBs under 0.8.3 with VLLM_USE_V1=0, two sequences, 4,096 tokens,
+    # one image and no video a prompt. The field check prices that start at 6,096 KV tokens from the case's facts;
+    # the command line, given the same launch, must come to the same figure by its own path.
+    args = ["--model", str(CONFIGS / "Qwen--Qwen2.5-VL-72B-Instruct.json"), "--gpu", "A100-40GB",
+            "--tensor-parallel-size", "4", "--gpu-memory-utilization", "0.95", "--max-num-seqs", "2",
+            "--max-model-len", "4096", "--engine-version", "0.8.3", "--engine", "V0"]
+    answers = {}
+    for limits in ('{"image": 1, "video": 0}', "image=1,video=0", '{"image": {"count": 1}, "video": 0}', None):
+        result = harness("budget", *args, *([] if limits is None else ["--limit-mm-per-prompt", limits]), "--json")
+        assert result.returncode == 0, result.stderr
+        answers[limits] = json.loads(result.stdout)
+    stated = answers['{"image": 1, "video": 0}']
+    assert stated["capacity"]["kv_cache_tokens"] == 6096
+    assert "V0 engine accounting of vLLM 0.8.3" in stated["waterfall"]["assumptions"]
+    assert answers["image=1,video=0"] == answers['{"image": {"count": 1}, "video": 0}'] == stated
+    # V0's default of one video a prompt as well: its frames join the dummy prompt and leave nothing for the cache
+    assert answers[None]["waterfall"]["kv_bytes"] < 0 < stated["waterfall"]["kv_bytes"]
 
 
 def test_eager_mode_before_launch_reserves_no_cuda_graphs() -> None:
