@@ -55,11 +55,14 @@ BATCHED_TOKENS = re.compile(r"^Chunked prefill is enabled with max_num_batched_t
 CONTEXT_PARALLEL = re.compile(r"^Multiplying the GPU KV cache size by the dcp_world_size (?P<size>\d+)")
 # 0.10 API server: `vllm cache_config_info with initialization after num_gpu_blocks is: 5867`
 BLOCKS_AFTER_INIT = re.compile(r"num_gpu_blocks is: (?P<blocks>\d+)")
-# Failed starts state the capacity they found too short: V0 in tokens, V1 as memory needed vs available.
+# Failed starts state the capacity they found too short, and for what request length: V0 in tokens ("The model's
+# max seq len (4096) is larger than ..."), V1 as memory needed vs available ("... max seq len (65536), (4.76 GiB").
 V0_TOO_FEW_TOKENS = re.compile(
+    r"(?:max seq len \((?P<length>\d+)\) is )?"
     r"larger than the maximum number of tokens that can be stored in KV cache \((?P<tokens>\d+)\)"
 )
 V1_TOO_LITTLE_MEMORY = re.compile(
+    rf"(?:max seq len \((?P<length>\d+)\), )?"
     rf"\((?P<needed>{LOGGED_NUMBER}) GiB KV cache is needed, which is larger than the available KV cache memory "
     rf"\((?P<available>{LOGGED_NUMBER}) GiB\)"
 )
@@ -161,10 +164,18 @@ class StartFacts:
 
     def too_few_tokens(self, match: re.Match[str], process: str | None) -> None:
         self.found["kv_cache_tokens_at_failure"] = logged_count(match.group("tokens"))
+        self._refused_request(match)
 
     def too_little_memory(self, match: re.Match[str], process: str | None) -> None:
         self.available.append(gib_to_bytes(match.group("available")))
         self.found["kv_cache_bytes_needed"] = gib_to_bytes(match.group("needed"))
+        self._refused_request(match)
+
+    def _refused_request(self, match: re.Match[str]) -> None:
+        """The cache was sized and found short of one request: the weights are loaded, the profile ran."""
+        self.stage = later_stage(self.stage, "sizing_kv_cache")
+        if match.group("length") is not None:
+            self.found.setdefault("max_model_len", logged_count(match.group("length")))
 
     def blocks_after_init(self, match: re.Match[str], process: str | None) -> None:
         self.found.setdefault("num_gpu_blocks", logged_count(match.group("blocks")))

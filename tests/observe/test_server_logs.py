@@ -121,6 +121,30 @@ def test_real_start_refused_for_a_cache_smaller_than_one_request() -> None:
     assert "the estimated maximum model length is 128" in result.failure.error
 
 
+@pytest.mark.parametrize(
+    ("line", "length"),
+    [
+        # syv-ai/qwen38-27b-rtx3090#39 as posted: the refusal alone, no profile or engine line before it
+        ("(EngineCore pid=4382) ERROR 09-01 19:53:44 [core.py:1346] ValueError: To serve at least one request with "
+         "the model's max seq len (65536), (4.76 GiB KV cache is needed, which is larger than the available KV "
+         "cache memory (1.56 GiB). Based on the available memory, the estimated maximum model length is 15984.",
+         65_536),
+        # V0's words for the same refusal (vllm#16570's error, 0.8.3)
+        ("ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that can be stored "
+         "in KV cache (512). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+         "initializing the engine.", 4096),
+    ],
+)
+def test_a_refusal_for_one_request_was_made_sizing_the_cache_and_names_the_length(line: str, length: int) -> None:
+    # Either check runs after the weights are loaded and the profile sized the cache: the stage says so, and the
+    # request length it refused is the start's max_model_len.
+    result = parse_startup_log(line + "\n")
+    assert not result.capacity_found and result.failure is not None
+    assert result.failure.stage == "sizing_kv_cache"
+    assert result.max_model_len == length
+    assert "(after loading the weights, while sizing the KV cache)" in result.diagnosis
+
+
 def test_real_start_refused_by_the_argument_parser() -> None:
     result = parse(CPU / "bad-arg-max-model-len.log")
 
