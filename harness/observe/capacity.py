@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from packaging.version import Version
+
 from harness.errors import HarnessError
 from harness.observe.capacity_options import LogOverrides, check_given
 from harness.observe.capacity_report import (
@@ -28,6 +30,7 @@ from harness.observe.server_metrics import MetricsSnapshot, fetch_metrics_text, 
 from harness.predict.budget import CapacityPrediction
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
+from harness.predict.releases import release_version
 from harness.predict.speculative import speculative_from_log
 from harness.redact import refuse_url_credentials
 from harness.server_url import checked_server_url
@@ -36,6 +39,8 @@ from harness.units import GiB
 # vLLM's default block size when nothing says otherwise: 16 tokens on CUDA, 128 on the CPU build.
 DEFAULT_BLOCK_SIZE = {"CPU": 128}
 CUDA_BLOCK_SIZE = 16
+CPU_IPEX_BLOCK_SIZE = 128  # before 0.12 the CPU build's default only with intel_extension_for_pytorch, else 16
+CPU_BLOCK_SET_SINCE = Version("0.12")
 # A GiB figure printed with two decimals is known to within half a hundredth of a GiB.
 GIB_PRINT_HALF_STEP_BYTES = GiB // 200
 
@@ -230,8 +235,9 @@ def _kv_budget(log: StartupCapacity, cache_config: dict[str, str] | None) -> tup
     if log.available_kv_cache_bytes is not None:
         return log.available_kv_cache_bytes, "logged available KV cache memory (GiB, 2 decimals)", False
     if log.cpu_kv_space is not None:
-        kv_bytes = round(log.cpu_kv_space.kv_cache_gib * GiB)
-        return kv_bytes, f"CPU build's {log.cpu_kv_space.mode} KV space (GiB, 2 decimals)", False
+        space = log.cpu_kv_space
+        precision = "whole GiB, exact" if space.exact else "GiB, 2 decimals"
+        return round(space.kv_cache_gib * GiB), f"CPU build's {space.mode} KV space ({precision})", space.exact
     return None
 
 
@@ -247,9 +253,28 @@ def _block_size(log: StartupCapacity, cache_config: dict[str, str] | None) -> tu
         return block_size, "/metrics cache_config_info"
     if log.block_size is not None:
         return log.block_size, "block_size argument"
-    device = (log.kv_cache_device or "GPU").upper()
+    device = "CPU" if (log.device or "").lower() == "cpu" else (log.kv_cache_device or "GPU").upper()
+    if device == "CPU" and log.engine_version and release_version(log.engine_version) < CPU_BLOCK_SET_SINCE:
+        return _cpu_block_before_0_12(log)
     size = DEFAULT_BLOCK_SIZE.get(device, CUDA_BLOCK_SIZE)
     return size, f"vLLM's default for {device} (not stated by the log)"
+
+
+def _cpu_block_before_0_12(log: StartupCapacity) -> tuple[int, str]:
+    """Before 0.12 the CPU build's default block is 128 tokens where intel_extension_for_pytorch is installed and
+    16 where it is not (platforms/cpu.py `check_and_update_config`, read in 0.8.3, 0.10.2 and 0.11.0); no line
+    says which, so the logged figures do: tokens are whole blocks, and V0's concurrency is blocks × block size
+    over max_model_len."""
+    implied = None
+    if log.kv_cache_tokens is not None and log.kv_cache_tokens % CPU_IPEX_BLOCK_SIZE:
+        implied = CUDA_BLOCK_SIZE
+    elif log.engine_generation == "V0" and log.num_gpu_blocks and log.max_concurrency and log.max_concurrency_model_len:
+        per_block = log.max_concurrency * log.max_concurrency_model_len / log.num_gpu_blocks
+        implied = min((CUDA_BLOCK_SIZE, CPU_IPEX_BLOCK_SIZE), key=lambda size: abs(size - per_block))
+    if implied is None:
+        return CPU_IPEX_BLOCK_SIZE, "the CPU build's default with intel_extension_for_pytorch (16 without it)"
+    ipex = "with" if implied == CPU_IPEX_BLOCK_SIZE else "without"
+    return implied, f"the CPU build's default {ipex} intel_extension_for_pytorch, as the logged figures imply"
 
 
 def _predict(shape: ModelShape, inputs: PredictionInputs, offset_bytes: int = 0) -> CapacityPrediction:

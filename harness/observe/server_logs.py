@@ -80,7 +80,8 @@ class StartupCapacity(pydantic.BaseModel):
     gpu_name: str | None = None  # the GPU a line names (a fused-MoE config's device_name, a dtype warning, nvidia-smi)
     gpu_name_line: str | None = None  # the first line that names it
     enforce_eager: bool | None = None  # the engine config's (else the arguments'): no CUDA graphs captured
-    kv_cache_device: str | None = None
+    device: str | None = None  # the engine config's device_config (cpu, cuda, xpu, ...)
+    kv_cache_device: str | None = None  # as the capacity line labels it (V1 before 0.12 says "GPU" on a CPU too)
     kv_cache_tokens: int | None = None
     kv_cache_tokens_per_print: list[int] = []
     max_concurrency: float | None = None

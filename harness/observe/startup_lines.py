@@ -35,6 +35,11 @@ CPU_KV_SPACE = re.compile(
     rf"^(?P<mode>Explicitly|Auto) set \((?P<kv_gib>{LOGGED_NUMBER})/(?P<node_gib>{LOGGED_NUMBER})\) GiB "
     r"for KV cache on node (?P<node>\d+)"
 )
+# The CPU build before 0.14 without VLLM_CPU_KVCACHE_SPACE: `kv_cache_space = 4 * GiB_bytes` (platforms/cpu.py, read in
+# 0.8.3, 0.10.2, 0.11.0 and 0.12.0), exactly the whole GiB it prints.
+CPU_KV_DEFAULT = re.compile(
+    r"^Environment variable VLLM_CPU_KVCACHE_SPACE \(GiB\) for CPU backend is not set, using (?P<kv_gib>\d+) by default"
+)
 BLOCKS = re.compile(r"^# (?P<device>\w+) blocks: (?P<device_blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?")
 MODEL_LOADING = re.compile(
     rf"^Model loading took (?P<amount>{LOGGED_NUMBER}) (?:GiB|GB)(?: memory)? and (?P<seconds>\d+(?:\.\d+)?) seconds"
@@ -109,12 +114,17 @@ ONCE_PER_PROCESS = (BLOCKS, AVAILABLE_KV, V0_KV_REST, PROFILE_V06)
 
 
 class CpuKvSpace(pydantic.BaseModel):
-    """The CPU build's own account of the memory it set aside for the KV cache (GiB, 2 decimals)."""
+    """The CPU build's own account of the memory it set aside for the KV cache: set explicitly or automatically
+    per NUMA node (GiB, 2 decimals, 0.14 on), or its default of whole GiB (before 0.14, exact)."""
 
-    mode: Literal["explicit", "auto"]
+    mode: Literal["explicit", "auto", "default"]
     kv_cache_gib: float
-    node_memory_gib: float
-    numa_node: int
+    node_memory_gib: float | None = None
+    numa_node: int | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.mode == "default"
 
 
 @dataclass
@@ -197,6 +207,10 @@ class StartFacts:
             node_memory_gib=logged_figure(match.group("node_gib")),
             numa_node=logged_count(match.group("node")),
         )
+
+    def cpu_kv_default(self, match: re.Match[str], process: str | None) -> None:
+        space = CpuKvSpace(mode="default", kv_cache_gib=logged_count(match.group("kv_gib")))
+        self.found.setdefault("cpu_kv_space", space)
 
     def model_loading(self, match: re.Match[str], process: str | None) -> None:
         self.found.setdefault("model_weights_bytes", gib_to_bytes(match.group("amount")))
@@ -285,6 +299,7 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
     (AVAILABLE_KV, StartFacts.available_kv),
     (RESERVED_KV, StartFacts.reserved_kv),
     (CPU_KV_SPACE, StartFacts.cpu_kv_space),
+    (CPU_KV_DEFAULT, StartFacts.cpu_kv_default),
     (MODEL_LOADING, StartFacts.model_loading),
     (WEIGHTS_MEMORY_V06, StartFacts.weights_memory),
     (WEIGHTS_TIME, StartFacts.weights_time),
@@ -326,13 +341,14 @@ ENGINE_CONFIG_FIELDS: tuple[tuple[str, str, str, Callable[[str], Any]], ...] = (
     ("pipeline_parallel_size", "pipeline_parallel_size", r"(?P<value>\d+)", logged_count),
     ("enforce_eager", "enforce_eager", r"(?P<value>True|False)", lambda value: value == "True"),
     ("config_max_seq_len", "max_seq_len", r"(?P<value>\d+)", logged_count),
+    ("device", "device_config", r"(?P<value>\w+)", str),
 )
 
 
 def _engine_config_fields(config: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for field_name, printed, value, kept in ENGINE_CONFIG_FIELDS:
-        if match := re.search(rf"(?:^|, ){printed}={value}", config):
+        if match := re.search(rf"(?:^|,\s+){printed}={value}", config):
             fields[field_name] = kept(match.group("value"))
     if match := SPECULATIVE_CONFIG.search(config):  # SpeculativeConfig(method='eagle3', model='…', num_spec_tokens=3)
         method = re.search(r"method='(?P<value>[\w-]+)'", match.group("body"))

@@ -114,6 +114,40 @@ def test_a_start_served_in_float32_holds_its_cache_in_four_bytes() -> None:
     assert report.prediction.kv_cache_tokens == 13_038 * 16
 
 
+# dmasirkar/vLLM-testing-on-CPU's README at 025127964cc3b83d53cd7847cda9cd04a77645de: `vllm serve
+# Qwen/Qwen2.5-1.5B-Instruct` on a CPU build of 0.8.5.dev32 without VLLM_CPU_KVCACHE_SPACE (the lines that size the
+# cache, as posted, a download bar's "tokenizer_config.json: " before the engine line; its config is elided here).
+CPU_0_8_DEFAULT_SPACE = """\
+WARNING 04-16 09:21:54 [cpu.py:106] Environment variable VLLM_CPU_KVCACHE_SPACE (GiB) for CPU backend is not set, \
+using 4 by default.
+tokenizer_config.json: INFO 04-16 09:21:58 [llm_engine.py:243] Initializing a V0 LLM engine (v0.8.5.dev32+g44fa4d556) \
+with config: model='Qwen/Qwen2.5-1.5B-Instruct', speculative_config=None, tokenizer='Qwen/Qwen2.5-1.5B-Instruct', \
+skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, override_neuron_config=None, tokenizer_revision=None, \
+trust_remote_code=False, dtype=torch.bfloat16, max_seq_len=32768, download_dir=None, load_format=LoadFormat.AUTO, \
+tensor_parallel_size=1, pipeline_parallel_size=1, disable_custom_all_reduce=True, quantization=None, \
+enforce_eager=True, kv_cache_dtype=auto,  device_config=cpu, seed=None, served_model_name=Qwen/Qwen2.5-1.5B-Instruct
+INFO 04-16 09:24:56 [executor_base.py:112] # cpu blocks: 9362, # CPU blocks: 0
+INFO 04-16 09:24:56 [executor_base.py:117] Maximum concurrency for 32768 tokens per request: 4.57x
+"""
+
+
+def test_a_cpu_build_before_0_12_sizes_its_default_space_in_blocks_its_figures_imply() -> None:
+    # The default space is exactly 4 GiB (platforms/cpu.py: `4 * GiB_bytes`). Qwen2.5-1.5B keeps 28 layers × 2 KV
+    # heads × 128 dims × K,V × 2 B = 28,672 B a token. Without intel_extension_for_pytorch the block is 16 tokens:
+    # 4,294,967,296 // (16 × 28,672) = 9,362 blocks, as logged; V0's concurrency 9,362 × 16 / 32,768 = 4.57x. At
+    # the 128 tokens an IPEX build takes, 1,170 blocks: the logged concurrency (× 32,768 / 9,362 = 16.0 tokens a
+    # block) says which.
+    log = parse_startup_log(CPU_0_8_DEFAULT_SPACE)
+    assert log.device == "cpu" and log.cpu_kv_space is not None and log.cpu_kv_space.mode == "default"
+    report = build_capacity_report(log, None, model=str(FIELD_CONFIGS / "Qwen--Qwen2.5-1.5B-Instruct.json"))
+    assert report.prediction_inputs is not None and report.prediction_inputs.available_kv_exact
+    assert report.prediction_inputs.available_kv_bytes == 4 * GiB
+    assert report.prediction_inputs.block_size == 16
+    assert "without intel_extension_for_pytorch" in report.prediction_inputs.block_size_source
+    assert report.prediction is not None and report.prediction.num_blocks == 9362
+    assert report.disagreements == []
+
+
 def test_the_model_and_revision_the_log_names_are_used_when_none_is_given() -> None:
     log = parse_startup_log(read_log_text(LOGS / "vllm-0.11.2" / "tp2-qwen3-4b-debug.log"))
     report = build_capacity_report(log, None)
