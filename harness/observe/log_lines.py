@@ -42,10 +42,13 @@ COLLECTOR_PREFIX = re.compile(
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+(?:\[\d+\])?:\s+)+"
 )
 # 0.11+: `INFO 11-29 14:50:31 [core.py:402] msg`; 0.6: `INFO 11-29 14:50:31 core.py:402] msg`.
-HEADER = re.compile(
-    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
-    r"\[?(?P<source>[\w./-]+\.py:\d+)\]\s?(?P<message>.*)$"
-)
+HEADER_START = (r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+                r"\[?(?P<source>[\w./-]+\.py:\d+)\]")
+HEADER = re.compile(HEADER_START + r"\s?(?P<message>.*)$")
+
+# Where a record begins, for a paste that lost its line ends (a page that joined them): the header without its
+# message, and a process prefix right before it.
+RECORD_START = re.compile(f"(?:{PROCESS_PREFIX.pattern})?{HEADER_START}")
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ def split_log_lines(text: str) -> list[LogLine]:
     """Strip colour, carriage-return progress bars, page rendering, a collector's and vLLM's process prefixes;
     keep header-less lines otherwise raw."""
     lines: list[LogLine] = []
-    for physical in re.split(r"\r\n|\r|\n", unrendered(ANSI_ESCAPE.sub("", text))):
+    for physical in _records(re.split(r"\r\n|\r|\n", unrendered(ANSI_ESCAPE.sub("", text)))):
         stripped = physical.strip()
         if not stripped:
             continue
@@ -149,6 +152,16 @@ def split_log_lines(text: str) -> list[LogLine]:
             lines.append(LogLine(prefix and prefix.group("process"), None, rest, None, stripped,
                                  prefix and prefix.group("pid")))
     return lines
+
+
+def _records(physical_lines: list[str]) -> list[str]:
+    """Each physical line, cut where a further record begins on it: vLLM writes one record a line, so a line
+    holding several lost its line ends on the way (an issue page's text joined them)."""
+    records = []
+    for physical in physical_lines:
+        starts = [match.start() for match in RECORD_START.finditer(physical)][1:]
+        records += [physical[begin:end] for begin, end in zip([0, *starts], [*starts, None], strict=True)]
+    return records
 
 
 def _process_before(lead: str) -> re.Match[str] | None:

@@ -16,7 +16,7 @@ import pytest
 from harness.calibrate.field_corpus import load_corpus
 from harness.errors import HarnessError
 from harness.observe.engine_failure import engine_error_line
-from harness.observe.log_lines import read_log_text
+from harness.observe.log_lines import read_log_text, split_log_lines
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.paths import read_bounded_bytes
@@ -143,6 +143,25 @@ def test_a_refusal_for_one_request_was_made_sizing_the_cache_and_names_the_lengt
     assert result.failure.stage == "sizing_kv_cache"
     assert result.max_model_len == length
     assert "(after loading the weights, while sizing the KV cache)" in result.diagnosis
+
+
+def test_records_joined_on_one_line_are_read_one_by_one() -> None:
+    # vllm#7514's start-up lines as a page that lost their line ends quotes them: one physical line. vLLM writes one
+    # record a line, so each header (a process prefix with it) begins a record of its own again.
+    lines = ["INFO 08-14 10:01:27 model_runner.py:692] Loading model weights took 13.5083 GB",
+             "VLLM server is not ready yet. Waiting...",
+             "INFO 08-14 10:01:31 gpu_executor.py:102] # GPU blocks: 215, # CPU blocks: 2048",
+             "WARNING 08-14 10:01:33 serving_embedding.py:170] embedding_mode is False. Embedding API will not work."]
+    apart, joined = parse_startup_log("\n".join(lines) + "\n"), parse_startup_log(" ".join(lines) + "\n")
+    assert joined.capacity_found and (joined.num_gpu_blocks, joined.num_cpu_blocks) == (215, 2048)
+    assert joined.model_weights_bytes == apart.model_weights_bytes == round(13.5083 * GiB)
+    # A worker's prefix stays with its record: vllm#15815's two ranks' profile lines (0.7.x), joined.
+    profile = ("worker.py:266] model weights take 30.71GiB; non_torch_memory takes 0.30GiB; PyTorch activation peak "
+               "memory takes 1.26GiB; the rest of the memory reserved for KV Cache is 7.71GiB.")
+    records = split_log_lines(f"(VllmWorkerProcess pid=3280379) INFO 04-02 10:20:54 {profile} "
+                              f"INFO 04-02 10:20:55 {profile}\n")
+    assert [(record.process, record.pid, record.message) for record in records] == [
+        ("VllmWorkerProcess", "3280379", profile.split("] ", 1)[1]), (None, None, profile.split("] ", 1)[1])]
 
 
 def test_real_start_refused_by_the_argument_parser() -> None:
