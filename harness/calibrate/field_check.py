@@ -18,6 +18,7 @@ import numpy as np
 from packaging.version import Version
 from pydantic import BaseModel
 
+from harness.calibrate.error_band import kv_error_share
 from harness.calibrate.field_corpus import FieldCase, architecture, load_corpus
 from harness.calibrate.field_launch import (
     engine_launch,
@@ -42,6 +43,7 @@ from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity
 from harness.predict.activation import activation_parts
 from harness.predict.budget import CapacityPrediction
+from harness.predict.cache_margin import cache_margin
 from harness.predict.gpu_catalog import is_hopper
 from harness.predict.memory_model import CONTEXT_COUNTED_BEFORE, LORA_NOT_SIZED, MemoryConstants, plan_waterfall
 from harness.predict.model_shape import ModelShape, load_model_shape
@@ -231,6 +233,7 @@ def check_launch(case: FieldCase, shape: ModelShape | None, config: dict[str, An
         kv_tokens_logged=logged_tokens, kv_tokens_residual=residual,
         concurrency_predicted=prediction.max_concurrency, concurrency_logged=logged_concurrency,
         fits_predicted=fits(prediction) and (warmup is None or warmup.verdict != "does not fit"),
+        cache_margin=cache_margin(prediction, waterfall.usable_bytes, constants.kv_error_share),
         sampler_path=waterfall.sampler, warmup=warmup,
     )
 
@@ -292,12 +295,14 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
             non_torch.append((case, (rest - activation) / GiB))
             used.add(case.id)
     fit = _fit_non_torch(non_torch)
-    return MemoryConstants(
+    constants = MemoryConstants(
         sampler_bytes_per_logit=per_logit, non_torch_gib=fit.base_gib, hopper_non_torch_gib=fit.hopper_gib,
         nccl_gib=fit.nccl_gib,
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),
     )
+    share, measured_on = kv_error_share(cases, configs, constants)
+    return constants.model_copy(update={"kv_error_share": share, "fitted_on": sorted(used | set(measured_on))})
 
 
 def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> NonTorchFit:

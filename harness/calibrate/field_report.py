@@ -86,7 +86,7 @@ def summary_lines(report: FieldReport) -> list[str]:
         f"({_share(held.concurrency_within, held.concurrency_scored)}), all scored {every.concurrency_within} of "
         f"{every.concurrency_scored}",
         f"fit / no-fit before launch: {every.fit_calls_right} of {every.fit_calls} right "
-        f"(held-back: {held.fit_calls_right} of {held.fit_calls})",
+        f"(held-back: {held.fit_calls_right} of {held.fit_calls}); {_at_risk_calls(report.cases)}",
         f"fit / no-fit from logged memory: {sum(c.logged.fits == c.cache_fit for c in logged_calls)} of "
         f"{len(logged_calls)} right",
         f"split by source: {len(per_source)} sources, each on the side its key's hash gives; the largest source holds "
@@ -162,12 +162,25 @@ def _launch_table(report: FieldReport) -> Table:
     return table
 
 
+def _at_risk_calls(cases: list[CaseResult]) -> str:
+    """The "fits" calls answered at risk, the cache's margin inside the error band, and how those starts went:
+    an at-risk call still counts as "fits" above."""
+    risky = [c for c in cases if c.launch.cache_margin is not None and c.launch.cache_margin.at_risk]
+    failed = [c.id for c in risky if not c.cache_fit]
+    return (f"{len(risky)} \"fits\" answered at risk, the cache's room for one request inside the error band, "
+            f"{len(failed)} of them failed" + (f" ({', '.join(failed)})" if failed else ""))
+
+
 def _warmup_risk(launch: LaunchCheck) -> str:
-    """The sampler warm-up's need against what the cache left, GiB, where it does not comfortably fit."""
+    """The cache's room for one request where it is inside the error band, and the sampler warm-up's need against
+    what the cache left, GiB, where it does not comfortably fit."""
+    risk = ""
+    if (margin := launch.cache_margin) is not None and margin.at_risk:
+        risk = f" (at risk: {margin.margin_bytes / GiB:.2f} GiB to spare, band {margin.band_bytes / GiB:.2f})"
     warmup = launch.warmup
     if warmup is None or warmup.verdict == "fits":
-        return ""
-    return f" (warm-up {warmup.verdict}: {warmup.needed_bytes / GiB:.2f} of {warmup.left_bytes / GiB:.2f} GiB)"
+        return risk
+    return risk + f" (warm-up {warmup.verdict}: {warmup.needed_bytes / GiB:.2f} of {warmup.left_bytes / GiB:.2f} GiB)"
 
 
 def _terms_table(report: FieldReport) -> Table:

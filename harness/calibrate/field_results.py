@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from harness.predict.cache_margin import CacheMargin
 from harness.predict.memory_model import MemoryConstants
 from harness.predict.sampler_peak import SamplerPath
 from harness.predict.warmup import WarmupCheck
@@ -43,6 +44,7 @@ class LaunchCheck(BaseModel):
     concurrency_predicted: float | None = None  # max_model_len requests the predicted cache holds
     concurrency_logged: float | None = None  # as the log prints it, else the release's arithmetic on its memory
     fits_predicted: bool | None = None
+    cache_margin: CacheMargin | None = None  # one request's room in the predicted cache against the error band
     sampler_path: SamplerPath | None = None  # the formula that priced the sampler's warm-up, and its origin
     warmup: WarmupCheck | None = None  # the sampler's warm-up after the cache, with the log's graph figure
 

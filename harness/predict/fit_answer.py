@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Literal
 
 from pydantic import BaseModel
 from rich.console import Group
@@ -19,6 +20,7 @@ from rich.text import Text
 from harness.errors import HarnessError
 from harness.predict.budget import MAX_MEMORY_GIB, CapacityPrediction
 from harness.predict.budget_table import binary_size
+from harness.predict.cache_margin import CacheMargin, cache_margin
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import gpu_memory
 from harness.predict.memory_model import FITTED_CONSTANTS, Waterfall, plan_waterfall
@@ -37,6 +39,8 @@ class FitAnswer(BaseModel):
     sequences_of_asked_length: int
     max_num_seqs: int | None
     fits: bool
+    verdict: Literal["fits", "at risk", "does not fit"]
+    cache_margin: CacheMargin  # one request's room in the cache against the calculator's error band
     warmup: WarmupCheck | None = None  # the sampler's warm-up after the cache (V1), and whether it has room
     answer: str
 
@@ -72,12 +76,18 @@ def answer_fit(
     warmup = check_warmup(waterfall, model_size(shape.config, shape.source),
                           v0=runs_v0(engine_release(launch.engine_version), launch.engine_generation))
     fits = cache_fits and (warmup is None or warmup.verdict != "does not fit")
+    margin = cache_margin(capacity, waterfall.usable_bytes, FITTED_CONSTANTS.kv_error_share)
+    at_risk = margin.at_risk or (warmup is not None and warmup.verdict == "at risk")
     sequences = at_asked.whole_sequences_at_max_model_len
     answer = _words(waterfall, capacity, cache_fits, asked, sequences, launch.max_num_seqs)
+    if margin.at_risk:
+        answer = f"at risk: {_margin_words(margin, capacity)} ({answer})"
     if cache_fits and warmup is not None and warmup.verdict != "fits":
         answer = f"{warmup.verdict}: {warmup.note}" + ("" if not fits else f" (the cache itself: {answer})")
     return FitAnswer(waterfall=waterfall, capacity=capacity, asked_tokens=asked, sequences_of_asked_length=sequences,
-                     max_num_seqs=launch.max_num_seqs, fits=fits, warmup=warmup, answer=answer)
+                     max_num_seqs=launch.max_num_seqs, fits=fits,
+                     verdict="does not fit" if not fits else "at risk" if at_risk else "fits",
+                     cache_margin=margin, warmup=warmup, answer=answer)
 
 
 def gpu_total(gpu: str) -> tuple[int, str]:
@@ -105,7 +115,14 @@ def _words(waterfall: Waterfall, capacity: CapacityPrediction, fits: bool, asked
     capped = max_num_seqs is not None and max_num_seqs < sequences
     cap = f"; vLLM runs at most max_num_seqs={max_num_seqs} at once" if capped else ""
     return (f"fits: {kv_memory}, {capacity.kv_cache_tokens:,} tokens; "
-            f"{sequences:,} sequences of {asked:,} tokens at once{cap}")
+            f"{sequences:,} sequence{'' if sequences == 1 else 's'} of {asked:,} tokens at once{cap}")
+
+
+def _margin_words(margin: CacheMargin, capacity: CapacityPrediction) -> str:
+    return (f"the cache holds one request of {capacity.max_model_len:,} tokens with {binary_size(margin.margin_bytes)} "
+            f"to spare, less than this calculator's error band here ({binary_size(margin.band_bytes)}, "
+            f"{FITTED_CONSTANTS.kv_error_share:.1%} of usable memory: its KV memory misses by more on one in ten of "
+            "the field corpus's fit cases)")
 
 
 def _binding_kv_memory(waterfall: Waterfall, capacity: CapacityPrediction) -> str:
@@ -131,6 +148,5 @@ def answer_renderable(answer: FitAnswer) -> Group:
     notes = Table(show_header=False, box=None)
     for note in [*water.assumptions, *answer.capacity.assumptions]:
         notes.add_row("•", note)
-    at_risk = answer.warmup is not None and answer.warmup.verdict == "at risk"
-    style = "bold red" if not answer.fits else "bold yellow" if at_risk else "bold green"
+    style = {"does not fit": "bold red", "at risk": "bold yellow", "fits": "bold green"}[answer.verdict]
     return Group(table, notes, Text(answer.answer, style=style))

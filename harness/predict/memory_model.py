@@ -88,6 +88,8 @@ class MemoryConstants(BaseModel, frozen=True):
     hopper_non_torch_gib: float = 0.0
     nccl_gib: float = 0.0  # NCCL's buffers per GPU, on top where the release counts them (non_torch.py)
     cuda_graph_gib: float
+    # the before-launch KV memory's 90th-percentile error on the fit half, as a share of total × utilisation
+    kv_error_share: float = 0.0
     fitted_on: list[str]
 
 
@@ -290,6 +292,7 @@ FITTED_CONSTANTS = MemoryConstants(
     hopper_non_torch_gib=0.596,
     cuda_graph_gib=0.54,
     nccl_gib=0.129,
+    kv_error_share=0.0206,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
         "v0101-gpt-oss-120b-a100-tp4-util08",
@@ -300,10 +303,12 @@ FITTED_CONSTANTS = MemoryConstants(
         "v0101-qwen2-7b-a100-util05",
         "v0102-minicpm-v-45-v0-tp2-len4096",
         "v0102-qwen3-4b-default-len",
+        "v011-gpt-oss-120b-h100-util095-fails",
         "v0110-llama31-8b-len32000-util092",
         "v0110-r1-distill-qwen-32b-fp8-l40s-len24576",
         "v0112-llama3-8b-h200-len1024",
         "v0112-qwen25-coder-14b-l40s-len16384",
+        "v0112-qwen3-06b-l40s-len16000",
         "v013-gpt-oss-20b-gb10-util025",
         "v0130-mistral-7b-v03-len8192",
         "v0130-nemotron-super-49b-tp4-len131072",
@@ -339,6 +344,7 @@ FITTED_CONSTANTS = MemoryConstants(
         "v083-tinyllama-11b-bnb-util05",
         "v085-r1-distill-qwen-14b-len32768",
         "v09-qwen3-06b-v0-util08",
+        "v09-qwen3-235b-a22b-fp8-tp4",
         "v092-qwen25-15b-util05",
         "v092-qwen25-3b-maxseqs128-len4096",
     ],

@@ -255,6 +255,12 @@ def test_before_launch_fit_calls_are_right_but_the_named_ones_and_the_score_is_p
     assert lines[4].startswith("before launch, maximum concurrency at max_model_len within ±1 sequence or ±2% "
                                f"(the larger): held-back {held.concurrency_within} of {held.concurrency_scored} ")
     assert held.concurrency_scored >= 10
+    # vllm#16570's V0 start is called "fits" with 156.25 MiB of room for one request, inside the error band (2.06%
+    # of its 37.41 GiB usable, 0.77 GiB): answered at risk; it failed. The one other call inside its band started.
+    risky = {c.id: c.cache_fit for c in called if c.launch.cache_margin and c.launch.cache_margin.at_risk}
+    assert risky["v083-qwen25-vl-72b-a100-40gb-tp4-v0-fails"] is False
+    assert lines[5].endswith(f"{len(risky)} \"fits\" answered at risk, the cache's room for one request inside the "
+                             "error band, 1 of them failed (v083-qwen25-vl-72b-a100-40gb-tp4-v0-fails)")
     # Six logs are the most any one source holds (two repositories hold six each): 6 of 150 = 4.0%, "4%".
     assert lines[-1].startswith("split by source: 113 sources, each on the side its key's hash gives; the largest "
                                 "source holds 6 of 150 cases (4%): ")

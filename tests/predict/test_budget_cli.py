@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from harness.predict.memory_model import FITTED_CONSTANTS
+
 HARNESS = str(Path(sys.executable).parent / "harness")
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "field" / "configs"
 SNAPSHOT = Path(__file__).parents[2] / "harness/snapshots/Qwen/Qwen3-4B/1cfa9a7208912126459214e8b04321603b3df60c"
@@ -177,6 +179,13 @@ def test_a_v0_vision_launch_is_priced_as_the_field_check_prices_its_log() -> Non
         answers[limits] = json.loads(result.stdout)
     stated = answers['{"image": 1, "video": 0}']
     assert stated["capacity"]["kv_cache_tokens"] == 6096
+    # 381 blocks hold one 4,096-token request (256 blocks) with 125 × 1,310,720 B = 156.25 MiB to spare, inside
+    # the fitted error band (the shipped share of total × utilisation): a "fits" answered at risk. The start failed.
+    margin = stated["cache_margin"]
+    assert margin["margin_bytes"] == 125 * 1_310_720 and margin["at_risk"]
+    assert margin["band_bytes"] == int(FITTED_CONSTANTS.kv_error_share * stated["waterfall"]["usable_bytes"])
+    assert stated["fits"] and stated["verdict"] == "at risk"
+    assert stated["answer"].startswith("at risk: the cache holds one request of 4,096 tokens with 156.25 MiB")
     assert "V0 engine accounting of vLLM 0.8.3" in stated["waterfall"]["assumptions"]
     assert answers["image=1,video=0"] == answers['{"image": {"count": 1}, "video": 0}'] == stated
     # V0's default of one video a prompt as well: its frames join the dummy prompt and leave nothing for the cache
