@@ -31,6 +31,8 @@ from harness.predict.load_buffers import with_load_buffers
 from harness.predict.mxfp4_layout import mxfp4_layout
 from harness.predict.non_torch import (
     CUDA_CONTEXT_REST_BYTES,
+    EARLY_NCCL_BEFORE,
+    EARLY_NCCL_NOTE,
     MOST_RESIDENT_THREADS,
     communicator_bytes,
     communicators_counted,
@@ -136,6 +138,7 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
     if counted:
         source += (f" + {communicators / GiB:.3f} GiB of NCCL (fitted) and custom all-reduce buffers, which {version}"
                    " counts (its memory snapshot precedes the distributed set-up)")
+        source += EARLY_NCCL_NOTE if version < EARLY_NCCL_BEFORE else ""
     elif tensor_parallel_size * pipeline_parallel_size > 1:
         source += f"; NCCL buffers are allocated before {version}'s memory snapshot: not counted"
     if nvls:
