@@ -39,7 +39,7 @@ from harness.units import GiB
 # vLLM's default block size when nothing says otherwise: 16 tokens on CUDA, 128 on the CPU build.
 DEFAULT_BLOCK_SIZE = {"CPU": 128}
 CUDA_BLOCK_SIZE = 16
-CPU_IPEX_BLOCK_SIZE = 128  # before 0.12 the CPU build's default only with intel_extension_for_pytorch, else 16
+CPU_BLOCK_WITHOUT_IPEX = 16  # before 0.12 the CPU build's default without intel_extension_for_pytorch
 CPU_BLOCK_SET_SINCE = Version("0.12")
 # A GiB figure printed with two decimals is known to within half a hundredth of a GiB.
 GIB_PRINT_HALF_STEP_BYTES = GiB // 200
@@ -265,15 +265,16 @@ def _cpu_block_before_0_12(log: StartupCapacity) -> tuple[int, str]:
     16 where it is not (platforms/cpu.py `check_and_update_config`, read in 0.8.3, 0.10.2 and 0.11.0); no line
     says which, so the logged figures do: tokens are whole blocks, and V0's concurrency is blocks × block size
     over max_model_len."""
+    with_ipex = DEFAULT_BLOCK_SIZE["CPU"]
     implied = None
-    if log.kv_cache_tokens is not None and log.kv_cache_tokens % CPU_IPEX_BLOCK_SIZE:
-        implied = CUDA_BLOCK_SIZE
+    if log.kv_cache_tokens is not None and log.kv_cache_tokens % with_ipex:
+        implied = CPU_BLOCK_WITHOUT_IPEX
     elif log.engine_generation == "V0" and log.num_gpu_blocks and log.max_concurrency and log.max_concurrency_model_len:
         per_block = log.max_concurrency * log.max_concurrency_model_len / log.num_gpu_blocks
-        implied = min((CUDA_BLOCK_SIZE, CPU_IPEX_BLOCK_SIZE), key=lambda size: abs(size - per_block))
+        implied = min((CPU_BLOCK_WITHOUT_IPEX, with_ipex), key=lambda size: abs(size - per_block))
     if implied is None:
-        return CPU_IPEX_BLOCK_SIZE, "the CPU build's default with intel_extension_for_pytorch (16 without it)"
-    ipex = "with" if implied == CPU_IPEX_BLOCK_SIZE else "without"
+        return with_ipex, "the CPU build's default with intel_extension_for_pytorch (16 without it)"
+    ipex = "with" if implied == with_ipex else "without"
     return implied, f"the CPU build's default {ipex} intel_extension_for_pytorch, as the logged figures imply"
 
 

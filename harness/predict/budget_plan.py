@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -61,6 +61,10 @@ def sequence_lengths(lengths: object) -> object:
 MAX_ITEMS_PER_PROMPT = 10_000  # vLLM bounds no modality's items a prompt; the profile's arithmetic wants a bound
 
 
+class JsonObject(list[tuple[str, Any]]):
+    """A JSON object as its (name, value) pairs, in order, so that a name given twice is seen."""
+
+
 def items_per_prompt(limits: object) -> object:
     """vLLM's --limit-mm-per-prompt as typed: '{"image": 1, "video": 0}' (JSON, a modality also as
     '{"count": 1, ...}'), or 'image=1,video=0' (before 0.10); only images and videos are priced."""
@@ -69,15 +73,17 @@ def items_per_prompt(limits: object) -> object:
     example = "'{\"image\": 1, \"video\": 0}'"
     if limits.lstrip().startswith("{"):
         try:
-            parsed = json.loads(limits)
+            pairs: list[Any] = json.loads(limits, object_pairs_hook=JsonObject)
         except json.JSONDecodeError:
             raise ValueError(f"must be a JSON object such as {example}") from None
     else:
         pairs = [part.split("=") for part in limits.split(",")]
         if not all(len(pair) == 2 and re.fullmatch(r"\s*[0-9]{1,6}\s*", pair[1]) for pair in pairs):
             raise ValueError(f"must be 'image=N,video=N' or a JSON object such as {example}")
-        parsed = {key.strip(): int(value) for key, value in pairs}
-    counts = {key: value.get("count") if isinstance(value, dict) else value for key, value in parsed.items()}
+        pairs = [(key.strip(), int(value)) for key, value in pairs]
+    counts = {key: dict(value).get("count") if isinstance(value, JsonObject) else value for key, value in pairs}
+    if len(counts) < len(pairs):
+        raise ValueError("names a modality twice")
     for key, count in counts.items():
         if key not in ("image", "video"):
             raise ValueError(f"'{key}' is not priced here (image, video)")
@@ -173,12 +179,16 @@ class BudgetOptions(BaseModel):
                   "kv_cache_tokens")
         return [flag_of(name) for name in unread if getattr(self, name) != defaults[name].default]
 
+    def checked_engine(self) -> None:
+        """--engine names an engine --engine-version (or the pinned image) has; checked where either answer starts."""
+        check_engine_generation(engine_release(self.engine_version), self.engine)
+
     def engine_launch(self, shape: ModelShape) -> EngineLaunch:
         """The launch `--gpu` prices: these options as vLLM's flags, max_model_len the model's own when unset."""
         model_len = self.max_model_len or shape.max_position_embeddings
         if model_len is None:
             raise HarnessError(f"{shape.name}: no max_position_embeddings in the config; give --max-model-len")
-        check_engine_generation(engine_release(self.engine_version), self.engine)
+        self.checked_engine()
         return EngineLaunch(
             engine_version=self.engine_version or PRODUCTION_ENGINE, engine_generation=self.engine,
             max_model_len=model_len,
@@ -195,7 +205,7 @@ class BudgetOptions(BaseModel):
 def plan_budget(shape: ModelShape, options: BudgetOptions) -> BudgetResult:
     """The forward budget, plus the capacity prediction when a KV memory figure is given one way or another."""
     warnings = engine_version_warnings(options.engine_version)
-    check_engine_generation(engine_release(options.engine_version), options.engine)
+    options.checked_engine()
     unread = [flag_of(name) for name in ("max_num_seqs", "quantization", "skip_mm_profiling", "language_model_only",
                                          "limit_mm_per_prompt", "sampler", "enforce_eager")
               if getattr(options, name)]

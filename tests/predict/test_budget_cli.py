@@ -126,6 +126,10 @@ def write(path: Path, text: str | bytes) -> Path:
          "--limit-mm-per-prompt: video must be a whole number of items from 0 to 10,000"),
         ("broken JSON items", ["--gpu", "H100-80GB", "--limit-mm-per-prompt", '{{"image": 1'],
          "--limit-mm-per-prompt: must be a JSON object"),
+        ("a modality twice", ["--gpu", "H100-80GB", "--limit-mm-per-prompt", '{{"image": 0, "image": 5}}'],
+         "--limit-mm-per-prompt: names a modality twice"),
+        ("items as a list", ["--gpu", "H100-80GB", "--limit-mm-per-prompt", '{{"image": [1, 2]}}'],
+         "--limit-mm-per-prompt: image must be a whole number of items"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, case, args, named) -> None:
