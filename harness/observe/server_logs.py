@@ -242,7 +242,7 @@ def _parse_start(lines: list[LogLine]) -> StartupCapacity:
 
 def _read_profiles_kv(facts: StartFacts) -> None:
     """Each process's KV memory as its profile states it, by rank where its prefix names one."""
-    for process, profile in facts.profiles.items():
+    for (process, _), profile in facts.profiles.items():
         if profile.kv_cache_bytes is not None:
             facts.available.append(profile.kv_cache_bytes)
             if process and (rank := PROCESS_RANK.search(process)):

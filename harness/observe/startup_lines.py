@@ -135,7 +135,8 @@ class StartFacts:
     tokens: list[int] = field(default_factory=list)
     concurrency: list[float] = field(default_factory=list)
     available: list[int] = field(default_factory=list)
-    profiles: dict[str | None, MemoryProfile] = field(default_factory=dict)
+    # each speaker's profile: V0's and Ray's workers share one process name and differ by pid
+    profiles: dict[tuple[str | None, str | None], MemoryProfile] = field(default_factory=dict)
     by_rank: dict[int, int] = field(default_factory=dict)
     smi_rows: dict[str, str] = field(default_factory=dict)  # each GPU model a pasted nvidia-smi table names, its row
     stage: Stage = "starting"
@@ -149,8 +150,8 @@ class StartFacts:
             if match := pattern.search(line.message):
                 read_fact(self, match, line.process)
                 return
-        if profile := memory_profile_line(line.message, self.profiles.get(line.process)):
-            self.profiles[line.process] = profile
+        if profile := memory_profile_line(line.message, self.profiles.get(line.speaker)):
+            self.profiles[line.speaker] = profile
 
     def starting_to_load(self, match: re.Match[str], process: str | None) -> None:
         self.stage = later_stage(self.stage, "loading_weights")

@@ -295,6 +295,30 @@ def test_vllm_0_33_single_line_report() -> None:
     assert result.model_weights_bytes == round(7.63 * GiB)
 
 
+def test_workers_of_one_name_keep_their_own_profiles() -> None:
+    # A TP=4 PP=2 V0 start over Ray (0.8.3, surajssd/llm-k8s lws-run-1.sh): two Ray workers share the process name
+    # RayWorkerWrapper and differ by pid. Each prints its two profile lines; the one on the other node (pid 329) has
+    # the smallest cache, 16.75 GiB, and its profile must not be merged into or replaced by pid 655's 17.80 GiB.
+    profile = (
+        "INFO 04-14 16:11:34 [worker.py:267] the current vLLM instance can use total_gpu_memory (39.49GiB) x "
+        "gpu_memory_utilization (0.90) = 35.55GiB\n"
+        "INFO 04-14 16:11:34 [worker.py:267] model weights take 16.46GiB; non_torch_memory takes {nt}GiB; PyTorch "
+        "activation peak memory takes {act}GiB; the rest of the memory reserved for KV Cache is {kv}GiB.\n"
+    )
+    log = (
+        "".join(f"(RayWorkerWrapper pid=329, ip=10.244.1.18) {line}\n"
+                for line in profile.format(nt="2.11", act="0.22", kv="16.75").splitlines())
+        + profile.format(nt="0.89", act="0.25", kv="17.94")
+        + "".join(f"(RayWorkerWrapper pid=655) {line}\n"
+                  for line in profile.format(nt="1.03", act="0.25", kv="17.80").splitlines())
+        + "INFO 04-14 16:11:36 [executor_base.py:112] # cuda blocks: 25588, # CPU blocks: 6553\n"
+    )
+    result = parse_startup_log(log)
+    assert result.available_kv_cache_bytes_per_rank == [round(16.75 * GiB), round(17.94 * GiB), round(17.80 * GiB)]
+    assert result.memory_profile is not None
+    assert result.memory_profile.components_bytes["non_torch_memory_bytes"] == round(2.11 * GiB)
+
+
 def test_vllm_0_6_memory_profiling_results_line() -> None:
     line = (
         "INFO 12-06 11:39:36 worker.py:232] Memory profiling results: total_gpu_memory=7.92GiB "
