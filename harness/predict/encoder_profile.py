@@ -5,8 +5,8 @@ tokens (`get_modality_with_max_tokens`, each item's maximum taken at max_model_l
 encoder cache through the decoder's dummy run over the batched tokens and the sampler's, and frees them only
 after. The profile's peak is therefore the larger of the encoder call's own widest moment and what it leaves held
 (the outputs, in 0.11-0.12 also the zero-padded copies it scatters them into, and, in the first GPU runner, the
-dummy pixels) plus the decoder's or the sampler's peak. Read in every release's wheel from 0.8.2 to 0.34.0 (0.9
-aside) (vllm/v1/worker/gpu_model_runner.py and gpu/model_runner.py `profile_run`, vllm/v1/worker/utils.py and
+dummy pixels) plus the decoder's or the sampler's peak. Read in every release's wheel from 0.8.2 to 0.34.0
+(vllm/v1/worker/gpu_model_runner.py and gpu/model_runner.py `profile_run`, vllm/v1/worker/utils.py and
 vllm/multimodal/encoder_budget.py `MultiModalBudget`, vllm/v1/core/encoder_cache_manager.py
 `compute_encoder_budget`, vllm/config/vllm.py's choice of runner, and vllm/model_executor/models/qwen2_vl.py,
 qwen3_vl.py and qwen3_5.py `*ProcessingInfo` and `*DummyInputsBuilder`); `RULES` says what changed where.
@@ -43,12 +43,13 @@ QWEN3_VL_MAX_FRAMES = 24_576  # qwen3_vl.py _MAX_FRAMES_PER_VIDEO (0.11.0-0.14.1
 LARGEST_SIDE = 9_999_999  # before 0.13 the largest image is what the processor makes of a 9,999,999² one
 MAX_ASPECT = 200  # the processors refuse a wider image
 ENCODER_PROFILED_SINCE = Version("0.8.2")
-UNREAD = (Version("0.9"), Version("0.10"))  # 0.9.x's profile_run was not read: not priced
 NEWEST_READ_BEFORE = Version("0.35")  # releases from here on are not priced until their profile_run is read
 # Before 0.12 the dummy batch reaches the model stacked, [items, patches, values] (`MultiModalKwargs.batch`), and the
 # model concatenates it into a copy of its own (`_validate_and_reshape_mm_tensor`, qwen2_vl.py, qwen2_5_vl.py and
 # qwen3_vl.py, read in 0.8.3, 0.10.2 and 0.11.0); from 0.12 these models take it flat (`merge_by_field_config`).
-# Float32 pixels (before 0.10) are also cast to the model's dtype for the encoder (`.type(self.visual.dtype)`).
+# Float32 pixels (before 0.9) are also cast to the model's dtype for the encoder (`.type(self.visual.dtype)`); 0.9.0's
+# `MultiModalKwargs.as_kwargs` casts them before they reach the GPU, and from 0.9.2 the processor's output is cast
+# (`InputProcessingContext.call_hf_processor`).
 FLAT_BATCH_SINCE = Version("0.12")
 
 
@@ -82,7 +83,7 @@ class Rules(NamedTuple):
     dummy_counts_limits: bool  # the dummy item is built beside every modality's limit, not its own modality alone
     items: Literal["ceil", "floor", "budget"]  # how many items of the budget the dummy batch holds
     padded_to: Literal["none", "budget", "item"]  # the zero tensors outputs are scattered into before caching
-    pixel_bytes: int | None  # the dummy pixels' bytes each: float32 before 0.10, the model's dtype (None) after
+    pixel_bytes: int | None  # the dummy pixels' bytes each: float32 before 0.9, the model's dtype (None) after
     qwen3_timestamp_factor: float  # Qwen3-VL counts each video token this many times in the budget
     factorised_image: bool  # the largest image is max_pixels factorised into patches, not a resized giant square
     qwen3_two_frame_video: bool  # Qwen3-VL's largest video is two frames at the video processor's pixel bound
@@ -93,6 +94,7 @@ RULES = (  # (first release, its rules), newest last
     (Version("0.8.2"), Rules(1, True, 16, True, "batch", True, "ceil", "none", 4, 1.0, False, False, False)),
     (Version("0.8.3"), Rules(1, True, 16, True, "batch", False, "ceil", "none", 4, 1.0, False, False, False)),
     (Version("0.8.4"), Rules(999, True, 16, False, "batch", False, "ceil", "none", 4, 1.0, False, False, False)),
+    (Version("0.9.0"), Rules(999, True, 16, False, "batch", False, "ceil", "none", None, 1.0, False, False, False)),
     (Version("0.10.0"), Rules(999, True, 16, False, "item", False, "floor", "none", None, 1.0, False, False, False)),
     (Version("0.10.1"), Rules(999, True, 16, False, "batch", False, "budget", "none", None, 1.0, False, False, False)),
     (Version("0.10.2"), Rules(999, False, 16, False, "batch", False, "budget", "none", None, 1.0, False, False, False)),
@@ -187,9 +189,9 @@ def encoder_profile(config: dict[str, Any], engine_version: Version, *, max_mode
 
 
 def _read(engine_version: Version, geometry: VisionGeometry) -> bool:
-    """Whether this release's profile of this family was read: 0.8.2 to 0.34 but 0.9, Qwen3-VL from 0.11."""
+    """Whether this release's profile of this family was read: 0.8.2 to 0.34, Qwen3-VL from 0.11."""
     since = QWEN3_VL_SINCE.get(geometry.architecture, Version("0.11") if geometry.qwen3 else ENCODER_PROFILED_SINCE)
-    return since <= engine_version < NEWEST_READ_BEFORE and not UNREAD[0] <= engine_version < UNREAD[1]
+    return since <= engine_version < NEWEST_READ_BEFORE
 
 
 def _runner(engine_version: Version, architecture: str) -> Literal["first", "second", "none"]:

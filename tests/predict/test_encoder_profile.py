@@ -98,6 +98,23 @@ def test_qwen25_vl_before_0_11_profiles_a_small_dummy_in_a_video_sized_budget() 
     assert found.encoder_peak_bytes == 2 * 308_281_344 + 154_140_672 + 1_848_115_200
 
 
+def test_qwen25_vl_in_0_9_profiles_one_largest_image_in_the_models_dtype() -> None:
+    # tsailiming/openshift-ai-bootstrap's 0.9.0.1 start of Qwen2.5-VL-7B at --max-model-len 2048 (2,048 batched
+    # tokens) logs "a budget of 16384 tokens, and profiled with 1 image items": at 2,048 tokens no video frame pair
+    # outweighs the 3,584² image, 256² = 65,536 patches merged 2 × 2 into 16,384 tokens, and ceil(16,384 / 16,384)
+    # = 1 item. 0.9 casts the pixels to the model's dtype before they reach the GPU (0.8 kept them float32): held,
+    # 16,384 × 3,584 × 2 = 117,440,512 B of outputs and 65,536 × 1,176 values × 2 = 154,140,672 B of pixels.
+    found = profile(QWEN25_VL, "0.9.0.1", 2048, batched_tokens=2048)
+    assert found is not None
+    assert (found.modality, found.items, found.budget_tokens) == ("image", 1, 16_384)
+    assert found.held_bytes == 117_440_512 + 154_140_672
+    # The call: those pixels, the model's concatenated copy, no cast, and one block at its widest (14,100 values a
+    # patch, as in 0.8 and 0.12): 2 × 154,140,672 + 65,536 × 14,100 × 2 = 2,156,396,544 B.
+    assert found.encoder_peak_bytes == 2 * 154_140_672 + 1_848_115_200
+    eight = profile(QWEN25_VL, "0.8.4", 2048, batched_tokens=2048)
+    assert eight is not None and eight.encoder_peak_bytes == 2 * 308_281_344 + 154_140_672 + 1_848_115_200
+
+
 def test_from_0_11_the_qwen25_vl_dummy_video_fills_max_model_len() -> None:
     # 0.12.0 at 32,768 tokens: 2 temporal patches of 16,384 (4 frames, under the cap of 14), built at max_model_len:
     # 131,072 patches, 32,768 tokens, which is also the item's maximum, so nothing is padded.
@@ -131,7 +148,6 @@ def test_only_the_qwen_vl_families_and_the_releases_read_are_priced() -> None:
     assert profile(_config("Qwen--Qwen3-30B-A3B.json"), "0.12.0", 4096) is None
     assert profile(QWEN3_VL, "0.10.2", 65536) is None  # Qwen3-VL arrived in 0.11
     assert profile(QWEN25_VL, "0.8.1", 65536) is None
-    assert profile(QWEN25_VL, "0.9.2", 65536) is None  # 0.9's profile_run was not read
     assert profile(QWEN25_VL, "0.35.0", 65536) is None
 
 
