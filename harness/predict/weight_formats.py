@@ -147,9 +147,12 @@ def _flag_format(method: str, quantization: str, size: ModelSize) -> WeightForma
     if method not in QUANTIZED_BITS:
         raise HarnessError(f"quantization '{quantization}' is not priced here (known: "
                            f"{', '.join([*QUANTIZED_BITS, *CONFIG_ONLY_FORMATS])})")
+    others = sorted(KERNEL_BITS.get(method, frozenset()) - {4})
     return WeightFormat(method=method, bits=QUANTIZED_BITS[method],
                         quantized=_quantized_classes(size, method, [], _substring),
-                        source=f"--quantization {quantization}, the format's usual layout")
+                        source=f"--quantization {quantization}, the format's usual layout"
+                        + (f" (4-bit; its kernels also take {'/'.join(map(str, others))}-bit checkpoints, priced "
+                           "from their own config.json)" if others else ""))
 
 
 def _method(name: str) -> str:

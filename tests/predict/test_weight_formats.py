@@ -74,6 +74,18 @@ def test_an_eight_bit_awq_checkpoint_is_priced_at_its_own_bits() -> None:
     assert _priced(_with(DENSE, {"quant_method": "awq", "w_bit": 8, "q_group_size": 64})) == 341_760
 
 
+def test_a_flag_alone_says_which_bits_it_assumed_where_the_format_has_others() -> None:
+    # GPTQ's kernels take 2, 3, 4 and 8 bits and Qwen publishes Int4 and Int8 builds alike: priced from the flag
+    # alone, the source says it took 4 and where the others are read. FP8 has one width, so it says nothing more.
+    size = model_size(DENSE)
+    gptq = weight_format("gptq", DENSE, size)
+    assert gptq is not None and "4-bit; its kernels also take 2/3/8-bit checkpoints" in gptq.source
+    awq = weight_format("awq_marlin", DENSE, size)
+    assert awq is not None and "also take 8-bit" in awq.source
+    fp8 = weight_format("fp8", DENSE, size)
+    assert fp8 is not None and fp8.source == "--quantization fp8, the format's usual layout"
+
+
 def test_compressed_tensors_group_int4_stores_scales_and_zero_points_only_where_asymmetric() -> None:
     def scheme(symmetric: bool) -> dict[str, Any]:
         weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32, "symmetric": symmetric}
