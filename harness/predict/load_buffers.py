@@ -25,6 +25,7 @@ MROPE_ARCHITECTURES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditio
                        "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
                        "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
 MROPE_POSITIONS_FACTOR = 4
+ROTARY_SHARE_NAMES = ("partial_rotary_factor", "rotary_pct", "rotary_emb_fraction")  # vLLM's names for it, in order
 NO_ROPE_ARCHITECTURES = ("OPTForCausalLM", "GPT2LMHeadModel", "JambaForCausalLM")  # learned positions, or none
 
 
@@ -53,10 +54,10 @@ def _rope_cache(config: dict[str, Any], dtype_bytes: int, source: str) -> tuple[
         width // heads if width and heads else None)
     if positions is None or head_dim is None:
         return 0, ""
-    factor = text.get("partial_rotary_factor", 1.0)
-    rotary_dims = int(head_dim * factor) if isinstance(factor, int | float) and 0 < factor <= 1 else head_dim
     rope = text.get("rope_scaling") or text.get("rope_parameters") or {}
     rope = rope if isinstance(rope, dict) else {}
+    factor = _rotary_share(text, rope)
+    rotary_dims = int(head_dim * factor) if isinstance(factor, int | float) and 0 < factor <= 1 else head_dim
     kind = rope.get("rope_type") or rope.get("type")
     how = f"{positions:,} positions"
     if "mrope_section" in rope or architecture in MROPE_ARCHITECTURES:
@@ -70,6 +71,16 @@ def _rope_cache(config: dict[str, Any], dtype_bytes: int, source: str) -> tuple[
     size = caches * positions * rotary_dims * dtype_bytes
     return size, (f"{'two RoPE caches (global and local layers)' if caches == 2 else 'the RoPE cache'} of {how} × "
                   f"{rotary_dims} dims × {dtype_bytes} B, whole on every GPU ({size / 2**30:.2f} GiB)")
+
+
+def _rotary_share(text: dict[str, Any], rope: dict[str, Any]) -> Any:
+    """The share of each head RoPE turns, where vLLM reads it (`patch_rope_parameters`, then `get_rope`'s
+    rope_parameters["partial_rotary_factor"], read in 0.13 to 0.18): a top-level field under any of its names,
+    else the one transformers 5 writes inside rope_parameters (Qwen3.5's configs keep it only there)."""
+    for name in ROTARY_SHARE_NAMES:
+        if name in text:
+            return text[name]
+    return rope.get("partial_rotary_factor", 1.0)
 
 
 def _yarn_scaling(rope: dict[str, Any], source: str) -> tuple[int, float]:

@@ -41,6 +41,24 @@ def test_multimodal_rope_keeps_four_times_the_positions() -> None:
     assert _buffers("Qwen--Qwen3-VL-30B-A3B-Instruct.json", batched_tokens=2048).bytes == 268_435_456 + 25_165_824
 
 
+def test_the_rotary_share_is_read_where_transformers_5_writes_it_inside_rope_parameters() -> None:
+    # Qwen3.5's hub configs (transformers 5) state partial_rotary_factor 0.25 only inside rope_parameters, where
+    # vLLM's get_rope reads it; Qwen3.6-35B-A3B's config without its top-level copy is that form. 262,144 × 4 × 64
+    # dims × 2 B = 134,217,728 B, not the 536,870,912 B of all 256: three public Qwen3.5 starts (9B at TP 1 and
+    # TP 4, 27B at TP 4) loaded 0.37, 0.37 and 0.30 GiB less than the whole-head cache gave.
+    qwen36 = json.loads((CONFIGS / "Qwen--Qwen3.6-35B-A3B.json").read_text())
+    text = {key: value for key, value in qwen36["text_config"].items() if key != "partial_rotary_factor"}
+    assert text["rope_parameters"]["partial_rotary_factor"] == 0.25
+    nested = with_load_buffers(Term(name="weights", bytes=0, subtracted=True, source="parameters"),
+                               {**qwen36, "text_config": text}, 8192, dtype_bytes=2)
+    assert nested.bytes == 134_217_728 and "× 64 dims" in nested.source
+    # GPT-NeoX's configs call it rotary_pct: 2,048 positions × (128 × 0.25 = 32) dims × 2 B = 131,072 B.
+    neox = {"architectures": ["GPTNeoXForCausalLM"], "max_position_embeddings": 2048, "hidden_size": 4096,
+            "num_attention_heads": 32, "rotary_pct": 0.25}
+    assert with_load_buffers(Term(name="weights", bytes=0, subtracted=True, source="parameters"), neox, 8192,
+                             dtype_bytes=2).bytes == 131_072
+
+
 def test_yarn_keeps_its_original_positions_times_its_factor_and_an_impossible_factor_is_refused() -> None:
     # A YaRN rope over 4,096 original positions × 32 = 131,072, × 128 dims × 2 B = 33,554,432 B. A factor of
     # 1e308 (a product no float holds), 0, a negative, NaN or a string sizes no cache: each is refused by name.
