@@ -77,10 +77,8 @@ def _rotary_share(text: dict[str, Any], rope: dict[str, Any]) -> Any:
     """The share of each head RoPE turns, where vLLM reads it (`patch_rope_parameters`, then `get_rope`'s
     rope_parameters["partial_rotary_factor"], read in 0.13 to 0.18): a top-level field under any of its names,
     else the one transformers 5 writes inside rope_parameters (Qwen3.5's configs keep it only there)."""
-    for name in ROTARY_SHARE_NAMES:
-        if name in text:
-            return text[name]
-    return rope.get("partial_rotary_factor", 1.0)
+    stated = [text[name] for name in ROTARY_SHARE_NAMES if text.get(name) is not None]
+    return stated[0] if stated else rope.get("partial_rotary_factor", 1.0)
 
 
 def _yarn_scaling(rope: dict[str, Any], source: str) -> tuple[int, float]:
