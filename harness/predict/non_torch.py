@@ -50,13 +50,15 @@ V1_COMMUNICATORS_BEFORE_SNAPSHOT_SINCE = Version("0.11.0")
 # Before 0.9 (torch 2.5-2.6, NCCL 2.21.5) tensor-parallel starts log far more outside torch than later ones, and
 # far more on some machines than others: 0.29-0.43 GiB a rank on L40S starts, a 47.50 GiB card's and an
 # A100-40GB's (vllm#15815, #12663, #16570, gnosia93/vlm-on-eks), 1.39-1.54 GiB on an A800's and a 39.50 GiB
-# card's (QMMMS/QMMMS.github.io, daxdelvira/distributed_agent_gc), against 0.11-0.21 GiB from 0.9 on. What sets
-# the difference (NCCL's channels over NVLink or PCIe, the communicators connected at init) is not in vLLM's code,
-# and the fit half holds one such start: the figure is not fitted apart, and the waterfall says how far it may be off.
+# card's (QMMMS/QMMMS.github.io, daxdelvira/distributed_agent_gc), 0.89-2.24 GiB across the ranks of two 0.8.3
+# starts at TP 4 and PP 2 on A100-SXM4-40GB nodes (surajssd/llm-k8s, Llama-3.3-70B-Instruct's lws-run-1.sh and
+# lws-run-2.sh), against 0.11-0.21 GiB from 0.9 on. What sets the difference (NCCL's channels over NVLink or PCIe,
+# the communicators connected at init) is not in vLLM's code, and the fit half holds one such start: the figure is
+# not fitted apart, and the waterfall says how far it may be off.
 EARLY_NCCL_BEFORE = Version("0.9")
 EARLY_NCCL_NOTE = ("; before 0.9 public tensor-parallel logs state 0.29 to 0.43 GiB a rank outside torch on L40S, "
-                   "A100-40GB and 48 GB cards and 1.39 to 1.54 GiB on an A800 and a 40 GB card: this figure may be "
-                   "low by up to 1.4 GiB")
+                   "A100-40GB and 48 GB cards and 0.89 to 2.24 GiB on an A800 and other A100-40GB nodes: this "
+                   "figure may be low by up to 2.1 GiB")
 CUSTOM_ALL_REDUCE_MAX_BYTES = 8192 * 1024
 CUSTOM_ALL_REDUCE_WORLD_SIZES = frozenset({2, 4, 6, 8})
 CUSTOM_ALL_REDUCE_BYTES = 2 * CUSTOM_ALL_REDUCE_MAX_BYTES  # meta (a few KiB, left out) + max_size, and max_size
