@@ -120,6 +120,39 @@ GPUS = {
                   source="torch's `a total capacity of 178.36 GiB` on 8xB200, https://github.com/PrimeIntellect-ai/"
                          "prime-rl/blob/d8f290ef0358a804f1912bd29ea1b37cc56894b4/benchmarks/results/BENCHMARKS.md; a "
                          "CUDA device query prints 178.35, https://github.com/pytorch/ao/pull/4002"),
+        GpuMemory(name="H100-NVL", total_gib=93.00, multiprocessor_count=132, compute_capability="9.0",
+                  source="torch's `a total capacity of 93.00 GiB` on an H100 NVL 94GB, "
+                         "https://github.com/ali-vilab/VACE/issues/56"),
+        GpuMemory(name="H20", total_gib=95.00, multiprocessor_count=78, compute_capability="9.0",
+                  source="torch's `a total capacity of 95.00 GiB` on an H20 96G, "
+                         "https://github.com/modelscope/DiffSynth-Studio/issues/1238"),
+        GpuMemory(name="A800-80GB", total_gib=79.33, multiprocessor_count=108, compute_capability="8.0",
+                  source="torch's `a total capacty of 79.33 GiB` on an A800-80G, "
+                         "https://github.com/hahnyuan/PB-LLM/issues/3"),
+        GpuMemory(name="A30", total_gib=23.53, multiprocessor_count=56, compute_capability="8.0",
+                  source="torch's `a total capacty of 23.53 GiB` on an A30, https://github.com/google/RB-Modulation/issues/5"),
+        GpuMemory(name="L20", total_gib=44.53, multiprocessor_count=92, compute_capability="8.9",
+                  source="torch's `a total capacity of 44.53 GiB` on an NVIDIA L20 (48GB), "
+                         "https://github.com/bytedance/HLLM/issues/3, and on eight L20s, "
+                         "https://github.com/Tencent-Hunyuan/HunyuanCustom/issues/36"),
+        GpuMemory(name="RTX-A5000", total_gib=23.67, multiprocessor_count=64, compute_capability="8.6",
+                  source="torch's `23.67 GiB total capacity` on a 24G A5000, "
+                         "https://github.com/Magicboomliu/Accelerator-Simple-Template/issues/7"),
+        GpuMemory(name="RTX-A4000", total_gib=15.61, multiprocessor_count=48, compute_capability="8.6",
+                  source="torch's `GPU 0 has a total capacity of 15.61 GiB` on an RTX A4000 (2025), "
+                         "https://github.com/DengKaiCQ/VGGT-Long/issues/6; an older driver printed 15.73, "
+                         "https://github.com/Zeqiang-Lai/Mini-DALLE3/issues/9"),
+        GpuMemory(name="V100-16GB", total_gib=15.78, multiprocessor_count=80, compute_capability="7.0",
+                  source="torch's `15.78 GiB total capacity` on a 16G V100, "
+                         "https://github.com/kchengiva/Shift-GCN/issues/34 (15.75 on other boards, "
+                         "https://github.com/XuyangBai/TransFusion/issues/49)"),
+        GpuMemory(name="RTX-3060-12GB", total_gib=11.76, multiprocessor_count=28, compute_capability="8.6",
+                  source="torch's `11.76 GiB total capacity` on an RTX 3060 12gb, "
+                         "https://github.com/TencentARC/PhotoMaker/issues/47"),
+        GpuMemory(name="RTX-2080-Ti", total_gib=10.76, multiprocessor_count=68, compute_capability="7.5",
+                  source="torch's `10.76 GiB total capacity` on a 2080 Ti, "
+                         "https://github.com/JDAI-CV/image-captioning/issues/11 and "
+                         "https://github.com/princeton-vl/pytorch_stacked_hourglass/issues/18"),
     )
 }
 

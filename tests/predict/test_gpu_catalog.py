@@ -46,7 +46,9 @@ def test_a_name_is_matched_as_people_write_it(asked, name) -> None:
     assert gpu_memory(asked).name == name
 
 
-@pytest.mark.parametrize(("asked", "meant"), [("H100", "H100-80GB or H100-96GB"), ("a100", "A100-80GB or A100-40GB")])
+@pytest.mark.parametrize(("asked", "meant"), [("H100", "H100-80GB or H100-96GB or H100-NVL"),
+                                              ("a100", "A100-80GB or A100-40GB"),
+                                              ("NVIDIA GeForce RTX 3060", "RTX-3060-12GB")])
 def test_a_name_that_begins_several_entries_is_refused_with_them(asked, meant) -> None:
     refused = rf"GPU '{asked}' has no sourced memory figure here \(did you mean {meant}\?"
     with pytest.raises(HarnessError, match=refused):
@@ -66,6 +68,12 @@ def test_the_a100_40gb_total_agrees_with_cudas_byte_count() -> None:
     a100 = gpu_memory("A100-40GB")
     assert "42,298,834,944 bytes" in a100.source
     assert 0 < 42_298_834_944 / 2**30 - a100.total_gib < 0.02
+
+
+def test_each_total_names_one_entry_so_a_log_stating_only_its_total_finds_it() -> None:
+    totals = [gpu.total_gib for gpu in GPUS.values()]
+    assert len(set(totals)) == len(totals)
+    assert known_gpu(None, int(44.53 * GiB)) == gpu_memory("L20")
 
 
 def test_catalogue_names_are_unique_without_regard_to_case() -> None:
@@ -102,14 +110,20 @@ def test_resident_threads_are_multiprocessors_times_the_capabilitys_threads() ->
                                               ("NVIDIA A100 80GB PCIe", "A100-80GB"), ("Tesla T4", "T4"),
                                               ("NVIDIA GeForce RTX 4090 D", "RTX-4090-D"),
                                               ("NVIDIA RTX PRO 6000 Blackwell Server Edition",
-                                               "RTX-PRO-6000-Blackwell")])
+                                               "RTX-PRO-6000-Blackwell"),
+                                              ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA H20", "H20"),
+                                              ("NVIDIA A800-SXM4-80GB", "A800-80GB"), ("NVIDIA L20", "L20"),
+                                              ("NVIDIA A30", "A30"),
+                                              ("NVIDIA RTX A5000", "RTX-A5000"), ("NVIDIA RTX A4000", "RTX-A4000"),
+                                              ("Tesla V100-SXM2-16GB", "V100-16GB"),
+                                              ("NVIDIA GeForce RTX 2080 Ti", "RTX-2080-Ti")])
 def test_a_device_name_as_cuda_prints_it_finds_its_entry(device, name) -> None:
     assert gpu_memory(device).name == name
 
 
 def test_a_device_name_the_catalogue_cannot_tell_apart_is_refused_with_its_entries() -> None:
-    # "NVIDIA H100 PCIe" names neither memory size: both H100 entries begin with what is left, "h100".
-    with pytest.raises(HarnessError, match=r"did you mean H100-80GB or H100-96GB\?"):
+    # "NVIDIA H100 PCIe" names no memory size: every H100 entry begins with what is left, "h100".
+    with pytest.raises(HarnessError, match=r"did you mean H100-80GB or H100-96GB or H100-NVL\?"):
         gpu_memory("NVIDIA H100 PCIe")
 
 
