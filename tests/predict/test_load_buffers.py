@@ -52,6 +52,11 @@ def test_the_rotary_share_is_read_where_transformers_5_writes_it_inside_rope_par
     nested = with_load_buffers(Term(name="weights", bytes=0, subtracted=True, source="parameters"),
                                {**qwen36, "text_config": text}, 8192, dtype_bytes=2)
     assert nested.bytes == 134_217_728 and "× 64 dims" in nested.source
+    # A top-level field written as null is not set: vLLM patches only a set one over the nested share.
+    written_null = with_load_buffers(Term(name="weights", bytes=0, subtracted=True, source="parameters"),
+                                     {**qwen36, "text_config": {**text, "partial_rotary_factor": None}}, 8192,
+                                     dtype_bytes=2)
+    assert written_null.bytes == 134_217_728
     # GPT-NeoX's configs call it rotary_pct: 2,048 positions × (128 × 0.25 = 32) dims × 2 B = 131,072 B.
     neox = {"architectures": ["GPTNeoXForCausalLM"], "max_position_embeddings": 2048, "hidden_size": 4096,
             "num_attention_heads": 32, "rotary_pct": 0.25}
