@@ -5,11 +5,12 @@ tokens (`get_modality_with_max_tokens`, each item's maximum taken at max_model_l
 encoder cache through the decoder's dummy run over the batched tokens and the sampler's, and frees them only
 after. The profile's peak is therefore the larger of the encoder call's own widest moment and what it leaves held
 (the outputs, in 0.11-0.12 also the zero-padded copies it scatters them into, and, in the first GPU runner, the
-dummy pixels) plus the decoder's or the sampler's peak. Read in every release's wheel from 0.8.2 to 0.34.0
-(vllm/v1/worker/gpu_model_runner.py and gpu/model_runner.py `profile_run`, vllm/v1/worker/utils.py and
-vllm/multimodal/encoder_budget.py `MultiModalBudget`, vllm/v1/core/encoder_cache_manager.py
-`compute_encoder_budget`, vllm/config/vllm.py's choice of runner, and vllm/model_executor/models/qwen2_vl.py,
-qwen3_vl.py and qwen3_5.py `*ProcessingInfo` and `*DummyInputsBuilder`); `RULES` says what changed where.
+dummy pixels) plus the decoder's or the sampler's peak. Read in every release's wheel from 0.8.2 to 0.34.0 (0.9.1
+aside, between 0.9.0 and 0.9.2, whose profiles agree) (vllm/v1/worker/gpu_model_runner.py and gpu/model_runner.py
+`profile_run`, vllm/v1/worker/utils.py and vllm/multimodal/encoder_budget.py `MultiModalBudget`,
+vllm/v1/core/encoder_cache_manager.py `compute_encoder_budget`, vllm/config/vllm.py's choice of runner, and
+vllm/model_executor/models/qwen2_vl.py, qwen3_vl.py and qwen3_5.py `*ProcessingInfo` and `*DummyInputsBuilder`);
+`RULES` says what changed where.
 
 The largest image and video come from the checkpoint's image (and, for Qwen3-VL, video) processor: its pixel
 bounds live in preprocessor_config.json, not config.json, so the Qwen releases' own values are taken

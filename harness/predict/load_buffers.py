@@ -56,8 +56,7 @@ def _rope_cache(config: dict[str, Any], dtype_bytes: int, source: str) -> tuple[
         return 0, ""
     rope = text.get("rope_scaling") or text.get("rope_parameters") or {}
     rope = rope if isinstance(rope, dict) else {}
-    factor = _rotary_share(text, rope)
-    rotary_dims = int(head_dim * factor) if isinstance(factor, int | float) and 0 < factor <= 1 else head_dim
+    rotary_dims = int(head_dim * _rotary_share(text, rope))
     kind = rope.get("rope_type") or rope.get("type")
     how = f"{positions:,} positions"
     if "mrope_section" in rope or architecture in MROPE_ARCHITECTURES:
@@ -73,12 +72,14 @@ def _rope_cache(config: dict[str, Any], dtype_bytes: int, source: str) -> tuple[
                   f"{rotary_dims} dims × {dtype_bytes} B, whole on every GPU ({size / 2**30:.2f} GiB)")
 
 
-def _rotary_share(text: dict[str, Any], rope: dict[str, Any]) -> Any:
+def _rotary_share(text: dict[str, Any], rope: dict[str, Any]) -> float:
     """The share of each head RoPE turns, where vLLM reads it (`patch_rope_parameters`, then `get_rope`'s
     rope_parameters["partial_rotary_factor"], read in 0.13 to 0.18): a top-level field under any of its names,
-    else the one transformers 5 writes inside rope_parameters (Qwen3.5's configs keep it only there)."""
+    else the one transformers 5 writes inside rope_parameters (Qwen3.5's configs keep it only there). A share
+    that is no number in (0, 1] turns the whole head."""
     stated = [text[name] for name in ROTARY_SHARE_NAMES if text.get(name) is not None]
-    return stated[0] if stated else rope.get("partial_rotary_factor", 1.0)
+    share = stated[0] if stated else rope.get("partial_rotary_factor", 1.0)
+    return float(share) if isinstance(share, int | float) and 0 < share <= 1 else 1.0
 
 
 def _yarn_scaling(rope: dict[str, Any], source: str) -> tuple[int, float]:
