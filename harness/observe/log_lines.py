@@ -4,6 +4,7 @@ process that wrote each line, its level, its time stamp and its message."""
 from __future__ import annotations
 
 import html
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -36,11 +37,16 @@ PROCESS_PREFIX = re.compile(
 )
 # What a log collector puts before each line vLLM wrote: a quote's `>`, `kubectl logs --prefix`'s
 # `[pod/name/container]`, torch.distributed's `[rank0]:` before a rank's output, a container runtime's RFC 3339
-# time stamp (`docker logs -t`, `kubectl logs --timestamps`), journald's `Aug 01 10:00:00 host unit[pid]:`.
+# time stamp (`docker logs -t`, `kubectl logs --timestamps`; in a node's containerd log file followed by the
+# stream and a full-line tag, `stdout F`), journald's `Aug 01 10:00:00 host unit[pid]:`.
 COLLECTOR_PREFIX = re.compile(
     r"^(?:>\s*|\[pod/[^\]\s]+\]\s+|\[rank\d+\]:\s*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"
-    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+(?:\[\d+\])?:\s+)+"
+    r"(?:(?:stdout|stderr) [FP] )?|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+(?:\[\d+\])?:\s+)+"
 )
+# A log shipped as one JSON record a line keeps vLLM's text in one field: Docker's json-file driver and Fluent
+# Bit `log`, `journalctl -o json` `MESSAGE`, cloud logging exports `textPayload`, `message` or `msg`.
+JSON_RECORD_TEXT = ("log", "MESSAGE", "textPayload", "message", "msg")
+LINE_END = re.compile(r"\r\n|\r|\n")
 # 0.11+: `INFO 11-29 14:50:31 [core.py:402] msg`; 0.6: `INFO 11-29 14:50:31 core.py:402] msg`.
 HEADER_START = (r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
                 r"\[?(?P<source>[\w./-]+\.py:\d+)\]")
@@ -135,7 +141,7 @@ def split_log_lines(text: str) -> list[LogLine]:
     """Strip colour, carriage-return progress bars, page rendering, a collector's and vLLM's process prefixes;
     keep header-less lines otherwise raw."""
     lines: list[LogLine] = []
-    for physical in _records(re.split(r"\r\n|\r|\n", unrendered(ANSI_ESCAPE.sub("", text)))):
+    for physical in _records(LINE_END.split(unrendered(ANSI_ESCAPE.sub("", text)))):
         stripped = physical.strip()
         if not stripped:
             continue
@@ -152,6 +158,25 @@ def split_log_lines(text: str) -> list[LogLine]:
             lines.append(LogLine(prefix and prefix.group("process"), None, rest, None, stripped,
                                  prefix and prefix.group("pid")))
     return lines
+
+
+def unwrapped_json_records(text: str) -> str:
+    """The log with each JSON record line replaced by the text it carries: what vLLM printed, for the secret
+    masking and the line reader alike."""
+    return "\n".join(map(_record_text, LINE_END.split(text)))
+
+
+def _record_text(physical: str) -> str:
+    """The text a JSON log record carries, or the line itself where it is not one."""
+    stripped = physical.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}")):
+        return physical
+    try:
+        record = json.loads(stripped)
+    except (ValueError, RecursionError):  # not JSON after all, or nested past the parser's depth
+        return physical
+    texts = [record[key] for key in JSON_RECORD_TEXT if isinstance(record, dict) and isinstance(record.get(key), str)]
+    return texts[0].rstrip("\n") if texts else physical
 
 
 def _records(physical_lines: list[str]) -> list[str]:

@@ -23,7 +23,7 @@ from harness.observe.engine_failure import (
     failure_while,
     is_failure_marker,
 )
-from harness.observe.log_lines import Count, Fraction, LogLine, split_log_lines
+from harness.observe.log_lines import Count, Fraction, LogLine, split_log_lines, unwrapped_json_records
 from harness.observe.memory_profile import MemoryProfile
 from harness.observe.startup_lines import (
     BANNER_VERSION,
@@ -123,11 +123,12 @@ def parse_startup_log(text: str, start: int | None = None) -> StartupCapacity:
 
     A text that holds several start-ups (see `split_starts`) is never read as one: its figures come
     from one start, the last unless `start` (counted from 1) names another. Secrets are masked first (an
-    older vLLM logs its `api_key` among the non-default args): nothing read from a log can carry one.
+    older vLLM logs its `api_key` among the non-default args), in the text JSON records carry rather than in
+    their escaped form: nothing read from a log can carry one.
     """
     if "\x00" in text:
         raise HarnessError("not a text log: it contains NUL bytes")
-    starts = split_starts(split_log_lines(redact_text(text)))
+    starts = split_starts(split_log_lines(redact_text(unwrapped_json_records(text))))
     chosen = len(starts) if start is None else start
     if not 1 <= chosen <= len(starts):
         raise HarnessError(f"--start {start}: the log holds {len(starts)} start(s); give 1 to {len(starts)}")

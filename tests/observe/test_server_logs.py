@@ -6,6 +6,7 @@ never copied from the parser's output.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -16,7 +17,7 @@ import pytest
 from harness.calibrate.field_corpus import load_corpus
 from harness.errors import HarnessError
 from harness.observe.engine_failure import engine_error_line
-from harness.observe.log_lines import read_log_text, split_log_lines
+from harness.observe.log_lines import read_log_text, split_log_lines, unwrapped_json_records
 from harness.observe.memory_profile import logged_term_bytes
 from harness.observe.server_logs import StartupCapacity, parse_startup_log
 from harness.paths import read_bounded_bytes
@@ -923,6 +924,10 @@ COLLECTED = {  # how a log collector hands vLLM's lines on, each line behind its
     "journalctl": lambda line: f"Aug 01 10:00:00 gpu-node-3 vllm[4242]: {line}",
     "a Markdown quote": lambda line: f"> {line}",
     "a byte-order mark": lambda line: f"\ufeff{line}",
+    "a node's containerd log file": lambda line: f"2026-08-01T10:00:00.123456789Z stderr F {line}",
+    "Docker's json-file log": lambda line: json.dumps({"log": f"{line}\n", "stream": "stdout",
+                                                      "time": "2026-08-01T10:00:00.123456789Z"}),
+    "journalctl -o json": lambda line: json.dumps({"MESSAGE": line, "_PID": "4242", "SYSLOG_IDENTIFIER": "vllm"}),
 }
 
 
@@ -937,6 +942,24 @@ def test_a_log_as_a_collector_hands_it_on_reads_as_the_log_itself(collector: str
     assert any(capacity.available_kv_cache_bytes_by_rank for capacity in read.values())
     assert any(capacity.failure is not None and capacity.failure.stage == "after_kv_cache"
                for capacity in read.values())
+
+
+def test_a_key_inside_a_json_record_is_masked_as_in_the_plain_line() -> None:
+    # JSON escapes nothing in `'api_key': ['…']`, but the record's own `"log": "…"` field would swallow it whole
+    # if the masking read the record rather than the text it carries.
+    args = ("(APIServer pid=1) INFO 11-29 15:47:03 [api_utils.py:286] non-default args: {'model': 'm', "
+            "'api_key': ['log-canary-3141'], 'max_model_len': 2048}")
+    record = json.dumps({"log": f"{args}\n", "stream": "stdout", "time": "2026-08-01T10:00:00Z"})
+    parsed = parse_startup_log(record)
+    assert parsed.non_default_args == {"model": "m", "api_key": ["***"], "max_model_len": 2048}
+    assert "log-canary-3141" not in parsed.model_dump_json()
+
+
+def test_a_line_that_only_looks_like_a_json_record_is_read_as_it_is() -> None:
+    # Not JSON, JSON without a text field, and JSON nested past the parser's depth are each left as the line.
+    text = "\n".join(["{not json}", '{"level": "info", "figure": 3}', "{" + "[" * 100_000 + "]" * 100_000 + "}"])
+    assert unwrapped_json_records(text) == text
+    assert not parse_startup_log(text).capacity_found
 
 
 def test_decode_context_parallelism_is_read_from_its_line_or_the_arguments() -> None:
