@@ -47,9 +47,10 @@ COLLECTOR_PREFIX = re.compile(
 # Bit `log`, `journalctl -o json` `MESSAGE`, cloud logging exports `textPayload`, `message` or `msg`.
 JSON_RECORD_TEXT = ("log", "MESSAGE", "textPayload", "message", "msg")
 LINE_END = re.compile(r"\r\n|\r|\n")
-# 0.11+: `INFO 11-29 14:50:31 [core.py:402] msg`; 0.6: `INFO 11-29 14:50:31 core.py:402] msg`.
-HEADER_START = (r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
-                r"\[?(?P<source>[\w./-]+\.py:\d+)\]")
+# 0.11+: `INFO 11-29 14:50:31 [core.py:402] msg`; 0.6: `INFO 11-29 14:50:31 core.py:402] msg`; an excerpt whose
+# author cut the time stamps: `INFO [core.py:402] msg`.
+HEADER_START = (r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:(?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+                r"\[?|\[)(?P<source>[\w./-]+\.py:\d+)\]")
 HEADER = re.compile(HEADER_START + r"\s?(?P<message>.*)$")
 
 # Where a record begins, for a paste that lost its line ends (a page that joined them): the header without its

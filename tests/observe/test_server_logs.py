@@ -761,6 +761,22 @@ def test_a_ranks_output_behind_torch_distributeds_prefix_is_read() -> None:
     assert engine_error_line(text) == "RuntimeError: AoT scheduling is required for full cuda graph."
 
 
+def test_an_excerpt_whose_time_stamps_were_cut_is_read() -> None:
+    # A blog post's excerpt of a TP2 start printed without vLLM's time stamps (kubesimplify/website, "running a
+    # single LLM across two GPUs"): 8.22 GiB and 67,296 tokens on the ranks' and the engine's lines.
+    excerpt = ("(Worker_TP0 pid=611) INFO [model_runner.py:329] Model loading took 30.59 GiB and 20.690370 seconds\n"
+               "(Worker_TP1 pid=612) INFO [model_runner.py:329] Model loading took 30.59 GiB and 20.456472 seconds\n"
+               "(Worker_TP0 pid=611) INFO [gpu_worker.py:563] Available KV cache memory: 8.22 GiB\n"
+               "(EngineCore pid=411) INFO [kv_cache_utils.py:2235] GPU KV cache size: 67,296 tokens\n"
+               "(EngineCore pid=411) INFO [kv_cache_utils.py:2236] Maximum concurrency for 32,768 tokens per "
+               "request: 2.05x\n")
+    read = parse_startup_log(excerpt)
+    assert (read.kv_cache_tokens, read.available_kv_cache_bytes) == (67_296, round(8.22 * GiB))
+    assert (read.model_weights_bytes, read.tensor_parallel_size) == (round(30.59 * GiB), 2)
+    # the bracket marks the file:line where no time stamp does: a message that only names a level is no header
+    assert split_log_lines("a note: INFO model_runner.py:329] is not a header")[0].level is None
+
+
 def test_what_the_engine_config_line_would_state_is_read_from_the_arguments_without_it() -> None:
     # V0 workers' profile lines without "Loading model weights took" (vllm-project/vllm#14447): the weights are the
     # profile's. A 0.20 issue's excerpt whose engine config line was cut (noonghunna/club-3090#95): the length and
