@@ -44,7 +44,7 @@ from harness.observe.server_logs import StartupCapacity
 from harness.predict.activation import activation_parts
 from harness.predict.budget import CapacityPrediction
 from harness.predict.cache_margin import cache_margin
-from harness.predict.gpu_catalog import is_hopper
+from harness.predict.gpu_catalog import is_hopper, shares_host_memory
 from harness.predict.memory_model import CONTEXT_COUNTED_BEFORE, LORA_NOT_SIZED, MemoryConstants, plan_waterfall
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.non_torch import (
@@ -243,6 +243,7 @@ class NonTorchFit(BaseModel, frozen=True):
 
     base_gib: float
     hopper_gib: float
+    host_memory_gib: float
     nccl_gib: float
 
 
@@ -297,7 +298,7 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
     fit = _fit_non_torch(non_torch)
     constants = MemoryConstants(
         sampler_bytes_per_logit=per_logit, non_torch_gib=fit.base_gib, hopper_non_torch_gib=fit.hopper_gib,
-        nccl_gib=fit.nccl_gib,
+        host_memory_non_torch_gib=fit.host_memory_gib, nccl_gib=fit.nccl_gib,
         cuda_graph_gib=round(statistics.median(graphs), 4) if graphs else 0.0,
         fitted_on=sorted(used),
     )
@@ -306,25 +307,34 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
 
 
 def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> NonTorchFit:
-    """The base (apart for Hopper parts) and NCCL GiB: medians of the figures that hold only the base, then of what
-    the communicators add where the release counts them (less the custom all-reduce's and the NVLS buffers, which
-    the code and NCCL's log size); none of them holds the CUDA context."""
+    """The base (apart for Hopper parts and for GPUs sharing their host's memory) and NCCL GiB: medians of the
+    figures that hold only the base, then of what the communicators add where the release counts them (less the
+    custom all-reduce's and the NVLS buffers, which the code and NCCL's log size); none of them holds the CUDA
+    context."""
     def communicators(case: FieldCase) -> bool:
         return communicators_counted(Version(case.facts.vllm_version), is_v0(case),
                                      case.facts.tensor_parallel_size, case.facts.pipeline_parallel_size)
 
     samples = [(case, gib - nvls_bytes(case.facts.gpu, case.facts.tensor_parallel_size) / GiB)
                for case, gib in samples]  # NCCL prints its NVLS size; nothing of it is fitted
-    plain = [(case, gib) for case, gib in samples if not communicators(case)]
-    base = _median([gib for case, gib in plain if not is_hopper(case.facts.gpu)])
-    hopper = _median([gib for case, gib in plain if is_hopper(case.facts.gpu)])
-
-    def base_of(case: FieldCase) -> float:
-        return hopper if is_hopper(case.facts.gpu) else base
-
-    nccl_gib = max(0.0, _median([gib - base_of(case) - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB
+    plain: dict[str, list[float]] = {}
+    for case, gib in samples:
+        if not communicators(case):
+            plain.setdefault(_gpu_class(case), []).append(gib)
+    fit = NonTorchFit(base_gib=_median(plain.get("other", [])), hopper_gib=_median(plain.get("hopper", [])),
+                      host_memory_gib=_median(plain.get("host memory", [])), nccl_gib=0.0)
+    bases = {"other": fit.base_gib, "hopper": fit.hopper_gib, "host memory": fit.host_memory_gib}
+    nccl_gib = max(0.0, _median([gib - bases[_gpu_class(case)]
+                                 - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB
                                  for case, gib in samples if communicators(case)]))
-    return NonTorchFit(base_gib=base, hopper_gib=hopper, nccl_gib=nccl_gib)
+    return fit.model_copy(update={"nccl_gib": nccl_gib})
+
+
+def _gpu_class(case: FieldCase) -> str:
+    """Which fitted base a case's GPU takes."""
+    if shares_host_memory(case.facts.gpu):
+        return "host memory"
+    return "hopper" if is_hopper(case.facts.gpu) else "other"
 
 
 def _median(figures: list[float]) -> float:

@@ -214,7 +214,8 @@ def _constants_text(report: FieldReport) -> Text:
     c = report.constants
     return Text(f"constants fitted on {', '.join(c.fitted_on)}: sorting sampler {c.sampler_bytes_per_logit:.4g} B "
                 "per logit (the Triton and FlashInfer paths are priced from the code); non-torch "
-                f"{c.non_torch_gib:.3g} GiB (Hopper parts {c.hopper_non_torch_gib:.3g}) + {c.nccl_gib:.3g} GiB of "
+                f"{c.non_torch_gib:.3g} GiB (Hopper parts {c.hopper_non_torch_gib:.3g}, GPUs sharing their host's "
+                f"memory {c.host_memory_non_torch_gib:.3g}) + {c.nccl_gib:.3g} GiB of "
                 "NCCL buffers with TP or PP where the release counts them (the CUDA context where it counts that, "
                 "and NCCL's NVLS buffers on NVSwitch boards, 288 MiB per rank past two, are measured or NCCL's own "
                 f"figures); CUDA graphs {c.cuda_graph_gib} GiB")

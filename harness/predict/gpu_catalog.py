@@ -202,6 +202,7 @@ NVSWITCH_CHIPS = ("h100", "h200", "h800", "h20", "b200", "b300")
 NVSWITCH_EXCEPTIONS = ("pcie", "nvl", "96gb", "gh200")
 HOPPER_CHIPS = ("h100", "h200", "h800", "h20")  # compute capability 9.0, GH200's GPU included
 BLACKWELL_DATACENTRE_CHIPS = ("b100", "b200", "b300")  # compute capability 10.x, GB200's and GB300's included
+HOST_MEMORY_CHIPS = ("gb10", "dgxspark")  # integrated: the GPU's memory is the host's
 
 
 def is_hopper(name: str | None) -> bool:
@@ -214,6 +215,13 @@ def is_blackwell_datacentre(name: str | None) -> bool:
     """Whether a GPU of this name is a data-centre Blackwell part (sm100), not an RTX card or GB10 (sm120/121)."""
     spelt = _spelling(name or "")
     return any(chip in spelt for chip in BLACKWELL_DATACENTRE_CHIPS)
+
+
+def shares_host_memory(name: str | None) -> bool:
+    """Whether a GPU of this name is integrated with its host (a GB10), so that CUDA's free memory is the
+    system's and whatever the host allocates meanwhile shows in vLLM's non-torch figure."""
+    spelt = _spelling(name or "")
+    return any(chip in spelt for chip in HOST_MEMORY_CHIPS)
 
 
 def on_nvswitch(name: str | None) -> bool:

@@ -25,7 +25,7 @@ from harness.predict.activation import activation_parts
 from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.encoder_profile import EncoderProfile
 from harness.predict.engine_launch import EngineLaunch
-from harness.predict.gpu_catalog import is_hopper, known_gpu
+from harness.predict.gpu_catalog import is_hopper, known_gpu, shares_host_memory
 from harness.predict.kv_bytes import check_attention_heads
 from harness.predict.load_buffers import with_load_buffers
 from harness.predict.mxfp4_layout import mxfp4_layout
@@ -86,8 +86,10 @@ class MemoryConstants(BaseModel, frozen=True):
 
     sampler_bytes_per_logit: float  # peak of the sorting top-k/top-p sampler per (row × vocabulary entry)
     non_torch_gib: float  # what a worker adds outside torch's allocator after its first snapshot, NCCL aside
-    # the same on Hopper parts, fitted apart: the fit half's H200 starts hold 0.35-0.85 GiB, others 0.04 in the median
+    # the same on Hopper parts, fitted apart: the fit half's H200 starts hold 0.35-0.85 GiB, others 0.13 in the median
     hopper_non_torch_gib: float = 0.0
+    # the same on a GPU integrated with its host (GB10), whose figure also holds what the host allocated meanwhile
+    host_memory_non_torch_gib: float = 0.0
     nccl_gib: float = 0.0  # NCCL's buffers per GPU, on top where the release counts them (non_torch.py)
     cuda_graph_gib: float
     # the before-launch KV memory's 90th-percentile error on the fit half, as a share of total × utilisation
@@ -124,10 +126,9 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
     counted = communicators_counted(version, v0, tensor_parallel_size, pipeline_parallel_size)
     communicators = communicator_bytes(constants.nccl_gib, tensor_parallel_size) if counted else 0
     nvls = nvls_bytes(gpu_name, tensor_parallel_size)
-    hopper = is_hopper(gpu_name)
-    base_gib = constants.hopper_non_torch_gib if hopper else constants.non_torch_gib
+    base_gib, on = base_non_torch(constants, gpu_name)
     total = int(base_gib * GiB) + context + communicators + nvls
-    source = f"fitted {base_gib:.2f} GiB (cuBLAS workspace and the like{', on a Hopper part' if hopper else ''})"
+    source = f"fitted {base_gib:.2f} GiB (cuBLAS workspace and the like{on})"
     if counts_context:
         threads = f"{gpu.name}'s {gpu.resident_threads:,}" if gpu and gpu.resident_threads else (
             f"{MOST_RESIDENT_THREADS:,} (the most of any catalogued GPU: this one's multiprocessors are not known)")
@@ -145,6 +146,16 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
         source += (f" + {nvls / GiB:.2f} GiB of NCCL NVLS buffers (288 MiB per rank × {tensor_parallel_size} ranks "
                    f"on an NVSwitch {gpu_name}), connected in the profile's all-reduce")
     return Term(name="non_torch", bytes=total, subtracted=True, source=source)
+
+
+def base_non_torch(constants: MemoryConstants, gpu_name: str | None) -> tuple[float, str]:
+    """The fitted base for this GPU's class, and how the waterfall names the class."""
+    if shares_host_memory(gpu_name):
+        return constants.host_memory_non_torch_gib, (", on a GPU sharing its host's memory, where it also holds "
+                                                     "what the host allocated during the profile")
+    if is_hopper(gpu_name):
+        return constants.hopper_non_torch_gib, ", on a Hopper part"
+    return constants.non_torch_gib, ""
 
 
 def plan_waterfall(
@@ -291,11 +302,12 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
 # these equal to a fresh fit, so they cannot drift from the cases they came from).
 FITTED_CONSTANTS = MemoryConstants(
     sampler_bytes_per_logit=36.71,
-    non_torch_gib=0.04,
+    non_torch_gib=0.129,
     hopper_non_torch_gib=0.596,
+    host_memory_non_torch_gib=2.261,
     cuda_graph_gib=0.54,
-    nccl_gib=0.129,
-    kv_error_share=0.0206,
+    nccl_gib=0.04,
+    kv_error_share=0.0176,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
         "v0101-gpt-oss-120b-a100-tp4-util08",

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.encoder_profile import QWEN2_VL_PROCESSOR, RULES, LargestItems, vision_geometry, widest_block_bytes
 from harness.predict.engine_launch import EngineLaunch
+from harness.predict.gpu_catalog import shares_host_memory
 from harness.predict.parameter_count import ModelSize
 from harness.units import GiB
 
@@ -73,13 +74,18 @@ def _v1_defaults(version: Version, total_bytes: int, gpu_name: str | None) -> tu
     8,192 tokens and any other 2,048, with 1,024 sequences on every GPU in 0.8.0-0.8.3, on those two in 0.8.4 and 256
     otherwise (read in 0.7.2, 0.8.2, 0.8.3 and 0.8.4); from 0.8.5 by its memory (`_set_default_args_v1`, later
     `get_batch_defaults`): ≥ 70 GiB 8,192 tokens and 1,024 sequences, but not an A100 from 0.9 (PR #17885),
-    ≥ 160 GiB 16,384 and 1,024 from 0.28, else 2,048 and 256."""
+    ≥ 160 GiB 16,384 and 1,024 from 0.28, else 2,048 and 256. A GB10 takes the last whatever its memory: NVML
+    reports none for the integrated part, so `get_device_total_memory` raises and the memory counts as 0, until
+    0.33 falls back to CUDA's total and keeps the GB10 "on the small tier" by its compute capability, 12.1
+    (platforms/cuda.py and `get_batch_defaults`, read in 0.11.0 … 0.34.0)."""
     name = (gpu_name or "").lower()
     if version < LARGE_BATCH_SINCE:
         hopper = "h100" in name or "h200" in name
         rows = 1024 if version >= V1_MANY_SEQUENCES_SINCE and (hopper or version < V1_SEQUENCES_BY_NAME_SINCE) else 256
         return (8192, rows, "V1 default on an H100 or H200, by name (before 0.8.5)") if hopper else (
             2048, rows, "V1 default")
+    if shares_host_memory(gpu_name):
+        return 2048, 256, "V1 default on a GB10 (NVML gives vLLM no memory figure; from 0.33 its capability)"
     if version >= LARGEST_BATCH_SINCE and total_bytes >= LARGEST_GPU_BYTES:
         return 16384, 1024, "V1 default on a ≥ 160 GiB GPU from 0.28"
     a100 = "a100" in name and version >= A100_SMALL_BATCH_SINCE

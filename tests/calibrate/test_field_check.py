@@ -157,6 +157,20 @@ def test_a_vision_start_read_for_non_torch_memory_leaves_its_encoder_profile_out
     assert 0.347 < fit_constants(fit + vision, configs).hopper_non_torch_gib < 0.845
 
 
+def test_a_gb10_start_sets_the_base_of_gpus_sharing_their_hosts_memory_and_no_other() -> None:
+    # gpt-oss-20b on a GB10 at util 0.25 (NVIDIA's 0.13.0): 121.69 × 0.25 = 30.42 GiB, less 13.72 logged weights and
+    # 12.94 logged KV memory, less the activation of 2,048 tokens and 256 rows (the GB10's defaults: 2,048 × 2,880 ×
+    # 2 B of hidden states + 256 × 201,088 logits × 36.71 B = 1.77 GiB) leaves 1.99 GiB outside torch; the fit
+    # half's Qwen3.6-35B-A3B GB10 start leaves 2.53. Their median is the GB10 base; the other GPUs' is theirs alone.
+    corpus, configs = load_corpus(CORPUS)
+    fit = [c for c in corpus if c.id in fit_case_ids(corpus)]
+    without_gb10 = [c for c in fit if c.facts.gpu != "GB10"]
+    assert len(without_gb10) < len(fit)
+    constants = fit_constants(fit, configs)
+    assert 1.99 <= constants.host_memory_non_torch_gib <= 2.53
+    assert constants.non_torch_gib == fit_constants(without_gb10, configs).non_torch_gib
+
+
 def test_the_sampler_fit_prices_each_profile_as_the_waterfall_does() -> None:
     # The fit's row for a case is its peak apart from the sampler, the sampler's bytes besides its logits and the
     # logits; at any figure per logit their combination must be the waterfall's activation term, or the fitted

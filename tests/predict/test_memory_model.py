@@ -114,7 +114,7 @@ def test_communicator_buffers_count_only_where_the_snapshot_precedes_the_distrib
 
 def test_a_tensor_parallel_start_before_0_9_says_how_far_its_communicators_may_be_off() -> None:
     # Public logs of 0.6.6-0.8.3 tensor-parallel starts hold 0.29 to 2.24 GiB a rank outside torch, against 0.11 to
-    # 0.21 from 0.9: the term is priced as for later releases (0.04 + 0.129 GiB), and its source says by how much it
+    # 0.21 from 0.9: the term is priced as for later releases (0.129 + 0.04 GiB), and its source says by how much it
     # may fall short: 2.24 - 0.169 = 2.07, up to 2.1 GiB.
     config = _config("meta-llama--Llama-3.1-8B-Instruct.json")
 
@@ -148,10 +148,11 @@ def test_nvls_buffers_join_the_non_torch_memory_on_an_nvswitch_board_past_two_gp
     assert non_torch("0.11.0", 8, "H200") - non_torch("0.11.0", 8, None) == 2_415_919_104  # nvlsTotalSize
 
 
-def test_a_hopper_part_gets_the_base_fitted_on_hopper_starts() -> None:
+def test_a_hopper_part_and_a_gb10_get_the_bases_fitted_on_their_own_starts() -> None:
     # One GPU, 0.11.0 (no context, no communicators): the base alone, 0.596 GiB on an H100 or H200 (the median of
-    # the fit half's Hopper starts), 0.04 GiB elsewhere: int(0.596 × 2³⁰) = 639,950,127 B and
-    # int(0.04 × 2³⁰) = 42,949,672 B.
+    # the fit half's Hopper starts), 2.261 GiB on a GB10, whose figure also holds what its host allocated (the
+    # median of the fit half's two GB10 starts, 1.992 and 2.529), 0.129 GiB elsewhere: int(0.596 × 2³⁰) =
+    # 639,950,127 B, int(2.261 × 2³⁰) = 2,427,730,264 B and int(0.129 × 2³⁰) = 138,512,695 B.
     config = _config("Qwen--Qwen2-7B-Instruct.json")
 
     def non_torch(gpu: str | None) -> int:
@@ -160,7 +161,8 @@ def test_a_hopper_part_gets_the_base_fitted_on_hopper_starts() -> None:
         return next(t.bytes for t in waterfall.terms if t.name == "non_torch")
 
     assert non_torch("H100-80GB") == non_torch("NVIDIA H200") == non_torch("GH200") == 639_950_127
-    assert non_torch("A100-80GB") == non_torch("RTX-PRO-6000-Blackwell") == non_torch(None) == 42_949_672
+    assert non_torch("GB10") == non_torch("NVIDIA GB10") == non_torch("DGX Spark") == 2_427_730_264
+    assert non_torch("A100-80GB") == non_torch("RTX-PRO-6000-Blackwell") == non_torch(None) == 138_512_695
 
 
 def test_eager_mode_captures_no_cuda_graphs_so_from_0_21_their_reservation_goes_to_the_cache() -> None:

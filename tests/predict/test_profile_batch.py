@@ -51,6 +51,18 @@ def test_v1_profiles_the_large_gpu_defaults_but_not_on_an_a100() -> None:
         == (2048, 256)
 
 
+def test_a_gb10_profiles_the_small_defaults_whatever_its_memory() -> None:
+    # 121.69 GiB, but NVML reports no memory for the integrated GB10, so `get_batch_defaults` falls to 0 bytes
+    # (2,048 tokens, 256 sequences; NVIDIA's 0.13.0 build logs "Chunked prefill is enabled with
+    # max_num_batched_tokens=2048" on one), and from 0.33, which reads CUDA's total instead, compute
+    # capability 12.1 keeps it there. A stated batch still wins; its rows stay 256.
+    gb10 = int(121.69 * GiB)
+    for release in ("0.11.0", "0.13.0", "0.19.1", "0.28.0", "0.33.0"):
+        assert profiling_batch(Version(release), False, gb10, 32768, None, None, "GB10")[:2] == (2048, 256)
+    assert profiling_batch(Version("0.13.0"), False, gb10, 32768, None, None, "DGX Spark")[:2] == (2048, 256)
+    assert profiling_batch(Version("0.13.0"), False, gb10, 32768, 8192, None, "GB10")[:2] == (8192, 256)
+
+
 def test_v0_profiles_max_model_len_tokens_without_chunked_prefill() -> None:
     # V0 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048), max_num_seqs 256;
     # above 32,768 tokens of context V0 turns chunked prefill on with 512-token batches.
