@@ -45,7 +45,13 @@ from harness.predict.activation import activation_parts
 from harness.predict.budget import CapacityPrediction
 from harness.predict.cache_margin import cache_margin
 from harness.predict.gpu_catalog import is_hopper, shares_host_memory
-from harness.predict.memory_model import CONTEXT_COUNTED_BEFORE, LORA_NOT_SIZED, MemoryConstants, plan_waterfall
+from harness.predict.memory_model import (
+    CONTEXT_COUNTED_BEFORE,
+    LORA_NOT_SIZED,
+    MemoryConstants,
+    plan_waterfall,
+    second_runner,
+)
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.non_torch import (
     communicator_bytes,
@@ -279,7 +285,7 @@ def fit_constants(cases: list[FieldCase], configs: dict[str, dict[str, Any]]) ->
         if config is None or "activation_peak" not in logged or total is None or not known_sampler(case):
             continue
         batch = profiling_run(case, config, total[0])
-        if (path := _path(case, batch)).bytes_per_logit is None:  # the sort, whose figure is fitted
+        if (path := _path(case, config, batch)).bytes_per_logit is None:  # the sort, whose figure is fitted
             peak, beside, count = _activation_parts(case, config, batch)
             rows.append((peak, beside + count * path.sort_extra_bytes_per_logit, count))
             targets.append(logged["activation_peak"])
@@ -353,8 +359,10 @@ def _activation_parts(case: FieldCase, config: dict[str, Any], batch: ProfileBat
     return parts.unsampled_bytes(), parts.held_bytes + parts.hidden_states_bytes, parts.logits
 
 
-def _path(case: FieldCase, batch: ProfileBatch) -> SamplerPath:
-    return sampler_path(Version(case.facts.vllm_version), case.facts.engine, sampler_name(case), batch.rows)
+def _path(case: FieldCase, config: dict[str, Any], batch: ProfileBatch) -> SamplerPath:
+    version = Version(case.facts.vllm_version)
+    return sampler_path(version, case.facts.engine, sampler_name(case), batch.rows,
+                        second_runner(config, model_size(config), version, engine_launch(case)))
 
 
 def _activation(case: FieldCase, config: dict[str, Any], total_bytes: int, per_logit: float) -> int | None:

@@ -28,6 +28,7 @@ from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import is_hopper, known_gpu, shares_host_memory
 from harness.predict.kv_bytes import check_attention_heads
 from harness.predict.load_buffers import with_load_buffers
+from harness.predict.model_runner import runs_second_runner
 from harness.predict.mxfp4_layout import mxfp4_layout
 from harness.predict.non_torch import (
     CUDA_CONTEXT_REST_BYTES,
@@ -148,6 +149,14 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
     return Term(name="non_torch", bytes=total, subtracted=True, source=source)
 
 
+def second_runner(config: dict[str, Any], size: ModelSize, version: Version, launch: EngineLaunch) -> bool:
+    """Whether this launch profiles on vLLM's second GPU model runner (model_runner.py)."""
+    declared = config.get("architectures")
+    architecture = declared[0] if isinstance(declared, list) and declared and isinstance(declared[0], str) else None
+    quantized = launch.quantization is not None or isinstance(config.get("quantization_config"), dict)
+    return runs_second_runner(version, architecture, size.moe_layers > 0, quantized, launch.speculative)
+
+
 def base_non_torch(constants: MemoryConstants, gpu_name: str | None) -> tuple[float, str]:
     """The fitted base for this GPU's class, and how the waterfall names the class."""
     if shares_host_memory(gpu_name):
@@ -195,7 +204,7 @@ def plan_waterfall(
     sampler = "pytorch" if v0 else (launch.sampler or DEFAULT_V1_SAMPLER)
     if sampler not in SAMPLERS:
         raise HarnessError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler}")
-    path = sampler_path(version, launch.engine_generation, sampler, rows)
+    path = sampler_path(version, launch.engine_generation, sampler, rows, second_runner(config, size, version, launch))
     per_logit = path.priced(constants.sampler_bytes_per_logit)
     parts = activation_parts(config, size, version, v0, launch, batch, config_source)
     encoder, forward, sampling = parts.encoder, parts.forward_bytes, parts.sampler_bytes(per_logit)

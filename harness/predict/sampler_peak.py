@@ -20,6 +20,12 @@ the peak, per (row × vocabulary entry), on each path a CUDA install takes by de
   with VLLM_USE_FLASHINFER_SAMPLER=1 from 0.11.2 (the log then says "Using FlashInfer"); from 0.22
   a second warm-up call with a seeded generator runs the native path anyway (`forward_cuda` falls
   back when `generators` is set), which is Triton's 14 B again;
+- the second GPU model runner (gpu/model_runner.py `_dummy_sampler_run`, model_runner.py says which starts
+  take it) warms up on `InputBatch.make_dummy`, whose requests keep the sampling states' initial values: greedy,
+  top-k the vocabulary, top-p 1, and `gumbel_sample` keeps two small per-block buffers. Until 0.25
+  `Sampler.apply_sampling_params` copies the logits to fp32 first (2 + 4 B); 0.26 works on them in place and 0.27
+  skips a batch that asks for nothing: the model-dtype logits alone, 2 B (read in 0.22 … 0.32). Two 0.27 and
+  0.30 starts log 0.08 and 0.15 GiB of activation where the first runner's Triton path would have held 0.51;
 - the PyTorch sort (`apply_top_k_top_p_pytorch`: `logits.sort` values 4 B and int64 indices 8 B,
   the masks, the sorted softmax) is V1's native path before 0.17 and V0's always (V0 sampler.py
   `_apply_top_k_top_p`); its peak includes the sort's own scratch inside PyTorch, which vLLM's code
@@ -54,6 +60,8 @@ V1_LOGITS_BYTES = 2 + 4  # the model-dtype logits and Sampler.forward's fp32 cop
 NATIVE_AFTER_MASK_BYTES = 4 + 4  # forward_native's fp32 softmax and random_sample's exponential draws
 TRITON_BYTES_PER_LOGIT = V1_LOGITS_BYTES + NATIVE_AFTER_MASK_BYTES  # 14
 FLASHINFER_BYTES_PER_LOGIT = V1_LOGITS_BYTES + 4 + 4  # 14: the top-k-masked copy and its softmax
+SECOND_RUNNER_IN_PLACE_SINCE = Version("0.26")  # the second runner no longer copies the logits to fp32
+SECOND_RUNNER_BYTES_PER_LOGIT = 2  # the model-dtype logits of a greedy batch
 FULL_SORT_ROWS = range(2, 128)  # rows PyTorch's sort flattens into one array (more than one, fewer than 128)
 FULL_SORT_EXTRA_BYTES_PER_LOGIT = 2 * 8 + 4 + 4 + 8 - (8 + 4 + 8)  # 12 over the segmented sort's scratch
 
@@ -82,15 +90,25 @@ SORT_V1 = SamplerPath(path="sort", bytes_per_logit=None,
 TRITON = SamplerPath(path="triton", bytes_per_logit=TRITON_BYTES_PER_LOGIT,
                      origin="V1 topk_topp_triton.py apply_top_k_top_p_triton (0.17+): 2+4 logits, 4 softmax, "
                             "4 draws")
+SECOND_RUNNER = SamplerPath(path="greedy", bytes_per_logit=SECOND_RUNNER_BYTES_PER_LOGIT,
+                            origin="V1 gpu/model_runner.py _dummy_sampler_run (the second runner, 0.26+): a greedy "
+                                   "batch without top-k/top-p, 2 logits")
+SECOND_RUNNER_FP32 = SamplerPath(path="greedy", bytes_per_logit=V1_LOGITS_BYTES,
+                                 origin="V1 gpu/model_runner.py _dummy_sampler_run (the second runner, 0.22-0.25): "
+                                        "a greedy batch without top-k/top-p, 2+4 logits")
 FLASHINFER = SamplerPath(path="flashinfer", bytes_per_logit=FLASHINFER_BYTES_PER_LOGIT,
                          origin="V1 topk_topp_sampler.py flashinfer_sample (0.8.5-0.21): 2+4 logits, 4 masked, "
                                 "4 softmax")
 
 
-def sampler_path(version: Version, engine_generation: str | None, sampler: str, rows: int) -> SamplerPath:
-    """The path a warm-up over `rows` takes: V0 sorts; V1 `sampler` is "flashinfer" or "pytorch" (native)."""
+def sampler_path(version: Version, engine_generation: str | None, sampler: str, rows: int,
+                 second_runner: bool = False) -> SamplerPath:
+    """The path a warm-up over `rows` takes: V0 sorts; V1 `sampler` is "flashinfer" or "pytorch" (native), unless
+    the start profiles on the second model runner, whose greedy warm-up takes neither."""
     if runs_v0(version, engine_generation):
         return _sorting(SORT_V0, rows)
+    if second_runner:
+        return SECOND_RUNNER if version >= SECOND_RUNNER_IN_PLACE_SINCE else SECOND_RUNNER_FP32
     if sampler == "flashinfer" and version < SECOND_WARMUP_SINCE:
         return FLASHINFER
     # From 0.17 the native path masks in place (Triton); from 0.22 it runs after FlashInfer's call too.

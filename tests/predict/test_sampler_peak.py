@@ -36,6 +36,19 @@ def test_triton_path_from_0_17_is_fourteen_bytes_per_logit() -> None:
     assert _activation("0.22.0", "flashinfer") == ("triton", 2_238_709_760)
 
 
+def test_the_second_runner_warms_up_on_a_greedy_batch_that_holds_its_logits_alone() -> None:
+    # Qwen2-7B (dense, Qwen2ForCausalLM) on an H100: 8,192 tokens, 1,024 rows. 0.26 gives such a model the second
+    # runner, whose greedy dummy batch leaves the bf16 logits as they are: 58,720,256 B of hidden states +
+    # 1,024 × 152,064 × 2 B = 311,427,072 B = 370,147,328 B, below the forward pass's 1,107,296,256 B, which is
+    # then the peak. 0.25 copies them to fp32 first: 58,720,256 + 1,024 × 152,064 × 6 B = 992,999,424 B, still
+    # below it. 0.24 named no Qwen2 model for it: the first runner's Triton path, 2,238,709,760 B as above.
+    assert _activation("0.26.0") == _activation("0.29.0") == ("greedy", 1_107_296_256)
+    assert _activation("0.25.0") == ("greedy", 1_107_296_256)
+    assert sampler_path(Version("0.25.0"), None, "pytorch", 1024, second_runner=True).bytes_per_logit == 6
+    assert sampler_path(Version("0.26.0"), None, "pytorch", 1024, second_runner=True).bytes_per_logit == 2
+    assert _activation("0.24.0") == ("triton", 2_238_709_760)
+
+
 def test_flashinfer_path_before_0_22_is_fourteen_bytes_per_logit() -> None:
     # 0.16 with FlashInfer: 2 B + 4 B logits, the top-k-masked copy 4 B and its softmax 4 B = 14 B, the same
     # 2,238,709,760 B as above for the same batch.
@@ -95,7 +108,9 @@ def test_corpus_cases_that_print_their_sampler_line_are_priced_on_that_lines_pat
     for case in logged:
         release, path = Version(case.release), case.launch.sampler_path
         assert path is not None
-        if release >= Version("0.22") or (case.sampler.name == "pytorch" and release >= Version("0.17")):
+        if path.path == "greedy":  # the second runner's warm-up takes neither path
+            assert release >= Version("0.22"), case.id
+        elif release >= Version("0.22") or (case.sampler.name == "pytorch" and release >= Version("0.17")):
             assert path == TRITON, case.id
         else:
             assert path == (FLASHINFER if case.sampler.name == "flashinfer" else SORT_V1), case.id
