@@ -28,16 +28,15 @@ from pydantic import BaseModel
 
 from harness.predict.config_counts import needed_count, stated_count
 from harness.predict.encoder_launch import EncoderLaunch
+from harness.predict.model_runner import runs_second_runner
 from harness.units import GiB
 
 QWEN2_VL_ARCHITECTURES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration")
 QWEN3_VL_ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
                           "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
-# The first GPU runner profiles these until 0.29; the second, the default from 0.26 for other models, did not run
-# the encoder before 0.27 and frees the dummy pixels before the decoder's run (vllm/config/vllm.py: MoE and hybrid
-# models keep the first runner until 0.29).
-FIRST_RUNNER_UNTIL_0_29 = ("Qwen3VLMoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
-                           "Qwen3_5MoeForConditionalGeneration")
+# The MoE models among them: with the hybrid Qwen3.5, they keep the first GPU runner until 0.29 (model_runner.py).
+MOE_VL_ARCHITECTURES = ("Qwen3VLMoeForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
+SECOND_RUNNER_ENCODER_SINCE = Version("0.27")  # the second runner's profile_run runs no encoder before 0.27
 QWEN3_VL_SINCE = {"Qwen3_5ForConditionalGeneration": Version("0.17"), "Qwen3_5MoeForConditionalGeneration":
                   Version("0.17")}  # the Qwen3-VL models themselves from 0.11
 QWEN3_VL_MAX_FRAMES = 24_576  # qwen3_vl.py _MAX_FRAMES_PER_VIDEO (0.11.0-0.14.1)
@@ -196,12 +195,12 @@ def _read(engine_version: Version, geometry: VisionGeometry) -> bool:
 
 
 def _runner(engine_version: Version, architecture: str) -> Literal["first", "second", "none"]:
-    """Which GPU runner profiles the model by default: the first until 0.26 (MoE and hybrid models until 0.29);
-    the second did not run the encoder in 0.26 and frees the pixels before the decoder's run from 0.27."""
-    switch = Version("0.29") if architecture in FIRST_RUNNER_UNTIL_0_29 else Version("0.26")
-    if engine_version < switch:
+    """Which GPU runner profiles the model by default (model_runner.py: a dense one the second from 0.25, an MoE or
+    hybrid one from 0.29); the second ran no encoder in 0.25 and 0.26 and frees the pixels before the decoder's
+    run from 0.27."""
+    if not runs_second_runner(engine_version, architecture, architecture in MOE_VL_ARCHITECTURES, False, None):
         return "first"
-    return "none" if engine_version < Version("0.27") else "second"
+    return "none" if engine_version < SECOND_RUNNER_ENCODER_SINCE else "second"
 
 
 def vision_geometry(config: dict[str, Any], source: str) -> VisionGeometry | None:

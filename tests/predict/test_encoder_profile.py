@@ -74,10 +74,11 @@ def test_from_0_13_qwen3_vl_profiles_its_largest_image_and_pads_nothing() -> Non
     assert second is not None and second.held_bytes == 268_435_456
 
 
-def test_the_second_runner_did_not_profile_the_encoder_in_0_26() -> None:
-    # Dense models moved to the second GPU runner in 0.26, whose profile_run ran no encoder until 0.27; from then
+def test_the_second_runner_did_not_profile_the_encoder_in_0_25_and_0_26() -> None:
+    # Dense models moved to the second GPU runner in 0.25, whose profile_run ran no encoder until 0.27; from then
     # on it holds the outputs alone (Qwen2.5-VL-7B at 32,768 tokens: 32,768 × 3,584 × 2 = 234,881,024 B).
-    assert profile(QWEN25_VL, "0.26.0", 32768) is None
+    assert profile(QWEN25_VL, "0.25.0", 32768) is None and profile(QWEN25_VL, "0.26.0", 32768) is None
+    assert profile(QWEN25_VL, "0.24.0", 32768) is not None  # 0.24 named no VL model for it
     later = profile(QWEN25_VL, "0.27.0", 32768)
     assert later is not None and later.held_bytes == 234_881_024
 
