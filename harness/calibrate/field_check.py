@@ -327,13 +327,12 @@ def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> NonTorchFit:
     for case, gib in samples:
         if not communicators(case):
             plain.setdefault(_gpu_class(case), []).append(gib)
-    fit = NonTorchFit(base_gib=_median(plain.get("other", [])), hopper_gib=_median(plain.get("hopper", [])),
-                      host_memory_gib=_median(plain.get("host memory", [])), nccl_gib=0.0)
-    bases = {"other": fit.base_gib, "hopper": fit.hopper_gib, "host memory": fit.host_memory_gib}
+    bases = {gpu_class: _median(plain.get(gpu_class, [])) for gpu_class in ("other", "hopper", "host memory")}
     nccl_gib = max(0.0, _median([gib - bases[_gpu_class(case)]
                                  - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB
                                  for case, gib in samples if communicators(case)]))
-    return fit.model_copy(update={"nccl_gib": nccl_gib})
+    return NonTorchFit(base_gib=bases["other"], hopper_gib=bases["hopper"], host_memory_gib=bases["host memory"],
+                       nccl_gib=nccl_gib)
 
 
 def _gpu_class(case: FieldCase) -> str:

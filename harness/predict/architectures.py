@@ -145,6 +145,13 @@ def check_architectures(config: dict[str, Any], source: str, notes: list[str]) -
     notes.append(f"architecture {declared[0]}")
 
 
+def declared_architecture(config: dict[str, Any]) -> str | None:
+    """The first architecture the config declares, where it declares one by name."""
+    declared = config.get("architectures")
+    first = declared[0] if isinstance(declared, list) and declared else None
+    return first if isinstance(first, str) else None
+
+
 def check_weights_counted(config: dict[str, Any], source: str) -> None:
     """Refuse, by name, an architecture whose KV cache is sized here but whose weights are not counted."""
     declared = config.get("architectures")

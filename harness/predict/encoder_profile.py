@@ -26,6 +26,7 @@ from typing import Any, Literal, NamedTuple
 from packaging.version import Version
 from pydantic import BaseModel
 
+from harness.predict.architectures import declared_architecture
 from harness.predict.config_counts import needed_count, stated_count
 from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.model_runner import runs_second_runner
@@ -205,11 +206,9 @@ def _runner(engine_version: Version, architecture: str) -> Literal["first", "sec
 
 def vision_geometry(config: dict[str, Any], source: str) -> VisionGeometry | None:
     """A Qwen2-VL, Qwen2.5-VL, Qwen3-VL or Qwen3.5 checkpoint's vision transformer; None for any other model."""
-    declared = config.get("architectures")
-    architecture = declared[0] if isinstance(declared, list) and declared else None
+    architecture = declared_architecture(config)
     vision = config.get("vision_config")
-    if not isinstance(architecture, str) or architecture not in QWEN2_VL_ARCHITECTURES + QWEN3_VL_ARCHITECTURES \
-            or not isinstance(vision, dict):
+    if architecture not in QWEN2_VL_ARCHITECTURES + QWEN3_VL_ARCHITECTURES or not isinstance(vision, dict):
         return None
 
     def field(name: str) -> int:

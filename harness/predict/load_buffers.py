@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.predict.architectures import MAX_TOKENS, language_config
+from harness.predict.architectures import MAX_TOKENS, declared_architecture, language_config
 from harness.predict.config_counts import stated_count
 from harness.predict.term import Term
 
@@ -42,8 +42,7 @@ def with_load_buffers(weights: Term, config: dict[str, Any], batched_tokens: int
 
 
 def _rope_cache(config: dict[str, Any], dtype_bytes: int, source: str) -> tuple[int, str]:
-    declared = config.get("architectures")
-    architecture = declared[0] if isinstance(declared, list) and declared else None
+    architecture = declared_architecture(config)
     if architecture in NO_ROPE_ARCHITECTURES:
         return 0, ""
     text = language_config(config)

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.predict.activation import activation_parts
+from harness.predict.architectures import declared_architecture
 from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.encoder_profile import EncoderProfile
 from harness.predict.engine_launch import EngineLaunch
@@ -151,10 +152,9 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
 
 def second_runner(config: dict[str, Any], size: ModelSize, version: Version, launch: EngineLaunch) -> bool:
     """Whether this launch profiles on vLLM's second GPU model runner (model_runner.py)."""
-    declared = config.get("architectures")
-    architecture = declared[0] if isinstance(declared, list) and declared and isinstance(declared[0], str) else None
     quantized = launch.quantization is not None or isinstance(config.get("quantization_config"), dict)
-    return runs_second_runner(version, architecture, size.moe_layers > 0, quantized, launch.speculative)
+    return runs_second_runner(version, declared_architecture(config), size.moe_layers > 0, quantized,
+                              launch.speculative)
 
 
 def base_non_torch(constants: MemoryConstants, gpu_name: str | None) -> tuple[float, str]:

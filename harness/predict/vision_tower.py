@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
+from harness.predict.architectures import declared_architecture
 from harness.predict.config_counts import needed_count, stated_count
 from harness.predict.encoder_profile import QWEN2_VL_ARCHITECTURES, QWEN3_VL_ARCHITECTURES
 
@@ -50,10 +51,9 @@ Count = tuple[int, int]  # (split over TP, whole on every rank)
 def vision_tower(config: dict[str, Any], source: str = "config") -> VisionTower | None:
     """The tower a modelled VL architecture loads, or None for a text-only config."""
     vision = config.get("vision_config")
-    declared = config.get("architectures")
-    if not isinstance(declared, list) or not declared or declared[0] not in TOWER_ARCHITECTURES:
+    architecture = declared_architecture(config)
+    if architecture not in TOWER_ARCHITECTURES:
         return None
-    architecture = declared[0]
     if not isinstance(vision, dict):  # dropping it would leave the tower's weights and profile out unsaid
         raise HarnessError(f"{source}: {architecture} loads a vision tower, so field 'vision_config' must give its "
                            f"sizes, got {reprlib.repr(vision)}")
