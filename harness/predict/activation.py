@@ -10,34 +10,81 @@ from typing import Any, NamedTuple
 
 from packaging.version import Version
 
+from harness.predict.architectures import mlp_keeps_up_output
 from harness.predict.encoder_profile import EncoderProfile, encoder_profile
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.parameter_count import ModelSize
 from harness.predict.profile_batch import ProfileBatch
 
 FUSED_MOE_CHUNK = 32_768  # envs.VLLM_FUSED_MOE_CHUNK_SIZE default: tokens a fused-MoE call caches at once
+# Before 0.6.5 a tensor-parallel all-reduce too large for the custom all-reduce ran in place (parallel_state.py
+# `inplace_all_reduce`, read in 0.6.3 and 0.6.4); from 0.6.5 every one returns a new tensor (`all_reduce` calls
+# `_all_reduce_out_place`, read in 0.6.5, 0.7.2 and 0.8.3). A profile's activations outgrow the custom one's 8 MiB.
+ALL_REDUCE_OUT_OF_PLACE_SINCE = Version("0.6.5")
 
 
-def forward_peak_bytes(size: ModelSize, tokens: int, tensor_parallel_size: int, dtype_bytes: int = 2) -> int:
+class LayerCode(NamedTuple):
+    """How a release's decoder layer holds its tensors in the profiling forward pass."""
+
+    eager: bool  # run as Python (V0), not as torch.compile's graphs
+    reduced_copy: bool  # the tensor-parallel all-reduce returns a new tensor
+    keeps_up_output: bool  # the dense MLP holds its up projection's output through the down projection
+
+
+COMPILED = LayerCode(eager=False, reduced_copy=True, keeps_up_output=True)
+
+
+def layer_code(config: dict[str, Any], version: Version, v0: bool) -> LayerCode:
+    """The layer code of this release and model family."""
+    return LayerCode(eager=v0, reduced_copy=version >= ALL_REDUCE_OUT_OF_PLACE_SINCE,
+                     keeps_up_output=mlp_keeps_up_output(config, version))
+
+
+def forward_peak_bytes(size: ModelSize, tokens: int, tensor_parallel_size: int, dtype_bytes: int = 2,
+                       code: LayerCode = COMPILED) -> int:
     """The widest moment of one decoder layer in the profiling forward pass, on one rank.
 
-    Dense MLP (LlamaMLP, Qwen2MLP `forward`): `gate_up` (2 × intermediate / TP) and the activated half
-    (intermediate / TP) beside three hidden-wide tensors (the residual, the MLP input, the output or the
-    norm's), and with TP the all-reduce's hidden-wide output; Llama-3.1-8B's V0 profiles of 20,000 and
-    29,000 tokens (2.07 and 2.99 GiB logged) come out within 1%. MoE layer (fused_moe.py
-    `fused_experts_impl`, 0.8-0.11): per token and routed expert a shared cache of max(2 × width / TP,
-    hidden) and a second one of width / TP, for at most VLLM_FUSED_MOE_CHUNK_SIZE (32,768) tokens at
-    a time, beside the residual, the input, the output and the shared experts' output.
+    MoE layer (fused_moe.py `fused_experts_impl`, 0.8-0.11): per token and routed expert a shared cache of
+    max(2 × width / TP, hidden) and a second one of width / TP, for at most VLLM_FUSED_MOE_CHUNK_SIZE (32,768)
+    tokens at a time, beside the residual, the input, the output and the shared experts' output, and with TP the
+    all-reduce's output where it makes a copy. Dense layer: `_dense_layer_values`.
     """
     tp, hidden = tensor_parallel_size, size.hidden
-    base = 3 * hidden + (hidden if tp > 1 else 0)
-    dense = tokens * (base + 3 * size.dense_width / tp) if size.dense_width else 0
+    reduced = hidden if tp > 1 and code.reduced_copy else 0
+    base = 3 * hidden + reduced
+    dense = tokens * _dense_layer_values(size, tp, code, reduced) if size.dense_width else 0
     moe = 0.0
     if size.moe_layers:
         width = size.expert_width / tp
         routed = min(tokens, FUSED_MOE_CHUNK) * size.top_k * (max(2 * width, hidden) + width)
         moe = tokens * (base + (hidden if size.shared_experts else 0)) + routed
     return int(max(dense, moe) * dtype_bytes)
+
+
+def _dense_layer_values(size: ModelSize, tensor_parallel_size: int, code: LayerCode, reduced: int) -> float:
+    """Values per token alive at a dense layer's widest moment.
+
+    V0 runs the model eagerly, so Python's references decide: the model's loop (`hidden_states, residual =
+    layer(...)`) holds the layer's input while the layer runs, beside the residual and the MLP's input. At the
+    activation the up projection's output (2 × width / TP gated, else width / TP) sits beside the activated half
+    (width / TP). At the down projection its output, and the all-reduced copy where there is one (`reduced`),
+    sits beside the activated half and, in the MLPs that keep it (Qwen2MLP's `gate_up`, LlamaMLP's through 0.6.3:
+    architectures.py), the up projection's output. V0 profiles logged in the field corpus: Llama-3.1-8B under 0.6.4
+    over 20,000 and 29,000 tokens (2.07 and 2.99 GiB), Qwen2.5-14B at TP 2 over 32,768 (2.84) and Qwen2.5-VL-72B's
+    decoder at TP 4 over 16,384 beside its pixels (2.51), each within 1%.
+
+    V1 is priced at three hidden-wide tensors, with TP the all-reduce's output, and three widths, whatever the MLP:
+    torch.compile's graphs (its default) free each intermediate after its last use, which Python's references do
+    not show, and its one eager start in the corpus that its forward pass bounds (0.30, Qwen2.5-3B over 2,048
+    tokens: 0.15 GiB logged) holds one hidden-wide tensor less than the V0 reading gives, for a reason not found.
+    """
+    hidden, width = size.hidden, size.dense_width / tensor_parallel_size
+    if not code.eager:
+        return 3 * hidden + reduced + 3 * width
+    up = 2 * width if size.gated_mlp else width
+    at_activation = 3 * hidden + up + width
+    at_down_projection = 3 * hidden + width + hidden + reduced + (up if code.keeps_up_output else 0)
+    return max(at_activation, at_down_projection)
 
 
 def sampler_peak_bytes(size: ModelSize, tokens: int, rows: int, bytes_per_logit: float, dtype_bytes: int = 2) -> int:
@@ -85,7 +132,7 @@ def activation_parts(config: dict[str, Any], size: ModelSize, version: Version, 
         encoder=encoder,
         encoder_peak_bytes=encoder.encoder_peak_bytes if encoder else batch.encoder_peak_bytes,
         held_bytes=(encoder.held_bytes if encoder else 0) + batch.held_bytes,
-        forward_bytes=forward_peak_bytes(size, batch.tokens, tp, dtype_bytes),
+        forward_bytes=forward_peak_bytes(size, batch.tokens, tp, dtype_bytes, layer_code(config, version, v0)),
         hidden_states_bytes=sampler_peak_bytes(size, batch.tokens, 0, 0, dtype_bytes),
         logits=batch.rows * size.vocab,
     )

@@ -13,6 +13,8 @@ import os
 import reprlib
 from typing import Any
 
+from packaging.version import Version
+
 from harness.errors import HarnessError
 
 # Decoders whose KV cache is fully described by the fields model_shape reads: heads, head_dim or
@@ -59,6 +61,13 @@ UNCOUNTED_WEIGHTS = dict.fromkeys(
 # Families whose MLP is one up and one down projection (fc1/fc2, c_fc/c_proj), not a gated gate/up/down triple.
 UNGATED_MLP_ARCHITECTURES = frozenset({"OPTForCausalLM", "GPT2LMHeadModel", "PhiForCausalLM", "Starcoder2ForCausalLM"})
 # Field names some families use for what the calculator reads; GPT-2's come from its transformers config class.
+# Families served by vLLM's LlamaMLP (llama.py; Mistral's and Phi-3's through it, GLM-4's as Glm4MLP, read in
+# 0.6.4, 0.8.3, 0.10.2, 0.13.0, 0.20.0, 0.27.0 and 0.34.0), and a multimodal wrapper's language model by model_type.
+LLAMA_MLP_ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM", "Glm4ForCausalLM"})
+LLAMA_MLP_MODEL_TYPES = frozenset({"llama", "mistral"})
+# LlamaMLP kept its up projection's output in `gate_up` through 0.6.3; from 0.6.4 it rebinds `x` to it and then to
+# its activation, so it is freed before the down projection runs.
+LLAMA_MLP_REBINDS_SINCE = Version("0.6.4")
 WIDTH_ALIASES = {"ffn_dim": "intermediate_size", "n_inner": "intermediate_size"}  # OPT's and GPT-2's MLP width
 
 
@@ -191,6 +200,19 @@ def mlp_projections(config: dict[str, Any]) -> int:
     """Weight matrices of hidden × intermediate in one dense MLP: 2 ungated (up, down), 3 gated (gate, up, down)."""
     declared = config.get("architectures") or []
     return 2 if any(name in UNGATED_MLP_ARCHITECTURES for name in declared) else 3
+
+
+def mlp_keeps_up_output(config: dict[str, Any], version: Version) -> bool:
+    """Whether the dense MLP's up-projection output stays alive while its down projection runs: not in the ungated
+    fc1/fc2 MLPs, which rebind one name, nor in LlamaMLP from 0.6.4; in the others (Qwen2MLP, GemmaMLP, ...), which
+    hold it in `gate_up` until they return, and in a family not read (the larger figure)."""
+    declared = config.get("architectures") or []
+    if any(name in UNGATED_MLP_ARCHITECTURES for name in declared):
+        return False
+    text = config.get("text_config")
+    llama = any(name in LLAMA_MLP_ARCHITECTURES for name in declared) or (
+        isinstance(text, dict) and text.get("model_type") in LLAMA_MLP_MODEL_TYPES)
+    return not llama or version < LLAMA_MLP_REBINDS_SINCE
 
 
 @functools.cache

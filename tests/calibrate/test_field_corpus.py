@@ -152,7 +152,7 @@ def test_a_case_whose_log_holds_several_starts_names_the_one_it_scores(report) -
     # start it scores, and scoring start 2 gives the very figures the 29k case gets from its own block.
     two_starts = (Path(__file__).parents[1] / "fixtures" / "logs" / "issue-10517-two-starts.log").read_text()
     cases, _ = load_corpus(CORPUS)
-    alone = next(c for c in cases if c.id == "v063-llama31-8b-rtx3090-len29000-fails")
+    alone = next(c for c in cases if c.id == "v064-llama31-8b-rtx3090-len29000-fails")
     fields = alone.model_dump(exclude={"id", "log", "start"})
     with pytest.raises(pydantic.ValidationError, match="the log holds 2 starts: name the one the case scores"):
         type(alone)(id="both", log=two_starts, **fields)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.predict.activation import ActivationParts, forward_peak_bytes, sampler_peak_bytes
+from packaging.version import Version
+
+from harness.predict.activation import ActivationParts, LayerCode, forward_peak_bytes, layer_code, sampler_peak_bytes
 from harness.predict.model_shape import load_model_shape
 from harness.predict.parameter_count import model_size
 from harness.predict.sampler_peak import FLASHINFER_BYTES_PER_LOGIT
@@ -17,13 +19,49 @@ def _config(name: str) -> dict:
 
 
 def test_dense_forward_peak_holds_gate_up_beside_the_activated_half() -> None:
-    # Llama-3.1-8B, TP=1, V0's 20,000-token profile: residual, MLP input and down output (3 × 4,096) beside
-    # gate_up (2 × 14,336) and the activated half (14,336): 55,296 values × 2 B × 20,000 = 2,211,840,000 B
-    # = 2.06 GiB. The 0.6 log printed peak_torch_memory 17.06 GiB less 14.99 GiB of weights = 2.07 GiB.
-    size = model_size(_config("meta-llama--Llama-3.1-8B-Instruct.json"))
-    assert forward_peak_bytes(size, 20_000, 1) == 2_211_840_000
-    # TP=2 halves the MLP and adds the all-reduce output: (4 × 4,096 + 3 × 7,168) × 2 B × 2,048 = 155,189,248.
+    # Llama-3.1-8B, TP=1, V0 0.6.4's 20,000-token profile: residual, the layer's input and the MLP input
+    # (3 × 4,096) beside gate_up (2 × 14,336) and the activated half (14,336): 55,296 values × 2 B × 20,000 =
+    # 2,211,840,000 B = 2.06 GiB. The 0.6.4 log printed peak_torch_memory 17.06 GiB less 14.99 GiB of weights =
+    # 2.07 GiB.
+    config = _config("meta-llama--Llama-3.1-8B-Instruct.json")
+    size, v0_64 = model_size(config), layer_code(config, Version("0.6.4"), v0=True)
+    assert v0_64 == LayerCode(eager=True, reduced_copy=False, keeps_up_output=False)
+    assert forward_peak_bytes(size, 20_000, 1, code=v0_64) == 2_211_840_000
+    # 0.6.3's LlamaMLP kept gate_up through the down projection: 4 × 4,096 + 3 × 14,336 = 59,392 values, and
+    # 59,392 × 2 B × 20,000 = 2,375,680,000.
+    v0_63 = layer_code(config, Version("0.6.3"), v0=True)
+    assert forward_peak_bytes(size, 20_000, 1, code=v0_63) == 2_375_680_000
+    # TP=2 under 0.7.2, whose all-reduce copies: at the activation 3 × 4,096 + 2 × 7,168 + 7,168 = 33,792; at the
+    # down projection, gate_up rebound away, 3 × 4,096 + 7,168 + 4,096 (output) + 4,096 (all-reduced) = 27,648.
+    # The activation wins: 33,792 × 2 B × 2,048 = 138,412,032.
+    assert forward_peak_bytes(size, 2048, 2, code=layer_code(config, Version("0.7.2"), v0=True)) == 138_412_032
+    # Compiled (V1): (4 × 4,096 + 3 × 7,168) × 2 B × 2,048 = 155,189,248.
     assert forward_peak_bytes(size, 2048, 2) == 155_189_248
+
+
+def test_an_mlp_that_keeps_gate_up_peaks_at_its_down_projection() -> None:
+    # Qwen2.5-14B, TP=2, V0 0.7.2 over 32,768 tokens (v072-qwen25-14b-tp2-fp16). Qwen2MLP keeps gate_up (2 × 6,912)
+    # while down_proj writes: 3 × 5,120 + 6,912 (activated) + 5,120 (output) + 5,120 (all-reduced) + 13,824 = 46,336
+    # values, against 36,096 at the activation. 46,336 × 2 B × 32,768 = 3,036,676,096 B = 2.83 GiB; its log states
+    # "PyTorch activation peak memory takes 2.84GiB" (the sampler, 256 rows, is narrower).
+    config = _config("Qwen--Qwen2.5-14B.json")
+    size = model_size(config)
+    assert forward_peak_bytes(size, 32_768, 2, code=layer_code(config, Version("0.7.2"), v0=True)) == 3_036_676_096
+    # Under 0.6.4 the all-reduce ran in place: 5,120 fewer values, 41,216 × 2 B × 32,768 = 2,701,131,776 B. So
+    # does the compiled figure, for another reason: three hidden-wide tensors, the all-reduce's and three widths.
+    v0_64 = layer_code(config, Version("0.6.4"), v0=True)
+    assert forward_peak_bytes(size, 32_768, 2, code=v0_64) == forward_peak_bytes(size, 32_768, 2) == 2_701_131_776
+
+
+def test_a_wrapper_takes_its_language_models_mlp() -> None:
+    # llava-1.5's language model is Llama (text_config model_type "llama"): LlamaMLP, which rebinds gate_up.
+    release = Version("0.8.3")
+    assert not layer_code(_config("llava-hf--llava-1.5-7b-hf.json"), release, v0=True).keeps_up_output
+    assert layer_code(_config("Qwen--Qwen2.5-VL-72B-Instruct.json"), release, v0=True).keeps_up_output
+    # OPT's fc1 → activation → fc2 rebinds one name too; Mistral and Phi-3 are served by LlamaMLP.
+    for name in ("facebook--opt-125m.json", "mistralai--Mistral-7B-v0.1.json",
+                 "microsoft--Phi-3-mini-4k-instruct.json"):
+        assert not layer_code(_config(name), release, v0=True).keeps_up_output, name
 
 
 def test_moe_forward_peak_counts_the_fused_moe_caches_per_routed_copy() -> None:

@@ -171,7 +171,7 @@ def test_suspect_input_is_warned_by_name(case, args, warned) -> None:
 
 def test_a_v0_vision_launch_is_priced_as_the_field_check_prices_its_log() -> None:
     # vllm#16570: Qwen2.5-VL-72B over four A100-40GBs under 0.8.3 with VLLM_USE_V1=0, two sequences, 4,096 tokens,
-    # one image and no video a prompt. The field check prices that start at 6,096 KV tokens from the case's facts;
+    # one image and no video a prompt. The field check prices that start at 3,920 KV tokens from the case's facts;
     # the command line, given the same launch, must come to the same figure by its own path.
     args = ["--model", str(CONFIGS / "Qwen--Qwen2.5-VL-72B-Instruct.json"), "--gpu", "A100-40GB",
             "--tensor-parallel-size", "4", "--gpu-memory-utilization", "0.95", "--max-num-seqs", "2",
@@ -182,14 +182,15 @@ def test_a_v0_vision_launch_is_priced_as_the_field_check_prices_its_log() -> Non
         assert result.returncode == 0, result.stderr
         answers[limits] = json.loads(result.stdout)
     stated = answers['{"image": 1, "video": 0}']
-    assert stated["capacity"]["kv_cache_tokens"] == 6096
-    # 381 blocks hold one 4,096-token request (256 blocks) with 125 × 1,310,720 B = 156.25 MiB to spare, inside
-    # the fitted error band (the shipped share of total × utilisation): a "fits" answered at risk. The start failed.
+    assert stated["capacity"]["kv_cache_tokens"] == 3920
+    # 245 blocks of 1,310,720 B, 11 short of one 4,096-token request (256 blocks): "does not fit", as the start
+    # did not. Its log states 2.51 GiB of activation, priced at 2.50 (the decoder's 16,384 tokens beside the pixels).
     margin = stated["cache_margin"]
-    assert margin["margin_bytes"] == 125 * 1_310_720 and margin["at_risk"]
+    assert margin["margin_bytes"] == -11 * 1_310_720 and not margin["at_risk"]
     assert margin["band_bytes"] == int(FITTED_CONSTANTS.kv_error_share * stated["waterfall"]["usable_bytes"])
-    assert stated["fits"] and stated["verdict"] == "at risk"
-    assert stated["answer"].startswith("at risk: the cache holds one request of 4,096 tokens with 156.25 MiB")
+    assert not stated["fits"] and stated["verdict"] == "does not fit"
+    activation = next(term for term in stated["waterfall"]["terms"] if term["name"] == "activation_peak")
+    assert round(activation["bytes"] / 2**30, 2) == 2.50
     assert "V0 engine accounting of vLLM 0.8.3" in stated["waterfall"]["assumptions"]
     assert answers["image=1,video=0"] == answers['{"image": {"count": 1}, "video": 0}'] == stated
     # V0's default of one video a prompt as well: its frames join the dummy prompt and leave nothing for the cache
