@@ -210,8 +210,9 @@ def mlp_keeps_up_output(config: dict[str, Any], version: Version) -> bool:
     if any(name in UNGATED_MLP_ARCHITECTURES for name in declared):
         return False
     text = config.get("text_config")
+    text_type = text.get("model_type") if isinstance(text, dict) else None
     llama = any(name in LLAMA_MLP_ARCHITECTURES for name in declared) or (
-        isinstance(text, dict) and text.get("model_type") in LLAMA_MLP_MODEL_TYPES)
+        isinstance(text_type, str) and text_type in LLAMA_MLP_MODEL_TYPES)
     return not llama or version < LLAMA_MLP_REBINDS_SINCE
 
 

@@ -62,6 +62,11 @@ def test_a_wrapper_takes_its_language_models_mlp() -> None:
     for name in ("facebook--opt-125m.json", "mistralai--Mistral-7B-v0.1.json",
                  "microsoft--Phi-3-mini-4k-instruct.json"):
         assert not layer_code(_config(name), release, v0=True).keeps_up_output, name
+    # A model_type that is no name (a list, a mapping) names no family: the larger figure, no error.
+    for model_type in (["llama"], {"llama": 1}):
+        config = _config("llava-hf--llava-1.5-7b-hf.json")
+        config = {**config, "text_config": {**config["text_config"], "model_type": model_type}}
+        assert layer_code(config, release, v0=True).keeps_up_output
 
 
 def test_moe_forward_peak_counts_the_fused_moe_caches_per_routed_copy() -> None:
