@@ -34,9 +34,9 @@ class LayerCode(NamedTuple):
 COMPILED = LayerCode(eager=False, reduced_copy=True, keeps_up_output=True)
 
 
-def layer_code(config: dict[str, Any], version: Version, v0: bool) -> LayerCode:
-    """The layer code of this release and model family."""
-    return LayerCode(eager=v0, reduced_copy=version >= ALL_REDUCE_OUT_OF_PLACE_SINCE,
+def layer_code(config: dict[str, Any], version: Version, v0: bool, enforce_eager: bool = False) -> LayerCode:
+    """The layer code of this release and model family; V0 never compiles, V1 not under --enforce-eager."""
+    return LayerCode(eager=v0 or enforce_eager, reduced_copy=version >= ALL_REDUCE_OUT_OF_PLACE_SINCE,
                      keeps_up_output=mlp_keeps_up_output(config, version))
 
 
@@ -64,19 +64,20 @@ def forward_peak_bytes(size: ModelSize, tokens: int, tensor_parallel_size: int, 
 def _dense_layer_values(size: ModelSize, tensor_parallel_size: int, code: LayerCode, reduced: int) -> float:
     """Values per token alive at a dense layer's widest moment.
 
-    V0 runs the model eagerly, so Python's references decide: the model's loop (`hidden_states, residual =
-    layer(...)`) holds the layer's input while the layer runs, beside the residual and the MLP's input. At the
-    activation the up projection's output (2 × width / TP gated, else width / TP) sits beside the activated half
-    (width / TP). At the down projection its output, and the all-reduced copy where there is one (`reduced`),
-    sits beside the activated half and, in the MLPs that keep it (Qwen2MLP's `gate_up`, LlamaMLP's through 0.6.3:
-    architectures.py), the up projection's output. V0 profiles logged in the field corpus: Llama-3.1-8B under 0.6.4
-    over 20,000 and 29,000 tokens (2.07 and 2.99 GiB), Qwen2.5-14B at TP 2 over 32,768 (2.84) and Qwen2.5-VL-72B's
-    decoder at TP 4 over 16,384 beside its pixels (2.51), each within 1%.
+    Run eagerly (V0; V1 under --enforce-eager), Python's references decide: the model's loop (`hidden_states,
+    residual = layer(...)`) holds the layer's input while the layer runs, beside the residual and the MLP's input.
+    At the activation the up projection's output (2 × width / TP gated, else width / TP) sits beside the activated
+    half (width / TP). At the down projection its output, and the all-reduced copy where there is one
+    (`reduced`), sits beside the activated half and, in the MLPs that keep it (Qwen2MLP's `gate_up`, LlamaMLP's
+    through 0.6.3: architectures.py), the up projection's output. Logged eager profiles: V0 Llama-3.1-8B under
+    0.6.4 over 20,000 and 29,000 tokens (2.07 and 2.99 GiB), Qwen2.5-14B at TP 2 over 32,768 (2.84),
+    Qwen2.5-VL-72B's decoder at TP 4 over 16,384 beside its pixels (2.51), V1 0.29 Qwen3-8B over 4,096 (0.41),
+    each within 1%; V1 0.30 Qwen2.5-3B over 2,048 logs 0.15 against 0.157 priced, one hidden-wide tensor less,
+    for a reason not found.
 
-    V1 is priced at three hidden-wide tensors, with TP the all-reduce's output, and three widths, whatever the MLP:
-    torch.compile's graphs (its default) free each intermediate after its last use, which Python's references do
-    not show, and its one eager start in the corpus that its forward pass bounds (0.30, Qwen2.5-3B over 2,048
-    tokens: 0.15 GiB logged) holds one hidden-wide tensor less than the V0 reading gives, for a reason not found.
+    Compiled (V1's default), torch.compile's graphs free each intermediate after its last use, which Python's
+    references do not show: three hidden-wide tensors, with TP the all-reduce's output, and three widths, whatever
+    the MLP; no compiled start in the field corpus is bound by its forward pass to check it against.
     """
     hidden, width = size.hidden, size.dense_width / tensor_parallel_size
     if not code.eager:
@@ -132,7 +133,8 @@ def activation_parts(config: dict[str, Any], size: ModelSize, version: Version, 
         encoder=encoder,
         encoder_peak_bytes=encoder.encoder_peak_bytes if encoder else batch.encoder_peak_bytes,
         held_bytes=(encoder.held_bytes if encoder else 0) + batch.held_bytes,
-        forward_bytes=forward_peak_bytes(size, batch.tokens, tp, dtype_bytes, layer_code(config, version, v0)),
+        forward_bytes=forward_peak_bytes(size, batch.tokens, tp, dtype_bytes,
+                                         layer_code(config, version, v0, launch.enforce_eager)),
         hidden_states_bytes=sampler_peak_bytes(size, batch.tokens, 0, 0, dtype_bytes),
         logits=batch.rows * size.vocab,
     )

@@ -270,9 +270,9 @@ def test_before_launch_fit_calls_are_right_but_the_named_ones_and_the_score_is_p
     assert risky == {"v0110-r1-distill-qwen-32b-fp8-l40s-len24576": True}
     assert lines[5].endswith("1 \"fits\" answered at risk, the cache's room for one request inside the error band, "
                              "0 of them failed")
-    # Six logs are the most any one source holds (two repositories hold six each): 6 of 150 = 4.0%, "4%".
-    assert lines[-1].startswith("split by source: 113 sources, each on the side its key's hash gives; the largest "
-                                "source holds 6 of 150 cases (4%): ")
+    # Six logs are the most any one source holds (two repositories hold six each): 6 of 153 = 3.9%, "4%".
+    assert lines[-1].startswith("split by source: 114 sources, each on the side its key's hash gives; the largest "
+                                "source holds 6 of 153 cases (4%): ")
     assert lines[-1].split("(4%): ")[1].split(", ") == [
         "github.com/dennislee22/vllm-benchmarking", "github.com/sostrowsk/dgx-spark-local-llm"]
 

@@ -795,11 +795,11 @@ def test_what_the_engine_config_line_would_state_is_read_from_the_arguments_with
 
 
 def test_eager_mode_is_read_from_the_engine_config_line_or_the_arguments() -> None:
-    # The corpus's 0.30.0 start on an 8 GB card launched with --enforce-eager says so in both places; nine starts
+    # The corpus's 0.30.0 start on an 8 GB card launched with --enforce-eager says so in both places; eleven starts
     # of the corpus run eager, and the rest are read as capturing graphs.
     read = {case.id: parse_startup_log(case.log, case.start) for case in load_corpus(FIELD_CORPUS)[0]}
     eager = {case_id for case_id, log in read.items() if log.enforce_eager}
-    assert "v0300-qwen25-3b-awq-eager-util045-len1024" in eager and len(eager) == 9
+    assert "v0300-qwen25-3b-awq-eager-util045-len1024" in eager and len(eager) == 11
     assert read["v0100-qwen3-235b-a22b-fp8-tp8-ep-fp8kv"].enforce_eager is False  # its engine line says so
     argued = "(APIServer pid=1) INFO 11-20 10:00:00 [utils.py:233] non-default args: {'enforce_eager': True}\n"
     assert parse_startup_log(argued).enforce_eager is True

@@ -53,6 +53,18 @@ def test_an_mlp_that_keeps_gate_up_peaks_at_its_down_projection() -> None:
     assert forward_peak_bytes(size, 32_768, 2, code=v0_64) == forward_peak_bytes(size, 32_768, 2) == 2_701_131_776
 
 
+def test_v1_under_enforce_eager_is_priced_as_python_runs_it() -> None:
+    # Qwen3-8B on 0.29 with --enforce-eager over 4,096 tokens (v0290-qwen3-8b-rtx4090-48gb-eager-util075-len4096):
+    # at the down projection 3 × 4,096 + 12,288 (activated) + 4,096 (output) + 24,576 (gate_up) = 53,248 values,
+    # 53,248 × 2 B × 4,096 = 436,207,616 B = 0.41 GiB, as its log states ("0.41 GiB for peak activation"); compiled,
+    # (3 × 4,096 + 3 × 12,288) × 2 B × 4,096 = 402,653,184 B (0.38).
+    config = _config("Qwen--Qwen3-8B.json")
+    size, release = model_size(config), Version("0.29.0")
+    eager = layer_code(config, release, v0=False, enforce_eager=True)
+    assert forward_peak_bytes(size, 4096, 1, code=eager) == 436_207_616
+    assert forward_peak_bytes(size, 4096, 1, code=layer_code(config, release, v0=False)) == 402_653_184
+
+
 def test_a_wrapper_takes_its_language_models_mlp() -> None:
     # llava-1.5's language model is Llama (text_config model_type "llama"): LlamaMLP, which rebinds gate_up.
     release = Version("0.8.3")
