@@ -26,7 +26,7 @@ ALL_REDUCE_OUT_OF_PLACE_SINCE = Version("0.6.5")
 class LayerCode(NamedTuple):
     """How a release's decoder layer holds its tensors in the profiling forward pass."""
 
-    eager: bool  # run as Python (V0), not as torch.compile's graphs
+    eager: bool  # run as Python (V0, or V1 under --enforce-eager), not as torch.compile's graphs
     reduced_copy: bool  # the tensor-parallel all-reduce returns a new tensor
     keeps_up_output: bool  # the dense MLP holds its up projection's output through the down projection
 

@@ -60,14 +60,15 @@ UNCOUNTED_WEIGHTS = dict.fromkeys(
     "dense MLP beside its experts and its vision and audio towers are not counted here")
 # Families whose MLP is one up and one down projection (fc1/fc2, c_fc/c_proj), not a gated gate/up/down triple.
 UNGATED_MLP_ARCHITECTURES = frozenset({"OPTForCausalLM", "GPT2LMHeadModel", "PhiForCausalLM", "Starcoder2ForCausalLM"})
-# Field names some families use for what the calculator reads; GPT-2's come from its transformers config class.
-# Families served by vLLM's LlamaMLP (llama.py; Mistral's and Phi-3's through it, GLM-4's as Glm4MLP, read in
-# 0.6.4, 0.8.3, 0.10.2, 0.13.0, 0.20.0, 0.27.0 and 0.34.0), and a multimodal wrapper's language model by model_type.
+# Families served by vLLM's LlamaMLP (llama.py, read in 0.6.3, 0.6.4, 0.8.3, 0.10.2, 0.13.0, 0.20.0, 0.27.0 and
+# 0.34.0; Mistral's and Phi-3's through it, GLM-4's as Glm4MLP, read in 0.10.2 and 0.13.0), and a multimodal
+# wrapper's language model by its model_type.
 LLAMA_MLP_ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM", "Glm4ForCausalLM"})
 LLAMA_MLP_MODEL_TYPES = frozenset({"llama", "mistral"})
 # LlamaMLP kept its up projection's output in `gate_up` through 0.6.3; from 0.6.4 it rebinds `x` to it and then to
 # its activation, so it is freed before the down projection runs.
 LLAMA_MLP_REBINDS_SINCE = Version("0.6.4")
+# Field names some families use for what the calculator reads; GPT-2's come from its transformers config class.
 WIDTH_ALIASES = {"ffn_dim": "intermediate_size", "n_inner": "intermediate_size"}  # OPT's and GPT-2's MLP width
 
 
