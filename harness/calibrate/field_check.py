@@ -44,7 +44,6 @@ from harness.observe.server_logs import StartupCapacity
 from harness.predict.activation import activation_parts
 from harness.predict.budget import CapacityPrediction
 from harness.predict.cache_margin import cache_margin
-from harness.predict.gpu_catalog import is_hopper, shares_host_memory
 from harness.predict.memory_model import (
     CONTEXT_COUNTED_BEFORE,
     LORA_NOT_SIZED,
@@ -54,6 +53,7 @@ from harness.predict.memory_model import (
 )
 from harness.predict.model_shape import ModelShape, load_model_shape
 from harness.predict.non_torch import (
+    base_class,
     communicator_bytes,
     communicators_counted,
     nvls_bytes,
@@ -326,20 +326,13 @@ def _fit_non_torch(samples: list[tuple[FieldCase, float]]) -> NonTorchFit:
     plain: dict[str, list[float]] = {}
     for case, gib in samples:
         if not communicators(case):
-            plain.setdefault(_gpu_class(case), []).append(gib)
+            plain.setdefault(base_class(case.facts.gpu), []).append(gib)
     bases = {gpu_class: _median(plain.get(gpu_class, [])) for gpu_class in ("other", "hopper", "host memory")}
-    nccl_gib = max(0.0, _median([gib - bases[_gpu_class(case)]
+    nccl_gib = max(0.0, _median([gib - bases[base_class(case.facts.gpu)]
                                  - communicator_bytes(0.0, case.facts.tensor_parallel_size) / GiB
                                  for case, gib in samples if communicators(case)]))
     return NonTorchFit(base_gib=bases["other"], hopper_gib=bases["hopper"], host_memory_gib=bases["host memory"],
                        nccl_gib=nccl_gib)
-
-
-def _gpu_class(case: FieldCase) -> str:
-    """Which fitted base a case's GPU takes."""
-    if shares_host_memory(case.facts.gpu):
-        return "host memory"
-    return "hopper" if is_hopper(case.facts.gpu) else "other"
 
 
 def _median(figures: list[float]) -> float:

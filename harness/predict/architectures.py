@@ -207,9 +207,9 @@ def mlp_keeps_up_output(config: dict[str, Any], version: Version) -> bool:
     """Whether the dense MLP's up-projection output stays alive while its down projection runs: not in the ungated
     fc1/fc2 MLPs, which rebind one name, nor in LlamaMLP from 0.6.4; in the others (Qwen2MLP, GemmaMLP, ...), which
     hold it in `gate_up` until they return, and in a family not read (the larger figure)."""
-    declared = config.get("architectures") or []
-    if any(name in UNGATED_MLP_ARCHITECTURES for name in declared):
+    if mlp_projections(config) == 2:
         return False
+    declared = config.get("architectures") or []
     text = config.get("text_config")
     text_type = text.get("model_type") if isinstance(text, dict) else None
     llama = any(name in LLAMA_MLP_ARCHITECTURES for name in declared) or (

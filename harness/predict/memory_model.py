@@ -26,7 +26,7 @@ from harness.predict.architectures import declared_architecture
 from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.encoder_profile import EncoderProfile
 from harness.predict.engine_launch import EngineLaunch
-from harness.predict.gpu_catalog import is_hopper, known_gpu, shares_host_memory
+from harness.predict.gpu_catalog import known_gpu
 from harness.predict.kv_bytes import check_attention_heads
 from harness.predict.load_buffers import with_load_buffers
 from harness.predict.model_runner import runs_second_runner
@@ -36,6 +36,7 @@ from harness.predict.non_torch import (
     EARLY_NCCL_BEFORE,
     EARLY_NCCL_NOTE,
     MOST_RESIDENT_THREADS,
+    base_class,
     communicator_bytes,
     communicators_counted,
     context_bytes,
@@ -159,12 +160,12 @@ def second_runner(config: dict[str, Any], size: ModelSize, version: Version, lau
 
 def base_non_torch(constants: MemoryConstants, gpu_name: str | None) -> tuple[float, str]:
     """The fitted base for this GPU's class, and how the waterfall names the class."""
-    if shares_host_memory(gpu_name):
-        return constants.host_memory_non_torch_gib, (", on a GPU sharing its host's memory, where it also holds "
-                                                     "what the host allocated during the profile")
-    if is_hopper(gpu_name):
-        return constants.hopper_non_torch_gib, ", on a Hopper part"
-    return constants.non_torch_gib, ""
+    return {
+        "host memory": (constants.host_memory_non_torch_gib, ", on a GPU sharing its host's memory, where it also "
+                                                             "holds what the host allocated during the profile"),
+        "hopper": (constants.hopper_non_torch_gib, ", on a Hopper part"),
+        "other": (constants.non_torch_gib, ""),
+    }[base_class(gpu_name)]
 
 
 def plan_waterfall(

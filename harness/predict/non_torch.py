@@ -41,9 +41,11 @@ kernels add after creation is in the fitted base, which every release counts.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from packaging.version import Version
 
-from harness.predict.gpu_catalog import GPUS, GpuMemory, on_nvswitch
+from harness.predict.gpu_catalog import GPUS, GpuMemory, is_hopper, on_nvswitch, shares_host_memory
 from harness.units import GiB
 
 V1_COMMUNICATORS_BEFORE_SNAPSHOT_SINCE = Version("0.11.0")
@@ -69,6 +71,17 @@ CUDA_CONTEXT_REST_BYTES = int(262.8 * 1024 * 1024)  # an H200's 526.8 MiB contex
 # A GPU the catalogue cannot name is priced at the most threads any entry holds (a B200's 148 × 2,048): the
 # larger context, the safer side of a fit / no-fit call.
 MOST_RESIDENT_THREADS = max(gpu.resident_threads or 0 for gpu in GPUS.values())
+
+
+BaseClass = Literal["host memory", "hopper", "other"]
+
+
+def base_class(gpu_name: str | None) -> BaseClass:
+    """Which fitted non-torch base a GPU takes: its own on a GPU sharing its host's memory (a GB10), whose figure
+    also holds what the host allocated during the profile, and on a Hopper part; the common one elsewhere."""
+    if shares_host_memory(gpu_name):
+        return "host memory"
+    return "hopper" if is_hopper(gpu_name) else "other"
 
 
 def communicators_counted(version: Version, v0: bool, tensor_parallel_size: int, pipeline_parallel_size: int) -> bool:
