@@ -94,12 +94,15 @@ LENGTH_FIELDS = frozenset({"max_position_embeddings", "sliding_window"})  # toke
 MAX_WIDTH = 2**24  # any other count past 16.7 million (a width, a vocabulary, experts) is a malformed config
 MAX_LAYERS = 4096  # served decoders hold at most a few hundred; more is a malformed config, not a model
 FLAG_FIELDS = ("tie_word_embeddings", "use_sliding_window")  # true or false where stated: "no" is not false
+# Sections read field by field: a string or a list in their place would otherwise read as "not stated", and a
+# quantized checkpoint would be priced at 16 bits a weight.
+# (vision_config is checked where a vision tower is sized, which names the architecture needing it.)
+SECTION_FIELDS = ("text_config", "quantization_config", "rope_scaling", "rope_parameters")
 
 
 def check_counts(config: dict[str, Any], source: str) -> None:
     """Refuse, by field, a count no model states (see `_check_count`), an MoE model's experts of no width, KV heads
-    that do not share the query heads evenly, a flag that is not true or false, or a layer list that is not a list
-    of names."""
+    that do not share the query heads evenly, or a field of the wrong kind (see `_check_kinds`)."""
     for field in COUNT_FIELDS:
         _check_count(field, config.get(field), source)
     if any(config.get(field) for field in EXPERT_FIELDS):
@@ -111,9 +114,18 @@ def check_counts(config: dict[str, Any], source: str) -> None:
     if heads and kv_heads and heads % kv_heads:
         raise HarnessError(f"{source}: field 'num_key_value_heads' {kv_heads} does not divide num_attention_heads "
                            f"{heads}: each KV head serves a whole group of query heads")
+    _check_kinds(config, source)
+
+
+def _check_kinds(config: dict[str, Any], source: str) -> None:
+    """A flag that is not true or false, a section that is not a mapping, a layer list that is not a list of names."""
     for flag in FLAG_FIELDS:
         if config.get(flag) is not None and not isinstance(config[flag], bool):
             raise HarnessError(f"{source}: field '{flag}' must be true or false, got {config[flag]!r}")
+    for section in SECTION_FIELDS:
+        if config.get(section) is not None and not isinstance(config[section], dict):
+            raise HarnessError(f"{source}: field '{section}' must be a mapping of fields, got "
+                               f"{reprlib.repr(config[section])}")
     kinds = config.get("layer_types")
     if kinds is not None and not (isinstance(kinds, list) and all(isinstance(kind, str) for kind in kinds)):
         raise HarnessError(f"{source}: field 'layer_types' must be a list of layer kinds, got {reprlib.repr(kinds)}")

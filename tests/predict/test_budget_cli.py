@@ -403,6 +403,14 @@ MALFORMED_BASES = {
          "quantization_config: awq at 3 bits is refused by vLLM"),
         ("qwen3", {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 3}},
          "quantization_config: groups of 3 inputs do not divide the hidden size 2560"),
+        # each once read as "not stated": a quantized checkpoint priced at 16 bits a weight, a YaRN context's RoPE
+        # cache at the unscaled length, a wrapper's language model from the wrapper's own fields
+        ("qwen3", {"quantization_config": "awq"},
+         "field 'quantization_config' must be a mapping of fields, got 'awq'"),
+        ("qwen3", {"rope_scaling": ["yarn", 4.0]},
+         "field 'rope_scaling' must be a mapping of fields, got ['yarn', 4.0]"),
+        ("qwen3.6", {"text_config": "qwen3_5_text"}, "field 'text_config' must be a mapping of fields, got "
+         "'qwen3_5_text'"),
     ],
 )
 def test_a_malformed_config_field_is_named_before_launch(tmp_path, config, edit, named) -> None:
@@ -411,7 +419,8 @@ def test_a_malformed_config_field_is_named_before_launch(tmp_path, config, edit,
     source = SNAPSHOT / "config.json" if config == "qwen3" else CONFIGS / MALFORMED_BASES[config]
     base = json.loads(source.read_text())
     for field, value in edit.items():
-        base[field] = {**base[field], **value} if isinstance(base.get(field), dict) else value
+        both_sections = isinstance(base.get(field), dict) and isinstance(value, dict)
+        base[field] = {**base[field], **value} if both_sections else value
     path = tmp_path / "config.json"
     write(path, json.dumps(base))
     result = harness("budget", "--model", str(path), "--gpu", "H100-80GB", "--max-model-len", "4096")
