@@ -27,9 +27,10 @@ from harness.predict.encoder_launch import EncoderLaunch
 from harness.predict.encoder_profile import EncoderProfile
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.gpu_catalog import known_gpu
+from harness.predict.graph_memory import graphs_term
 from harness.predict.kv_bytes import check_attention_heads
 from harness.predict.load_buffers import with_load_buffers
-from harness.predict.model_runner import runs_second_runner
+from harness.predict.model_runner import SAMPLING_STATE_COUNTED_SINCE, runs_second_runner, sampling_state_bytes
 from harness.predict.mxfp4_layout import mxfp4_layout
 from harness.predict.non_torch import (
     CUDA_CONTEXT_REST_BYTES,
@@ -46,7 +47,7 @@ from harness.predict.non_torch import (
 from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
 from harness.predict.profile_batch import profile_batch
-from harness.predict.releases import GRAPHS_RESERVED_SINCE, release_version, runs_v0
+from harness.predict.releases import release_version, runs_v0
 from harness.predict.sampler_peak import (
     FLASHINFER_OPT_IN_SINCE,
     SamplerPath,
@@ -151,6 +152,17 @@ def non_torch_term(constants: MemoryConstants, version: Version, v0: bool, tenso
     return Term(name="non_torch", bytes=total, subtracted=True, source=source)
 
 
+def with_sampling_state(non_torch: Term, state_bytes: int, max_num_seqs: int, version: Version) -> Term:
+    """The second runner's per-request sampling state joins what 0.27+ counts outside the weights (model_runner.py)."""
+    if not state_bytes:
+        return non_torch
+    return non_torch.model_copy(update={
+        "bytes": non_torch.bytes + state_bytes,
+        "source": f"{non_torch.source} + {state_bytes / GiB:.2f} GiB of the second runner's sampling state on the "
+                  f"last stage (penalty counts and bitmasks for {max_num_seqs:,} requests), which {version} counts "
+                  "in its consumed memory"})
+
+
 def second_runner(config: dict[str, Any], size: ModelSize, version: Version, launch: EngineLaunch) -> bool:
     """Whether this launch profiles on vLLM's second GPU model runner (model_runner.py)."""
     quantized = launch.quantization is not None or isinstance(config.get("quantization_config"), dict)
@@ -205,16 +217,16 @@ def plan_waterfall(
     sampler = "pytorch" if v0 else (launch.sampler or DEFAULT_V1_SAMPLER)
     if sampler not in SAMPLERS:
         raise HarnessError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler}")
-    path = sampler_path(version, launch.engine_generation, sampler, rows, second_runner(config, size, version, launch))
+    on_second_runner = second_runner(config, size, version, launch)
+    path = sampler_path(version, launch.engine_generation, sampler, rows, on_second_runner)
     per_logit = path.priced(constants.sampler_bytes_per_logit)
     parts = activation_parts(config, size, version, v0, launch, batch, config_source)
     encoder, forward, sampling = parts.encoder, parts.forward_bytes, parts.sampler_bytes(per_logit)
     activation, unsampled = parts.peak_bytes(per_logit), parts.unsampled_bytes()
-    non_torch = non_torch_term(constants, version, v0, tp, pp, gpu_name,
-                               total_bytes)
-    graphs_reserved = version >= GRAPHS_RESERVED_SINCE and launch.graph_memory_profiled
-    # the source shows this figure, rounded as the table rounds it; eager mode captures none
-    graph_bytes = 0 if launch.enforce_eager else int(constants.cuda_graph_gib * GiB)
+    sampling_state = (sampling_state_bytes(batch.max_num_seqs, size.vocab, launch.speculative)
+                      if on_second_runner and version >= SAMPLING_STATE_COUNTED_SINCE else 0)
+    non_torch = with_sampling_state(non_torch_term(constants, version, v0, tp, pp, gpu_name, total_bytes),
+                                    sampling_state, batch.max_num_seqs, version)
     if checkpoint is not None:
         weights = Term(name="weights", bytes=checkpoint[0] // (tp * pp), subtracted=True,
                        source=f"{checkpoint[1]}, split over {tp * pp} GPU(s)")
@@ -235,18 +247,13 @@ def plan_waterfall(
                     f"logits at {per_logit:.4g} B each ({sampling / GiB:.2f} GiB; {path.origin})"
                     + ("" if encoder is None else f"; first {encoder.source}")),
         non_torch,
-        Term(name="cuda_graphs", bytes=graph_bytes, subtracted=graphs_reserved,
-             source="none: --enforce-eager captures no CUDA graphs" if launch.enforce_eager else
-                    f"fitted {graph_bytes / GiB:.2f} GiB; "
-                    + ("reserved before the cache from 0.21 on" if graphs_reserved
-                       else "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0: captured after the cache, not subtracted"
-                       if version >= GRAPHS_RESERVED_SINCE
-                       else f"captured after the cache is sized in {version}: not subtracted")),
+        graphs_term(constants.cuda_graph_gib, version, launch, on_second_runner),
     ]
     usable = int(total_bytes * utilization)
     kv = usable - sum(term.bytes for term in terms if term.subtracted)
+    drafter_bytes = drafter.bytes if drafter is not None and drafter.subtracted else 0
     stage_kv = stage_kv_bytes(size, kv, weights.bytes, activation - unsampled, dtype_bytes, tp, pp,
-                              drafter_bytes=drafter.bytes if drafter is not None and drafter.subtracted else 0)
+                              last_stage_bytes=drafter_bytes + sampling_state)
     return Waterfall(
         total_bytes=total_bytes, total_source=total_source, gpu_memory_utilization=utilization,
         usable_bytes=usable, terms=terms, kv_bytes=kv, stage_kv_bytes=stage_kv, profiling_tokens=tokens,
@@ -282,14 +289,15 @@ def _encoder_note(vision: bool, encoder: EncoderProfile | None, launch: EncoderL
 
 
 def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_excess_bytes: int, dtype_bytes: int,
-                   tensor_parallel_size: int, pipeline_parallel_size: int, drafter_bytes: int = 0) -> list[int]:
+                   tensor_parallel_size: int, pipeline_parallel_size: int, last_stage_bytes: int = 0) -> list[int]:
     """Each pipeline stage's KV memory, from the even split `kv_bytes` assumes.
 
     Only the last stage computes logits and samples (its model has the lm_head, the others a PPMissingLayer,
     and the profiling and warm-up runs sample `if get_pp_group().is_last_rank`), so the stages before it keep
     the sampler's excess over the forward pass. Layers go by vLLM's split; the input embedding sits on the
     first stage and the output layer on the last (its own copy even when tied); a vision tower on every stage.
-    `kv_bytes` has the drafter's weights (`drafter_bytes`) taken off, which only the last stage holds.
+    `kv_bytes` has taken off what only the last stage holds (`last_stage_bytes`): the drafter's weights, and the
+    second runner's sampling state.
     """
     if pipeline_parallel_size == 1:
         return [kv_bytes]
@@ -304,7 +312,7 @@ def stage_kv_bytes(size: ModelSize, kv_bytes: int, weights_bytes: int, sampler_e
         stage_weights = layers_bytes * share // size.layers + ends + tower
         last = index == pipeline_parallel_size - 1
         sampler = 0 if last else max(0, sampler_excess_bytes)
-        stages.append(kv_bytes + weights_bytes - stage_weights + sampler + (0 if last else drafter_bytes))
+        stages.append(kv_bytes + weights_bytes - stage_weights + sampler + (0 if last else last_stage_bytes))
     return stages
 
 
@@ -317,7 +325,7 @@ FITTED_CONSTANTS = MemoryConstants(
     host_memory_non_torch_gib=2.261,
     cuda_graph_gib=0.54,
     nccl_gib=0.04,
-    kv_error_share=0.0176,
+    kv_error_share=0.0126,
     fitted_on=[
         "v0100-qwen3-14b-len32768-default-util",
         "v0101-gpt-oss-120b-a100-tp4-util08",

@@ -10,6 +10,18 @@ and `_get_v2_model_runner_unsupported_features`, 0.22.0 … 0.34.0:
 - 0.25 to 0.28: every generating model but a hybrid (state-space layers) and an MoE model outside that list;
 - from 0.29: every model;
 - never a launch the second runner does not support: speculative decoding other than EAGLE, EAGLE-3 and MTP.
+
+What the second runner holds that the first does not, read in 0.22.0, 0.24.0, 0.25.1, 0.26.0, 0.27.1, 0.28.0 … 0.31.0
+and 0.33.0:
+
+- Per-request sampling state on the last pipeline stage, allocated when the model loads: the penalties' output token
+  counts and prompt-token bitmask (sample/penalties.py `PenaltiesState`: `output_bin_counts`, int32 [max_num_reqs,
+  vocab], and `prompt_bin_mask`, int32 [max_num_reqs, ⌈vocab / 32⌉]) and the grammar bitmask (structured_outputs.py:
+  int32 [max_num_reqs × decode_query_len, ⌈vocab / 32⌉]). They are torch tensors made after the worker's first
+  snapshot and outside the weights' window, so the profile missed them until 0.27, which measures what the device
+  lost since that snapshot (utils/mem_utils.py `total_consumed`, from `mem_get_info`).
+- No CUDA-graph estimate before 0.29: its `profile_cudagraph_memory` returns 0 ("It is TBD whether we keep this API
+  or not"), so the graphs are captured out of what the cache leaves, not reserved before it.
 """
 
 from __future__ import annotations
@@ -31,6 +43,10 @@ MOE_ON_SECOND_RUNNER = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM"
 HYBRID_ARCHITECTURES = frozenset({"JambaForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
                                   "Qwen3_5MoeForConditionalGeneration"})
 SECOND_RUNNER_SPECULATORS = frozenset({"eagle", "eagle3", "mtp"})
+SAMPLING_STATE_COUNTED_SINCE = Version("0.27")
+GRAPHS_ESTIMATED_SINCE = Version("0.29")
+INT32_BYTES = 4
+BITMASK_TOKENS_PER_WORD = 32
 
 
 def runs_second_runner(version: Version, architecture: str | None, moe: bool, quantized: bool,
@@ -45,3 +61,15 @@ def runs_second_runner(version: Version, architecture: str | None, moe: bool, qu
         return architecture not in HYBRID_ARCHITECTURES and (not moe or architecture in MOE_ON_SECOND_RUNNER)
     named = next(names for since, names in reversed(NAMED) if version >= since)
     return architecture in named and (version >= QUANTIZED_SINCE or not (moe or quantized))
+
+
+def sampling_state_bytes(max_num_reqs: int, vocab: int, speculative: SpeculativeDecoding | None) -> int:
+    """The second runner's per-request sampling state on the last stage: token counts and two bitmasks."""
+    words = -(-vocab // BITMASK_TOKENS_PER_WORD)
+    decode_query_len = 1 + (speculative.num_speculative_tokens if speculative is not None else 0)
+    return INT32_BYTES * max_num_reqs * (vocab + words + words * decode_query_len)
+
+
+def reserves_graph_estimate(version: Version, second_runner: bool) -> bool:
+    """Whether a release's runner estimates its CUDA graphs before the cache (0.21 on; the second runner from 0.29)."""
+    return not second_runner or version >= GRAPHS_ESTIMATED_SINCE

@@ -173,13 +173,15 @@ def v0_decoder_dummy(config: dict[str, Any], engine_version: Version, *, max_mod
 
 class ProfileBatch(NamedTuple):
     """vLLM's profiling run: the tokens through the forward pass, the rows sampled, what the batch's own inputs
-    hold beside them (a V0 vision model's pixels), and the widest moment of an encoder run inside that pass (V0)."""
+    hold beside them (a V0 vision model's pixels), and the widest moment of an encoder run inside that pass (V0);
+    and the scheduler's max_num_seqs, which sizes the runner's per-request state."""
 
     tokens: int
     rows: int
     held_bytes: int
     encoder_peak_bytes: int
     source: str
+    max_num_seqs: int
 
 
 def profile_batch(config: dict[str, Any], size: ModelSize, version: Version, v0: bool, launch: EngineLaunch,
@@ -193,7 +195,8 @@ def profile_batch(config: dict[str, Any], size: ModelSize, version: Version, v0:
         config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
         hidden=size.hidden, tensor_parallel_size=launch.tensor_parallel_size, dtype_bytes=launch.dtype_bytes,
         launch=launch.encoder, source=config_source)
+    max_num_seqs = launch.max_num_seqs or (rows if v0 else _v1_defaults(version, total_bytes, gpu_name)[1])
     if dummy is None:
-        return ProfileBatch(tokens, rows, 0, 0, source)
+        return ProfileBatch(tokens, rows, 0, 0, source, max_num_seqs)
     return ProfileBatch(dummy.tokens, dummy.sequences, dummy.held_bytes, dummy.encoder_peak_bytes,
-                        f"{source}; {dummy.source}")
+                        f"{source}; {dummy.source}", max_num_seqs)

@@ -187,6 +187,33 @@ def test_eager_mode_captures_no_cuda_graphs_so_from_0_21_their_reservation_goes_
     assert plan("0.11.0", True).kv_bytes == plan("0.11.0", False).kv_bytes
 
 
+def test_the_second_runner_counts_its_sampling_state_from_0_27_and_reserves_graphs_from_0_29() -> None:
+    # Qwen2-7B runs on the second runner from 0.25, with V1's default 1,024 requests on an 80 GiB GPU. Its sampling
+    # state: output_bin_counts 1,024 × 152,064 × 4 B = 622,854,144 B, and the prompt and grammar bitmasks, each
+    # 1,024 × ⌈152,064 / 32⌉ = 4,752 words × 4 B = 19,464,192 B: 661,782,528 B, which 0.27's consumed memory counts
+    # and 0.26's profile missed. Its graphs are estimated, and reserved before the cache, only from 0.29.
+    def plan(version: str, pipeline: int = 1, name: str = "Qwen--Qwen2-7B-Instruct.json") -> Waterfall:
+        launch = EngineLaunch(max_model_len=4096, engine_version=version, pipeline_parallel_size=pipeline)
+        return plan_waterfall(_config(name), FITTED_CONSTANTS, launch, total_bytes=80 * GiB, total_source="test")
+
+    def term(waterfall: Waterfall, name: str) -> Term:
+        return next(term for term in waterfall.terms if term.name == name)
+
+    base = term(plan("0.26.0"), "non_torch").bytes
+    assert [term(plan(v), "non_torch").bytes - base for v in ("0.27.1", "0.28.0", "0.29.0")] == [661_782_528] * 3
+    assert "sampling state" in term(plan("0.27.1"), "non_torch").source
+    assert [term(plan(v), "cuda_graphs").subtracted for v in ("0.26.0", "0.27.1", "0.28.0", "0.29.0")] == [
+        False, False, False, True]
+    assert "the second runner estimates none before 0.29" in term(plan("0.28.0"), "cuda_graphs").source
+    # Only the last pipeline stage samples: the first keeps the state's bytes for its cache (the two stages' weights
+    # are equal: 14 layers and an embedding or an lm_head of the same size each).
+    first, last = plan("0.27.1", pipeline=2).stage_kv_bytes
+    assert first - last == 661_782_528
+    # Qwen3-30B-A3B, an MoE model, stays on the first runner in 0.28: no such state, and its graphs are reserved.
+    moe = plan("0.28.0", name="Qwen--Qwen3-30B-A3B.json")
+    assert term(moe, "non_torch").bytes == base and term(moe, "cuda_graphs").subtracted
+
+
 def test_a_vision_language_waterfall_says_whether_the_encoder_profile_is_priced() -> None:
     def assumptions(config_name: str, version: str = "0.12.0", generation: str | None = None,
                     skipped: bool = False) -> list[str]:
