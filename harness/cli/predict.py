@@ -36,7 +36,8 @@ def budget(
     available_kv_gib: float | None = typer.Option(None, help="KV memory per GPU as vLLM logs it, GiB"),
     kv_cache_memory_bytes: int | None = typer.Option(None, help="vLLM's --kv-cache-memory-bytes reservation"),
     gpu_memory_gib: float | None = typer.Option(None, help="total GPU memory, GiB (with utilisation and overhead)"),
-    gpu_memory_utilization: float = typer.Option(0.9, help="vLLM's --gpu-memory-utilization"),
+    gpu_memory_utilization: float | None = typer.Option(
+        None, help="vLLM's --gpu-memory-utilization; unset, the release's default (0.9, from 0.20 0.92)"),
     overhead_gib: float = typer.Option(0.0, help="non-KV memory besides weights (activations, non-torch), GiB"),
     max_model_len: int | None = typer.Option(None, help="request length for maximum concurrency"),
     max_num_batched_tokens: int | None = typer.Option(None, help="vLLM's --max-num-batched-tokens"),

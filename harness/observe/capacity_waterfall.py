@@ -34,7 +34,7 @@ class WaterfallRow(BaseModel):
 class WaterfallComparison(BaseModel):
     total_bytes: int
     total_source: str
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float | None  # None: the release's default, where no waterfall could say which
     rows: list[WaterfallRow]
     notes: list[str] = []  # why no rows, or what the rows leave out
 
@@ -54,20 +54,21 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
     else:
         return None
     gpu_name = gpu or log.gpu_name
-    utilization = (profile.gpu_memory_utilization if profile and profile.gpu_memory_utilization else None) \
-        or log.gpu_memory_utilization or 0.9
+    stated = (profile.gpu_memory_utilization if profile and profile.gpu_memory_utilization else None) \
+        or log.gpu_memory_utilization
+    utilization = None if stated is None else float(stated)
     max_model_len = log.max_model_len or log.max_concurrency_model_len or shape.max_position_embeddings
     if max_model_len is None:
         return None
     try:
         waterfall = log_waterfall(
             log, shape, total_bytes=total, total_source=total_source, gpu_name=gpu_name, max_model_len=max_model_len,
-            gpu_memory_utilization=float(utilization), quantization=log.quantization,
+            gpu_memory_utilization=utilization, quantization=log.quantization,
             tensor_parallel_size=log.tensor_parallel_size or 1, pipeline_parallel_size=log.pipeline_parallel_size or 1,
             max_num_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs)
     except HarnessError as error:
         return WaterfallComparison(total_bytes=total, total_source=total_source,
-                                   gpu_memory_utilization=float(utilization), rows=[], notes=[str(error)])
+                                   gpu_memory_utilization=utilization, rows=[], notes=[str(error)])
     logged = logged_term_bytes(log)
     rows = [WaterfallRow(name=term.name, predicted_bytes=term.bytes, logged_bytes=logged.get(term.name),
                          source=term.source) for term in waterfall.terms]
@@ -78,8 +79,8 @@ def waterfall_beside_log(log: StartupCapacity, shape: ModelShape, gpu: str | Non
         notes.append(f"the GPU is {log.gpu_name}, as a line of the log names it (gpu_name_line; --gpu for another)")
     if log.lora_adapters_line is not None:
         notes.append(f"the engine serves {LORA_NOT_SIZED}: the predicted terms leave them out")
-    return WaterfallComparison(total_bytes=total, total_source=total_source, gpu_memory_utilization=float(utilization),
-                               rows=rows, notes=notes)
+    return WaterfallComparison(total_bytes=total, total_source=total_source,
+                               gpu_memory_utilization=waterfall.gpu_memory_utilization, rows=rows, notes=notes)
 
 
 def _logged_gpu(log: StartupCapacity) -> GpuMemory | None:
@@ -91,7 +92,8 @@ def _logged_gpu(log: StartupCapacity) -> GpuMemory | None:
 
 
 def log_waterfall(log: StartupCapacity, shape: ModelShape, *, total_bytes: int, total_source: str,
-                  gpu_name: str | None, max_model_len: int, gpu_memory_utilization: float, quantization: str | None,
+                  gpu_name: str | None, max_model_len: int, gpu_memory_utilization: float | None,
+                  quantization: str | None,
                   tensor_parallel_size: int, pipeline_parallel_size: int, max_num_batched_tokens: int | None,
                   max_num_seqs: int | None, enforce_eager: bool = False) -> Waterfall:
     """The before-launch waterfall for the start a log shows, its shape served in the log's dtype. `harness

@@ -178,7 +178,7 @@ def _gpu_waterfall(log: StartupCapacity, shape: ModelShape, limits: dict[str, An
     quantization = limits.get("quantization")
     waterfall = log_waterfall(
         log, shape, total_bytes=total, total_source="device.json", gpu_name=gpu_name, max_model_len=max_model_len,
-        gpu_memory_utilization=float(limits.get("gpu_memory_utilization") or 0.9),
+        gpu_memory_utilization=_float(limits.get("gpu_memory_utilization")),
         quantization=quantization if isinstance(quantization, str) else None, tensor_parallel_size=tp,
         pipeline_parallel_size=pp, max_num_batched_tokens=_int(limits.get("max_num_batched_tokens")),
         max_num_seqs=_int(limits.get("max_num_seqs")), enforce_eager=limits.get("enforce_eager") is True)
@@ -200,6 +200,11 @@ def _logged_kv(log: StartupCapacity) -> int | None:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    """A stated share; None leaves the release's default."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _gib(value: int | None) -> str:

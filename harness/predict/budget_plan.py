@@ -35,6 +35,7 @@ from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity
 from harness.predict.releases import (
     PRODUCTION_ENGINE,
     check_engine_generation,
+    default_gpu_memory_utilization,
     engine_release,
     engine_version_warnings,
 )
@@ -117,7 +118,7 @@ class BudgetOptions(BaseModel):
     available_kv_gib: Gib | None = None
     kv_cache_memory_bytes: int | None = Field(None, ge=1, le=MAX_MEMORY_GIB * GiB)
     gpu_memory_gib: Gib | None = None
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, allow_inf_nan=False)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)  # None: the release's
     overhead_gib: float = Field(0.0, ge=0, le=MAX_MEMORY_GIB, allow_inf_nan=False)
     max_model_len: Tokens | None = None
     max_num_batched_tokens: Tokens | None = None
@@ -295,14 +296,16 @@ def _available_kv_from_gpu(
     if weights_bytes is None:
         raise HarnessError(f"{shape.name}: weights unknown, so --gpu-memory-gib cannot be turned into KV memory")
     overhead = int(options.overhead_gib * GiB)
-    usable = int(gpu_memory_gib * GiB * options.gpu_memory_utilization)
+    utilization = options.gpu_memory_utilization
+    if utilization is None:
+        utilization = default_gpu_memory_utilization(engine_release(options.engine_version))
+    usable = int(gpu_memory_gib * GiB * utilization)
     if weights_bytes + overhead > usable:
         warnings.append(f"the weights ({weights_bytes / GiB:.2f} GiB per GPU) and overhead do not fit "
-                        f"in {gpu_memory_gib} GiB × {options.gpu_memory_utilization} = "
+                        f"in {gpu_memory_gib} GiB × {utilization} = "
                         f"{usable / GiB:.2f} GiB: vLLM cannot start this model on this GPU (0 KV blocks)")
-    available = available_kv_bytes_from_gpu(int(gpu_memory_gib * GiB), options.gpu_memory_utilization,
-                                            weights_bytes + overhead)
-    source = (f"{gpu_memory_gib} GiB × {options.gpu_memory_utilization} − weights − "
+    available = available_kv_bytes_from_gpu(int(gpu_memory_gib * GiB), utilization, weights_bytes + overhead)
+    source = (f"{gpu_memory_gib} GiB × {utilization} − weights − "
               f"{options.overhead_gib} GiB overhead"
               + ("" if overhead else " (activation peak and non-torch memory not given: optimistic)"))
     return available, source

@@ -47,7 +47,7 @@ from harness.predict.non_torch import (
 from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
 from harness.predict.profile_batch import profile_batch
-from harness.predict.releases import release_version, runs_v0
+from harness.predict.releases import default_gpu_memory_utilization, release_version, runs_v0
 from harness.predict.sampler_peak import (
     FLASHINFER_OPT_IN_SINCE,
     SamplerPath,
@@ -200,12 +200,13 @@ def plan_waterfall(
     model's encoder is profiled and with which limits (encoder_launch.py), and `enforce_eager` captures no CUDA
     graphs. `config_source` names the config in an error about its fields.
     """
-    utilization, dtype_bytes = launch.gpu_memory_utilization, launch.dtype_bytes
-    tp, pp = launch.tensor_parallel_size, launch.pipeline_parallel_size
+    version = release_version(launch.engine_version)
+    utilization = launch.gpu_memory_utilization
+    utilization = default_gpu_memory_utilization(version) if utilization is None else utilization
+    dtype_bytes, tp, pp = launch.dtype_bytes, launch.tensor_parallel_size, launch.pipeline_parallel_size
     if not (math.isfinite(utilization) and 0 < utilization <= 1):
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
     check_attention_heads(config, tp)  # vLLM refuses a size that does not divide the heads: no waterfall for one
-    version = release_version(launch.engine_version)
     v0 = runs_v0(version, launch.engine_generation)
     size = model_size(config, config_source)
     tower_left_out = size.vision is not None and not launch.encoder.builds_tower(version)

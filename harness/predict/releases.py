@@ -23,6 +23,9 @@ GRAPHS_RESERVED_SINCE = Version("0.21")
 V1_DEFAULT_SINCE = Version("0.8")  # the V1 engine is the default from here on
 V1_FIRST = Version("0.7")  # VLLM_USE_V1=1 runs V1 from 0.7.0 on
 V0_REMOVED_IN = Version("0.11")  # 0.11.0's wheel has no V0 worker (vllm/worker/worker.py)
+# `--gpu-memory-utilization` when a launch leaves it out: config/cache.py's default is 0.9 through 0.19.1 and 0.92
+# from 0.20.0 (read in 0.20.0, 0.22.0 … 0.31.0 and 0.33.0).
+HIGHER_UTILIZATION_SINCE = Version("0.20")
 
 
 def release_version(engine_version: str) -> Version:
@@ -60,6 +63,11 @@ def check_engine_generation(version: Version, engine_generation: str | None) -> 
     if engine_generation == "V0" and version >= V0_REMOVED_IN:
         raise HarnessError(f"--engine V0: vLLM {version} has no V0 engine (removed in {V0_REMOVED_IN}); "
                            "give --engine-version 0.10.2 or earlier")
+
+
+def default_gpu_memory_utilization(version: Version) -> float:
+    """The share of the GPU a release takes when the launch does not say."""
+    return 0.92 if version >= HIGHER_UTILIZATION_SINCE else 0.9
 
 
 def runs_v0(version: Version, engine_generation: str | None = None) -> bool:

@@ -681,3 +681,16 @@ def test_a_log_that_names_its_gpu_gets_the_waterfall_of_that_gpu() -> None:
     assert any("NVIDIA H100 80GB HBM3, as a line of the log names it" in note for note in named.notes)
     unnamed = log.model_copy(update={"gpu_name": None, "gpu_name_line": None})
     assert waterfall_beside_log(unnamed, shape, None) is None  # no total, no name: nothing to size
+
+
+def test_a_log_that_states_no_utilisation_takes_its_releases_default() -> None:
+    # A log states --gpu-memory-utilization only where the launch set it; unset, vLLM took 0.9 through 0.19.1 and
+    # 0.92 from 0.20.0 (config/cache.py), so the waterfall beside the log multiplies the total by that.
+    case = FIELD_CONFIGS.parent / "cases" / "v0120-qwen3-30b-a3b-h100-tp2-len40960.yaml"
+    log = parse_startup_log(yaml.safe_load(case.read_text())["log"])
+    shape = load_model_shape(str(FIELD_CONFIGS / "Qwen--Qwen3-30B-A3B.json"))
+    unstated = log.model_copy(update={"gpu_memory_utilization": None, "memory_profile": None})
+    for release, share in (("0.12.0", 0.9), ("0.22.0", 0.92)):
+        waterfall = waterfall_beside_log(unstated.model_copy(update={"engine_version": release}), shape, "H100-80GB")
+        assert waterfall is not None and waterfall.rows, release
+        assert waterfall.gpu_memory_utilization == share

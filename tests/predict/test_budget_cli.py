@@ -452,3 +452,18 @@ def test_a_dense_config_of_an_moe_family_may_state_zero_experts(tmp_path) -> Non
                      for model in (str(path), str(SNAPSHOT / "config.json")))
     assert zeroed.returncode == 0, zeroed.stderr
     assert json.loads(zeroed.stdout)["capacity"] == json.loads(plain.stdout)["capacity"]
+
+
+def test_an_unstated_utilisation_is_the_releases_default() -> None:
+    # vLLM's config/cache.py defaults --gpu-memory-utilization to 0.9 through 0.19.1 and to 0.92 from 0.20.0. On an
+    # H100-80GB (79.22 GiB as the catalogue gives it) that is 2% of the card: 1.58 GiB more cache from 0.20 on.
+    def usable(*args: str) -> tuple[float, int]:
+        result = harness("budget", "--gpu", "H100-80GB", "--tokens", "4096", "--json", *args)
+        assert result.returncode == 0, result.stderr
+        waterfall = json.loads(result.stdout)["waterfall"]
+        return waterfall["gpu_memory_utilization"], waterfall["usable_bytes"]
+
+    old, new = usable("--engine-version", "0.19.1"), usable("--engine-version", "0.22.0")
+    assert (old[0], new[0]) == (0.9, 0.92)
+    assert round((new[1] - old[1]) / 2**30, 2) == 1.58
+    assert usable("--engine-version", "0.22.0", "--gpu-memory-utilization", "0.9") == old
