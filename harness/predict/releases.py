@@ -26,6 +26,14 @@ V0_REMOVED_IN = Version("0.11")  # 0.11.0's wheel has no V0 worker (vllm/worker/
 # `--gpu-memory-utilization` when a launch leaves it out: config/cache.py's default is 0.9 through 0.19.1 and 0.92
 # from 0.20.0 (read in 0.20.0, 0.22.0 … 0.31.0 and 0.33.0).
 HIGHER_UTILIZATION_SINCE = Version("0.20")
+# From 0.34 the cache is, by default on CUDA, an extensible one sized after warmup and CUDA-graph capture from the
+# memory then free, with --gpu-memory-utilization unset taken as 1.0 and a margin of at least 1 GiB beside the
+# measured peak (config/cache.py `resolved_gpu_memory_utilization`, v1/worker/extensible_kv_cache.py
+# `measure_kv_cache_bytes`, read in 0.34.0): not the profile these rules follow.
+EXTENSIBLE_CACHE_SINCE = Version("0.34")
+EXTENSIBLE_CACHE_NOTE = ("from 0.34 vLLM sizes the cache after warmup from the memory then free (the extensible KV "
+                         "cache, default on CUDA; an unset --gpu-memory-utilization is 1.0 there), which these rules "
+                         "do not follow: the figure may be several GiB off")
 
 
 def release_version(engine_version: str) -> Version:
@@ -52,7 +60,8 @@ def engine_version_warnings(engine_version: str | None) -> list[str]:
     version = engine_release(engine_version)
     if version > NEWEST_CHECKED:
         return [f"engine version {version} is newer than any release the rules were checked against "
-                f"(0.6 to 0.33): priced by 0.33's rules"]
+                f"(0.6 to 0.33): priced by 0.33's rules"
+                + (f"; {EXTENSIBLE_CACHE_NOTE}" if version >= EXTENSIBLE_CACHE_SINCE else "")]
     return []
 
 

@@ -467,3 +467,15 @@ def test_an_unstated_utilisation_is_the_releases_default() -> None:
     assert (old[0], new[0]) == (0.9, 0.92)
     assert round((new[1] - old[1]) / 2**30, 2) == 1.58
     assert usable("--engine-version", "0.22.0", "--gpu-memory-utilization", "0.9") == old
+
+
+def test_a_release_past_the_rules_is_priced_with_a_warning_that_names_what_changed() -> None:
+    # 0.33 is the newest release the rules were read in; 0.34 sizes an extensible cache after warmup by default.
+    def warned(release: str) -> str:
+        result = harness("budget", "--gpu", "H100-80GB", "--tokens", "4096", "--engine-version", release)
+        assert result.returncode == 0, result.stderr
+        return " ".join(result.stderr.split())
+
+    assert "newer than any release" not in warned("0.33.0")
+    assert "priced by 0.33's rules" in warned("0.33.99.post1") and "extensible" not in warned("0.33.99.post1")
+    assert "priced by 0.33's rules; from 0.34 vLLM sizes the cache after warmup" in warned("0.34.0")
