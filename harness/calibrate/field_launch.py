@@ -18,7 +18,7 @@ from harness.predict.memory_model import DEFAULT_V1_SAMPLER
 from harness.predict.parameter_count import model_size
 from harness.predict.profile_batch import ProfileBatch, profile_batch
 from harness.predict.releases import runs_v0
-from harness.predict.sampler_peak import release_default_sampler
+from harness.predict.sampler_peak import release_default_sampler, sampler_of_start
 from harness.units import GiB
 
 
@@ -43,7 +43,8 @@ def is_v0(case: FieldCase) -> bool:
 
 
 def sampler_fact(case: FieldCase) -> SamplerFact:
-    """The sampler as the log prints it, else as the facts state it, else the assumed default."""
+    """The sampler as the log names it, else as the facts state it, else as the log implies it (FlashInfer loaded for
+    attention, in a release that then samples with it), else the release's default, else the assumed one."""
     if is_v0(case):
         return SamplerFact(name="pytorch", source="V0")
     logged, stated = case.logged_sampler(), case.facts.sampler
@@ -53,7 +54,10 @@ def sampler_fact(case: FieldCase) -> SamplerFact:
         return SamplerFact(name=logged[0], source="log", evidence=logged[1])
     if stated:
         return SamplerFact(name=stated, source="stated")
-    default = release_default_sampler(Version(case.facts.vllm_version))
+    version, loaded = Version(case.facts.vllm_version), case.parsed().flashinfer_loaded_line
+    if loaded is not None and sampler_of_start(version, None, flashinfer_loaded=True):
+        return SamplerFact(name="flashinfer", source="log", evidence=loaded)
+    default = release_default_sampler(version)
     if default:
         return SamplerFact(name=default, source="default")
     return SamplerFact(name=DEFAULT_V1_SAMPLER, source="assumed")

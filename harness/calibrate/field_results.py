@@ -51,7 +51,7 @@ class LaunchCheck(BaseModel):
 
 class SamplerFact(BaseModel):
     """V1's top-k/top-p sampler and where the figure came from: "log" (`evidence` is the line), "stated" (the
-    case's `sampler:` fact), "default" (the release's code decides, from 0.11.2), "assumed" (DEFAULT_V1_SAMPLER)
+    case's `sampler:` fact), "default" (the release's code decides, from 0.11.1), "assumed" (DEFAULT_V1_SAMPLER)
     or "V0" (which always sorts)."""
 
     name: str

@@ -63,8 +63,8 @@ def budget(
                                                    "'{\"image\": 1, \"video\": 0}': the images and videos the "
                                                    "encoder's profile carries (with --gpu)"),
     sampler: str | None = typer.Option(None, help="V1's top-k/top-p sampler as the install runs it, with --gpu: "
-                                       "flashinfer (vLLM's image before 0.11.2) or pytorch (pip's); unset, "
-                                       "PyTorch's before 0.11.2 and the release's own choice after"),
+                                       "flashinfer (vLLM's image before 0.11.1) or pytorch (pip's); unset, "
+                                       "PyTorch's before 0.11.1 and the release's own choice after"),
     enforce_eager: bool = typer.Option(False, help="vLLM's --enforce-eager as launched: no CUDA graphs are captured "
                                        "or reserved (with --gpu)"),
     field_check: Path | None = typer.Option(None, help="score the calculator on a field corpus directory"),

@@ -7,6 +7,7 @@ and set each predicted term beside the logged one: the run then shows which term
 
 from __future__ import annotations
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
@@ -20,6 +21,7 @@ from harness.predict.kv_bytes import resolve_kv_dtype
 from harness.predict.memory_model import FITTED_CONSTANTS, LORA_NOT_SIZED, Waterfall, plan_waterfall
 from harness.predict.model_shape import ModelShape
 from harness.predict.releases import PRODUCTION_ENGINE
+from harness.predict.sampler_peak import sampler_of_start
 from harness.predict.speculative import speculative_from_log
 from harness.units import GiB
 
@@ -91,6 +93,16 @@ def _logged_gpu(log: StartupCapacity) -> GpuMemory | None:
         return None
 
 
+def logged_sampler(log: StartupCapacity) -> str | None:
+    """The top-k/top-p sampler the log establishes (`sampler_of_start`); with a release it cannot name, only a line
+    that names the sampler counts."""
+    try:
+        version = Version(log.engine_version or PRODUCTION_ENGINE)
+    except InvalidVersion:
+        return log.top_k_top_p_sampler
+    return sampler_of_start(version, log.top_k_top_p_sampler, log.flashinfer_loaded_line is not None)
+
+
 def log_waterfall(log: StartupCapacity, shape: ModelShape, *, total_bytes: int, total_source: str,
                   gpu_name: str | None, max_model_len: int, gpu_memory_utilization: float | None,
                   quantization: str | None,
@@ -105,7 +117,7 @@ def log_waterfall(log: StartupCapacity, shape: ModelShape, *, total_bytes: int, 
         max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
         dtype_bytes=resolve_kv_dtype("auto", shape.dtype)[1], quantization=quantization,
         tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, sampler=log.top_k_top_p_sampler,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, sampler=logged_sampler(log),
         speculative=speculative_from_log(log.speculative_method, log.speculative_tokens),
         encoder=EncoderLaunch.from_arguments(log.non_default_args or {}),
         enforce_eager=bool(log.enforce_eager) or enforce_eager,

@@ -76,6 +76,7 @@ class StartupCapacity(pydantic.BaseModel):
     speculative_tokens: Count | None = None
     top_k_top_p_sampler: Literal["flashinfer", "pytorch"] | None = None  # V1's, where the log names it
     top_k_top_p_sampler_line: str | None = None  # the first line that names it
+    flashinfer_loaded_line: str | None = None  # the line that shows FlashInfer's attention chosen, so importable
     lora_adapters_line: str | None = None  # the line that shows LoRA adapters served (or the arguments' enable_lora)
     gpu_name: str | None = None  # the GPU a line names (a fused-MoE config's device_name, a dtype warning, nvidia-smi)
     gpu_name_line: str | None = None  # the first line that names it

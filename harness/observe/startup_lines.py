@@ -82,10 +82,14 @@ TORCH_KV_DTYPES = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "bflo
 # to the PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install
 # FlashInfer." (0.9.2 to 0.11.0), 0.8's "Currently, FlashInfer top-p & top-k sampling sampler is disabled because
 # FlashInfer>=v0.2.3 is not backward compatible. Falling back to the PyTorch-native implementation of top-p & top-k
-# sampling." or 0.11.2's "FlashInfer is available, but it is not enabled. Falling back to ...". The sampler sets
+# sampling." or, with VLLM_USE_FLASHINFER_SAMPLER=0 before 0.11.1, "FlashInfer is available, but it is not enabled.
+# Falling back to ..." (from 0.11.1 the fallback is logged at debug level only). The sampler sets
 # the profile's activation peak, so the before-launch model takes it from here where a log states it.
 TOP_K_TOP_P_SAMPLER = re.compile(r"(?P<flashinfer>Using FlashInfer for top-p & top-k sampling)"
                                  r"|(?P<pytorch>Falling back to the PyTorch-native implementation of top-p & top-k)")
+# What a start that picked FlashInfer's attention prints (platforms/cuda.py): "Using FlashInfer backend on V1 engine."
+# (read in 0.9.0 … 0.11.0), with FlashInfer imported: before 0.11.1 V1 then samples with it too unless told not to.
+FLASHINFER_ATTENTION = re.compile(r"Using FlashInfer (?:MLA )?backend\b")
 # What a start serving LoRA adapters prints when it builds their kernels' wrapper (lora/punica_wrapper): "Using
 # PunicaWrapperGPU." (0.6.5 on; the platform's name ends it). The adapters' slots and the profile's dummy adapters
 # take memory the before-launch model does not size.
@@ -276,6 +280,9 @@ class StartFacts:
     def smi_gpu(self, match: re.Match[str], process: str | None) -> None:
         self.smi_rows.setdefault(match.group("name"), match.string)
 
+    def flashinfer_attention(self, match: re.Match[str], process: str | None) -> None:
+        self.found.setdefault("flashinfer_loaded_line", match.string)
+
     def sampler(self, match: re.Match[str], process: str | None) -> None:
         name = "flashinfer" if match.group("flashinfer") else "pytorch"
         if self.found.setdefault("top_k_top_p_sampler", name) != name:
@@ -317,6 +324,7 @@ FACT_READERS: tuple[tuple[re.Pattern[str], Reader], ...] = (
     (SERVER_VERSION, StartFacts.server_version),
     (BANNER_VERSION, StartFacts.server_version),
     (TOP_K_TOP_P_SAMPLER, StartFacts.sampler),
+    (FLASHINFER_ATTENTION, StartFacts.flashinfer_attention),
     (LORA_WRAPPER, StartFacts.lora),
     *((pattern, StartFacts.engine_gpu) for pattern in ENGINE_GPU_NAMES),
     (SMI_GPU_ROW, StartFacts.smi_gpu),

@@ -64,10 +64,11 @@ from harness.units import GiB
 # (utils.memory_profiling with a baseline: V0 0.6.5, V1 0.9.1).
 CONTEXT_COUNTED_BEFORE = {"V0": Version("0.6.5"), "V1": Version("0.9.1")}
 SAMPLERS = ("flashinfer", "pytorch")  # V1's top-k/top-p sampler: FlashInfer's, or the native path
-# Which one V1 runs before 0.11.2 depends on the install: vLLM's image ships FlashInfer, its wheel lists it
+# Which one V1 runs before 0.11.1 depends on the install: vLLM's image ships FlashInfer, its wheel lists it
 # only as an extra (`Requires-Dist: flashinfer-python; extra == "flashinfer"`, 0.10.1.1 and 0.11.0), so `pip
 # install vllm` takes the native path. Unstated, the native path is assumed: it is the pip default and the
-# larger figure, the safer side of a fit / no-fit call. From 0.11.2 the code decides (sampler_peak.py).
+# larger figure, the safer side of a fit / no-fit call, unless the log shows FlashInfer loaded for attention
+# (sampler_peak.py `sampler_of_start`). From 0.11.1 the code decides.
 DEFAULT_V1_SAMPLER = "pytorch"
 # What the waterfall leaves out for a vision-language model it does not price the encoder's profile of (a family
 # other than Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, a release whose profile_run was not read; encoder_profile.py).

@@ -16,8 +16,9 @@ the peak, per (row × vocabulary entry), on each path a CUDA install takes by de
   counted (≤ 132 × 151,936 × 4 B = 0.07 GiB on an H100);
 - FlashInfer (`flashinfer_sample` → `top_k_top_p_sampling_from_logits`) holds the top-k-masked
   copy and its softmax beside the two logits tensors: 2 + 4 + 4 + 4 = 14 B. It is taken when
-  importable and not disabled in 0.8.5 … 0.11.0 (`VLLM_USE_FLASHINFER_SAMPLER is not False`), only
-  with VLLM_USE_FLASHINFER_SAMPLER=1 from 0.11.2 (the log then says "Using FlashInfer"); from 0.22
+  importable and not disabled (`VLLM_USE_FLASHINFER_SAMPLER is not False`) in 0.9.0 … 0.11.0 (0.8.5 takes it
+  only from a FlashInfer before 0.2.3), only with VLLM_USE_FLASHINFER_SAMPLER=1 from 0.11.1 (the log then says
+  "Using FlashInfer"; read in 0.8.5, 0.9.0, 0.9.2, 0.10.0, 0.11.0, 0.11.1 and 0.11.2); from 0.22
   a second warm-up call with a seeded generator runs the native path anyway (`forward_cuda` falls
   back when `generators` is set), which is Triton's 14 B again;
 - the second GPU model runner (gpu/model_runner.py `_dummy_sampler_run`, model_runner.py says which starts
@@ -52,7 +53,8 @@ from pydantic import BaseModel
 from harness.predict.releases import runs_v0
 
 TRITON_SINCE = Version("0.17")
-FLASHINFER_OPT_IN_SINCE = Version("0.11.2")
+FLASHINFER_WHEN_IMPORTABLE_SINCE = Version("0.9.0")
+FLASHINFER_OPT_IN_SINCE = Version("0.11.1")
 SECOND_WARMUP_SINCE = Version("0.22")  # `_dummy_sampler_run` samples again with a seeded generator
 TRITON_ANY_ROWS_SINCE = Version("0.30")
 TRITON_MIN_ROWS = 8  # before 0.30, `apply_top_k_top_p` sorts batches of fewer rows
@@ -129,7 +131,16 @@ def _sorting(path: SamplerPath, rows: int) -> SamplerPath:
 def release_default_sampler(version: Version) -> str | None:
     """The V1 sampler a CUDA install runs unless told otherwise, where the code alone decides it.
 
-    From 0.11.2 FlashInfer is opt-in (VLLM_USE_FLASHINFER_SAMPLER=1), so the native path is the
+    From 0.11.1 FlashInfer is opt-in (VLLM_USE_FLASHINFER_SAMPLER=1), so the native path is the
     default whatever is installed; before, FlashInfer ran whenever importable, which the code cannot tell.
     """
     return "pytorch" if version >= FLASHINFER_OPT_IN_SINCE else None
+
+
+def sampler_of_start(version: Version, named: str | None, flashinfer_loaded: bool) -> str | None:
+    """The sampler a start's log establishes: the one a line names, else FlashInfer's where the start loaded
+    FlashInfer (its attention backend) in a release that samples with it whenever importable; None if neither."""
+    if named is not None:
+        return named
+    importable_default = FLASHINFER_WHEN_IMPORTABLE_SINCE <= version < FLASHINFER_OPT_IN_SINCE
+    return "flashinfer" if flashinfer_loaded and importable_default else None

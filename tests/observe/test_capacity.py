@@ -21,7 +21,7 @@ from harness.errors import HarnessError
 from harness.observe.capacity import build_capacity_report, capacity_from_sources
 from harness.observe.capacity_options import LogOverrides
 from harness.observe.capacity_report import CapacityReport
-from harness.observe.capacity_waterfall import waterfall_beside_log
+from harness.observe.capacity_waterfall import logged_sampler, waterfall_beside_log
 from harness.observe.log_lines import fetch_polyaxon_run_log, read_log_text
 from harness.observe.server_logs import parse_startup_log
 from harness.observe.server_metrics import parse_metrics
@@ -694,3 +694,14 @@ def test_a_log_that_states_no_utilisation_takes_its_releases_default() -> None:
         waterfall = waterfall_beside_log(unstated.model_copy(update={"engine_version": release}), shape, "H100-80GB")
         assert waterfall is not None and waterfall.rows, release
         assert waterfall.gpu_memory_utilization == share
+
+
+def test_a_log_that_chose_flashinfer_attention_samples_with_flashinfer_where_its_release_does() -> None:
+    # 0.9.0 … 0.11.0 sample with FlashInfer whenever it imports; a start that chose FlashInfer's attention backend
+    # imported it. From 0.11.1 the sampler is opt-in, and a release the log cannot name decides nothing.
+    case = FIELD_CONFIGS.parent / "cases" / "v0102-qwen3-06b-a100-flashinfer-attn-len4096.yaml"
+    log = parse_startup_log(yaml.safe_load(case.read_text())["log"])
+    assert log.flashinfer_loaded_line == "Using FlashInfer backend on V1 engine." and log.top_k_top_p_sampler is None
+    chosen = {release: logged_sampler(log.model_copy(update={"engine_version": release}))
+              for release in ("0.10.2", "0.11.1", "dev")}
+    assert chosen == {"0.10.2": "flashinfer", "0.11.1": None, "dev": None}

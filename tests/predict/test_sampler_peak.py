@@ -11,7 +11,15 @@ from harness.calibrate.field_check import run_field_check
 from harness.predict.engine_launch import EngineLaunch
 from harness.predict.memory_model import FITTED_CONSTANTS, plan_waterfall
 from harness.predict.model_shape import load_model_shape
-from harness.predict.sampler_peak import FLASHINFER, SORT_V0, SORT_V1, TRITON, sampler_path
+from harness.predict.sampler_peak import (
+    FLASHINFER,
+    SORT_V0,
+    SORT_V1,
+    TRITON,
+    release_default_sampler,
+    sampler_of_start,
+    sampler_path,
+)
 from harness.units import GiB
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "field"
@@ -114,3 +122,24 @@ def test_corpus_cases_that_print_their_sampler_line_are_priced_on_that_lines_pat
             assert path == TRITON, case.id
         else:
             assert path == (FLASHINFER if case.sampler.name == "flashinfer" else SORT_V1), case.id
+
+
+def test_a_start_that_loaded_flashinfer_samples_with_it_where_its_release_takes_it_whenever_importable() -> None:
+    # topk_topp_sampler.py: 0.9.0 … 0.11.0 take FlashInfer whenever it imports (at 0.2.3 or later) unless
+    # VLLM_USE_FLASHINFER_SAMPLER=0; 0.8.5 disables it from FlashInfer 0.2.3; 0.11.1 makes it opt-in.
+    loaded = {release: sampler_of_start(Version(release), None, flashinfer_loaded=True)
+              for release in ("0.8.5", "0.9.0", "0.10.2", "0.11.0", "0.11.1", "0.12.0")}
+    assert loaded == {"0.8.5": None, "0.9.0": "flashinfer", "0.10.2": "flashinfer", "0.11.0": "flashinfer",
+                      "0.11.1": None, "0.12.0": None}
+    assert sampler_of_start(Version("0.10.2"), None, flashinfer_loaded=False) is None
+    assert sampler_of_start(Version("0.10.2"), "pytorch", flashinfer_loaded=True) == "pytorch"  # a line that says
+    assert (release_default_sampler(Version("0.11.0")), release_default_sampler(Version("0.11.1"))) == (None, "pytorch")
+
+
+def test_the_corpus_start_that_chose_flashinfer_attention_is_priced_on_its_sampler(report) -> None:
+    # vllm#24577's A100 start of Qwen3-0.6B on 0.10.2 names FlashInfer's attention backend and no sampler line:
+    # FlashInfer imported, so 0.10.2 sampled with it (14 B per logit, not the sort's fitted 36.71).
+    case = next(c for c in report.cases if c.id == "v0102-qwen3-06b-a100-flashinfer-attn-len4096")
+    assert (case.sampler.name, case.sampler.source, case.sampler.evidence) == (
+        "flashinfer", "log", "Using FlashInfer backend on V1 engine.")
+    assert case.launch.sampler_path == FLASHINFER
