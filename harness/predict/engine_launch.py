@@ -21,7 +21,7 @@ class EngineLaunch(BaseModel):
     engine_version: str
     engine_generation: str | None = None  # "V0" or "V1" where the launch chose it (VLLM_USE_V1)
     max_model_len: int
-    gpu_memory_utilization: float | None = None
+    gpu_memory_utilization: float | None = None  # None: the release's default (releases.py)
     dtype_bytes: int = 2
     quantization: str | None = None  # --quantization; None reads the checkpoint's own quantization_config
     tensor_parallel_size: int = 1
