@@ -61,7 +61,7 @@ from harness.predict.non_torch import (
 from harness.predict.parameter_count import model_size
 from harness.predict.pipeline import predict_pipeline_capacity, stage_memory
 from harness.predict.profile_batch import ProfileBatch
-from harness.predict.releases import GRAPHS_RESERVED_SINCE, default_gpu_memory_utilization, runs_v0
+from harness.predict.releases import GRAPHS_RESERVED_SINCE, gpu_memory_utilization, runs_v0
 from harness.predict.sampler_peak import SamplerPath, sampler_path
 from harness.predict.warmup import check_warmup
 from harness.units import GiB
@@ -381,5 +381,5 @@ def implied_overhead_bytes(case: FieldCase, total_bytes: int) -> int | None:
     kv = _stage_memory(case, log.available_kv_cache_bytes_by_rank, log.available_kv_cache_bytes)
     if kv is None or not log.model_weights_bytes:
         return None
-    utilization = facts.gpu_memory_utilization or default_gpu_memory_utilization(Version(facts.vllm_version))
+    utilization = gpu_memory_utilization(facts.gpu_memory_utilization, Version(facts.vllm_version))
     return int(total_bytes * utilization) - log.model_weights_bytes - kv[0]

@@ -64,7 +64,7 @@ class CaseFacts(pydantic.BaseModel, extra="forbid"):
     tensor_parallel_size: int = pydantic.Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     pipeline_parallel_size: int = pydantic.Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
     decode_context_parallel_size: int = pydantic.Field(1, ge=1, le=MAX_TENSOR_PARALLEL_SIZE)
-    # unstated, the release's default (releases.py `default_gpu_memory_utilization`)
+    # unstated, the release's default (releases.py `gpu_memory_utilization`)
     gpu_memory_utilization: float | None = pydantic.Field(None, gt=0, le=1, allow_inf_nan=False)
     max_model_len: Count
     max_num_batched_tokens: Count | None = None

@@ -35,9 +35,9 @@ from harness.predict.pipeline import pipeline_stages, predict_pipeline_capacity
 from harness.predict.releases import (
     PRODUCTION_ENGINE,
     check_engine_generation,
-    default_gpu_memory_utilization,
     engine_release,
     engine_version_warnings,
+    gpu_memory_utilization,
 )
 from harness.predict.speculative import SpeculativeDecoding
 from harness.units import GiB
@@ -296,9 +296,7 @@ def _available_kv_from_gpu(
     if weights_bytes is None:
         raise HarnessError(f"{shape.name}: weights unknown, so --gpu-memory-gib cannot be turned into KV memory")
     overhead = int(options.overhead_gib * GiB)
-    utilization = options.gpu_memory_utilization
-    if utilization is None:
-        utilization = default_gpu_memory_utilization(engine_release(options.engine_version))
+    utilization = gpu_memory_utilization(options.gpu_memory_utilization, engine_release(options.engine_version))
     usable = int(gpu_memory_gib * GiB * utilization)
     if weights_bytes + overhead > usable:
         warnings.append(f"the weights ({weights_bytes / GiB:.2f} GiB per GPU) and overhead do not fit "

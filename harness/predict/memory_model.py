@@ -47,7 +47,7 @@ from harness.predict.non_torch import (
 from harness.predict.parameter_count import ModelSize, model_size
 from harness.predict.pipeline import layer_shares
 from harness.predict.profile_batch import profile_batch
-from harness.predict.releases import default_gpu_memory_utilization, release_version, runs_v0
+from harness.predict.releases import gpu_memory_utilization, release_version, runs_v0
 from harness.predict.sampler_peak import (
     FLASHINFER_OPT_IN_SINCE,
     SamplerPath,
@@ -202,8 +202,7 @@ def plan_waterfall(
     graphs. `config_source` names the config in an error about its fields.
     """
     version = release_version(launch.engine_version)
-    utilization = launch.gpu_memory_utilization
-    utilization = default_gpu_memory_utilization(version) if utilization is None else utilization
+    utilization = gpu_memory_utilization(launch.gpu_memory_utilization, version)
     dtype_bytes, tp, pp = launch.dtype_bytes, launch.tensor_parallel_size, launch.pipeline_parallel_size
     if not (math.isfinite(utilization) and 0 < utilization <= 1):
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")

@@ -36,8 +36,9 @@ V0_LIMIT_PER_PROMPT = 1  # --limit-mm-per-prompt's V0 default per modality ("1 (
 
 def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len: int,
                     max_num_batched_tokens: int | None, max_num_seqs: int | None,
-                    gpu_name: str | None = None, multimodal: bool = False, mla: bool = False) -> tuple[int, int, str]:
-    """(tokens, sampler rows) of vLLM's profiling run, and where they come from.
+                    gpu_name: str | None = None, multimodal: bool = False,
+                    mla: bool = False) -> tuple[int, int, str, int]:
+    """(tokens, sampler rows) of vLLM's profiling run, where they come from, and the scheduler's max_num_seqs.
 
     V0's `_dummy_run` spreads the tokens over max_num_seqs sequences (256 unless set) and samples each; V1's
     `_dummy_run` makes min(tokens, max_num_seqs) requests and samples one row per request.
@@ -45,11 +46,12 @@ def profiling_batch(version: Version, v0: bool, total_bytes: int, max_model_len:
     if v0:
         tokens, source = ((max_num_batched_tokens, "--max-num-batched-tokens") if max_num_batched_tokens
                           else _v0_batched_tokens(version, max_model_len, multimodal, mla))
-        return tokens, max_num_seqs or 256, source
+        return tokens, max_num_seqs or 256, source, max_num_seqs or 256
     tokens, rows, source = _v1_defaults(version, total_bytes, gpu_name)
     if max_num_batched_tokens:
         tokens, source = max_num_batched_tokens, "--max-num-batched-tokens"
-    return tokens, min(max_num_seqs or rows, tokens), source
+    sequences = max_num_seqs or rows
+    return tokens, min(sequences, tokens), source, sequences
 
 
 def _v0_batched_tokens(version: Version, max_model_len: int, multimodal: bool, mla: bool) -> tuple[int, str]:
@@ -188,14 +190,13 @@ def profile_batch(config: dict[str, Any], size: ModelSize, version: Version, v0:
                   total_bytes: int, gpu_name: str | None, config_source: str = "config") -> ProfileBatch:
     """This model's profiling run: `profiling_batch`, and for a Qwen2-VL model on V0 the dummy prompts that carry
     its images and videos (`v0_decoder_dummy`)."""
-    tokens, rows, source = profiling_batch(version, v0, total_bytes, launch.max_model_len,
-                                           launch.max_num_batched_tokens, launch.max_num_seqs, gpu_name,
-                                           multimodal=size.vision is not None, mla=size.whole_mixer_params > 0)
+    tokens, rows, source, max_num_seqs = profiling_batch(
+        version, v0, total_bytes, launch.max_model_len, launch.max_num_batched_tokens, launch.max_num_seqs, gpu_name,
+        multimodal=size.vision is not None, mla=size.whole_mixer_params > 0)
     dummy = None if not v0 else v0_decoder_dummy(
         config, version, max_model_len=launch.max_model_len, batched_tokens=tokens, max_num_seqs=rows,
         hidden=size.hidden, tensor_parallel_size=launch.tensor_parallel_size, dtype_bytes=launch.dtype_bytes,
         launch=launch.encoder, source=config_source)
-    max_num_seqs = launch.max_num_seqs or (rows if v0 else _v1_defaults(version, total_bytes, gpu_name)[1])
     if dummy is None:
         return ProfileBatch(tokens, rows, 0, 0, source, max_num_seqs)
     return ProfileBatch(dummy.tokens, dummy.sequences, dummy.held_bytes, dummy.encoder_peak_bytes,

@@ -74,8 +74,10 @@ def check_engine_generation(version: Version, engine_generation: str | None) -> 
                            "give --engine-version 0.10.2 or earlier")
 
 
-def default_gpu_memory_utilization(version: Version) -> float:
-    """The share of the GPU a release takes when the launch does not say."""
+def gpu_memory_utilization(stated: float | None, version: Version) -> float:
+    """The share of the GPU a start takes: as the launch states it, else its release's default."""
+    if stated is not None:
+        return stated
     return 0.92 if version >= HIGHER_UTILIZATION_SINCE else 0.9
 
 

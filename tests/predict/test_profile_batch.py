@@ -32,8 +32,10 @@ def test_v1_profiles_the_large_gpu_defaults_but_not_on_an_a100() -> None:
     assert profiling_batch(Version("0.10.1.1"), False, a100, 16384, None, None, "A100-80GB")[:2] == (2048, 256)
     # 0.8.5 has no A100 check: the 80 GB card gets the large defaults too.
     assert profiling_batch(Version("0.8.5"), False, a100, 16384, None, None, "A100-80GB")[:2] == (8192, 1024)
-    # V1 samples one row per request and makes no more requests than tokens: 512 tokens, 512 rows.
-    assert profiling_batch(Version("0.11.0"), False, h100, 131072, 512, None, "H100-80GB")[:2] == (512, 512)
+    # V1 samples one row per request and makes no more requests than tokens: 512 tokens, 512 rows. The scheduler
+    # still takes its 1,024 sequences, which size the second runner's per-request state.
+    small_batch = profiling_batch(Version("0.11.0"), False, h100, 131072, 512, None, "H100-80GB")
+    assert (small_batch[0], small_batch[1], small_batch[3]) == (512, 512, 1024)
     # From 0.28 a card of 160 GiB or more gets 16,384 tokens and 1,024 sequences; a B200 (178.4 GiB) before 0.28
     # keeps the ≥ 70 GiB defaults.
     b200 = int(178.36 * GiB)
