@@ -63,8 +63,11 @@ GPUS = {
         GpuMemory(name="L40", total_gib=44.40, multiprocessor_count=142, compute_capability="8.9",
                   source="torch's `a total capacity of 44.40 GiB` on a single L40, "
                          "https://github.com/QwenLM/Qwen3-VL/issues/2097"),
-        GpuMemory(name="RTX-3090", total_gib=23.58, multiprocessor_count=82, compute_capability="8.6",
-                  source="`total_gpu_memory=23.58GiB`, https://github.com/vllm-project/vllm/issues/10517"),
+        GpuMemory(name="RTX-3090", total_gib=23.69, multiprocessor_count=82, compute_capability="8.6",
+                  source="torch's `a total capacity of 23.69 GiB` beside nvidia-smi's RTX 3090 (driver 545), "
+                         "https://github.com/vllm-project/vllm/issues/2140, as on another 3090 in "
+                         "https://github.com/OpenBMB/MiniCPM-V/issues/612; drivers differ by a tenth: "
+                         "`total_gpu_memory=23.58GiB` in https://github.com/vllm-project/vllm/issues/10517"),
         GpuMemory(name="A10-24GB", total_gib=22.18, multiprocessor_count=72, compute_capability="8.6",
                   source="`a total capacity of 22.18 GiB`, https://github.com/OpenBMB/MiniCPM-V/issues/640"),
         GpuMemory(name="A10G", total_gib=22.49, multiprocessor_count=80, compute_capability="8.6",
